@@ -1,0 +1,33 @@
+//===- RowEvaluator.h - Closed-form key sets for a bound sequence length --===//
+//
+// Binds n and produces, for any query row i, its keys as an IntervalSet in
+// O(number of intervals) for every generator but `predicate`, which costs
+// O(keys examined) and is only evaluated inside the intervals its
+// intersection siblings leave. Never materialises an n x n mask.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/compiler/PatternIR.h"
+
+namespace attnc::ir {
+
+class RowEvaluator {
+public:
+  RowEvaluator(SetRef set, int64_t n);
+
+  int64_t n() const { return n_; }
+  /// Keys of query row i (0 <= i < n), clipped to [0, n).
+  IntervalSet row(int64_t i) const;
+  /// Keys of query row i inside [lo, hi).
+  IntervalSet row(int64_t i, int64_t lo, int64_t hi) const;
+
+private:
+  IntervalSet eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi) const;
+  IntervalSet evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi) const;
+
+  SetRef set_;
+  int64_t n_;
+};
+
+} // namespace attnc::ir

@@ -1,0 +1,97 @@
+//===- AST.h - Syntax tree of the pattern language ------------------------===//
+//
+// The parser's output: a faithful, untyped tree of what the user wrote, every
+// node with its source range. Names are not resolved and types are not known
+// here; compiler/Sema does both. `-` is kept as one operator: Sema decides
+// whether it is integer subtraction or set difference.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/dsl/Diagnostics.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attnc::dsl {
+
+enum class ExprKind {
+  Int,        ///< 42
+  Bool,       ///< true / false
+  Name,       ///< i, j, h, n, a param or a let
+  Unary,      ///< -x, !p
+  Binary,     ///< x + y, p && q, A | B, A & B, A - B ...
+  Compare,    ///< a < b <= c (a chain: operands.size() == ops.size() + 1)
+  In,         ///< x in S
+  Call,       ///< abs(x), min(a, b), random_blocks(b, r, seed)
+  SetBuilder, ///< { j : predicate }
+  SetRange,   ///< { a .. b } (inclusive)
+  SetList,    ///< { a, b, c } or {}
+};
+
+enum class UnaryOp { Neg, Not };
+enum class BinaryOp { Add, Sub, Mul, Div, Mod, And, Or, Union, Intersect };
+enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };
+
+const char *spelling(UnaryOp op);
+const char *spelling(BinaryOp op);
+const char *spelling(CompareOp op);
+
+struct Expr;
+using ExprPtr = std::unique_ptr<Expr>;
+
+struct Expr {
+  ExprKind kind;
+  SourceRange range;
+  int64_t intValue = 0;        ///< Int
+  bool boolValue = false;      ///< Bool
+  std::string name;            ///< Name, Call (callee), SetBuilder (bound variable)
+  SourceRange nameRange;       ///< Call callee / SetBuilder variable
+  UnaryOp unaryOp = UnaryOp::Neg;
+  BinaryOp binaryOp = BinaryOp::Add;
+  std::vector<CompareOp> compareOps; ///< Compare
+  std::vector<ExprPtr> operands;
+};
+
+enum class StmtKind {
+  Param,       ///< param NAME = EXPR
+  Require,     ///< require EXPR [: "message"]
+  Causal,      ///< causal
+  Heads,       ///< heads EXPR
+  Let,         ///< let NAME = EXPR
+  Attend,      ///< attend SET
+  HeadAttends, ///< head EXPR attends SET
+};
+
+struct Stmt {
+  StmtKind kind;
+  SourceRange range;     ///< The whole statement.
+  std::string name;      ///< Param / Let
+  SourceRange nameRange; ///< Param / Let
+  ExprPtr value;         ///< Param default, Require condition, Heads count, Let value, the set
+  ExprPtr head;          ///< HeadAttends: the head index
+  std::string message;   ///< Require: optional message
+};
+
+struct PatternDecl {
+  std::string name;
+  SourceRange nameRange;
+  SourceRange range;
+  std::vector<Stmt> body;
+};
+
+/// One parsed `.attn` buffer.
+struct Module {
+  uint32_t buffer = 0;
+  std::vector<PatternDecl> patterns;
+};
+
+/// Prints the tree as indented S-expressions (`attnc emit --stage ast`).
+std::string printAst(const Module &module, const SourceManager &sources);
+/// Prints one expression in source-like syntax, fully parenthesised where
+/// precedence needs it (used in diagnostics and the IR printer).
+std::string printExpr(const Expr &expr);
+
+} // namespace attnc::dsl

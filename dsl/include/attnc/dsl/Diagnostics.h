@@ -1,0 +1,128 @@
+//===- Diagnostics.h - Source buffers and clang-style diagnostics ---------===//
+//
+// Every token and AST node carries a SourceRange into a buffer owned by a
+// SourceManager. Diagnostics are collected (several per file) by a
+// DiagnosticEngine and printed the way clang prints them:
+//
+//   fixed.attn:7:35: error: modulus must be a positive integer, got 'l - 64'
+//     let A2 = { j : j % (l - 64) >= l - c }
+//                        ^~~~~~~~
+//   fixed.attn:2:3: note: 'l' is 64 here
+//
+// Messages are lowercase, have no final period and quote the offending thing.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attnc::dsl {
+
+/// A byte position inside one buffer of a SourceManager. `buffer == 0` means
+/// "no location" (e.g. a value that came from the command line).
+struct SourceLoc {
+  uint32_t buffer = 0;
+  uint32_t offset = 0;
+  bool isValid() const { return buffer != 0; }
+};
+
+/// A half-open byte range [begin, end) inside one buffer.
+struct SourceRange {
+  SourceLoc begin;
+  SourceLoc end;
+  bool isValid() const { return begin.isValid(); }
+  static SourceRange merge(SourceRange a, SourceRange b) {
+    if (!a.isValid())
+      return b;
+    if (!b.isValid())
+      return a;
+    return {a.begin, b.end};
+  }
+};
+
+/// Owns the text of every buffer that diagnostics may point into.
+class SourceManager {
+public:
+  /// Adds a buffer and returns its id (never 0).
+  uint32_t addBuffer(std::string name, std::string text);
+  /// Reads a file from disk into a new buffer; returns 0 and sets `error` if
+  /// the file cannot be read.
+  uint32_t addFile(const std::string &path, std::string &error);
+
+  std::string_view name(uint32_t buffer) const;
+  std::string_view text(uint32_t buffer) const;
+  /// 1-based line and column of a location.
+  std::pair<unsigned, unsigned> lineAndColumn(SourceLoc loc) const;
+  /// The full text of the line that contains `loc`, without the newline.
+  std::string_view lineText(SourceLoc loc) const;
+  /// The text a range covers.
+  std::string_view slice(SourceRange range) const;
+
+private:
+  struct Buffer {
+    std::string name;
+    std::string text;
+  };
+  std::vector<Buffer> buffers_;
+};
+
+enum class Severity { Note, Warning, Error };
+
+struct Diagnostic {
+  Severity severity = Severity::Error;
+  SourceRange range;
+  std::string message;
+  /// Notes printed after the diagnostic, each with its own location.
+  std::vector<Diagnostic> notes;
+};
+
+/// Collects diagnostics; prints them on demand. Never throws, never aborts.
+class DiagnosticEngine {
+public:
+  explicit DiagnosticEngine(const SourceManager &sources) : sources_(sources) {}
+
+  Diagnostic &error(SourceRange range, std::string message);
+  Diagnostic &warning(SourceRange range, std::string message);
+  /// Attaches a note to the most recently reported diagnostic.
+  void note(SourceRange range, std::string message);
+
+  unsigned errorCount() const { return errors_; }
+  unsigned warningCount() const { return warnings_; }
+  bool hasErrors() const { return errors_ != 0; }
+  const std::vector<Diagnostic> &diagnostics() const { return diags_; }
+
+  /// Prints every diagnostic clang-style. `color` adds ANSI colours.
+  void print(std::ostream &os, bool color = false) const;
+  /// Formats one diagnostic (and its notes) clang-style.
+  std::string format(const Diagnostic &diag, bool color = false) const;
+
+private:
+  Diagnostic &report(Severity severity, SourceRange range, std::string message);
+
+  const SourceManager &sources_;
+  std::vector<Diagnostic> diags_;
+  unsigned errors_ = 0;
+  unsigned warnings_ = 0;
+};
+
+/// Raised by `ATTNC_CHECK` when an internal invariant is broken. Tools turn it
+/// into "internal error" and exit code 3.
+struct InternalError {
+  std::string message;
+};
+
+[[noreturn]] void internalError(const char *file, int line, const std::string &what);
+
+} // namespace attnc::dsl
+
+/// An assertion that stays on in release builds.
+#define ATTNC_CHECK(cond, what)                                                \
+  do {                                                                         \
+    if (!(cond))                                                               \
+      ::attnc::dsl::internalError(__FILE__, __LINE__, (what));                 \
+  } while (false)

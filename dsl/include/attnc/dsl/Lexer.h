@@ -1,0 +1,80 @@
+//===- Lexer.h - Tokens of the pattern language ---------------------------===//
+//
+// Turns a buffer into tokens. `#` starts a comment that runs to the end of the
+// line; newlines are not significant. A malformed token (a stray character, an
+// unterminated string, an integer that does not fit in 64 bits) is reported
+// and returned as Token::Error so that the parser can recover.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/dsl/Diagnostics.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attnc::dsl {
+
+enum class TokenKind {
+  Eof,
+  Error,
+  Identifier,
+  Integer,
+  String,
+  // Keywords.
+  KwPattern,
+  KwParam,
+  KwRequire,
+  KwCausal,
+  KwLet,
+  KwAttend,
+  KwAttends,
+  KwHead,
+  KwHeads,
+  KwIn,
+  KwTrue,
+  KwFalse,
+  // Punctuation.
+  LBrace,
+  RBrace,
+  LParen,
+  RParen,
+  Comma,
+  Colon,
+  Semicolon,
+  DotDot,
+  Assign,
+  EqEq,
+  NotEq,
+  Less,
+  LessEq,
+  Greater,
+  GreaterEq,
+  Plus,
+  Minus,
+  Star,
+  Slash,
+  Percent,
+  AmpAmp,
+  PipePipe,
+  Amp,
+  Pipe,
+  Bang,
+};
+
+/// The spelling used in diagnostics, e.g. "'{'" or "identifier".
+const char *tokenKindName(TokenKind kind);
+
+struct Token {
+  TokenKind kind = TokenKind::Eof;
+  SourceRange range;
+  std::string text;  ///< Identifier name or string contents (unescaped).
+  int64_t value = 0; ///< Value of an Integer token.
+};
+
+/// Lexes the whole buffer; the result always ends with an Eof token.
+std::vector<Token> lex(const SourceManager &sources, uint32_t buffer,
+                       DiagnosticEngine &diags);
+
+} // namespace attnc::dsl

@@ -1,0 +1,36 @@
+//===- Parser.h - Recursive-descent parser for .attn files ----------------===//
+//
+// Grammar (newlines are not significant; ';' between statements is optional):
+//
+//   module    := pattern*
+//   pattern   := 'pattern' IDENT '{' stmt* '}'
+//   stmt      := 'param' IDENT '=' expr | 'require' expr [':' STRING]
+//              | 'causal' | 'heads' expr | 'let' IDENT '=' expr
+//              | 'attend' expr | 'head' expr 'attends' expr
+//   expr      := and ('||' and)*
+//   and       := cmp ('&&' cmp)*
+//   cmp       := union (CMPOP union)* | union 'in' union
+//   union     := inter ('|' inter)*
+//   inter     := add ('&' add)*
+//   add       := mul (('+' | '-') mul)*
+//   mul       := unary (('*' | '/' | '%') unary)*
+//   unary     := ('-' | '!') unary | primary
+//   primary   := INT | 'true' | 'false' | IDENT | IDENT '(' args ')' | '(' expr ')'
+//              | '{' IDENT ':' expr '}' | '{' expr '..' expr '}'
+//              | '{' [expr (',' expr)*] '}'
+//
+// Errors are reported to the DiagnosticEngine; the parser recovers at the next
+// statement keyword so that one run reports several mistakes.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/dsl/AST.h"
+
+namespace attnc::dsl {
+
+/// Parses one buffer. Always returns a module (possibly partial); check
+/// `diags.hasErrors()`.
+Module parse(const SourceManager &sources, uint32_t buffer, DiagnosticEngine &diags);
+
+} // namespace attnc::dsl

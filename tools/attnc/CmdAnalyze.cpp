@@ -1,0 +1,189 @@
+//===- CmdAnalyze.cpp - attnc analyze -------------------------------------===//
+//
+// The JSON form is a contract (DESIGN.md §6): one object with "pattern", "n",
+// "params" and one "heads" entry per distinct head set holding "head", "nnz",
+// "row_nnz" {min, max, mean}, "empty_rows" and "blocks" {size, full, partial,
+// empty}. Everything else here is an extension.
+//
+//===----------------------------------------------------------------------===//
+#include "Common.h"
+
+#include "attnc/compiler/Analysis.h"
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+namespace attnc::tool {
+
+namespace {
+struct AnalyzeOptions {
+  PatternOptions pattern;
+  int64_t n = 0;
+  int64_t block = 64;
+  int64_t blockCols = 0;
+  bool json = false;
+  bool connectivity = true;
+};
+
+struct HeadResult {
+  const ir::PatternIR::Head *head;
+  ir::RowStats rows;
+  ir::TileStats tiles;
+};
+
+std::string fmtDouble(double v, int digits = 4) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string witnessPair(const std::optional<std::pair<int64_t, int64_t>> &w) {
+  if (!w)
+    return "null";
+  return "[" + std::to_string(w->first) + ", " + std::to_string(w->second) + "]";
+}
+
+void printJson(const LoadedPattern &lp, const AnalyzeOptions &opts,
+               const std::vector<HeadResult> &heads, const std::optional<ir::Connectivity> &conn,
+               double seconds) {
+  std::ostringstream os;
+  os << "{\"pattern\": " << jsonString(lp.pattern->name) << ", \"n\": " << opts.n
+     << ", \"params\": {";
+  for (size_t k = 0; k < lp.pattern->params.size(); ++k)
+    os << (k ? ", " : "") << jsonString(lp.pattern->params[k].name) << ": "
+       << lp.pattern->params[k].value;
+  os << "}, \"num_heads\": " << lp.pattern->numHeads()
+     << ", \"causal\": " << (lp.pattern->causal ? "true" : "false") << ", \"heads\": [";
+  for (size_t k = 0; k < heads.size(); ++k) {
+    const HeadResult &h = heads[k];
+    os << (k ? ", " : "") << "{\"head\": " << h.head->heads.front() << ", \"heads\": [";
+    for (size_t m = 0; m < h.head->heads.size(); ++m)
+      os << (m ? ", " : "") << h.head->heads[m];
+    os << "], \"nnz\": " << h.rows.nnz << ", \"row_nnz\": {\"min\": " << h.rows.minRow
+       << ", \"max\": " << h.rows.maxRow << ", \"mean\": " << fmtDouble(h.rows.mean, 6)
+       << "}, \"empty_rows\": " << h.rows.emptyRows << ", \"empty_row_witness\": "
+       << (h.rows.emptyWitness ? std::to_string(*h.rows.emptyWitness) : "null")
+       << ", \"causal_leaks\": " << h.rows.leaks
+       << ", \"causal_leak_witness\": " << witnessPair(h.rows.leakWitness)
+       << ", \"blocks\": {\"size\": " << h.tiles.blockRows;
+    if (h.tiles.blockCols != h.tiles.blockRows)
+      os << ", \"cols\": " << h.tiles.blockCols;
+    os << ", \"full\": " << h.tiles.full << ", \"partial\": " << h.tiles.partial
+       << ", \"empty\": " << h.tiles.empty << ", \"executed_pairs\": " << h.tiles.executedPairs
+       << ", \"waste\": " << fmtDouble(h.tiles.waste) << "}}";
+  }
+  os << "]";
+  if (conn) {
+    os << ", \"connectivity\": {\"p\": " << (conn->p ? std::to_string(*conn->p) : "null")
+       << ", \"unreachable_witness\": " << witnessPair(conn->unreachableWitness)
+       << ", \"exact\": " << (conn->exact ? "true" : "false")
+       << ", \"rows_checked\": " << conn->rowsChecked << "}";
+  }
+  os << ", \"seconds\": " << fmtDouble(seconds, 6) << "}\n";
+  std::cout << os.str();
+}
+
+void printText(const LoadedPattern &lp, const AnalyzeOptions &opts,
+               const std::vector<HeadResult> &heads, const std::optional<ir::Connectivity> &conn,
+               double seconds) {
+  const Pattern &p = *lp.pattern;
+  std::ostringstream os;
+  os << "pattern " << p.name << ": n=" << opts.n << ", " << p.numHeads()
+     << (p.numHeads() == 1 ? " head" : " heads") << ", " << heads.size()
+     << (heads.size() == 1 ? " distinct set" : " distinct sets") << (p.causal ? ", causal" : "");
+  for (const ParamValue &v : p.params)
+    os << ", " << v.name << "=" << v.value;
+  os << "\n";
+  double pairs = static_cast<double>(opts.n) * static_cast<double>(opts.n);
+  double lower = static_cast<double>(opts.n) * static_cast<double>(opts.n + 1) / 2;
+  for (const HeadResult &h : heads) {
+    os << "head";
+    for (int64_t k : h.head->heads)
+      os << " " << k;
+    os << ":\n";
+    os << "  nnz           " << h.rows.nnz << "  (" << fmtDouble(100.0 * h.rows.nnz / pairs, 3)
+       << "% of n^2, " << fmtDouble(100.0 * h.rows.nnz / lower, 3) << "% of the causal triangle)\n";
+    os << "  keys per row  min " << h.rows.minRow << ", max " << h.rows.maxRow << ", mean "
+       << fmtDouble(h.rows.mean, 2) << "\n";
+    os << "  empty rows    " << h.rows.emptyRows;
+    if (h.rows.emptyWitness)
+      os << "  (first: row " << *h.rows.emptyWitness << "; its output is all zeros)";
+    os << "\n  causal leaks  ";
+    if (h.rows.leaks == 0)
+      os << "none (j <= i everywhere)\n";
+    else
+      os << h.rows.leaks << " pairs with j > i, e.g. (i, j) = (" << h.rows.leakWitness->first
+         << ", " << h.rows.leakWitness->second << ")"
+         << (p.causal ? "" : "; add 'causal' if the pattern must not see the future") << "\n";
+    os << "  tiles " << h.tiles.blockRows << "x" << h.tiles.blockCols << "   full "
+       << h.tiles.full << ", partial " << h.tiles.partial << ", empty " << h.tiles.empty << "\n";
+    os << "  tile waste    " << fmtDouble(h.tiles.waste, 2)
+       << "x  (pairs a tile-granular kernel computes / pairs in the pattern)\n";
+  }
+  if (conn) {
+    os << "criterion 2 (every j <= i reachable from i):  ";
+    if (conn->p)
+      os << "p = " << *conn->p;
+    else
+      os << "NOT reachable: row " << conn->unreachableWitness->first << " never reaches key "
+         << conn->unreachableWitness->second;
+    os << (conn->exact ? "  (every row checked)"
+                       : "  (" + std::to_string(conn->rowsChecked) + " sampled rows checked)")
+       << "\n";
+  }
+  os << "analysis time " << fmtDouble(seconds * 1e3, 1) << " ms\n";
+  std::cout << os.str();
+}
+
+int runAnalyze(const AnalyzeOptions &opts) {
+  int exitCode = kExitOk;
+  auto lp = loadPattern(opts.pattern, exitCode);
+  if (!lp)
+    return exitCode;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<HeadResult> heads;
+  std::vector<ir::SetRef> sets;
+  int64_t cols = opts.blockCols ? opts.blockCols : opts.block;
+  for (const ir::PatternIR::Head &h : lp->ir.heads) {
+    heads.push_back({&h, ir::analyzeRows(h.set, opts.n),
+                     ir::analyzeTiles(h.set, opts.n, opts.block, cols)});
+    sets.push_back(h.set);
+  }
+  std::optional<ir::Connectivity> conn;
+  if (opts.connectivity)
+    conn = ir::analyzeConnectivity(sets, opts.n);
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (opts.json)
+    printJson(*lp, opts, heads, conn, seconds);
+  else
+    printText(*lp, opts, heads, conn, seconds);
+  return kExitOk;
+}
+} // namespace
+
+void setupAnalyze(CLI::App &app, int &exitCode) {
+  auto opts = std::make_shared<AnalyzeOptions>();
+  CLI::App *cmd = app.add_subcommand(
+      "analyze", "Count what a pattern attends to at a sequence length: nnz, keys per row, empty "
+                 "rows, causality, tiles and reachability");
+  addPatternOptions(*cmd, opts->pattern);
+  cmd->add_option("--n", opts->n, "Sequence length")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+  cmd->add_option("--block", opts->block, "Tile side for the full/partial/empty count")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+  cmd->add_option("--block-cols", opts->blockCols,
+                  "Tile width when tiles are not square (default: --block)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+  cmd->add_flag("--json", opts->json, "Print one JSON object (schema in docs/cli.md)");
+  cmd->add_flag("--connectivity,!--no-connectivity", opts->connectivity,
+                "Compute the Sparse Transformer's criterion 2 (default: on)");
+  cmd->footer(examplesFooter({"attnc analyze patterns/fixed.attn --n 4096",
+                              "attnc analyze patterns/strided.attn --n 16384 -D l=128 --json",
+                              "attnc analyze patterns/fixed.attn --n 4096 --block 64 --block-cols 8"}));
+  cmd->callback([opts, &exitCode] { exitCode = runAnalyze(*opts); });
+}
+
+} // namespace attnc::tool

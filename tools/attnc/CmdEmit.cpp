@@ -1,0 +1,63 @@
+//===- CmdEmit.cpp - attnc emit -------------------------------------------===//
+#include "Common.h"
+
+#include <fstream>
+#include <iostream>
+
+namespace attnc::tool {
+
+namespace {
+struct EmitOptions {
+  PatternOptions pattern;
+  std::string stage;
+  std::string output;
+};
+
+int runEmit(const EmitOptions &opts) {
+  int exitCode = kExitOk;
+  auto lp = loadPattern(opts.pattern, exitCode);
+  if (!lp)
+    return exitCode;
+  Stage stage = *parseStage(opts.stage);
+  std::string text;
+  switch (stage) {
+  case Stage::Ast:
+    text = dsl::printAst(lp->frontend->module(), lp->frontend->sources());
+    break;
+  case Stage::Ir:
+    text = ir::printPatternIR(lp->ir, &lp->frontend->sources());
+    break;
+  default:
+    std::cerr << "attnc: error: stage '" << opts.stage
+              << "' is not available in this build yet; available: ast, ir\n";
+    return kExitUsage;
+  }
+  if (opts.output.empty() || opts.output == "-") {
+    std::cout << text;
+    return kExitOk;
+  }
+  std::ofstream out(opts.output, std::ios::binary);
+  if (!(out << text)) {
+    std::cerr << "attnc: error: cannot write '" << opts.output << "'\n";
+    return kExitUserError;
+  }
+  return kExitOk;
+}
+} // namespace
+
+void setupEmit(CLI::App &app, int &exitCode) {
+  auto opts = std::make_shared<EmitOptions>();
+  CLI::App *cmd = app.add_subcommand("emit", "Print one stage of the compilation pipeline");
+  addPatternOptions(*cmd, opts->pattern);
+  cmd->add_option("--stage", opts->stage,
+                  "ast: the parsed syntax tree; ir: the canonical pattern IR (generators per "
+                  "head); mlir, llvm, asm: code generation stages")
+      ->required()
+      ->check(CLI::IsMember({"ast", "ir", "mlir", "llvm", "asm"}));
+  cmd->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
+  cmd->footer(examplesFooter({"attnc emit patterns/fixed.attn --stage ir",
+                              "attnc emit patterns/strided.attn --stage ast -o strided.ast"}));
+  cmd->callback([opts, &exitCode] { exitCode = runEmit(*opts); });
+}
+
+} // namespace attnc::tool

@@ -1,0 +1,122 @@
+//===- CmdShow.cpp - attnc show -------------------------------------------===//
+#include "Common.h"
+#include "Picture.h"
+
+#include <fstream>
+#include <iostream>
+#include <unistd.h>
+
+namespace attnc::tool {
+
+namespace {
+struct ShowOptions {
+  PatternOptions pattern;
+  int64_t n = 0;
+  std::optional<int64_t> head;
+  std::string format;
+  std::string output;
+  int64_t grid = 0;
+  int64_t maxSide = 0;
+};
+
+std::string inferFormat(const ShowOptions &opts) {
+  if (!opts.format.empty())
+    return opts.format;
+  auto endsWith = [&](const char *ext) {
+    std::string e(ext);
+    return opts.output.size() >= e.size() &&
+           opts.output.compare(opts.output.size() - e.size(), e.size(), e) == 0;
+  };
+  if (endsWith(".svg"))
+    return "svg";
+  if (endsWith(".png"))
+    return "png";
+  return "ascii";
+}
+
+int runShow(const ShowOptions &opts) {
+  int exitCode = kExitOk;
+  auto lp = loadPattern(opts.pattern, exitCode);
+  if (!lp)
+    return exitCode;
+  const Pattern &p = *lp->pattern;
+  if (opts.head && (*opts.head < 0 || *opts.head >= p.numHeads())) {
+    std::cerr << "attnc: error: head " << *opts.head << " is out of range; pattern '" << p.name
+              << "' has " << p.numHeads() << (p.numHeads() == 1 ? " head" : " heads") << " (0 to "
+              << p.numHeads() - 1 << ")\n";
+    return kExitUserError;
+  }
+  std::string format = inferFormat(opts);
+  if (format != "ascii" && opts.output.empty()) {
+    std::cerr << "attnc: error: --format " << format << " needs an output file: -o FILE\n";
+    return kExitUsage;
+  }
+  int64_t maxSide = opts.maxSide ? opts.maxSide : (format == "ascii" ? 128 : 768);
+  std::vector<Layer> layers = layersOf(lp->ir, opts.head);
+  Raster raster = rasterize(layers, opts.n, maxSide);
+
+  std::string title = p.name + " (n=" + std::to_string(opts.n);
+  for (const ParamValue &v : p.params)
+    title += ", " + v.name + "=" + std::to_string(v.value);
+  if (p.causal)
+    title += ", causal";
+  if (opts.head)
+    title += ", head " + std::to_string(*opts.head);
+  title += ")";
+
+  std::string text;
+  std::vector<uint8_t> bytes;
+  if (format == "ascii") {
+    bool color = opts.output.empty() && isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
+    text = renderAscii(raster, layers, title, color);
+  } else if (format == "svg") {
+    text = renderSvg(raster, layers, title, opts.grid);
+  } else {
+    bytes = renderPng(raster, opts.grid);
+  }
+  if (opts.output.empty()) {
+    std::cout << text;
+    return kExitOk;
+  }
+  std::ofstream out(opts.output, std::ios::binary);
+  if (!text.empty())
+    out << text;
+  else
+    out.write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!out) {
+    std::cerr << "attnc: error: cannot write '" << opts.output << "'\n";
+    return kExitUserError;
+  }
+  std::cerr << "wrote " << opts.output << " (" << raster.side << "x" << raster.side << " cells)\n";
+  return kExitOk;
+}
+} // namespace
+
+void setupShow(CLI::App &app, int &exitCode) {
+  auto opts = std::make_shared<ShowOptions>();
+  CLI::App *cmd = app.add_subcommand(
+      "show", "Draw the pattern: rows are queries i, columns keys j, one colour per set or head");
+  addPatternOptions(*cmd, opts->pattern);
+  cmd->add_option("--n", opts->n, "Sequence length to draw")
+      ->required()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--head", opts->head,
+                  "Draw this head only, coloured by set (default: head 0, or every head in its "
+                  "own colour when the heads differ)");
+  cmd->add_option("--format", opts->format,
+                  "ascii (terminal), svg or png (default: from the -o extension, else ascii)")
+      ->check(CLI::IsMember({"ascii", "svg", "png"}));
+  cmd->add_option("-o,--output", opts->output, "Write the picture to this file");
+  cmd->add_option("--grid", opts->grid, "Draw grid lines every GRID keys (svg, png)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-side", opts->maxSide,
+                  "Cells per side before the picture is downsampled (default 128 for ascii, 768 "
+                  "otherwise)")
+      ->check(CLI::Range(int64_t{8}, int64_t{4096}));
+  cmd->footer(examplesFooter({"attnc show patterns/fixed.attn --n 64 -D l=16 -D c=4",
+                              "attnc show patterns/strided.attn --n 256 -D l=16 -o strided.svg --grid 16",
+                              "attnc show patterns/fixed_multihead.attn --n 512 -o fixed.png"}));
+  cmd->callback([opts, &exitCode] { exitCode = runShow(*opts); });
+}
+
+} // namespace attnc::tool
