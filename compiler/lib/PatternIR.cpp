@@ -138,6 +138,32 @@ static int64_t tighterHi(int64_t a, int64_t b) {
   return a == kUnbounded ? b : b == kUnbounded ? a : std::min(a, b);
 }
 
+/// Inside an intersection: stripes of one modulus intersect into one stripe,
+/// and a key range bounded only below meets one bounded only above.
+static std::vector<SetRef> mergeStripesAndRanges(std::vector<SetRef> in) {
+  std::vector<SetRef> out;
+  for (SetRef &c : in) {
+    bool merged = false;
+    for (SetRef &prev : out) {
+      if (c->kind == Gen::Stripe && prev->kind == Gen::Stripe && c->modulus == prev->modulus) {
+        prev = SetNode::stripe(c->modulus, std::max(c->lo, prev->lo), std::min(c->hi, prev->hi),
+                               prev->loc);
+        merged = true;
+      } else if (c->kind == Gen::KeyRange && prev->kind == Gen::KeyRange &&
+                 (!c->loTerm || !prev->loTerm) && (!c->hiTerm || !prev->hiTerm)) {
+        prev = SetNode::keyRange(c->loTerm ? c->loTerm : prev->loTerm,
+                                 c->hiTerm ? c->hiTerm : prev->hiTerm, prev->loc);
+        merged = true;
+      }
+      if (merged)
+        break;
+    }
+    if (!merged)
+      out.push_back(std::move(c));
+  }
+  return out;
+}
+
 /// Flattens same-kind children and drops identities. Returns the absorbing
 /// element if a child is one; otherwise leaves the operands in `flat`.
 static SetRef flatten(Gen kind, std::vector<SetRef> children, std::vector<SetRef> &flat) {
@@ -171,7 +197,10 @@ static SetRef flatten(Gen kind, std::vector<SetRef> children, std::vector<SetRef
         return bandSoFar;
       merged.push_back(bandSoFar);
     }
-    flat = std::move(merged);
+    flat = mergeStripesAndRanges(std::move(merged));
+    for (const SetRef &c : flat)
+      if (c->kind == Gen::None)
+        return c;
   }
   return nullptr;
 }

@@ -8,6 +8,8 @@
 
 #include "attnc/dsl/Lexer.h"
 
+#include <cctype>
+
 namespace attnc::dsl {
 namespace {
 
@@ -110,7 +112,10 @@ private:
   void parsePattern() {
     SourceRange start = advance().range; // 'pattern'
     PatternDecl decl;
-    if (!at(TokenKind::Identifier)) {
+    // A keyword is a fine pattern name ('pattern causal { ... }').
+    bool isName = at(TokenKind::Identifier) ||
+                  (!tok().text.empty() && std::isalpha(static_cast<unsigned char>(tok().text[0])));
+    if (!isName) {
       expected("a pattern name after 'pattern'");
       synchronize();
       if (at(TokenKind::LBrace))
