@@ -119,6 +119,7 @@ Connectivity analyzeConnectivity(const std::vector<SetRef> &heads, int64_t n,
         IntervalSet missing = subtract({{0, i + 1}}, reached);
         result.p.reset();
         result.unreachableWitness = std::make_pair(i, missing.front().lo);
+        result.gaveUp = !frontier.empty();
         return result;
       }
       IntervalSet next = reached;

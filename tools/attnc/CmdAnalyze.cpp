@@ -78,6 +78,7 @@ void printJson(const LoadedPattern &lp, const AnalyzeOptions &opts,
   if (conn) {
     os << ", \"connectivity\": {\"p\": " << (conn->p ? std::to_string(*conn->p) : "null")
        << ", \"unreachable_witness\": " << witnessPair(conn->unreachableWitness)
+       << ", \"steps_exceeded\": " << (conn->gaveUp ? "true" : "false")
        << ", \"exact\": " << (conn->exact ? "true" : "false")
        << ", \"rows_checked\": " << conn->rowsChecked << "}";
   }
@@ -126,6 +127,11 @@ void printText(const LoadedPattern &lp, const AnalyzeOptions &opts,
     os << "criterion 2 (every j <= i reachable from i):  ";
     if (conn->p)
       os << "p = " << *conn->p;
+    else if (conn->gaveUp)
+      os << "p > " << ir::ConnectivityOptions().maxSteps << ": row "
+         << conn->unreachableWitness->first << " does not reach key "
+         << conn->unreachableWitness->second << " within " << ir::ConnectivityOptions().maxSteps
+         << " steps (search stopped)";
     else
       os << "NOT reachable: row " << conn->unreachableWitness->first << " never reaches key "
          << conn->unreachableWitness->second;

@@ -48,8 +48,11 @@ TileStats analyzeTiles(const SetRef &set, int64_t n, int64_t blockRows, int64_t 
 struct Connectivity {
   /// Smallest such p; unset when some j <= i is never reachable.
   std::optional<int64_t> p;
-  /// When unreachable: a query and a key it can never reach.
+  /// When p is unset: a query and a key it does not reach.
   std::optional<std::pair<int64_t, int64_t>> unreachableWitness;
+  /// True when the search stopped at maxSteps with the witness still
+  /// unreached (so p > maxSteps); false when the witness is never reachable.
+  bool gaveUp = false;
   /// Rows whose reachability was computed, and whether that was every row.
   int64_t rowsChecked = 0;
   bool exact = true;
