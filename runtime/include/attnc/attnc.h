@@ -1,0 +1,113 @@
+/*===- attnc.h - The attnc runtime C ABI ----------------------------------===*
+ *
+ * Load a compiled attention kernel (a file written by `attnc compile` or by
+ * the JIT), inspect its metadata and run it on Q, K, V of shape
+ * [batch, heads, n, d] with explicit strides, writing O of the same shape:
+ *
+ *   O[b, h, i, :] = sum_{j in S_h(i)} softmax_j(scale * Q[b,h,i,:] . K[b,h,j,:]) V[b,h,j,:]
+ *
+ * where S_h(i) is the key set of query i in head h for the sequence length n
+ * of the call, and scale = 1/sqrt(d) unless the options say otherwise. A row
+ * whose key set is empty produces zeros. n is a run-time argument: one
+ * kernel serves every sequence length.
+ *
+ * Every function returns a status code; on failure attnc_last_error() gives
+ * a message for the calling thread. Nothing here aborts the process.
+ *
+ * ABI versioning: ATTNC_ABI_VERSION changes when this header changes
+ * incompatibly; a kernel file records the ABI it was built for and
+ * attnc_kernel_load refuses another one (ATTNC_ERROR_ABI_MISMATCH).
+ *
+ *===----------------------------------------------------------------------===*/
+#ifndef ATTNC_ATTNC_H
+#define ATTNC_ATTNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTNC_ABI_VERSION 1
+
+#if defined(__GNUC__)
+#define ATTNC_API __attribute__((visibility("default")))
+#else
+#define ATTNC_API
+#endif
+
+typedef enum attnc_status {
+  ATTNC_OK = 0,
+  ATTNC_ERROR_INVALID_ARGUMENT = 1, /**< a null pointer, n = 0, a bad option */
+  ATTNC_ERROR_IO = 2,               /**< a file cannot be read or written */
+  ATTNC_ERROR_CORRUPT_KERNEL = 3,   /**< not a kernel file, truncated, bad checksum */
+  ATTNC_ERROR_ABI_MISMATCH = 4,     /**< built for another ATTNC_ABI_VERSION */
+  ATTNC_ERROR_SHAPE = 5,            /**< shapes of Q, K, V, O disagree or fit no head count */
+  ATTNC_ERROR_DTYPE = 6,            /**< a dtype the kernel was not built for */
+  ATTNC_ERROR_STRIDE = 7,           /**< a stride that is not positive or overlaps */
+  ATTNC_ERROR_COMPILE = 8,          /**< the JIT could not compile the pattern */
+  ATTNC_ERROR_UNSUPPORTED = 9,      /**< e.g. a target this machine cannot run */
+  ATTNC_ERROR_OUT_OF_MEMORY = 10,
+  ATTNC_ERROR_INTERNAL = 11         /**< a bug in attnc */
+} attnc_status;
+
+typedef enum attnc_dtype {
+  ATTNC_DTYPE_F32 = 0,
+  ATTNC_DTYPE_BF16 = 1, /**< reserved */
+  ATTNC_DTYPE_F16 = 2   /**< reserved */
+} attnc_dtype;
+
+/** A strided 4-D view [batch, heads, n, d]. Strides are in elements. */
+typedef struct attnc_tensor {
+  void *data;
+  attnc_dtype dtype;
+  int64_t shape[4];
+  int64_t strides[4];
+} attnc_tensor;
+
+typedef struct attnc_run_options {
+  /** Softmax scale; 0 means 1/sqrt(d). */
+  float scale;
+  /** Worker threads; 0 means $ATTNC_NUM_THREADS or every core. */
+  int32_t num_threads;
+} attnc_run_options;
+
+typedef struct attnc_kernel attnc_kernel;
+
+/** Loads a kernel file. On success *out owns the kernel. */
+ATTNC_API attnc_status attnc_kernel_load(const char *path, attnc_kernel **out);
+
+/** Frees a kernel (null is allowed). */
+ATTNC_API void attnc_kernel_free(attnc_kernel *kernel);
+
+/**
+ * A metadata value of a loaded kernel, or null when the key is unknown.
+ * Keys: "pattern", "params" ("l=128,c=8"), "heads", "dtype", "target",
+ * "backend", "abi_version", "source_hash", "compiler_version". The string
+ * lives as long as the kernel.
+ */
+ATTNC_API const char *attnc_kernel_metadata(const attnc_kernel *kernel, const char *key);
+
+/** Number of heads the pattern defines (H); tensors must have shape[1] == H. */
+ATTNC_API int64_t attnc_kernel_num_heads(const attnc_kernel *kernel);
+
+/**
+ * Runs the kernel: O = attention(Q, K, V). All four tensors must have the same
+ * shape [B, H, n, d] with B >= 1, H == attnc_kernel_num_heads, n >= 1,
+ * d >= 1, dtype f32 and positive strides. `options` may be null.
+ */
+ATTNC_API attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
+                       const attnc_tensor *v, attnc_tensor *o, const attnc_run_options *options);
+
+/** The message of the last failure on this thread ("" if none). */
+ATTNC_API const char *attnc_last_error(void);
+
+/** A short name of a status code: "ATTNC_ERROR_SHAPE". */
+ATTNC_API const char *attnc_status_name(attnc_status status);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ATTNC_ATTNC_H */

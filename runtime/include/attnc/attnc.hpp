@@ -1,0 +1,96 @@
+//===- attnc.hpp - A thin C++ wrapper over the attnc C ABI ----------------===//
+//
+// Header-only; owns the kernel handle and turns status codes into
+// attnc::Error exceptions carrying the code and the message.
+//
+//   attnc::Kernel kernel = attnc::Kernel::load("fixed.attnk");
+//   kernel.run(q, k, v, o, {batch, heads, n, d});   // contiguous float buffers
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/attnc.h"
+
+#include <array>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace attnc {
+
+class Error : public std::runtime_error {
+public:
+  Error(attnc_status code, const std::string &message)
+      : std::runtime_error(std::string(attnc_status_name(code)) + ": " + message), code_(code) {}
+  attnc_status code() const { return code_; }
+
+private:
+  attnc_status code_;
+};
+
+inline void check(attnc_status status) {
+  if (status != ATTNC_OK)
+    throw Error(status, attnc_last_error());
+}
+
+/// A [batch, heads, n, d] float32 view; contiguous row-major by default.
+inline attnc_tensor tensorView(const float *data, std::array<int64_t, 4> shape) {
+  attnc_tensor t{};
+  t.data = const_cast<float *>(data);
+  t.dtype = ATTNC_DTYPE_F32;
+  int64_t stride = 1;
+  for (int a = 3; a >= 0; --a) {
+    t.shape[a] = shape[a];
+    t.strides[a] = stride;
+    stride *= shape[a];
+  }
+  return t;
+}
+
+class Kernel {
+public:
+  /// Takes ownership of a handle from the C API (or the JIT).
+  explicit Kernel(attnc_kernel *handle = nullptr) : handle_(handle) {}
+  Kernel(Kernel &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Kernel &operator=(Kernel &&other) noexcept {
+    std::swap(handle_, other.handle_);
+    return *this;
+  }
+  Kernel(const Kernel &) = delete;
+  Kernel &operator=(const Kernel &) = delete;
+  ~Kernel() { attnc_kernel_free(handle_); }
+
+  static Kernel load(const std::string &path) {
+    attnc_kernel *handle = nullptr;
+    check(attnc_kernel_load(path.c_str(), &handle));
+    return Kernel(handle);
+  }
+
+  /// A metadata value ("" when absent).
+  std::string metadata(const char *key) const {
+    const char *v = attnc_kernel_metadata(handle_, key);
+    return v ? v : "";
+  }
+  int64_t numHeads() const { return attnc_kernel_num_heads(handle_); }
+
+  void run(const attnc_tensor &q, const attnc_tensor &k, const attnc_tensor &v, attnc_tensor &o,
+           const attnc_run_options *options = nullptr) const {
+    check(attnc_run(handle_, &q, &k, &v, &o, options));
+  }
+
+  /// Contiguous [batch, heads, n, d] buffers.
+  void run(const float *q, const float *k, const float *v, float *o,
+           std::array<int64_t, 4> shape, const attnc_run_options *options = nullptr) const {
+    attnc_tensor tq = tensorView(q, shape), tk = tensorView(k, shape), tv = tensorView(v, shape),
+                 to = tensorView(o, shape);
+    run(tq, tk, tv, to, options);
+  }
+
+  attnc_kernel *get() const { return handle_; }
+
+private:
+  attnc_kernel *handle_;
+};
+
+} // namespace attnc

@@ -1,0 +1,40 @@
+//===- KernelAbi.h - The contract between the runtime and generated code --===//
+//
+// Every kernel shared object exports, for each distinct head set k of its
+// pattern (in Pattern::distinctHeads order), a function
+//
+//   void attnc_head_<k>(const attnc_head_args *args);
+//
+// that computes one (batch, head) slice: O = softmax(scale * Q K^T masked by
+// the CSR) V for contiguous row-major Q, K, V, O of shape [n, d]. `values` is
+// scratch of nnz floats the kernel may overwrite. Rows with no keys get zeros.
+// The kernel file's metadata lists the symbols ("entry.<k>").
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct attnc_head_args {
+  const float *q;
+  const float *k;
+  const float *v;
+  float *o;
+  int64_t n;
+  int64_t d;
+  const int32_t *pos; /* n + 1 */
+  const int32_t *crd; /* nnz */
+  int64_t nnz;
+  float *values;      /* nnz floats of scratch */
+  float scale;
+} attnc_head_args;
+
+typedef void (*attnc_head_fn)(const attnc_head_args *args);
+
+#ifdef __cplusplus
+}
+#endif

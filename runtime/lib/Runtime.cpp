@@ -1,0 +1,372 @@
+//===- Runtime.cpp - The attnc C ABI: load, validate, run -----------------===//
+//
+// A kernel file carries its pattern's source and parameters; loading rebuilds
+// the canonical IR with the front end (no MLIR involved) so that the CSR of
+// any sequence length can be built on first use and cached. The shared
+// object inside is loaded from an anonymous memory file, so nothing is
+// written to disk. Runs split batch x heads over worker threads.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/attnc.h"
+
+#include "attnc/compiler/Canonicalize.h"
+#include "attnc/compiler/Csr.h"
+#include "attnc/compiler/Driver.h"
+#include "attnc/runtime/KernelAbi.h"
+#include "attnc/runtime/KernelFile.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <sys/mman.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+thread_local std::string lastError;
+
+attnc_status fail(attnc_status status, std::string message) {
+  lastError = std::move(message);
+  return status;
+}
+
+/// The row structure of every distinct head set at one n.
+struct Structure {
+  int64_t n = 0;
+  std::vector<attnc::ir::Csr> sets;
+};
+
+} // namespace
+
+struct attnc_kernel {
+  attnc::rt::KernelFile file;
+  attnc::ir::PatternIR ir;
+  std::vector<int64_t> headToSet; ///< head index -> distinct set index
+  std::vector<attnc_head_fn> entries;
+  void *library = nullptr;
+  int memfd = -1;
+
+  std::mutex cacheMutex;
+  std::list<std::shared_ptr<const Structure>> cache; ///< most recent first
+  static constexpr size_t kCacheEntries = 8;
+
+  ~attnc_kernel() {
+    if (library)
+      dlclose(library);
+    if (memfd >= 0)
+      close(memfd);
+  }
+
+  /// The CSR of every set at length n, built once per n.
+  attnc_status structure(int64_t n, std::shared_ptr<const Structure> &out) {
+    std::lock_guard<std::mutex> lock(cacheMutex);
+    for (auto it = cache.begin(); it != cache.end(); ++it)
+      if ((*it)->n == n) {
+        cache.splice(cache.begin(), cache, it);
+        out = cache.front();
+        return ATTNC_OK;
+      }
+    auto s = std::make_shared<Structure>();
+    s->n = n;
+    for (const auto &head : ir.heads) {
+      attnc::ir::Csr csr;
+      std::string error;
+      if (!attnc::ir::buildCsr(head.set, n, csr, error))
+        return fail(ATTNC_ERROR_SHAPE, error);
+      s->sets.push_back(std::move(csr));
+    }
+    cache.push_front(s);
+    if (cache.size() > kCacheEntries)
+      cache.pop_back();
+    out = s;
+    return ATTNC_OK;
+  }
+};
+
+namespace {
+
+attnc_status rebuildPattern(attnc_kernel &kernel) {
+  const auto &meta = kernel.file.metadata;
+  auto get = [&](const char *key) -> std::string {
+    auto it = meta.find(key);
+    return it == meta.end() ? std::string() : it->second;
+  };
+  attnc::SemaOptions options;
+  std::string params = get("params");
+  std::stringstream list(params);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    if (item.empty())
+      continue;
+    attnc::Define d;
+    std::string error;
+    if (!attnc::parseDefine(item, d, error))
+      return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has a bad parameter: " + error);
+    options.defines.push_back(d);
+  }
+  attnc::Frontend fe;
+  bool ok = fe.parseString(get("pattern") + ".attn", kernel.file.source) && fe.analyze(options);
+  const attnc::Pattern *p = ok ? fe.select(get("pattern")) : nullptr;
+  if (!p) {
+    std::string diags;
+    for (const auto &d : fe.diags().diagnostics())
+      diags += fe.diags().format(d);
+    return fail(ATTNC_ERROR_CORRUPT_KERNEL, "the pattern embedded in the kernel does not check:\n" + diags);
+  }
+  kernel.ir = attnc::ir::canonicalizePattern(*p);
+  kernel.headToSet.assign(static_cast<size_t>(kernel.ir.numHeads), 0);
+  for (size_t k = 0; k < kernel.ir.heads.size(); ++k)
+    for (int64_t h : kernel.ir.heads[k].heads)
+      kernel.headToSet[static_cast<size_t>(h)] = static_cast<int64_t>(k);
+  return ATTNC_OK;
+}
+
+attnc_status loadCode(attnc_kernel &kernel) {
+  const std::string &code = kernel.file.code;
+  if (code.empty())
+    return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel file has no code section");
+  kernel.memfd = memfd_create("attnc-kernel", MFD_CLOEXEC);
+  if (kernel.memfd < 0)
+    return fail(ATTNC_ERROR_IO, std::string("memfd_create failed: ") + std::strerror(errno));
+  size_t done = 0;
+  while (done < code.size()) {
+    ssize_t w = write(kernel.memfd, code.data() + done, code.size() - done);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0)
+      return fail(ATTNC_ERROR_IO, std::string("cannot stage kernel code: ") + std::strerror(errno));
+    done += static_cast<size_t>(w);
+  }
+  std::string path = "/proc/self/fd/" + std::to_string(kernel.memfd);
+  kernel.library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!kernel.library) {
+    const char *why = dlerror();
+    return fail(ATTNC_ERROR_CORRUPT_KERNEL,
+                std::string("kernel code cannot be loaded: ") + (why ? why : "unknown dlopen error"));
+  }
+  for (size_t k = 0; k < kernel.ir.heads.size(); ++k) {
+    std::string symbol = "attnc_head_" + std::to_string(k);
+    void *fn = dlsym(kernel.library, symbol.c_str());
+    if (!fn)
+      return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel code lacks the entry point '" + symbol + "'");
+    kernel.entries.push_back(reinterpret_cast<attnc_head_fn>(fn));
+  }
+  return ATTNC_OK;
+}
+
+const char *kTensorNames[] = {"q", "k", "v", "o"};
+
+/// Whether a strided view of `shape` never maps two indices to one element.
+bool nonOverlapping(const int64_t shape[4], const int64_t strides[4]) {
+  int order[4] = {0, 1, 2, 3};
+  std::sort(order, order + 4, [&](int a, int b) { return strides[a] < strides[b]; });
+  int64_t span = 1; // elements covered by the faster dimensions
+  for (int k : order) {
+    if (shape[k] == 1)
+      continue;
+    if (strides[k] < span)
+      return false;
+    span = strides[k] * shape[k];
+  }
+  return true;
+}
+
+attnc_status validate(const attnc_kernel &kernel, const attnc_tensor *const t[4]) {
+  for (int k = 0; k < 4; ++k) {
+    if (!t[k])
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("tensor '") + kTensorNames[k] + "' is null");
+    if (!t[k]->data)
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT,
+                  std::string("tensor '") + kTensorNames[k] + "' has a null data pointer");
+    if (t[k]->dtype != ATTNC_DTYPE_F32)
+      return fail(ATTNC_ERROR_DTYPE, std::string("tensor '") + kTensorNames[k] +
+                                         "' has dtype " + std::to_string(t[k]->dtype) +
+                                         "; this kernel takes f32 (" +
+                                         std::to_string(ATTNC_DTYPE_F32) + ")");
+  }
+  const int64_t *s = t[0]->shape;
+  for (int k = 1; k < 4; ++k)
+    for (int a = 0; a < 4; ++a)
+      if (t[k]->shape[a] != s[a]) {
+        std::ostringstream m;
+        m << "tensor '" << kTensorNames[k] << "' has shape [" << t[k]->shape[0] << ", "
+          << t[k]->shape[1] << ", " << t[k]->shape[2] << ", " << t[k]->shape[3]
+          << "] but 'q' has [" << s[0] << ", " << s[1] << ", " << s[2] << ", " << s[3] << "]";
+        return fail(ATTNC_ERROR_SHAPE, m.str());
+      }
+  if (s[2] == 0)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "sequence length n = 0: nothing to attend");
+  if (s[0] < 1 || s[2] < 1 || s[3] < 1)
+    return fail(ATTNC_ERROR_SHAPE, "batch, n and d must be at least 1, got batch=" +
+                                       std::to_string(s[0]) + " n=" + std::to_string(s[2]) +
+                                       " d=" + std::to_string(s[3]));
+  if (s[1] != kernel.ir.numHeads)
+    return fail(ATTNC_ERROR_SHAPE, "tensors have " + std::to_string(s[1]) +
+                                       " heads but pattern '" + kernel.ir.name + "' has " +
+                                       std::to_string(kernel.ir.numHeads));
+  for (int k = 0; k < 4; ++k)
+    for (int a = 0; a < 4; ++a)
+      if (t[k]->strides[a] < 1)
+        return fail(ATTNC_ERROR_STRIDE, std::string("tensor '") + kTensorNames[k] + "' has stride " +
+                                            std::to_string(t[k]->strides[a]) + " in dimension " +
+                                            std::to_string(a) + "; strides must be positive");
+  if (!nonOverlapping(t[3]->shape, t[3]->strides))
+    return fail(ATTNC_ERROR_STRIDE, "the strides of 'o' make distinct elements overlap");
+  return ATTNC_OK;
+}
+
+bool contiguousSlice(const attnc_tensor &t) { return t.strides[3] == 1 && t.strides[2] == t.shape[3]; }
+
+/// Pointer to the [n, d] slice (b, h), packed into `scratch` when strided.
+const float *inputSlice(const attnc_tensor &t, int64_t b, int64_t h, std::vector<float> &scratch) {
+  const float *base = static_cast<const float *>(t.data) + b * t.strides[0] + h * t.strides[1];
+  if (contiguousSlice(t))
+    return base;
+  int64_t n = t.shape[2], d = t.shape[3];
+  scratch.resize(static_cast<size_t>(n * d));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < d; ++c)
+      scratch[i * d + c] = base[i * t.strides[2] + c * t.strides[3]];
+  return scratch.data();
+}
+
+int threadCount(const attnc_run_options *options, int64_t tasks) {
+  int64_t want = options && options->num_threads > 0 ? options->num_threads : 0;
+  if (!want) {
+    if (const char *env = std::getenv("ATTNC_NUM_THREADS"))
+      want = std::atoll(env);
+  }
+  if (want <= 0)
+    want = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(std::min(want, tasks));
+}
+
+} // namespace
+
+extern "C" {
+
+attnc_status attnc_kernel_load(const char *path, attnc_kernel **out) {
+  if (!path || !out)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_kernel_load: null argument");
+  *out = nullptr;
+  try {
+    std::string bytes, error;
+    if (!attnc::rt::readFileBytes(path, bytes, error))
+      return fail(ATTNC_ERROR_IO, error);
+    auto kernel = std::make_unique<attnc_kernel>();
+    if (!attnc::rt::decodeKernelFile(bytes, kernel->file, error))
+      return fail(ATTNC_ERROR_CORRUPT_KERNEL, std::string(path) + ": " + error);
+    if (kernel->file.abiVersion != ATTNC_ABI_VERSION)
+      return fail(ATTNC_ERROR_ABI_MISMATCH,
+                  std::string(path) + " was built for ABI version " +
+                      std::to_string(kernel->file.abiVersion) + "; this runtime implements " +
+                      std::to_string(ATTNC_ABI_VERSION) + "; recompile it with this attnc");
+    if (attnc_status s = rebuildPattern(*kernel); s != ATTNC_OK)
+      return s;
+    if (attnc_status s = loadCode(*kernel); s != ATTNC_OK)
+      return s;
+    *out = kernel.release();
+    return ATTNC_OK;
+  } catch (const std::bad_alloc &) {
+    return fail(ATTNC_ERROR_OUT_OF_MEMORY, "out of memory while loading a kernel");
+  } catch (const attnc::dsl::InternalError &e) {
+    return fail(ATTNC_ERROR_INTERNAL, e.message);
+  } catch (const std::exception &e) {
+    return fail(ATTNC_ERROR_INTERNAL, std::string("internal error: ") + e.what());
+  }
+}
+
+void attnc_kernel_free(attnc_kernel *kernel) { delete kernel; }
+
+const char *attnc_kernel_metadata(const attnc_kernel *kernel, const char *key) {
+  if (!kernel || !key)
+    return nullptr;
+  auto it = kernel->file.metadata.find(key);
+  return it == kernel->file.metadata.end() ? nullptr : it->second.c_str();
+}
+
+int64_t attnc_kernel_num_heads(const attnc_kernel *kernel) {
+  return kernel ? kernel->ir.numHeads : 0;
+}
+
+attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
+                       const attnc_tensor *v, attnc_tensor *o, const attnc_run_options *options) {
+  if (!kernel)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run: kernel is null");
+  const attnc_tensor *all[4] = {q, k, v, o};
+  if (attnc_status s = validate(*kernel, all); s != ATTNC_OK)
+    return s;
+  try {
+    const int64_t batch = q->shape[0], heads = q->shape[1], n = q->shape[2], d = q->shape[3];
+    std::shared_ptr<const Structure> structure;
+    if (attnc_status s = const_cast<attnc_kernel *>(kernel)->structure(n, structure); s != ATTNC_OK)
+      return s;
+    float scale = options && options->scale != 0.0f ? options->scale
+                                                    : 1.0f / std::sqrt(static_cast<float>(d));
+    const int64_t tasks = batch * heads;
+    std::atomic<int64_t> next{0};
+    auto worker = [&] {
+      std::vector<float> qs, ks, vs, os, values;
+      for (int64_t t = next++; t < tasks; t = next++) {
+        int64_t b = t / heads, h = t % heads;
+        const attnc::ir::Csr &csr = structure->sets[kernel->headToSet[h]];
+        values.resize(static_cast<size_t>(std::max<int64_t>(1, csr.nnz())));
+        float *outBase = static_cast<float *>(o->data) + b * o->strides[0] + h * o->strides[1];
+        bool outContiguous = contiguousSlice(*o);
+        if (!outContiguous)
+          os.assign(static_cast<size_t>(n * d), 0.0f);
+        attnc_head_args args{inputSlice(*q, b, h, qs), inputSlice(*k, b, h, ks),
+                             inputSlice(*v, b, h, vs), outContiguous ? outBase : os.data(),
+                             n, d, csr.pos.data(), csr.crd.data(), csr.nnz(), values.data(), scale};
+        kernel->entries[kernel->headToSet[h]](&args);
+        if (!outContiguous)
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t c = 0; c < d; ++c)
+              outBase[i * o->strides[2] + c * o->strides[3]] = os[i * d + c];
+      }
+    };
+    int threads = threadCount(options, tasks);
+    std::vector<std::thread> pool;
+    for (int w = 1; w < threads; ++w)
+      pool.emplace_back(worker);
+    worker();
+    for (std::thread &th : pool)
+      th.join();
+    return ATTNC_OK;
+  } catch (const std::bad_alloc &) {
+    return fail(ATTNC_ERROR_OUT_OF_MEMORY, "out of memory while running a kernel");
+  } catch (const std::exception &e) {
+    return fail(ATTNC_ERROR_INTERNAL, std::string("internal error: ") + e.what());
+  }
+}
+
+const char *attnc_last_error(void) { return lastError.c_str(); }
+
+const char *attnc_status_name(attnc_status status) {
+  switch (status) {
+  case ATTNC_OK: return "ATTNC_OK";
+  case ATTNC_ERROR_INVALID_ARGUMENT: return "ATTNC_ERROR_INVALID_ARGUMENT";
+  case ATTNC_ERROR_IO: return "ATTNC_ERROR_IO";
+  case ATTNC_ERROR_CORRUPT_KERNEL: return "ATTNC_ERROR_CORRUPT_KERNEL";
+  case ATTNC_ERROR_ABI_MISMATCH: return "ATTNC_ERROR_ABI_MISMATCH";
+  case ATTNC_ERROR_SHAPE: return "ATTNC_ERROR_SHAPE";
+  case ATTNC_ERROR_DTYPE: return "ATTNC_ERROR_DTYPE";
+  case ATTNC_ERROR_STRIDE: return "ATTNC_ERROR_STRIDE";
+  case ATTNC_ERROR_COMPILE: return "ATTNC_ERROR_COMPILE";
+  case ATTNC_ERROR_UNSUPPORTED: return "ATTNC_ERROR_UNSUPPORTED";
+  case ATTNC_ERROR_OUT_OF_MEMORY: return "ATTNC_ERROR_OUT_OF_MEMORY";
+  case ATTNC_ERROR_INTERNAL: return "ATTNC_ERROR_INTERNAL";
+  }
+  return "ATTNC_ERROR_UNKNOWN";
+}
+
+} // extern "C"
