@@ -12,6 +12,7 @@
 #include "attnc/compiler/Canonicalize.h"
 #include "attnc/compiler/Csr.h"
 #include "attnc/compiler/Driver.h"
+#include "attnc/runtime/Internal.h"
 #include "attnc/runtime/KernelAbi.h"
 #include "attnc/runtime/KernelFile.h"
 
@@ -290,6 +291,8 @@ void attnc_kernel_free(attnc_kernel *kernel) { delete kernel; }
 const char *attnc_kernel_metadata(const attnc_kernel *kernel, const char *key) {
   if (!kernel || !key)
     return nullptr;
+  if (std::strcmp(key, "source") == 0)
+    return kernel->file.source.c_str();
   auto it = kernel->file.metadata.find(key);
   return it == kernel->file.metadata.end() ? nullptr : it->second.c_str();
 }
@@ -315,18 +318,20 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
     const int64_t tasks = batch * heads;
     std::atomic<int64_t> next{0};
     auto worker = [&] {
-      std::vector<float> qs, ks, vs, os, values;
+      std::vector<float> qs, ks, vs, os, values, rows;
       for (int64_t t = next++; t < tasks; t = next++) {
         int64_t b = t / heads, h = t % heads;
         const attnc::ir::Csr &csr = structure->sets[kernel->headToSet[h]];
         values.resize(static_cast<size_t>(std::max<int64_t>(1, csr.nnz())));
+        rows.resize(static_cast<size_t>(3 * n));
         float *outBase = static_cast<float *>(o->data) + b * o->strides[0] + h * o->strides[1];
         bool outContiguous = contiguousSlice(*o);
         if (!outContiguous)
           os.assign(static_cast<size_t>(n * d), 0.0f);
         attnc_head_args args{inputSlice(*q, b, h, qs), inputSlice(*k, b, h, ks),
                              inputSlice(*v, b, h, vs), outContiguous ? outBase : os.data(),
-                             n, d, csr.pos.data(), csr.crd.data(), csr.nnz(), values.data(), scale};
+                             n, d, csr.pos.data(), csr.crd.data(), csr.nnz(), values.data(),
+                             rows.data(), scale};
         kernel->entries[kernel->headToSet[h]](&args);
         if (!outContiguous)
           for (int64_t i = 0; i < n; ++i)
@@ -350,6 +355,8 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
 }
 
 const char *attnc_last_error(void) { return lastError.c_str(); }
+
+void attnc_internal_set_last_error(const char *message) { lastError = message ? message : ""; }
 
 const char *attnc_status_name(attnc_status status) {
   switch (status) {

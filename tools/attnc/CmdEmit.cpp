@@ -1,6 +1,8 @@
 //===- CmdEmit.cpp - attnc emit -------------------------------------------===//
 #include "Common.h"
 
+#include "attnc/compiler/CodeGen.h"
+
 #include <fstream>
 #include <iostream>
 
@@ -27,10 +29,21 @@ int runEmit(const EmitOptions &opts) {
   case Stage::Ir:
     text = ir::printPatternIR(lp->ir, &lp->frontend->sources());
     break;
-  default:
-    std::cerr << "attnc: error: stage '" << opts.stage
-              << "' is not available in this build yet; available: ast, ir\n";
-    return kExitUsage;
+  case Stage::Mlir:
+  case Stage::Llvm:
+  case Stage::Asm: {
+    codegen::CodeGenOptions cg;
+    cg.stopAfter = stage;
+    cg.link = false;
+    codegen::CodeGenResult result;
+    std::string error;
+    if (!codegen::generate(lp->ir, lp->frontend->sources(), cg, result, error)) {
+      std::cerr << "attnc: internal error: code generation failed: " << error << "\n";
+      return kExitInternal;
+    }
+    text = stage == Stage::Mlir ? result.mlir : stage == Stage::Llvm ? result.llvmIr : result.assembly;
+    break;
+  }
   }
   if (opts.output.empty() || opts.output == "-") {
     std::cout << text;
@@ -51,12 +64,14 @@ void setupEmit(CLI::App &app, int &exitCode) {
   addPatternOptions(*cmd, opts->pattern);
   cmd->add_option("--stage", opts->stage,
                   "ast: the parsed syntax tree; ir: the canonical pattern IR (generators per "
-                  "head); mlir, llvm, asm: code generation stages")
+                  "head); mlir: the sparse-tensor dialect form (verifies with mlir-opt-19); "
+                  "llvm: optimised LLVM IR; asm: host assembly")
       ->required()
       ->check(CLI::IsMember({"ast", "ir", "mlir", "llvm", "asm"}));
   cmd->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
   cmd->footer(examplesFooter({"attnc emit patterns/fixed.attn --stage ir",
-                              "attnc emit patterns/strided.attn --stage ast -o strided.ast"}));
+                              "attnc emit patterns/strided.attn --stage ast -o strided.ast",
+                              "attnc emit patterns/fixed.attn --stage mlir | mlir-opt-19"}));
   cmd->callback([opts, &exitCode] { exitCode = runEmit(*opts); });
 }
 

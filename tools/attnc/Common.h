@@ -57,5 +57,7 @@ void setupCheck(CLI::App &app, int &exitCode);
 void setupShow(CLI::App &app, int &exitCode);
 void setupAnalyze(CLI::App &app, int &exitCode);
 void setupEmit(CLI::App &app, int &exitCode);
+void setupCompile(CLI::App &app, int &exitCode);
+void setupRun(CLI::App &app, int &exitCode);
 
 } // namespace attnc::tool

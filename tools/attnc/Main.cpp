@@ -30,6 +30,8 @@ int main(int argc, char **argv) {
   setupShow(app, exitCode);
   setupAnalyze(app, exitCode);
   setupEmit(app, exitCode);
+  setupCompile(app, exitCode);
+  setupRun(app, exitCode);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &e) {

@@ -6,9 +6,10 @@
 //   void attnc_head_<k>(const attnc_head_args *args);
 //
 // that computes one (batch, head) slice: O = softmax(scale * Q K^T masked by
-// the CSR) V for contiguous row-major Q, K, V, O of shape [n, d]. `values` is
-// scratch of nnz floats the kernel may overwrite. Rows with no keys get zeros.
-// The kernel file's metadata lists the symbols ("entry.<k>").
+// the CSR) V for contiguous row-major Q, K, V, O of shape [n, d]. `values`
+// (nnz floats) and `rows` (3 n floats) are scratch with any contents on
+// entry; the kernel initialises what it uses and allocates nothing. Rows with
+// no keys get zeros.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -30,6 +31,7 @@ typedef struct attnc_head_args {
   const int32_t *crd; /* nnz */
   int64_t nnz;
   float *values;      /* nnz floats of scratch */
+  float *rows;        /* 3 * n floats of scratch */
   float scale;
 } attnc_head_args;
 

@@ -1,0 +1,56 @@
+//===- CodeGen.h - From the pattern IR to native kernels ------------------===//
+//
+// The back half of the pipeline (DESIGN.md §4, reference backend):
+//
+//   lowerToMlir      per distinct head set, one func.func over a CSR-encoded
+//                    sparse_tensor mask: SDDMM -> row max -> exp -> row sum ->
+//                    SpMM, as in-place linalg.generic ops (stage "mlir")
+//   runSparsifier    the sparse-tensor pipeline down to the LLVM dialect
+//   translateToLlvm  LLVM IR, optimised at O3 for the host CPU (stage "llvm")
+//   emitObject       a native object (stage "asm" prints its assembly)
+//   linkShared       a shared object, linked in-process with lld
+//
+// The exported entry points follow runtime/include/attnc/runtime/KernelAbi.h.
+// n, d, batch and heads are run-time values: one kernel serves every length.
+// Nothing here is visible to the runtime, which never links MLIR.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/compiler/Driver.h"
+#include "attnc/compiler/PatternIR.h"
+
+#include <string>
+#include <vector>
+
+namespace attnc::codegen {
+
+enum class Backend { Sparsifier };
+
+struct CodeGenOptions {
+  Backend backend = Backend::Sparsifier;
+  /// Stop after this stage and leave its text in the result; with Asm and
+  /// `link`, go on to the shared object.
+  Stage stopAfter = Stage::Asm;
+  bool link = true;
+};
+
+struct CodeGenResult {
+  std::string mlir;         ///< sparse-tensor form (verifies with mlir-opt)
+  std::string llvmIr;       ///< optimised LLVM IR
+  std::string assembly;     ///< host assembly
+  std::string sharedObject; ///< ELF shared object bytes
+  double seconds = 0;
+};
+
+/// Runs the back end for one checked pattern. Returns false and sets `error`
+/// when a stage fails (which is an internal error for valid IR).
+bool generate(const ir::PatternIR &ir, const dsl::SourceManager &sources, const CodeGenOptions &options,
+              CodeGenResult &out, std::string &error);
+
+/// "x86_64-pc-linux-gnu:znver4": what a kernel is built for.
+std::string hostTarget();
+/// The host CPU's feature list ("+avx2,+avx512f,..."), part of cache keys.
+std::string hostFeatureString();
+
+} // namespace attnc::codegen

@@ -1,0 +1,176 @@
+//===- Jit.cpp - Compile patterns from a host program, with a disk cache --===//
+//
+// Order: parse and check the pattern (diagnostics become the error message),
+// compute the cache key, try the cached file, and only on a miss (or a
+// corrupt entry) run the code generator and publish the result atomically.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/attnc_jit.h"
+
+#include "attnc/compiler/KernelBuilder.h"
+#include "attnc/runtime/Internal.h"
+#include "attnc/runtime/KernelFile.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace {
+
+std::atomic<int64_t> cacheHits{0}, cacheMisses{0}, cacheRebuilt{0};
+
+attnc_status jitFail(attnc_status status, const std::string &message) {
+  attnc_internal_set_last_error(message.c_str());
+  return status;
+}
+
+bool makeDirs(const std::string &path, std::string &error) {
+  std::string partial;
+  for (size_t k = 0; k <= path.size(); ++k) {
+    if (k == path.size() || path[k] == '/') {
+      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+        error = "cannot create cache directory '" + partial + "': " + std::strerror(errno);
+        return false;
+      }
+    }
+    if (k < path.size())
+      partial += path[k];
+  }
+  return true;
+}
+
+std::string cacheDir(const attnc_jit_options *options) {
+  if (options && options->cache_dir && *options->cache_dir)
+    return options->cache_dir;
+  if (const char *env = std::getenv("ATTNC_CACHE_DIR"); env && *env)
+    return env;
+  const char *home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/attnc";
+}
+
+attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attnc_kernel **out) {
+  using namespace attnc;
+  if (!out)
+    return jitFail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_jit: 'out' is null");
+  *out = nullptr;
+  SemaOptions sema;
+  if (options)
+    for (int32_t k = 0; k < options->num_defines; ++k) {
+      Define d;
+      std::string error;
+      if (!options->defines || !options->defines[k])
+        return jitFail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_jit: define " + std::to_string(k) + " is null");
+      if (!parseDefine(options->defines[k], d, error))
+        return jitFail(ATTNC_ERROR_INVALID_ARGUMENT, error);
+      sema.defines.push_back(d);
+    }
+  const Pattern *pattern = nullptr;
+  if (!fe.diags().hasErrors() && fe.analyze(sema))
+    pattern = fe.select(options && options->pattern ? options->pattern : "");
+  if (!pattern) {
+    std::string message;
+    for (const auto &d : fe.diags().diagnostics())
+      message += fe.diags().format(d);
+    return jitFail(ATTNC_ERROR_COMPILE, message.empty() ? "the pattern does not check" : message);
+  }
+
+  codegen::CodeGenOptions cg;
+  std::string keyText = std::string(fe.sourceText()) + '\0' + pattern->name + '\0' +
+                        codegen::paramString(*pattern) + '\0' + "sparsifier" + '\0' +
+                        codegen::compilerVersion() + '\0' + codegen::hostTarget() + '\0' +
+                        std::to_string(ATTNC_ABI_VERSION);
+  bool useCache = !(options && options->no_cache);
+  std::string dir = cacheDir(options);
+  std::string path = dir + "/" + pattern->name + "-" + rt::fnv1aHex(keyText) + ".attnk";
+  bool rebuilding = false;
+  if (useCache) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0) {
+      attnc_status s = attnc_kernel_load(path.c_str(), out);
+      if (s == ATTNC_OK) {
+        ++cacheHits;
+        return ATTNC_OK;
+      }
+      if (s != ATTNC_ERROR_CORRUPT_KERNEL && s != ATTNC_ERROR_ABI_MISMATCH && s != ATTNC_ERROR_IO)
+        return s;
+      rebuilding = true; // fall through: rebuild over the bad entry
+    }
+  }
+  std::string bytes, error;
+  if (!codegen::buildKernelFile(fe, *pattern, cg, bytes, error))
+    return jitFail(ATTNC_ERROR_COMPILE, error);
+  ++cacheMisses;
+  if (rebuilding)
+    ++cacheRebuilt;
+  if (!useCache) {
+    char tmpl[] = "/tmp/attnc-jit-XXXXXX";
+    int fd = mkstemp(tmpl);
+    if (fd < 0)
+      return jitFail(ATTNC_ERROR_IO, std::string("cannot create a temporary file: ") + std::strerror(errno));
+    close(fd);
+    if (!rt::writeFileAtomically(tmpl, bytes, error))
+      return jitFail(ATTNC_ERROR_IO, error);
+    attnc_status s = attnc_kernel_load(tmpl, out);
+    unlink(tmpl);
+    return s;
+  }
+  if (!makeDirs(dir, error) || !rt::writeFileAtomically(path, bytes, error))
+    return jitFail(ATTNC_ERROR_IO, error);
+  return attnc_kernel_load(path.c_str(), out);
+}
+
+} // namespace
+
+extern "C" {
+
+attnc_status attnc_jit_compile_file(const char *path, const attnc_jit_options *options,
+                                    attnc_kernel **out) {
+  if (!path)
+    return jitFail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_jit_compile_file: path is null");
+  try {
+    attnc::Frontend fe;
+    if (!fe.parseFile(path)) {
+      std::string message;
+      for (const auto &d : fe.diags().diagnostics())
+        message += fe.diags().format(d);
+      return jitFail(fe.module().patterns.empty() && fe.sourceText().empty() ? ATTNC_ERROR_IO
+                                                                             : ATTNC_ERROR_COMPILE,
+                     message);
+    }
+    return compile(fe, options, out);
+  } catch (const attnc::dsl::InternalError &e) {
+    return jitFail(ATTNC_ERROR_INTERNAL, e.message);
+  } catch (const std::exception &e) {
+    return jitFail(ATTNC_ERROR_INTERNAL, std::string("internal error: ") + e.what());
+  }
+}
+
+attnc_status attnc_jit_compile_string(const char *source, const char *name,
+                                      const attnc_jit_options *options, attnc_kernel **out) {
+  if (!source)
+    return jitFail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_jit_compile_string: source is null");
+  try {
+    attnc::Frontend fe;
+    fe.parseString(name ? name : "<string>", source);
+    return compile(fe, options, out);
+  } catch (const attnc::dsl::InternalError &e) {
+    return jitFail(ATTNC_ERROR_INTERNAL, e.message);
+  } catch (const std::exception &e) {
+    return jitFail(ATTNC_ERROR_INTERNAL, std::string("internal error: ") + e.what());
+  }
+}
+
+void attnc_jit_cache_stats(int64_t *hits, int64_t *misses, int64_t *rebuilt) {
+  if (hits)
+    *hits = cacheHits;
+  if (misses)
+    *misses = cacheMisses;
+  if (rebuilt)
+    *rebuilt = cacheRebuilt;
+}
+
+} // extern "C"

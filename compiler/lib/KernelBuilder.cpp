@@ -1,0 +1,45 @@
+//===- KernelBuilder.cpp - A checked pattern to kernel-file bytes ---------===//
+#include "attnc/compiler/KernelBuilder.h"
+
+#include "attnc/attnc.h"
+#include "attnc/compiler/Canonicalize.h"
+#include "attnc/runtime/KernelFile.h"
+
+namespace attnc::codegen {
+
+const char *compilerVersion() { return "attnc-0.1.0"; }
+
+std::string paramString(const Pattern &pattern) {
+  std::string out;
+  for (const ParamValue &p : pattern.params)
+    out += (out.empty() ? "" : ",") + p.name + "=" + std::to_string(p.value);
+  return out;
+}
+
+bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions &options,
+                     std::string &bytes, std::string &error) {
+  ir::PatternIR ir = ir::canonicalizePattern(pattern);
+  CodeGenResult result;
+  if (!generate(ir, fe.sources(), options, result, error))
+    return false;
+  rt::KernelFile file;
+  file.abiVersion = ATTNC_ABI_VERSION;
+  file.source = std::string(fe.sourceText());
+  file.code = std::move(result.sharedObject);
+  file.metadata = {
+      {"pattern", pattern.name},
+      {"params", paramString(pattern)},
+      {"heads", std::to_string(pattern.numHeads())},
+      {"head_sets", std::to_string(ir.heads.size())},
+      {"dtype", "f32"},
+      {"target", hostTarget()},
+      {"backend", "sparsifier"},
+      {"abi_version", std::to_string(ATTNC_ABI_VERSION)},
+      {"source_hash", rt::fnv1aHex(file.source)},
+      {"compiler_version", compilerVersion()},
+  };
+  bytes = rt::encodeKernelFile(file);
+  return true;
+}
+
+} // namespace attnc::codegen

@@ -1,0 +1,89 @@
+//===- Link.cpp - Object file to shared object with in-process lld --------===//
+//
+// lld reads and writes files, so the object goes to a private temporary
+// directory that is removed afterwards.
+//
+//===----------------------------------------------------------------------===//
+#include "Link.h"
+
+#include "attnc/runtime/KernelFile.h"
+
+#include "lld/Common/Driver.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+LLD_HAS_DRIVER(elf)
+
+namespace attnc::codegen {
+
+namespace {
+
+const char *findLibm() {
+  for (const char *path : {"/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6",
+                           "/lib64/libm.so.6", "/usr/lib64/libm.so.6"}) {
+    struct stat st;
+    if (stat(path, &st) == 0)
+      return path;
+  }
+  return nullptr;
+}
+
+const char *findLibmvec() {
+  for (const char *path : {"/lib/x86_64-linux-gnu/libmvec.so.1", "/usr/lib/x86_64-linux-gnu/libmvec.so.1",
+                           "/lib64/libmvec.so.1", "/usr/lib64/libmvec.so.1"}) {
+    struct stat st;
+    if (stat(path, &st) == 0)
+      return path;
+  }
+  return nullptr;
+}
+
+} // namespace
+
+bool linkSharedObject(const std::string &object, std::string &sharedObject, std::string &error) {
+  static std::mutex lldMutex;
+  char dirTemplate[] = "/tmp/attnc-link-XXXXXX";
+  if (!mkdtemp(dirTemplate)) {
+    error = "cannot create a temporary directory for linking";
+    return false;
+  }
+  std::string dir = dirTemplate;
+  std::string objPath = dir + "/kernel.o", soPath = dir + "/kernel.so";
+  auto cleanup = [&] {
+    unlink(objPath.c_str());
+    unlink(soPath.c_str());
+    rmdir(dir.c_str());
+  };
+  if (!rt::writeFileAtomically(objPath, object, error)) {
+    cleanup();
+    return false;
+  }
+  std::vector<const char *> args = {"ld.lld", "-shared", "--as-needed", "-O1", "-o", soPath.c_str(),
+                                    objPath.c_str()};
+  if (const char *libmvec = findLibmvec())
+    args.push_back(libmvec);
+  if (const char *libm = findLibm())
+    args.push_back(libm);
+  std::string out, err;
+  llvm::raw_string_ostream outStream(out), errStream(err);
+  lld::Result result;
+  {
+    std::lock_guard<std::mutex> lock(lldMutex);
+    result = lld::lldMain(args, outStream, errStream, {{lld::Gnu, &lld::elf::link}});
+  }
+  if (result.retCode != 0) {
+    error = "linking the kernel failed: " + errStream.str();
+    cleanup();
+    return false;
+  }
+  bool ok = rt::readFileBytes(soPath, sharedObject, error);
+  cleanup();
+  return ok;
+}
+
+} // namespace attnc::codegen

@@ -1,0 +1,69 @@
+//===- CmdCompile.cpp - attnc compile -------------------------------------===//
+#include "Common.h"
+
+#include "attnc/compiler/KernelBuilder.h"
+#include "attnc/runtime/KernelFile.h"
+
+#include <chrono>
+#include <iostream>
+
+namespace attnc::tool {
+
+namespace {
+struct CompileOptions {
+  PatternOptions pattern;
+  std::string target = "cpu";
+  std::string backend = "sparsifier";
+  std::string output;
+};
+
+int runCompile(const CompileOptions &opts) {
+  if (opts.target != "cpu") {
+    std::cerr << "attnc: error: --target " << opts.target
+              << " is not available in this build; available: cpu\n";
+    return kExitUsage;
+  }
+  if (opts.backend != "sparsifier") {
+    std::cerr << "attnc: error: --backend " << opts.backend
+              << " is not available in this build yet; available: sparsifier\n";
+    return kExitUsage;
+  }
+  int exitCode = kExitOk;
+  auto lp = loadPattern(opts.pattern, exitCode);
+  if (!lp)
+    return exitCode;
+  auto start = std::chrono::steady_clock::now();
+  std::string bytes, error;
+  if (!codegen::buildKernelFile(*lp->frontend, *lp->pattern, codegen::CodeGenOptions{}, bytes, error)) {
+    std::cerr << "attnc: internal error: code generation failed: " << error << "\n";
+    return kExitInternal;
+  }
+  if (!rt::writeFileAtomically(opts.output, bytes, error)) {
+    std::cerr << "attnc: error: " << error << "\n";
+    return kExitUserError;
+  }
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::cerr << "wrote " << opts.output << " (pattern '" << lp->pattern->name << "', "
+            << lp->pattern->numHeads() << (lp->pattern->numHeads() == 1 ? " head" : " heads") << ", "
+            << bytes.size() << " bytes, " << static_cast<int64_t>(ms) << " ms)\n";
+  return kExitOk;
+}
+} // namespace
+
+void setupCompile(CLI::App &app, int &exitCode) {
+  auto opts = std::make_shared<CompileOptions>();
+  CLI::App *cmd = app.add_subcommand(
+      "compile", "Compile a pattern to a kernel file that attnc run and the runtime (attnc.h) load");
+  addPatternOptions(*cmd, opts->pattern);
+  cmd->add_option("--target", opts->target, "cpu (the host CPU)")->capture_default_str();
+  cmd->add_option("--backend", opts->backend,
+                  "sparsifier: the MLIR sparse-tensor path (fused: planned, issue #4)")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", opts->output, "The kernel file to write (conventionally .attnk)")
+      ->required();
+  cmd->footer(examplesFooter({"attnc compile patterns/fixed.attn -o fixed.attnk",
+                              "attnc compile patterns/strided.attn -D l=64 -o strided64.attnk"}));
+  cmd->callback([opts, &exitCode] { exitCode = runCompile(*opts); });
+}
+
+} // namespace attnc::tool

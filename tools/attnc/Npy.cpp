@@ -1,0 +1,175 @@
+//===- Npy.cpp - Reading and writing NumPy .npy files (float32) -----------===//
+#include "Npy.h"
+
+#include "attnc/runtime/KernelFile.h"
+
+#include <cctype>
+#include <cstring>
+#include <limits>
+
+namespace attnc::tool {
+
+namespace {
+
+/// Value of `key` in the header dict, as raw text up to the next top-level
+/// comma or closing brace.
+bool dictValue(const std::string &header, const std::string &key, std::string &value) {
+  size_t at = header.find("'" + key + "'");
+  if (at == std::string::npos)
+    at = header.find("\"" + key + "\"");
+  if (at == std::string::npos)
+    return false;
+  size_t colon = header.find(':', at);
+  if (colon == std::string::npos)
+    return false;
+  size_t k = colon + 1;
+  int depth = 0;
+  size_t begin = k;
+  for (; k < header.size(); ++k) {
+    char c = header[k];
+    if (c == '(' || c == '[')
+      ++depth;
+    else if (c == ')' || c == ']')
+      --depth;
+    else if ((c == ',' || c == '}') && depth == 0)
+      break;
+  }
+  value = header.substr(begin, k - begin);
+  auto trim = [](std::string &s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())))
+      s.erase(s.begin());
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+      s.pop_back();
+  };
+  trim(value);
+  return true;
+}
+
+} // namespace
+
+bool parseNpy(const std::string &bytes, NpyArray &out, std::string &error) {
+  if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0) {
+    error = "not a .npy file (bad magic)";
+    return false;
+  }
+  unsigned major = static_cast<unsigned char>(bytes[6]);
+  size_t headerLen, headerStart;
+  if (major == 1) {
+    headerLen = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
+    headerStart = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) {
+      error = "truncated .npy header";
+      return false;
+    }
+    headerLen = 0;
+    for (int k = 3; k >= 0; --k)
+      headerLen = (headerLen << 8) | static_cast<unsigned char>(bytes[8 + k]);
+    headerStart = 12;
+  } else {
+    error = "unsupported .npy format version " + std::to_string(major);
+    return false;
+  }
+  if (bytes.size() < headerStart + headerLen) {
+    error = "truncated .npy header";
+    return false;
+  }
+  std::string header = bytes.substr(headerStart, headerLen);
+  std::string descr, fortran, shape;
+  if (!dictValue(header, "descr", descr) || !dictValue(header, "fortran_order", fortran) ||
+      !dictValue(header, "shape", shape)) {
+    error = "malformed .npy header: '" + header + "'";
+    return false;
+  }
+  if (descr != "'<f4'" && descr != "\"<f4\"") {
+    error = "dtype " + descr + " is not supported; attnc takes float32 ('<f4')";
+    return false;
+  }
+  if (fortran != "False") {
+    error = "Fortran-order arrays are not supported; save a C-order array";
+    return false;
+  }
+  if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')') {
+    error = "malformed .npy shape '" + shape + "'";
+    return false;
+  }
+  out.shape.clear();
+  std::string inner = shape.substr(1, shape.size() - 2);
+  size_t k = 0;
+  while (k < inner.size()) {
+    while (k < inner.size() && (std::isspace(static_cast<unsigned char>(inner[k])) || inner[k] == ','))
+      ++k;
+    if (k >= inner.size())
+      break;
+    if (!std::isdigit(static_cast<unsigned char>(inner[k]))) {
+      error = "malformed .npy shape '" + shape + "'";
+      return false;
+    }
+    int64_t v = 0;
+    while (k < inner.size() && std::isdigit(static_cast<unsigned char>(inner[k]))) {
+      if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) {
+        error = "dimension too large in .npy shape '" + shape + "'";
+        return false;
+      }
+      v = v * 10 + (inner[k++] - '0');
+    }
+    while (k < inner.size() && (inner[k] == 'L' || std::isspace(static_cast<unsigned char>(inner[k]))))
+      ++k;
+    out.shape.push_back(v);
+  }
+  __int128 count = 1;
+  for (int64_t dim : out.shape) {
+    count *= dim;
+    if (count > (static_cast<__int128>(1) << 40)) {
+      error = "array too large";
+      return false;
+    }
+  }
+  size_t payload = bytes.size() - headerStart - headerLen;
+  if (static_cast<__int128>(payload) != count * 4) {
+    error = "payload has " + std::to_string(payload) + " bytes but shape " + shape + " needs " +
+            std::to_string(static_cast<int64_t>(count * 4));
+    return false;
+  }
+  out.data.resize(static_cast<size_t>(count));
+  std::memcpy(out.data.data(), bytes.data() + headerStart + headerLen, payload);
+  return true;
+}
+
+bool readNpy(const std::string &path, NpyArray &out, std::string &error) {
+  std::string bytes;
+  if (!rt::readFileBytes(path, bytes, error))
+    return false;
+  if (!parseNpy(bytes, out, error)) {
+    error = path + ": " + error;
+    return false;
+  }
+  return true;
+}
+
+std::string encodeNpy(const NpyArray &array) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+  for (size_t k = 0; k < array.shape.size(); ++k)
+    header += (k ? ", " : "") + std::to_string(array.shape[k]);
+  if (array.shape.size() == 1)
+    header += ",";
+  header += "), }";
+  // Pad with spaces so that the payload starts at a multiple of 64 bytes.
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>((header.size() >> 8) & 0xff);
+  out += header;
+  out.append(reinterpret_cast<const char *>(array.data.data()), array.data.size() * sizeof(float));
+  return out;
+}
+
+bool writeNpy(const std::string &path, const NpyArray &array, std::string &error) {
+  return rt::writeFileAtomically(path, encodeNpy(array), error);
+}
+
+} // namespace attnc::tool

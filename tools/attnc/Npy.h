@@ -1,0 +1,27 @@
+//===- Npy.h - Reading and writing NumPy .npy files (float32) -------------===//
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attnc::tool {
+
+/// A C-order float32 array.
+struct NpyArray {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+/// Parses a .npy file: format 1.0, 2.0 or 3.0, dtype '<f4' (little-endian
+/// float32), C order. Returns false and sets `error` (naming the file) for
+/// anything else: a bad magic, a truncated header or payload, another dtype,
+/// Fortran order, a payload whose size does not match the shape.
+bool readNpy(const std::string &path, NpyArray &out, std::string &error);
+bool parseNpy(const std::string &bytes, NpyArray &out, std::string &error);
+
+/// Writes a format 1.0 float32 C-order file.
+bool writeNpy(const std::string &path, const NpyArray &array, std::string &error);
+std::string encodeNpy(const NpyArray &array);
+
+} // namespace attnc::tool
