@@ -7,7 +7,9 @@
 //===----------------------------------------------------------------------===//
 #include "attnc/attnc_jit.h"
 
+#include "attnc/compiler/Canonicalize.h"
 #include "attnc/compiler/KernelBuilder.h"
+#include "attnc/compiler/LowerToMlir.h"
 #include "attnc/runtime/Internal.h"
 #include "attnc/runtime/KernelFile.h"
 
@@ -82,7 +84,10 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
   std::string keyText = std::string(fe.sourceText()) + '\0' + pattern->name + '\0' +
                         codegen::paramString(*pattern) + '\0' + "sparsifier" + '\0' +
                         codegen::compilerVersion() + '\0' + codegen::hostTarget() + '\0' +
-                        std::to_string(ATTNC_ABI_VERSION);
+                        codegen::hostFeatureString() + '\0' + std::to_string(ATTNC_ABI_VERSION) +
+                        '\0' +
+                        // The generated MLIR: a change in the lowering is a new kernel.
+                        codegen::lowerToMlir(ir::canonicalizePattern(*pattern), fe.sources());
   bool useCache = !(options && options->no_cache);
   std::string dir = cacheDir(options);
   std::string path = dir + "/" + pattern->name + "-" + rt::fnv1aHex(keyText) + ".attnk";

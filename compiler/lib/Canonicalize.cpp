@@ -413,6 +413,7 @@ PatternIR canonicalizePattern(const Pattern &pattern) {
   PatternIR ir;
   ir.name = pattern.name;
   ir.numHeads = pattern.numHeads();
+  ir.headsDeclared = pattern.headsDeclared;
   ir.causal = pattern.causal;
   for (const ParamValue &p : pattern.params)
     ir.params.push_back({p.name, p.value});

@@ -7,7 +7,10 @@
 
 namespace attnc::codegen {
 
-const char *compilerVersion() { return "attnc-0.1.0"; }
+const char *compilerVersion() {
+  // The build stamp keeps JIT caches from serving kernels of an older build.
+  return "attnc-0.1.0 (built " __DATE__ " " __TIME__ ")";
+}
 
 std::string paramString(const Pattern &pattern) {
   std::string out;
@@ -29,7 +32,7 @@ bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions 
   file.metadata = {
       {"pattern", pattern.name},
       {"params", paramString(pattern)},
-      {"heads", std::to_string(pattern.numHeads())},
+      {"heads", pattern.headsDeclared ? std::to_string(pattern.numHeads()) : "any"},
       {"head_sets", std::to_string(ir.heads.size())},
       {"dtype", "f32"},
       {"target", hostTarget()},

@@ -362,6 +362,7 @@ private:
   }
 
   void assembleHeads() {
+    pattern_.headsDeclared = declaredHeads_.has_value() || !headStmts_.empty();
     int64_t count = 1;
     if (declaredHeads_) {
       count = *declaredHeads_;

@@ -210,7 +210,7 @@ attnc_status validate(const attnc_kernel &kernel, const attnc_tensor *const t[4]
     return fail(ATTNC_ERROR_SHAPE, "batch, n and d must be at least 1, got batch=" +
                                        std::to_string(s[0]) + " n=" + std::to_string(s[2]) +
                                        " d=" + std::to_string(s[3]));
-  if (s[1] != kernel.ir.numHeads)
+  if (kernel.ir.headsDeclared && s[1] != kernel.ir.numHeads)
     return fail(ATTNC_ERROR_SHAPE, "tensors have " + std::to_string(s[1]) +
                                        " heads but pattern '" + kernel.ir.name + "' has " +
                                        std::to_string(kernel.ir.numHeads));
@@ -298,7 +298,7 @@ const char *attnc_kernel_metadata(const attnc_kernel *kernel, const char *key) {
 }
 
 int64_t attnc_kernel_num_heads(const attnc_kernel *kernel) {
-  return kernel ? kernel->ir.numHeads : 0;
+  return kernel && kernel->ir.headsDeclared ? kernel->ir.numHeads : 0;
 }
 
 attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
@@ -321,7 +321,8 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
       std::vector<float> qs, ks, vs, os, values, rows;
       for (int64_t t = next++; t < tasks; t = next++) {
         int64_t b = t / heads, h = t % heads;
-        const attnc::ir::Csr &csr = structure->sets[kernel->headToSet[h]];
+        const int64_t set = kernel->ir.headsDeclared ? kernel->headToSet[h] : 0;
+        const attnc::ir::Csr &csr = structure->sets[set];
         values.resize(static_cast<size_t>(std::max<int64_t>(1, csr.nnz())));
         rows.resize(static_cast<size_t>(3 * n));
         float *outBase = static_cast<float *>(o->data) + b * o->strides[0] + h * o->strides[1];
@@ -332,7 +333,7 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
                              inputSlice(*v, b, h, vs), outContiguous ? outBase : os.data(),
                              n, d, csr.pos.data(), csr.crd.data(), csr.nnz(), values.data(),
                              rows.data(), scale};
-        kernel->entries[kernel->headToSet[h]](&args);
+        kernel->entries[set](&args);
         if (!outContiguous)
           for (int64_t i = 0; i < n; ++i)
             for (int64_t c = 0; c < d; ++c)

@@ -85,7 +85,7 @@ int runRun(const RunOptions &opts) {
   std::array<int64_t, 4> shape = q.shape.size() == 4
                                      ? std::array<int64_t, 4>{q.shape[0], q.shape[1], q.shape[2], q.shape[3]}
                                      : std::array<int64_t, 4>{1, 1, q.shape[0], q.shape[1]};
-  if (q.shape.size() == 2 && attnc_kernel_num_heads(raw) != 1) {
+  if (q.shape.size() == 2 && attnc_kernel_num_heads(raw) > 1) {
     std::cerr << "attnc: error: inputs are [n, d] but the pattern has "
               << attnc_kernel_num_heads(raw) << " heads; pass [batch, heads, n, d] arrays\n";
     return kExitUserError;

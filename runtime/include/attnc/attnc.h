@@ -90,12 +90,17 @@ ATTNC_API void attnc_kernel_free(attnc_kernel *kernel);
  */
 ATTNC_API const char *attnc_kernel_metadata(const attnc_kernel *kernel, const char *key);
 
-/** Number of heads the pattern defines (H); tensors must have shape[1] == H. */
+/**
+ * Number of heads the pattern declares (`heads H` or `head K attends`):
+ * tensors must then have shape[1] == H. 0 when the pattern declares none: its
+ * one set then applies to every head, whatever shape[1] is.
+ */
 ATTNC_API int64_t attnc_kernel_num_heads(const attnc_kernel *kernel);
 
 /**
  * Runs the kernel: O = attention(Q, K, V). All four tensors must have the same
- * shape [B, H, n, d] with B >= 1, H == attnc_kernel_num_heads, n >= 1,
+ * shape [B, H, n, d] with B >= 1, H == attnc_kernel_num_heads (any H >= 1 when
+ * that is 0), n >= 1,
  * d >= 1, dtype f32 and positive strides. `options` may be null.
  */
 ATTNC_API attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,

@@ -90,6 +90,7 @@ struct PatternIR {
   };
   std::string name;
   int64_t numHeads = 1;
+  bool headsDeclared = false; ///< false: the one set serves any head count
   bool causal = false;
   std::vector<std::pair<std::string, int64_t>> params;
   std::vector<Head> heads;

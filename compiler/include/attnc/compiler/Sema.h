@@ -47,6 +47,9 @@ struct Pattern {
   SourceRange causalLoc;
   /// One Set term per head (h substituted, causal applied).
   std::vector<TermRef> heads;
+  /// Whether the pattern fixes its head count (`heads N` or `head K
+  /// attends`). When it does not, its one set applies to any number of heads.
+  bool headsDeclared = false;
 
   int64_t numHeads() const { return static_cast<int64_t>(heads.size()); }
   const ParamValue *param(const std::string &name) const;

@@ -1,0 +1,155 @@
+//===- JitCacheTest.cpp - The JIT's on-disk cache -------------------------===//
+#include "TestSupport.h"
+
+#include "attnc/attnc_jit.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace attnc::test {
+namespace {
+
+struct Stats {
+  int64_t hits, misses, rebuilt;
+};
+
+Stats stats() {
+  Stats s{};
+  attnc_jit_cache_stats(&s.hits, &s.misses, &s.rebuilt);
+  return s;
+}
+
+attnc_status compileFixed(const std::string &cache, const char *define = "l=16") {
+  const char *defs[] = {define};
+  attnc_jit_options options{defs, 1, nullptr, cache.c_str(), 0};
+  attnc_kernel *k = nullptr;
+  attnc_status s = attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k);
+  attnc_kernel_free(k);
+  return s;
+}
+
+std::vector<std::string> cacheFiles(const std::string &dir) {
+  std::vector<std::string> out;
+  for (const auto &e : std::filesystem::directory_iterator(dir))
+    out.push_back(e.path().string());
+  return out;
+}
+
+TEST(JitCache, SecondCompileIsAHit) {
+  TempDir dir;
+  Stats before = stats();
+  ASSERT_EQ(compileFixed(dir.path), ATTNC_OK) << attnc_last_error();
+  ASSERT_EQ(compileFixed(dir.path), ATTNC_OK) << attnc_last_error();
+  Stats after = stats();
+  EXPECT_EQ(after.misses - before.misses, 1);
+  EXPECT_EQ(after.hits - before.hits, 1);
+  EXPECT_EQ(cacheFiles(dir.path).size(), 1u);
+}
+
+TEST(JitCache, OtherParametersAreAMiss) {
+  TempDir dir;
+  Stats before = stats();
+  ASSERT_EQ(compileFixed(dir.path, "l=16"), ATTNC_OK);
+  ASSERT_EQ(compileFixed(dir.path, "l=32"), ATTNC_OK);
+  EXPECT_EQ(stats().misses - before.misses, 2);
+  EXPECT_EQ(cacheFiles(dir.path).size(), 2u);
+}
+
+TEST(JitCache, ChangingTheSequenceLengthDoesNotRecompile) {
+  TempDir dir;
+  const char *defs[] = {"l=16"};
+  attnc_jit_options options{defs, 1, nullptr, dir.path.c_str(), 0};
+  Stats before = stats();
+  for (int64_t n : {10, 100, 33}) {
+    attnc_kernel *k = nullptr;
+    ASSERT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_OK);
+    std::vector<float> buf = randomFloats(n * 4, 1, 1), out(n * 4);
+    attnc_tensor t = view(buf, 1, 1, n, 4), o = view(out, 1, 1, n, 4);
+    EXPECT_EQ(attnc_run(k, &t, &t, &t, &o, nullptr), ATTNC_OK) << attnc_last_error();
+    attnc_kernel_free(k);
+  }
+  Stats after = stats();
+  EXPECT_EQ(after.misses - before.misses, 1);
+  EXPECT_EQ(after.hits - before.hits, 2);
+}
+
+TEST(JitCache, CorruptEntryIsRebuilt) {
+  TempDir dir;
+  ASSERT_EQ(compileFixed(dir.path), ATTNC_OK);
+  std::vector<std::string> files = cacheFiles(dir.path);
+  ASSERT_EQ(files.size(), 1u);
+  std::ofstream(files[0], std::ios::binary | std::ios::trunc) << "garbage";
+  Stats before = stats();
+  ASSERT_EQ(compileFixed(dir.path), ATTNC_OK) << attnc_last_error();
+  EXPECT_EQ(stats().rebuilt - before.rebuilt, 1);
+  // The rebuilt entry is good again: the next compile is a hit.
+  Stats mid = stats();
+  ASSERT_EQ(compileFixed(dir.path), ATTNC_OK);
+  EXPECT_EQ(stats().hits - mid.hits, 1);
+}
+
+TEST(JitCache, ConcurrentProcessesCompilingTheSamePatternBothSucceed) {
+  TempDir dir;
+  std::vector<pid_t> children;
+  for (int c = 0; c < 3; ++c) {
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0)
+      _exit(compileFixed(dir.path, "l=24") == ATTNC_OK ? 0 : 1);
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  // One published entry, no temporary files left behind.
+  std::vector<std::string> files = cacheFiles(dir.path);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(files[0].find(".attnk"), std::string::npos);
+  EXPECT_EQ(files[0].find(".tmp."), std::string::npos);
+}
+
+TEST(JitCache, NoCacheLeavesTheDirectoryEmpty) {
+  TempDir dir;
+  const char *defs[] = {"l=16"};
+  attnc_jit_options options{defs, 1, nullptr, dir.path.c_str(), 1};
+  attnc_kernel *k = nullptr;
+  ASSERT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_OK);
+  attnc_kernel_free(k);
+  EXPECT_TRUE(cacheFiles(dir.path).empty());
+}
+
+TEST(Jit, PatternErrorsComeBackAsDiagnostics) {
+  TempDir dir;
+  attnc_jit_options options{nullptr, 0, nullptr, dir.path.c_str(), 0};
+  attnc_kernel *k = nullptr;
+  EXPECT_EQ(attnc_jit_compile_string("pattern p { attend { j : j / 0 == 1 } }", "bad.attn",
+                                     &options, &k),
+            ATTNC_ERROR_COMPILE);
+  EXPECT_EQ(k, nullptr);
+  std::string message = attnc_last_error();
+  EXPECT_NE(message.find("bad.attn:1:30: error: divisor must be a positive integer"), std::string::npos)
+      << message;
+}
+
+TEST(Jit, BadDefineIsAnInvalidArgument) {
+  TempDir dir;
+  const char *defs[] = {"l"};
+  attnc_jit_options options{defs, 1, nullptr, dir.path.c_str(), 0};
+  attnc_kernel *k = nullptr;
+  EXPECT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k),
+            ATTNC_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(Jit, MissingFileIsAnIoError) {
+  attnc_kernel *k = nullptr;
+  EXPECT_EQ(attnc_jit_compile_file("/nonexistent/p.attn", nullptr, &k), ATTNC_ERROR_IO);
+}
+
+} // namespace
+} // namespace attnc::test

@@ -1,0 +1,212 @@
+//===- RuntimeErrorsTest.cpp - Every error path of the C ABI --------------===//
+#include "TestSupport.h"
+
+#include "attnc/attnc.h"
+#include "attnc/attnc.hpp"
+#include "attnc/compiler/Driver.h"
+#include "attnc/compiler/KernelBuilder.h"
+#include "attnc/runtime/KernelFile.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace attnc::test {
+namespace {
+
+/// A valid kernel file for patterns/fixed.attn (l=16, c=4), built once.
+const std::string &fixedKernelBytes() {
+  static const std::string bytes = [] {
+    Frontend fe;
+    SemaOptions sema;
+    sema.defines = {{"l", 16}, {"c", 4}};
+    std::string out, error;
+    if (!fe.parseFile(patternPath("fixed")) || !fe.analyze(sema) ||
+        !codegen::buildKernelFile(fe, fe.patterns().front(), codegen::CodeGenOptions{}, out, error))
+      throw std::runtime_error("cannot build the test kernel: " + error);
+    return out;
+  }();
+  return bytes;
+}
+
+class RuntimeErrors : public ::testing::Test {
+protected:
+  std::string write(const std::string &name, const std::string &bytes) {
+    std::string path = dir.path + "/" + name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+  attnc_status load(const std::string &bytes) {
+    attnc_kernel *k = nullptr;
+    attnc_status s = attnc_kernel_load(write("k.attnk", bytes).c_str(), &k);
+    EXPECT_EQ(k == nullptr, s != ATTNC_OK);
+    attnc_kernel_free(k);
+    return s;
+  }
+  TempDir dir;
+};
+
+TEST_F(RuntimeErrors, MissingFileIsAnIoError) {
+  attnc_kernel *k = nullptr;
+  EXPECT_EQ(attnc_kernel_load((dir.path + "/absent.attnk").c_str(), &k), ATTNC_ERROR_IO);
+  EXPECT_EQ(k, nullptr);
+  EXPECT_NE(std::string(attnc_last_error()).find("absent.attnk"), std::string::npos);
+}
+
+TEST_F(RuntimeErrors, ValidKernelLoads) { EXPECT_EQ(load(fixedKernelBytes()), ATTNC_OK) << attnc_last_error(); }
+
+TEST_F(RuntimeErrors, GarbageIsCorrupt) {
+  EXPECT_EQ(load("this is not a kernel"), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_NE(std::string(attnc_last_error()).find("bad magic"), std::string::npos);
+  EXPECT_EQ(load(""), ATTNC_ERROR_CORRUPT_KERNEL);
+}
+
+TEST_F(RuntimeErrors, TruncatedFileIsCorrupt) {
+  const std::string &good = fixedKernelBytes();
+  for (size_t keep : {size_t{9}, size_t{30}, good.size() / 2, good.size() - 1})
+    EXPECT_EQ(load(good.substr(0, keep)), ATTNC_ERROR_CORRUPT_KERNEL) << "kept " << keep << " bytes";
+}
+
+TEST_F(RuntimeErrors, FlippedByteFailsTheChecksum) {
+  std::string bad = fixedKernelBytes();
+  bad[bad.size() / 2] ^= 0x40;
+  EXPECT_EQ(load(bad), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_NE(std::string(attnc_last_error()).find("checksum"), std::string::npos);
+}
+
+TEST_F(RuntimeErrors, OtherAbiVersionIsRefused) {
+  rt::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error)) << error;
+  file.abiVersion = ATTNC_ABI_VERSION + 1;
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_ABI_MISMATCH);
+  EXPECT_NE(std::string(attnc_last_error()).find("ABI version"), std::string::npos);
+}
+
+TEST_F(RuntimeErrors, CodeThatIsNotASharedObjectIsCorrupt) {
+  rt::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error));
+  file.code = "\x7f" "ELF but not really";
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+}
+
+TEST_F(RuntimeErrors, EmbeddedPatternThatDoesNotCheckIsCorrupt) {
+  rt::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error));
+  file.source = "pattern fixed { attend { j : j < } }";
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+}
+
+TEST_F(RuntimeErrors, NullArgumentsAreRejected) {
+  attnc_kernel *k = nullptr;
+  EXPECT_EQ(attnc_kernel_load(nullptr, &k), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attnc_kernel_load("x", nullptr), ATTNC_ERROR_INVALID_ARGUMENT);
+  attnc_tensor t{};
+  EXPECT_EQ(attnc_run(nullptr, &t, &t, &t, &t, nullptr), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attnc_kernel_metadata(nullptr, "pattern"), nullptr);
+  attnc_kernel_free(nullptr); // allowed
+}
+
+/// Fixture with a loaded kernel and valid [1, 2, 8, 4] tensors.
+class RunErrors : public RuntimeErrors {
+protected:
+  void SetUp() override {
+    kernel = Kernel::load(write("fixed.attnk", fixedKernelBytes()));
+    for (auto *buf : {&q, &k, &v, &o})
+      buf->assign(64, 0.5f);
+    tq = view(q, 1, 2, 8, 4);
+    tk = view(k, 1, 2, 8, 4);
+    tv = view(v, 1, 2, 8, 4);
+    to = view(o, 1, 2, 8, 4);
+  }
+  attnc_status run() { return attnc_run(kernel.get(), &tq, &tk, &tv, &to, nullptr); }
+  Kernel kernel;
+  std::vector<float> q, k, v, o;
+  attnc_tensor tq, tk, tv, to;
+};
+
+TEST_F(RunErrors, ValidCallSucceeds) { EXPECT_EQ(run(), ATTNC_OK) << attnc_last_error(); }
+
+TEST_F(RunErrors, NullTensorIsRejected) {
+  EXPECT_EQ(attnc_run(kernel.get(), nullptr, &tk, &tv, &to, nullptr), ATTNC_ERROR_INVALID_ARGUMENT);
+  tv.data = nullptr;
+  EXPECT_EQ(run(), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnc_last_error()).find("'v'"), std::string::npos);
+}
+
+TEST_F(RunErrors, ZeroLengthIsRejected) {
+  for (attnc_tensor *t : {&tq, &tk, &tv, &to})
+    t->shape[2] = 0;
+  EXPECT_EQ(run(), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnc_last_error()).find("n = 0"), std::string::npos);
+}
+
+TEST_F(RunErrors, MismatchedShapesAreRejected) {
+  tk.shape[3] = 3;
+  EXPECT_EQ(run(), ATTNC_ERROR_SHAPE);
+  EXPECT_NE(std::string(attnc_last_error()).find("'k' has shape [1, 2, 8, 3]"), std::string::npos)
+      << attnc_last_error();
+}
+
+TEST_F(RunErrors, NonPositiveDimensionsAreRejected) {
+  for (attnc_tensor *t : {&tq, &tk, &tv, &to})
+    t->shape[3] = -1;
+  EXPECT_EQ(run(), ATTNC_ERROR_SHAPE);
+}
+
+TEST_F(RunErrors, OtherDtypeIsRejected) {
+  tq.dtype = ATTNC_DTYPE_BF16;
+  EXPECT_EQ(run(), ATTNC_ERROR_DTYPE);
+}
+
+TEST_F(RunErrors, NonPositiveStrideIsRejected) {
+  tv.strides[2] = 0;
+  EXPECT_EQ(run(), ATTNC_ERROR_STRIDE);
+}
+
+TEST_F(RunErrors, OverlappingOutputIsRejected) {
+  to.strides[2] = 1; // rows overlap each other
+  EXPECT_EQ(run(), ATTNC_ERROR_STRIDE);
+}
+
+TEST_F(RunErrors, WrongHeadCountForADeclaredPatternIsRejected) {
+  Frontend fe;
+  std::string bytes, error;
+  ASSERT_TRUE(fe.parseFile(patternPath("fixed_multihead")) && fe.analyze({}));
+  ASSERT_TRUE(codegen::buildKernelFile(fe, fe.patterns().front(), {}, bytes, error)) << error;
+  Kernel multi = Kernel::load(write("multi.attnk", bytes));
+  EXPECT_EQ(multi.numHeads(), 2);
+  std::vector<float> buf(3 * 8 * 4, 0.5f);
+  attnc_tensor t = view(buf, 1, 3, 8, 4), out = t;
+  std::vector<float> obuf(buf.size());
+  out.data = obuf.data();
+  EXPECT_EQ(attnc_run(multi.get(), &t, &t, &t, &out, nullptr), ATTNC_ERROR_SHAPE);
+  EXPECT_NE(std::string(attnc_last_error()).find("3 heads"), std::string::npos);
+}
+
+TEST_F(RunErrors, MetadataDescribesTheKernel) {
+  EXPECT_EQ(kernel.metadata("pattern"), "fixed");
+  EXPECT_EQ(kernel.metadata("params"), "l=16,c=4");
+  EXPECT_EQ(kernel.metadata("dtype"), "f32");
+  EXPECT_EQ(kernel.metadata("abi_version"), std::to_string(ATTNC_ABI_VERSION));
+  EXPECT_EQ(kernel.metadata("heads"), "any");
+  EXPECT_EQ(kernel.metadata("source_hash").size(), 16u);
+  EXPECT_NE(kernel.metadata("source").find("pattern fixed"), std::string::npos);
+  EXPECT_EQ(attnc_kernel_metadata(kernel.get(), "no-such-key"), nullptr);
+  EXPECT_EQ(kernel.numHeads(), 0); // the merged pattern serves any head count
+}
+
+TEST_F(RunErrors, CppWrapperThrowsWithTheCodeAndMessage) {
+  try {
+    Kernel::load(dir.path + "/missing.attnk");
+    FAIL() << "no exception";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.code(), ATTNC_ERROR_IO);
+    EXPECT_NE(std::string(e.what()).find("ATTNC_ERROR_IO"), std::string::npos);
+  }
+}
+
+} // namespace
+} // namespace attnc::test
