@@ -283,7 +283,7 @@ private:
         }
         TermRef t = lower(*s.value);
         if (t)
-          scope_[s.name] = {Binding::Let, t, s.nameRange, false};
+          scope_[s.name] = {Binding::Let, t, s.nameRange, usedBeforeLet_.count(s.name) != 0};
         else
           poisoned_.insert(s.name);
         break;
@@ -306,7 +306,7 @@ private:
         break;
       }
     }
-    if (!defaultStmt_ && headStmts_.empty())
+    if (!defaultStmt_ && !sawHeadStatement_)
       diags_.error(decl_.nameRange, "pattern '" + decl_.name +
                                         "' attends nothing: add 'attend SET' or 'head K attends SET'");
   }
@@ -336,10 +336,13 @@ private:
   }
 
   void lowerHeadAttends(const Stmt &s) {
+    sawHeadStatement_ = true;
     TermRef index = lowerConstant(*s.head, "a head index");
     TermRef set = lowerSet(*s.value);
-    if (!index)
+    if (!index) {
+      headStatementFailed_ = true;
       return;
+    }
     int64_t k = index->value();
     if (k < 0 || (declaredHeads_ && k >= *declaredHeads_)) {
       std::string range = declaredHeads_ ? "; pattern '" + decl_.name + "' has " +
@@ -349,12 +352,14 @@ private:
       diags_.error(s.head->range, "head index " + std::to_string(k) + " is out of range" + range);
       if (declaredHeads_)
         diags_.note(headsStmt_->range, "head count declared here");
+      headStatementFailed_ = true;
       return;
     }
     for (const auto &[prevIndex, prev] : headStmts_)
       if (prevIndex == k) {
         diags_.error(s.head->range, "head " + std::to_string(k) + " is given a set twice");
         diags_.note(prev->range, "previous set for head " + std::to_string(k) + " is here");
+        headStatementFailed_ = true;
         return;
       }
     headStmts_.push_back({k, &s});
@@ -373,6 +378,8 @@ private:
     for (int64_t k = 0; k < count; ++k) {
       TermRef set = headSets_.count(k) ? headSets_[k] : defaultSet_;
       if (!set) {
+        if (headStatementFailed_)
+          continue; // a failed 'head' statement was already reported
         diags_.error(decl_.nameRange, "head " + std::to_string(k) + " of pattern '" + decl_.name +
                                           "' has no set");
         diags_.note(decl_.nameRange, "give it one with 'head " + std::to_string(k) +
@@ -487,8 +494,10 @@ private:
     bool later = std::any_of(decl_.body.begin(), decl_.body.end(), [&](const Stmt &s) {
       return s.kind == StmtKind::Let && s.name == e.name;
     });
-    if (later)
+    if (later) {
+      usedBeforeLet_.insert(e.name);
       diags_.error(e.range, "'" + e.name + "' is used before its 'let'");
+    }
     else if (!best.empty())
       diags_.error(e.range, "use of undeclared name '" + e.name + "'; did you mean '" + best + "'?");
     else
@@ -670,6 +679,9 @@ private:
   const Stmt *defaultStmt_ = nullptr;
   TermRef defaultSet_;
   std::vector<std::pair<int64_t, const Stmt *>> headStmts_;
+  bool sawHeadStatement_ = false;
+  bool headStatementFailed_ = false;
+  std::set<std::string> usedBeforeLet_;
   std::map<int64_t, TermRef> headSets_;
 };
 

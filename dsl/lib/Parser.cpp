@@ -88,26 +88,38 @@ private:
     }
   }
 
-  void synchronize() {
-    // Skip at least one token, then up to the next statement start, keeping
-    // braces balanced so that a '}' inside a set literal does not end the
-    // pattern.
+  /// Skips the rest of a failed statement that began at token `start`: up to
+  /// the next statement keyword (or the pattern's '}') outside every brace
+  /// the statement opened, so that a set literal's '}' does not end the
+  /// pattern and the next statement is parsed normally.
+  void synchronize(size_t start) {
     int depth = 0;
-    bool first = true;
+    for (size_t k = start; k < pos_; ++k) {
+      if (tokens_[k].kind == TokenKind::LBrace)
+        ++depth;
+      else if (tokens_[k].kind == TokenKind::RBrace && depth > 0)
+        --depth;
+    }
+    bool first = pos_ == start;
     while (!at(TokenKind::Eof)) {
-      if (!first && depth == 0 && isStatementStart(tok().kind))
+      if (!first && depth == 0 && isStatementStart(tok().kind) && !at(TokenKind::RBrace))
         return;
       first = false;
       if (at(TokenKind::LBrace))
         ++depth;
       if (at(TokenKind::RBrace)) {
-        if (depth == 0)
+        // A '}' right before the end of the file or the next pattern closes
+        // the pattern, whatever the failed statement left open.
+        TokenKind next = tokens_[std::min(pos_ + 1, tokens_.size() - 1)].kind;
+        if (depth == 0 || next == TokenKind::Eof || next == TokenKind::KwPattern)
           return;
         --depth;
       }
       advance();
     }
   }
+
+  void synchronize() { synchronize(pos_); }
 
   void parsePattern() {
     SourceRange start = advance().range; // 'pattern'
@@ -117,16 +129,16 @@ private:
                   (!tok().text.empty() && std::isalpha(static_cast<unsigned char>(tok().text[0])));
     if (!isName) {
       expected("a pattern name after 'pattern'");
-      synchronize();
-      if (at(TokenKind::LBrace))
-        advance();
-    } else {
-      decl.name = tok().text;
-      decl.nameRange = advance().range;
-      if (!expect(TokenKind::LBrace, " after the pattern name")) {
+      if (!at(TokenKind::LBrace)) {
         synchronize();
         return;
       }
+      advance(); // parse the body anyway, to report what else is wrong
+    } else {
+      decl.name = tok().text;
+      decl.nameRange = advance().range;
+      // A missing '{' is reported, then the body is parsed as if it were there.
+      expect(TokenKind::LBrace, " after the pattern name");
     }
     while (!at(TokenKind::RBrace) && !at(TokenKind::Eof) && !at(TokenKind::KwPattern)) {
       if (at(TokenKind::Semicolon)) {
@@ -135,13 +147,14 @@ private:
       }
       size_t before = pos_;
       if (!parseStatement(decl.body)) {
-        synchronize();
+        synchronize(before);
         if (pos_ == before)
           advance();
       }
     }
     if (!at(TokenKind::RBrace)) {
-      diags_.error(tok().range, "expected '}' to end pattern '" + decl.name + "'");
+      diags_.error(tok().range, decl.name.empty() ? std::string("expected '}' to end the pattern")
+                                                  : "expected '}' to end pattern '" + decl.name + "'");
       diags_.note(start, "pattern started here");
     } else {
       advance();
