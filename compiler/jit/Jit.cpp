@@ -81,8 +81,16 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
   }
 
   codegen::CodeGenOptions cg;
+  if (options && options->backend && *options->backend) {
+    std::string b = options->backend;
+    if (b == "sparsifier")
+      cg.backend = codegen::Backend::Sparsifier;
+    else if (b != "fused")
+      return jitFail(ATTNC_ERROR_INVALID_ARGUMENT,
+                     "unknown backend '" + b + "'; available: fused, sparsifier");
+  }
   std::string keyText = std::string(fe.sourceText()) + '\0' + pattern->name + '\0' +
-                        codegen::paramString(*pattern) + '\0' + "sparsifier" + '\0' +
+                        codegen::paramString(*pattern) + '\0' + codegen::backendName(cg.backend) + '\0' +
                         codegen::compilerVersion() + '\0' + codegen::hostTarget() + '\0' +
                         codegen::hostFeatureString() + '\0' + std::to_string(ATTNC_ABI_VERSION) +
                         '\0' +

@@ -3,6 +3,7 @@
 
 #include "attnc/attnc.h"
 #include "attnc/compiler/Canonicalize.h"
+#include "attnc/compiler/Plan.h"
 #include "attnc/runtime/KernelFile.h"
 
 namespace attnc::codegen {
@@ -19,11 +20,17 @@ std::string paramString(const Pattern &pattern) {
   return out;
 }
 
+const char *backendName(Backend backend) {
+  return backend == Backend::Fused ? "fused" : "sparsifier";
+}
+
 bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions &options,
                      std::string &bytes, std::string &error) {
   ir::PatternIR ir = ir::canonicalizePattern(pattern);
   CodeGenResult result;
-  if (!generate(ir, fe.sources(), options, result, error))
+  // The fused backend's code is the runtime's tile kernels: the file carries
+  // the pattern, from which the runtime builds the plan.
+  if (options.backend == Backend::Sparsifier && !generate(ir, fe.sources(), options, result, error))
     return false;
   rt::KernelFile file;
   file.abiVersion = ATTNC_ABI_VERSION;
@@ -36,11 +43,16 @@ bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions 
       {"head_sets", std::to_string(ir.heads.size())},
       {"dtype", "f32"},
       {"target", hostTarget()},
-      {"backend", "sparsifier"},
+      {"backend", backendName(options.backend)},
       {"abi_version", std::to_string(ATTNC_ABI_VERSION)},
       {"source_hash", rt::fnv1aHex(file.source)},
       {"compiler_version", compilerVersion()},
   };
+  if (options.backend == Backend::Fused) {
+    plan::PlanOptions defaults;
+    file.metadata["tile_rows"] = std::to_string(defaults.tileRows);
+    file.metadata["tile_cols"] = std::to_string(defaults.tileCols);
+  }
   bytes = rt::encodeKernelFile(file);
   return true;
 }

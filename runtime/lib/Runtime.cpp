@@ -12,6 +12,8 @@
 #include "attnc/compiler/Canonicalize.h"
 #include "attnc/compiler/Csr.h"
 #include "attnc/compiler/Driver.h"
+#include "attnc/compiler/Plan.h"
+#include "FusedExecutor.h"
 #include "attnc/runtime/Internal.h"
 #include "attnc/runtime/KernelAbi.h"
 #include "attnc/runtime/KernelFile.h"
@@ -22,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <limits>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -40,10 +43,12 @@ attnc_status fail(attnc_status status, std::string message) {
   return status;
 }
 
-/// The row structure of every distinct head set at one n.
+/// What the kernels need at one n: the CSR of every distinct head set
+/// (sparsifier backend) or the plan's tiles (fused backend).
 struct Structure {
   int64_t n = 0;
   std::vector<attnc::ir::Csr> sets;
+  attnc::plan::PlanInstance plan;
 };
 
 } // namespace
@@ -53,6 +58,8 @@ struct attnc_kernel {
   attnc::ir::PatternIR ir;
   std::vector<int64_t> headToSet; ///< head index -> distinct set index
   std::vector<attnc_head_fn> entries;
+  bool fused = false;
+  attnc::plan::Plan plan;
   void *library = nullptr;
   int memfd = -1;
 
@@ -78,7 +85,12 @@ struct attnc_kernel {
       }
     auto s = std::make_shared<Structure>();
     s->n = n;
-    for (const auto &head : ir.heads) {
+    if (fused) {
+      if (n > std::numeric_limits<int32_t>::max())
+        return fail(ATTNC_ERROR_SHAPE, "sequence length " + std::to_string(n) + " does not fit 32-bit keys");
+      s->plan = attnc::plan::instantiate(plan, n);
+    }
+    for (const auto &head : fused ? std::vector<attnc::ir::PatternIR::Head>{} : ir.heads) {
       attnc::ir::Csr csr;
       std::string error;
       if (!attnc::ir::buildCsr(head.set, n, csr, error))
@@ -132,6 +144,22 @@ attnc_status rebuildPattern(attnc_kernel &kernel) {
 }
 
 attnc_status loadCode(attnc_kernel &kernel) {
+  auto backend = kernel.file.metadata.find("backend");
+  kernel.fused = backend != kernel.file.metadata.end() && backend->second == "fused";
+  if (kernel.fused) {
+    // Tile kernels are part of the runtime; the plan comes from the pattern.
+    attnc::plan::PlanOptions options;
+    auto get = [&](const char *key, int64_t fallback) {
+      auto it = kernel.file.metadata.find(key);
+      return it == kernel.file.metadata.end() ? fallback : std::atoll(it->second.c_str());
+    };
+    options.tileRows = get("tile_rows", options.tileRows);
+    options.tileCols = get("tile_cols", options.tileCols);
+    if (options.tileRows < 1 || options.tileCols < 1 || options.tileCols > 16)
+      return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tile sizes");
+    kernel.plan = attnc::plan::buildPlan(kernel.ir, options);
+    return ATTNC_OK;
+  }
   const std::string &code = kernel.file.code;
   if (code.empty())
     return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel file has no code section");
@@ -319,21 +347,28 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
     std::atomic<int64_t> next{0};
     auto worker = [&] {
       std::vector<float> qs, ks, vs, os, values, rows;
+      attnc::rt::FusedScratch fusedScratch;
       for (int64_t t = next++; t < tasks; t = next++) {
         int64_t b = t / heads, h = t % heads;
         const int64_t set = kernel->ir.headsDeclared ? kernel->headToSet[h] : 0;
-        const attnc::ir::Csr &csr = structure->sets[set];
-        values.resize(static_cast<size_t>(std::max<int64_t>(1, csr.nnz())));
-        rows.resize(static_cast<size_t>(3 * n));
         float *outBase = static_cast<float *>(o->data) + b * o->strides[0] + h * o->strides[1];
         bool outContiguous = contiguousSlice(*o);
         if (!outContiguous)
           os.assign(static_cast<size_t>(n * d), 0.0f);
-        attnc_head_args args{inputSlice(*q, b, h, qs), inputSlice(*k, b, h, ks),
-                             inputSlice(*v, b, h, vs), outContiguous ? outBase : os.data(),
-                             n, d, csr.pos.data(), csr.crd.data(), csr.nnz(), values.data(),
-                             rows.data(), scale};
-        kernel->entries[set](&args);
+        float *out = outContiguous ? outBase : os.data();
+        if (kernel->fused) {
+          attnc::rt::runFusedHead(structure->plan.heads[set], n, d, inputSlice(*q, b, h, qs),
+                                  inputSlice(*k, b, h, ks), inputSlice(*v, b, h, vs), out, scale,
+                                  fusedScratch);
+        } else {
+          const attnc::ir::Csr &csr = structure->sets[set];
+          values.resize(static_cast<size_t>(std::max<int64_t>(1, csr.nnz())));
+          rows.resize(static_cast<size_t>(3 * n));
+          attnc_head_args args{inputSlice(*q, b, h, qs), inputSlice(*k, b, h, ks),
+                               inputSlice(*v, b, h, vs), out, n, d, csr.pos.data(),
+                               csr.crd.data(), csr.nnz(), values.data(), rows.data(), scale};
+          kernel->entries[set](&args);
+        }
         if (!outContiguous)
           for (int64_t i = 0; i < n; ++i)
             for (int64_t c = 0; c < d; ++c)

@@ -13,7 +13,7 @@ namespace {
 struct CompileOptions {
   PatternOptions pattern;
   std::string target = "cpu";
-  std::string backend = "sparsifier";
+  std::string backend = "fused";
   std::string output;
 };
 
@@ -23,18 +23,15 @@ int runCompile(const CompileOptions &opts) {
               << " is not available in this build; available: cpu\n";
     return kExitUsage;
   }
-  if (opts.backend != "sparsifier") {
-    std::cerr << "attnc: error: --backend " << opts.backend
-              << " is not available in this build yet; available: sparsifier\n";
-    return kExitUsage;
-  }
   int exitCode = kExitOk;
   auto lp = loadPattern(opts.pattern, exitCode);
   if (!lp)
     return exitCode;
   auto start = std::chrono::steady_clock::now();
   std::string bytes, error;
-  if (!codegen::buildKernelFile(*lp->frontend, *lp->pattern, codegen::CodeGenOptions{}, bytes, error)) {
+  codegen::CodeGenOptions cg;
+  cg.backend = opts.backend == "fused" ? codegen::Backend::Fused : codegen::Backend::Sparsifier;
+  if (!codegen::buildKernelFile(*lp->frontend, *lp->pattern, cg, bytes, error)) {
     std::cerr << "attnc: internal error: code generation failed: " << error << "\n";
     return kExitInternal;
   }
@@ -57,12 +54,15 @@ void setupCompile(CLI::App &app, int &exitCode) {
   addPatternOptions(*cmd, opts->pattern);
   cmd->add_option("--target", opts->target, "cpu (the host CPU)")->capture_default_str();
   cmd->add_option("--backend", opts->backend,
-                  "sparsifier: the MLIR sparse-tensor path (fused: planned, issue #4)")
-      ->capture_default_str();
+                  "fused: the plan of disjoint pieces run by fused tile kernels; sparsifier: MLIR's "
+                  "sparse-tensor compiler, native code in the kernel file")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fused", "sparsifier"}));
   cmd->add_option("-o,--output", opts->output, "The kernel file to write (conventionally .attnk)")
       ->required();
   cmd->footer(examplesFooter({"attnc compile patterns/fixed.attn -o fixed.attnk",
-                              "attnc compile patterns/strided.attn -D l=64 -o strided64.attnk"}));
+                              "attnc compile patterns/strided.attn -D l=64 -o strided64.attnk",
+                              "attnc compile patterns/fixed.attn --backend sparsifier -o fixed-mlir.attnk"}));
   cmd->callback([opts, &exitCode] { exitCode = runCompile(*opts); });
 }
 

@@ -2,6 +2,7 @@
 #include "Common.h"
 
 #include "attnc/compiler/CodeGen.h"
+#include "attnc/compiler/Plan.h"
 
 #include <fstream>
 #include <iostream>
@@ -13,6 +14,7 @@ struct EmitOptions {
   PatternOptions pattern;
   std::string stage;
   std::string output;
+  int64_t n = 0;
 };
 
 int runEmit(const EmitOptions &opts) {
@@ -28,6 +30,9 @@ int runEmit(const EmitOptions &opts) {
     break;
   case Stage::Ir:
     text = ir::printPatternIR(lp->ir, &lp->frontend->sources());
+    break;
+  case Stage::Plan:
+    text = plan::printPlan(plan::buildPlan(lp->ir), opts.n);
     break;
   case Stage::Mlir:
   case Stage::Llvm:
@@ -64,13 +69,18 @@ void setupEmit(CLI::App &app, int &exitCode) {
   addPatternOptions(*cmd, opts->pattern);
   cmd->add_option("--stage", opts->stage,
                   "ast: the parsed syntax tree; ir: the canonical pattern IR (generators per "
-                  "head); mlir: the sparse-tensor dialect form (verifies with mlir-opt-19); "
+                  "head); plan: the fused backend's disjoint pieces, layouts and tiles; mlir: the sparse-tensor dialect form (verifies with mlir-opt-19); "
                   "llvm: optimised LLVM IR; asm: host assembly")
       ->required()
-      ->check(CLI::IsMember({"ast", "ir", "mlir", "llvm", "asm"}));
+      ->check(CLI::IsMember({"ast", "ir", "plan", "mlir", "llvm", "asm"}));
+  cmd->add_option("--n", opts->n,
+                  "With --stage plan: also report each piece's tiles and executed/useful work at "
+                  "this length")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
   cmd->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
   cmd->footer(examplesFooter({"attnc emit patterns/fixed.attn --stage ir",
                               "attnc emit patterns/strided.attn --stage ast -o strided.ast",
+                              "attnc emit patterns/strided.attn --stage plan --n 16384",
                               "attnc emit patterns/fixed.attn --stage mlir | mlir-opt-19"}));
   cmd->callback([opts, &exitCode] { exitCode = runEmit(*opts); });
 }

@@ -27,7 +27,7 @@ struct RunOptions {
   std::vector<std::string> defines;
   std::string pattern;
   std::string q, k, v, output;
-  std::string backend = "sparsifier";
+  std::string backend = "fused";
   int threads = 0;
   bool check = false;
 };
@@ -37,11 +37,6 @@ bool endsWith(const std::string &s, const std::string &suffix) {
 }
 
 int runRun(const RunOptions &opts) {
-  if (opts.backend != "sparsifier") {
-    std::cerr << "attnc: error: --backend " << opts.backend
-              << " is not available in this build yet; available: sparsifier\n";
-    return kExitUsage;
-  }
   NpyArray q, k, v;
   std::string error;
   for (auto [path, array] : {std::pair{&opts.q, &q}, {&opts.k, &k}, {&opts.v, &v}})
@@ -66,7 +61,8 @@ int runRun(const RunOptions &opts) {
     for (const std::string &d : opts.defines)
       defs.push_back(d.c_str());
     attnc_jit_options jo{defs.data(), static_cast<int32_t>(defs.size()),
-                         opts.pattern.empty() ? nullptr : opts.pattern.c_str(), nullptr, 0};
+                         opts.pattern.empty() ? nullptr : opts.pattern.c_str(), nullptr, 0,
+                         opts.backend.c_str()};
     status = attnc_jit_compile_file(opts.input.c_str(), &jo, &raw);
   } else {
     if (!opts.defines.empty() || !opts.pattern.empty()) {
@@ -181,8 +177,10 @@ void setupRun(CLI::App &app, int &exitCode) {
   cmd->add_option("--k", opts->k, "Keys, same shape")->required()->check(CLI::ExistingFile);
   cmd->add_option("--v", opts->v, "Values, same shape")->required()->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", opts->output, "Where to write O (.npy, same shape)");
-  cmd->add_option("--backend", opts->backend, "sparsifier (fused: planned, issue #4)")
-      ->capture_default_str();
+  cmd->add_option("--backend", opts->backend,
+                  "For a .attn input: fused or sparsifier (a kernel file has its backend built in)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fused", "sparsifier"}));
   cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
   cmd->add_flag("--check", opts->check,
                 "Compare with a double-precision reference and print the max abs error");

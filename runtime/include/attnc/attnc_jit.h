@@ -29,6 +29,8 @@ typedef struct attnc_jit_options {
   const char *cache_dir;
   /** Non-zero: neither read nor write the cache. */
   int32_t no_cache;
+  /** "fused" (null: the default) or "sparsifier" (MLIR's sparse-tensor path). */
+  const char *backend;
 } attnc_jit_options;
 
 /** Compiles (or fetches from the cache) the pattern in file `path`. */

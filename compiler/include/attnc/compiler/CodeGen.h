@@ -25,10 +25,16 @@
 
 namespace attnc::codegen {
 
-enum class Backend { Sparsifier };
+enum class Backend {
+  Fused,      ///< the plan (Plan.h), executed by the runtime's tile kernels
+  Sparsifier, ///< MLIR's sparse-tensor compiler, native code in the kernel file
+};
+
+/// "fused" / "sparsifier".
+const char *backendName(Backend backend);
 
 struct CodeGenOptions {
-  Backend backend = Backend::Sparsifier;
+  Backend backend = Backend::Fused;
   /// Stop after this stage and leave its text in the result; with Asm and
   /// `link`, go on to the shared object.
   Stage stopAfter = Stage::Asm;

@@ -3,7 +3,8 @@
 // The stages in order, as `attnc emit --stage` names them:
 //
 //   source --parse--> AST --sema--> Pattern (Terms) --canonicalize--> IR
-//          --lower (issue #3)--> MLIR --> LLVM IR --> asm / native code
+//     IR --plan--> pieces and tiles (fused backend, executed by the runtime)
+//     IR --lower--> MLIR sparse tensor --> LLVM IR --> asm / native code
 //
 // A Frontend owns the source buffers and the diagnostics of one run and
 // drives the first three stages.
@@ -20,7 +21,7 @@
 
 namespace attnc {
 
-enum class Stage { Ast, Ir, Mlir, Llvm, Asm };
+enum class Stage { Ast, Ir, Plan, Mlir, Llvm, Asm };
 
 /// Kebab-case stage names, in pipeline order.
 const char *stageName(Stage stage);
