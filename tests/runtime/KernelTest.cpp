@@ -62,12 +62,12 @@ TempDir &cacheDir() {
 
 using KernelPtr = std::unique_ptr<attnc_kernel, void (*)(attnc_kernel *)>;
 
-KernelPtr compile(const PatternCase &pc) {
+KernelPtr compile(const PatternCase &pc, const char *backend = "fused") {
   std::vector<const char *> defs;
   for (const std::string &d : pc.defines)
     defs.push_back(d.c_str());
   attnc_jit_options options{defs.data(), static_cast<int32_t>(defs.size()), nullptr,
-                            cacheDir().path.c_str(), 0};
+                            cacheDir().path.c_str(), 0, backend};
   attnc_kernel *kernel = nullptr;
   attnc_status s = attnc_jit_compile_file(patternPath(pc.file).c_str(), &options, &kernel);
   EXPECT_EQ(s, ATTNC_OK) << attnc_last_error();
@@ -100,44 +100,55 @@ double runAndCompare(const PatternCase &pc, attnc_kernel *kernel, Shape shape, f
   return worst;
 }
 
-class CpuKernel : public ::testing::TestWithParam<std::tuple<PatternCase, Shape>> {};
+class CpuKernel
+    : public ::testing::TestWithParam<std::tuple<PatternCase, Shape, const char *>> {};
 
 TEST_P(CpuKernel, MatchesReference) {
-  auto [pc, shape] = GetParam();
-  KernelPtr kernel = compile(pc);
+  auto [pc, shape, backend] = GetParam();
+  KernelPtr kernel = compile(pc, backend);
   ASSERT_TRUE(kernel);
+  EXPECT_STREQ(attnc_kernel_metadata(kernel.get(), "backend"), backend);
   EXPECT_LE(runAndCompare(pc, kernel.get(), shape, 1.0f, 11), 1e-4);
 }
 
 TEST_P(CpuKernel, StaysAccurateWithLargeMagnitudes) {
-  auto [pc, shape] = GetParam();
-  KernelPtr kernel = compile(pc);
+  auto [pc, shape, backend] = GetParam();
+  KernelPtr kernel = compile(pc, backend);
   ASSERT_TRUE(kernel);
   // Scores up to ~100 * sqrt(d): a naive softmax would overflow exp().
   EXPECT_LE(runAndCompare(pc, kernel.get(), shape, 10.0f, 23), 2e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    LibraryPatterns, CpuKernel, ::testing::Combine(::testing::ValuesIn(kPatterns), ::testing::ValuesIn(kShapes)),
+    LibraryPatterns, CpuKernel,
+    ::testing::Combine(::testing::ValuesIn(kPatterns), ::testing::ValuesIn(kShapes),
+                       ::testing::Values("fused", "sparsifier")),
     [](const ::testing::TestParamInfo<CpuKernel::ParamType> &info) {
       const Shape &s = std::get<1>(info.param);
-      return std::string(std::get<0>(info.param).label) + "_B" + std::to_string(s.batch) + "_N" +
-             std::to_string(s.n) + "_D" + std::to_string(s.d);
+      return std::string(std::get<2>(info.param)) + "_" + std::get<0>(info.param).label + "_B" +
+             std::to_string(s.batch) + "_N" + std::to_string(s.n) + "_D" + std::to_string(s.d);
     });
 
+class CpuKernelRows : public ::testing::TestWithParam<const char *> {};
+
+INSTANTIATE_TEST_SUITE_P(Backends, CpuKernelRows, ::testing::Values("fused", "sparsifier"),
+                         [](const ::testing::TestParamInfo<const char *> &info) {
+                           return std::string(info.param);
+                         });
+
 /// Compiles source text (not a library file) with the JIT.
-KernelPtr compileSource(const char *source) {
-  attnc_jit_options options{nullptr, 0, nullptr, cacheDir().path.c_str(), 0};
+KernelPtr compileSource(const char *source, const char *backend) {
+  attnc_jit_options options{nullptr, 0, nullptr, cacheDir().path.c_str(), 0, backend};
   attnc_kernel *kernel = nullptr;
   EXPECT_EQ(attnc_jit_compile_string(source, "inline.attn", &options, &kernel), ATTNC_OK)
       << attnc_last_error();
   return KernelPtr(kernel, attnc_kernel_free);
 }
 
-TEST(CpuKernelRows, EmptyRowsProduceZeros) {
+TEST_P(CpuKernelRows, EmptyRowsProduceZeros) {
   // Row 0 has no key (j < 0 is empty); rows with odd i have none either.
   const char *source = "pattern gaps { attend { j : j < i && i % 2 == 0 } }";
-  KernelPtr kernel = compileSource(source);
+  KernelPtr kernel = compileSource(source, GetParam());
   ASSERT_TRUE(kernel);
   int64_t n = 9, d = 5;
   std::vector<float> q = randomFloats(n * d, 1, 1), k = randomFloats(n * d, 2, 1),
@@ -154,9 +165,9 @@ TEST(CpuKernelRows, EmptyRowsProduceZeros) {
     }
 }
 
-TEST(CpuKernelRows, SingleKeyRowsCopyTheValue) {
+TEST_P(CpuKernelRows, SingleKeyRowsCopyTheValue) {
   // Every row attends exactly one key: itself. Softmax of one score is 1.
-  KernelPtr kernel = compileSource("pattern self { attend { j : j == i } }");
+  KernelPtr kernel = compileSource("pattern self { attend { j : j == i } }", GetParam());
   ASSERT_TRUE(kernel);
   int64_t n = 17, d = 3;
   std::vector<float> q = randomFloats(n * d, 4, 50), k = randomFloats(n * d, 5, 50),
@@ -168,8 +179,8 @@ TEST(CpuKernelRows, SingleKeyRowsCopyTheValue) {
     EXPECT_FLOAT_EQ(o[x], v[x]);
 }
 
-TEST(CpuKernelRows, StridedInputsGiveTheSameResultAsContiguous) {
-  KernelPtr kernel = compileSource("pattern win { causal attend { j : i - j < 4 } }");
+TEST_P(CpuKernelRows, StridedInputsGiveTheSameResultAsContiguous) {
+  KernelPtr kernel = compileSource("pattern win { causal attend { j : i - j < 4 } }", GetParam());
   ASSERT_TRUE(kernel);
   int64_t b = 2, h = 2, n = 23, d = 6;
   size_t count = static_cast<size_t>(b * h * n * d);
@@ -203,8 +214,8 @@ TEST(CpuKernelRows, StridedInputsGiveTheSameResultAsContiguous) {
   EXPECT_EQ(interleave(o), o2);
 }
 
-TEST(CpuKernelRows, OneKernelServesEverySequenceLength) {
-  KernelPtr kernel = compile(kPatterns[0]);
+TEST_P(CpuKernelRows, OneKernelServesEverySequenceLength) {
+  KernelPtr kernel = compile(kPatterns[0], GetParam());
   ASSERT_TRUE(kernel);
   for (int64_t n : {5, 64, 17, 200, 5})
     EXPECT_LE(runAndCompare(kPatterns[0], kernel.get(), {1, n, 8}, 1.0f, static_cast<uint32_t>(n)), 1e-4)

@@ -14,15 +14,18 @@
 namespace attnc::test {
 namespace {
 
-/// A valid kernel file for patterns/fixed.attn (l=16, c=4), built once.
+/// A valid kernel file for patterns/fixed.attn (l=16, c=4) with native code
+/// (sparsifier backend), built once.
 const std::string &fixedKernelBytes() {
   static const std::string bytes = [] {
     Frontend fe;
     SemaOptions sema;
     sema.defines = {{"l", 16}, {"c", 4}};
     std::string out, error;
+    codegen::CodeGenOptions options;
+    options.backend = codegen::Backend::Sparsifier;
     if (!fe.parseFile(patternPath("fixed")) || !fe.analyze(sema) ||
-        !codegen::buildKernelFile(fe, fe.patterns().front(), codegen::CodeGenOptions{}, out, error))
+        !codegen::buildKernelFile(fe, fe.patterns().front(), options, out, error))
       throw std::runtime_error("cannot build the test kernel: " + error);
     return out;
   }();
@@ -186,12 +189,25 @@ TEST_F(RunErrors, WrongHeadCountForADeclaredPatternIsRejected) {
   EXPECT_NE(std::string(attnc_last_error()).find("3 heads"), std::string::npos);
 }
 
+TEST_F(RuntimeErrors, FusedKernelWithBadTileSizesIsCorrupt) {
+  rt::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error));
+  file.metadata["backend"] = "fused";
+  file.metadata["tile_cols"] = "64";
+  file.code.clear();
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  file.metadata["tile_cols"] = "16";
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
+}
+
 TEST_F(RunErrors, MetadataDescribesTheKernel) {
   EXPECT_EQ(kernel.metadata("pattern"), "fixed");
   EXPECT_EQ(kernel.metadata("params"), "l=16,c=4");
   EXPECT_EQ(kernel.metadata("dtype"), "f32");
   EXPECT_EQ(kernel.metadata("abi_version"), std::to_string(ATTNC_ABI_VERSION));
   EXPECT_EQ(kernel.metadata("heads"), "any");
+  EXPECT_EQ(kernel.metadata("backend"), "sparsifier");
   EXPECT_EQ(kernel.metadata("source_hash").size(), 16u);
   EXPECT_NE(kernel.metadata("source").find("pattern fixed"), std::string::npos);
   EXPECT_EQ(attnc_kernel_metadata(kernel.get(), "no-such-key"), nullptr);
