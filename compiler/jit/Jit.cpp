@@ -85,9 +85,11 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
     std::string b = options->backend;
     if (b == "sparsifier")
       cg.backend = codegen::Backend::Sparsifier;
+    else if (b == "dense")
+      cg.backend = codegen::Backend::Dense;
     else if (b != "fused")
       return jitFail(ATTNC_ERROR_INVALID_ARGUMENT,
-                     "unknown backend '" + b + "'; available: fused, sparsifier");
+                     "unknown backend '" + b + "'; available: fused, sparsifier, dense");
   }
   std::string keyText = std::string(fe.sourceText()) + '\0' + pattern->name + '\0' +
                         codegen::paramString(*pattern) + '\0' + codegen::backendName(cg.backend) + '\0' +

@@ -21,7 +21,12 @@ std::string paramString(const Pattern &pattern) {
 }
 
 const char *backendName(Backend backend) {
-  return backend == Backend::Fused ? "fused" : "sparsifier";
+  switch (backend) {
+  case Backend::Fused: return "fused";
+  case Backend::Sparsifier: return "sparsifier";
+  case Backend::Dense: return "dense";
+  }
+  return "?";
 }
 
 bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions &options,
@@ -48,7 +53,7 @@ bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions 
       {"source_hash", rt::fnv1aHex(file.source)},
       {"compiler_version", compilerVersion()},
   };
-  if (options.backend == Backend::Fused) {
+  if (options.backend != Backend::Sparsifier) {
     plan::PlanOptions defaults;
     file.metadata["tile_rows"] = std::to_string(defaults.tileRows);
     file.metadata["tile_cols"] = std::to_string(defaults.tileCols);

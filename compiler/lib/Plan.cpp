@@ -24,7 +24,7 @@ const ir::SetNode *findResidue(const ir::SetNode &s) {
 
 /// Tiles of `rows` rows whose keys `rowKeys(r)` returns (sorted intervals).
 TileList buildTiles(int64_t rows, const std::function<IntervalSet(int64_t)> &rowKeys, int64_t R,
-                    int64_t C) {
+                    int64_t C, int64_t denseKeys = 0) {
   TileList t;
   std::vector<IntervalSet> blockRows(static_cast<size_t>(R));
   std::vector<uint64_t> bits;
@@ -37,6 +37,8 @@ TileList buildTiles(int64_t rows, const std::function<IntervalSet(int64_t)> &row
       unionKeys.insert(unionKeys.end(), blockRows[r].begin(), blockRows[r].end());
     }
     normalize(unionKeys);
+    if (denseKeys > 0)
+      unionKeys = {{0, denseKeys}};
     TileList::Block block{static_cast<int32_t>(r0), static_cast<int32_t>(count),
                           static_cast<int32_t>(t.tiles.size()), 0};
     size_t keyBase = t.keys.size();
@@ -59,25 +61,24 @@ TileList buildTiles(int64_t rows, const std::function<IntervalSet(int64_t)> &row
         for (int64_t p = a; p < b; ++p)
           bits[r * words + p / 64] |= uint64_t{1} << (p % 64);
       }
+    const uint32_t allRows = count == 32 ? 0xffffffffu : ((1u << count) - 1);
     for (int64_t p0 = 0; p0 < numKeys; p0 += C) {
       int32_t width = static_cast<int32_t>(std::min(C, numKeys - p0));
-      uint32_t fullMask = width == 32 ? 0xffffffffu : ((1u << width) - 1);
       bool full = true;
-      std::vector<uint32_t> rowMasks(static_cast<size_t>(count));
-      for (int64_t r = 0; r < count; ++r) {
+      std::vector<uint32_t> keyMasks(static_cast<size_t>(width));
+      for (int32_t c = 0; c < width; ++c) {
+        int64_t p = p0 + c;
         uint32_t m = 0;
-        for (int32_t c = 0; c < width; ++c) {
-          int64_t p = p0 + c;
+        for (int64_t r = 0; r < count; ++r)
           if (bits[r * words + p / 64] >> (p % 64) & 1)
-            m |= 1u << c;
-        }
-        rowMasks[r] = m;
-        full = full && m == fullMask;
+            m |= 1u << r;
+        keyMasks[c] = m;
+        full = full && m == allRows;
       }
       TileList::Tile tile{static_cast<int32_t>(keyBase + p0), width, -1};
       if (!full) {
         tile.maskOffset = static_cast<int32_t>(t.masks.size());
-        t.masks.insert(t.masks.end(), rowMasks.begin(), rowMasks.end());
+        t.masks.insert(t.masks.end(), keyMasks.begin(), keyMasks.end());
       }
       t.tiles.push_back(tile);
       t.executed += count * width;
@@ -95,8 +96,8 @@ const char *strategyName(Strategy s) {
 } // namespace
 
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
-  ATTNC_CHECK(options.tileCols >= 1 && options.tileCols <= 32, "tile columns must be in [1, 32]");
-  ATTNC_CHECK(options.tileRows >= 1, "tile rows must be positive");
+  ATTNC_CHECK(options.tileRows >= 1 && options.tileRows <= 32, "tile rows must be in [1, 32]");
+  ATTNC_CHECK(options.tileCols >= 1, "tile columns must be positive");
   Plan plan;
   plan.pattern = ir.name;
   plan.options = options;
@@ -180,6 +181,26 @@ PlanInstance instantiate(const Plan &plan, int64_t n) {
       }
       hi.pieces.push_back(std::move(pi));
     }
+    inst.heads.push_back(std::move(hi));
+  }
+  return inst;
+}
+
+PlanInstance instantiateDense(const Plan &plan, int64_t n) {
+  PlanInstance inst;
+  inst.n = n;
+  for (const HeadPlan &hp : plan.heads) {
+    std::vector<ir::SetRef> sets;
+    for (const Piece &p : hp.pieces)
+      sets.push_back(p.set);
+    ir::RowEvaluator eval(ir::SetNode::unite(sets, {}), n);
+    PieceInstance pi;
+    pi.classes.push_back(buildTiles(n, [&](int64_t i) { return eval.row(i); },
+                                    plan.options.tileRows, plan.options.tileCols, n));
+    HeadInstance hi;
+    hi.useful = pi.classes[0].useful;
+    hi.executed = pi.classes[0].executed;
+    hi.pieces.push_back(std::move(pi));
     inst.heads.push_back(std::move(hi));
   }
   return inst;

@@ -49,20 +49,6 @@ inline v16 exp16(v16 x) {
   return x < lo ? splat(0.0f) : r;
 }
 
-inline float hmax(v16 x) {
-  float m = x[0];
-  for (int c = 1; c < kLanes; ++c)
-    m = std::max(m, x[c]);
-  return m;
-}
-
-inline float hsum(v16 x) {
-  float s = 0;
-  for (int c = 0; c < kLanes; ++c)
-    s += x[c];
-  return s;
-}
-
 struct TileArgs {
   const float *q;      // rows of the (gathered) query space, row-major [*, d]
   const float *k;
@@ -71,84 +57,158 @@ struct TileArgs {
   float scale;
   const int32_t *rowMap; // (gathered) row -> state row; null: identity
   float *rowMax, *rowSum, *acc;
+  bool dense = false;    // baseline: never skip masked work
 };
 
+inline v16 load16(const float *p) {
+  v16 x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+inline void store16(float *p, v16 x) { std::memcpy(p, &x, sizeof x); }
+
+/// Lanes r (rows of a 32-row block, `half` selects rows 16..31) whose bit is
+/// set in `word`.
+inline vi16 laneMask(uint32_t word, int half) {
+  static const vi16 kLaneBit = {1 << 0,  1 << 1,  1 << 2,  1 << 3,  1 << 4,  1 << 5,
+                                1 << 6,  1 << 7,  1 << 8,  1 << 9,  1 << 10, 1 << 11,
+                                1 << 12, 1 << 13, 1 << 14, 1 << 15};
+  vi16 w = vi16{} + static_cast<int32_t>(half ? word >> 16 : word & 0xffff);
+  return (w & kLaneBit) != 0;
+}
+
+/// The tiles of one piece. Rows of a block are vector lanes (32 rows = two
+/// 16-lane halves), so the softmax needs no horizontal reductions: per tile
+/// S^T = K_tile Q_block^T (keys broadcast from their rows, Q^T loaded once per
+/// block), the online-softmax update per lane, and O^T += V_tile^T P^T.
 __attribute__((target_clones("avx512f", "default")))
 void runTiles(const plan::TileList &tl, const TileArgs &a) {
+  constexpr int kRows = 32;
+  constexpr int kGroup = 8;
   const int64_t d = a.d;
   const float ninf = -std::numeric_limits<float>::infinity();
-  // Plain float storage (vector of v16 need not be 64-byte aligned); loads
-  // go through memcpy, i.e. unaligned vector loads.
-  std::vector<float> kt(static_cast<size_t>(kLanes * d));
-  std::vector<float> vt(static_cast<size_t>(kLanes * d));
-  alignas(64) float probs[4][kLanes];
+  std::vector<float> qt(static_cast<size_t>(d * kRows)), accT(static_cast<size_t>(d * kRows));
+  std::vector<float> probs; // count x kRows
+  std::vector<float> scores; // count x kRows
   for (const plan::TileList::Block &block : tl.blocks) {
+    if (block.numTiles == 0)
+      continue;
+    const int32_t rows = block.rows;
+    const uint32_t rowsValid = rows == 32 ? 0xffffffffu : ((1u << rows) - 1);
+    // Q^T of the block and the rows' running state, transposed.
+    float rowM[kRows], rowL[kRows];
+    for (int r = 0; r < kRows; ++r) {
+      int64_t row = block.firstRow + r;
+      int64_t state = r < rows ? (a.rowMap ? a.rowMap[row] : row) : -1;
+      const float *qr = r < rows ? a.q + row * d : nullptr;
+      const float *ar = r < rows ? a.acc + state * d : nullptr;
+      for (int64_t x = 0; x < d; ++x) {
+        qt[x * kRows + r] = qr ? qr[x] : 0.0f;
+        accT[x * kRows + r] = ar ? ar[x] : 0.0f;
+      }
+      rowM[r] = r < rows ? a.rowMax[state] : ninf;
+      rowL[r] = r < rows ? a.rowSum[state] : 0.0f;
+    }
+    v16 M[2] = {load16(rowM), load16(rowM + 16)}, L[2] = {load16(rowL), load16(rowL + 16)};
+
     for (int32_t ti = 0; ti < block.numTiles; ++ti) {
       const plan::TileList::Tile &tile = tl.tiles[block.firstTile + ti];
+      const int32_t count = tile.count;
       const int32_t *keys = tl.keys.data() + tile.keyOffset;
-      // K^T (padded with zeros) and V rows of the tile.
-      std::fill(kt.begin(), kt.end(), 0.0f);
-      for (int32_t c = 0; c < tile.count; ++c) {
-        const float *kr = a.k + static_cast<int64_t>(keys[c]) * d;
-        for (int64_t x = 0; x < d; ++x)
-          kt[x * kLanes + c] = kr[x];
-        std::memcpy(&vt[c * d], a.v + static_cast<int64_t>(keys[c]) * d, sizeof(float) * d);
-      }
       const uint32_t *masks = tile.maskOffset >= 0 ? tl.masks.data() + tile.maskOffset : nullptr;
-      const uint32_t padMask = tile.count == 32 ? 0xffffffffu : ((1u << tile.count) - 1);
-      for (int32_t r0 = 0; r0 < block.rows; r0 += 4) {
-        int32_t rows = std::min<int32_t>(4, block.rows - r0);
-        v16 s[4] = {v16{}, v16{}, v16{}, v16{}};
-        const float *qr[4];
-        for (int32_t r = 0; r < 4; ++r)
-          qr[r] = a.q + static_cast<int64_t>(block.firstRow + r0 + std::min(r, rows - 1)) * d;
+      scores.resize(static_cast<size_t>(kRows * count));
+      probs.resize(static_cast<size_t>(kRows * count));
+      // S^T = K Q^T, kGroup keys at a time.
+      for (int32_t c0 = 0; c0 < count; c0 += kGroup) {
+        int32_t g = std::min(kGroup, count - c0);
+        const float *kr[kGroup];
+        for (int32_t c = 0; c < kGroup; ++c)
+          kr[c] = a.k + static_cast<int64_t>(keys[c0 + std::min(c, g - 1)]) * d;
+        v16 s0[kGroup] = {}, s1[kGroup] = {};
         for (int64_t x = 0; x < d; ++x) {
-          v16 kx;
-          std::memcpy(&kx, &kt[x * kLanes], sizeof kx);
-          s[0] += qr[0][x] * kx;
-          s[1] += qr[1][x] * kx;
-          s[2] += qr[2][x] * kx;
-          s[3] += qr[3][x] * kx;
-        }
-        for (int32_t r = 0; r < rows; ++r) {
-          uint32_t m = masks ? masks[r0 + r] : padMask;
-          if (m == 0) {
-            for (int c = 0; c < kLanes; ++c)
-              probs[r][c] = 0;
-            continue;
+          v16 q0 = load16(&qt[x * kRows]), q1 = load16(&qt[x * kRows + 16]);
+          for (int32_t c = 0; c < kGroup; ++c) {
+            s0[c] += kr[c][x] * q0;
+            s1[c] += kr[c][x] * q1;
           }
-          v16 sc = s[r] * a.scale;
-          for (int c = 0; c < kLanes; ++c)
-            if (!(m >> c & 1))
-              sc[c] = ninf;
-          int64_t row = block.firstRow + r0 + r;
-          int64_t state = a.rowMap ? a.rowMap[row] : row;
-          float oldMax = a.rowMax[state];
-          float newMax = std::max(oldMax, hmax(sc));
-          v16 p = exp16(sc - newMax);
-          float correction = oldMax == ninf ? 0.0f : std::exp(oldMax - newMax);
-          a.rowMax[state] = newMax;
-          a.rowSum[state] = a.rowSum[state] * correction + hsum(p);
-          float *accRow = a.acc + state * d;
-          if (correction != 1.0f)
-            for (int64_t x = 0; x < d; ++x)
-              accRow[x] *= correction;
-          std::memcpy(probs[r], &p, sizeof p);
         }
-        // O_rows += P V_tile.
-        for (int32_t r = 0; r < rows; ++r) {
-          int64_t row = block.firstRow + r0 + r;
-          float *accRow = a.acc + (a.rowMap ? a.rowMap[row] : row) * d;
-          for (int32_t c = 0; c < tile.count; ++c) {
-            float p = probs[r][c];
-            if (p == 0.0f)
-              continue;
-            const float *vr = &vt[c * d];
-            for (int64_t x = 0; x < d; ++x)
-              accRow[x] += p * vr[x];
-          }
+        for (int32_t c = 0; c < g; ++c) {
+          store16(&scores[(c0 + c) * kRows], s0[c] * a.scale);
+          store16(&scores[(c0 + c) * kRows + 16], s1[c] * a.scale);
         }
       }
+      // Mask, new running max per row.
+      v16 newM[2] = {M[0], M[1]};
+      for (int32_t c = 0; c < count; ++c) {
+        uint32_t word = (masks ? masks[c] : 0xffffffffu) & rowsValid;
+        for (int h = 0; h < 2; ++h) {
+          v16 sc = load16(&scores[c * kRows + 16 * h]);
+          vi16 in = laneMask(word, h);
+          sc = in ? sc : splat(ninf);
+          store16(&scores[c * kRows + 16 * h], sc);
+          newM[h] = newM[h] > sc ? newM[h] : sc;
+        }
+      }
+      // Rescale what was accumulated under the old max.
+      v16 corr[2];
+      bool rescale = false;
+      for (int h = 0; h < 2; ++h) {
+        vi16 live = M[h] != splat(ninf);
+        corr[h] = live ? exp16(M[h] - newM[h]) : splat(0.0f);
+        L[h] *= corr[h];
+        M[h] = newM[h];
+        for (int lane = 0; lane < 16; ++lane)
+          rescale = rescale || corr[h][lane] != 1.0f;
+      }
+      if (rescale || a.dense)
+        for (int64_t x = 0; x < d; ++x) {
+          store16(&accT[x * kRows], load16(&accT[x * kRows]) * corr[0]);
+          store16(&accT[x * kRows + 16], load16(&accT[x * kRows + 16]) * corr[1]);
+        }
+      // P = exp(S - max), row sums.
+      for (int32_t c = 0; c < count; ++c)
+        for (int h = 0; h < 2; ++h) {
+          v16 sc = load16(&scores[c * kRows + 16 * h]);
+          vi16 in = sc != splat(ninf);
+          v16 p = in ? exp16(sc - M[h]) : splat(0.0f);
+          L[h] += p;
+          store16(&probs[c * kRows + 16 * h], p);
+        }
+      // O^T += V^T P^T, kGroup keys at a time (their P in registers).
+      for (int32_t c0 = 0; c0 < count; c0 += kGroup) {
+        int32_t g = std::min(kGroup, count - c0);
+        const float *vr[kGroup];
+        v16 p0[kGroup], p1[kGroup];
+        for (int32_t c = 0; c < kGroup; ++c) {
+          bool real = c < g;
+          vr[c] = a.v + static_cast<int64_t>(keys[c0 + std::min(c, g - 1)]) * d;
+          p0[c] = real ? load16(&probs[(c0 + c) * kRows]) : splat(0.0f);
+          p1[c] = real ? load16(&probs[(c0 + c) * kRows + 16]) : splat(0.0f);
+        }
+        for (int64_t x = 0; x < d; ++x) {
+          v16 a0 = load16(&accT[x * kRows]), a1 = load16(&accT[x * kRows + 16]);
+          for (int32_t c = 0; c < kGroup; ++c) {
+            a0 += vr[c][x] * p0[c];
+            a1 += vr[c][x] * p1[c];
+          }
+          store16(&accT[x * kRows], a0);
+          store16(&accT[x * kRows + 16], a1);
+        }
+      }
+    }
+    // Store the state back.
+    store16(rowM, M[0]);
+    store16(rowM + 16, M[1]);
+    store16(rowL, L[0]);
+    store16(rowL + 16, L[1]);
+    for (int r = 0; r < rows; ++r) {
+      int64_t row = block.firstRow + r;
+      int64_t state = a.rowMap ? a.rowMap[row] : row;
+      a.rowMax[state] = rowM[r];
+      a.rowSum[state] = rowL[r];
+      float *ar = a.acc + state * d;
+      for (int64_t x = 0; x < d; ++x)
+        ar[x] = accT[x * kRows + r];
     }
   }
 }
@@ -156,11 +216,12 @@ void runTiles(const plan::TileList &tl, const TileArgs &a) {
 } // namespace
 
 void runFusedHead(const plan::HeadInstance &head, int64_t n, int64_t d, const float *q,
-                  const float *k, const float *v, float *o, float scale, FusedScratch &s) {
+                  const float *k, const float *v, float *o, float scale, bool dense,
+                  FusedScratch &s) {
   s.rowMax.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
   s.rowSum.assign(static_cast<size_t>(n), 0.0f);
   s.acc.assign(static_cast<size_t>(n * d), 0.0f);
-  TileArgs args{q, k, v, d, scale, nullptr, s.rowMax.data(), s.rowSum.data(), s.acc.data()};
+  TileArgs args{q, k, v, d, scale, nullptr, s.rowMax.data(), s.rowSum.data(), s.acc.data(), dense};
   for (const plan::PieceInstance &piece : head.pieces) {
     if (piece.strategy == plan::Strategy::RowTiles) {
       args.q = q;

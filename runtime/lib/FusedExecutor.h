@@ -25,7 +25,10 @@ struct FusedScratch {
 };
 
 /// Computes one contiguous [n, d] slice: o = attention over the head's pieces.
+/// `dense` (the baseline) rescales and accumulates even where a tile's mask
+/// leaves nothing to do.
 void runFusedHead(const plan::HeadInstance &head, int64_t n, int64_t d, const float *q,
-                  const float *k, const float *v, float *o, float scale, FusedScratch &scratch);
+                  const float *k, const float *v, float *o, float scale, bool dense,
+                  FusedScratch &scratch);
 
 } // namespace attnc::rt

@@ -58,7 +58,8 @@ struct attnc_kernel {
   attnc::ir::PatternIR ir;
   std::vector<int64_t> headToSet; ///< head index -> distinct set index
   std::vector<attnc_head_fn> entries;
-  bool fused = false;
+  bool fused = false; ///< plan-driven tile kernels (backends "fused" and "dense")
+  bool dense = false; ///< the dense masked baseline
   attnc::plan::Plan plan;
   void *library = nullptr;
   int memfd = -1;
@@ -88,7 +89,7 @@ struct attnc_kernel {
     if (fused) {
       if (n > std::numeric_limits<int32_t>::max())
         return fail(ATTNC_ERROR_SHAPE, "sequence length " + std::to_string(n) + " does not fit 32-bit keys");
-      s->plan = attnc::plan::instantiate(plan, n);
+      s->plan = dense ? attnc::plan::instantiateDense(plan, n) : attnc::plan::instantiate(plan, n);
     }
     for (const auto &head : fused ? std::vector<attnc::ir::PatternIR::Head>{} : ir.heads) {
       attnc::ir::Csr csr;
@@ -145,7 +146,8 @@ attnc_status rebuildPattern(attnc_kernel &kernel) {
 
 attnc_status loadCode(attnc_kernel &kernel) {
   auto backend = kernel.file.metadata.find("backend");
-  kernel.fused = backend != kernel.file.metadata.end() && backend->second == "fused";
+  kernel.dense = backend != kernel.file.metadata.end() && backend->second == "dense";
+  kernel.fused = kernel.dense || (backend != kernel.file.metadata.end() && backend->second == "fused");
   if (kernel.fused) {
     // Tile kernels are part of the runtime; the plan comes from the pattern.
     attnc::plan::PlanOptions options;
@@ -155,7 +157,7 @@ attnc_status loadCode(attnc_kernel &kernel) {
     };
     options.tileRows = get("tile_rows", options.tileRows);
     options.tileCols = get("tile_cols", options.tileCols);
-    if (options.tileRows < 1 || options.tileCols < 1 || options.tileCols > 16)
+    if (options.tileRows < 1 || options.tileCols < 1 || options.tileCols > 64)
       return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tile sizes");
     kernel.plan = attnc::plan::buildPlan(kernel.ir, options);
     return ATTNC_OK;
@@ -359,7 +361,7 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
         if (kernel->fused) {
           attnc::rt::runFusedHead(structure->plan.heads[set], n, d, inputSlice(*q, b, h, qs),
                                   inputSlice(*k, b, h, ks), inputSlice(*v, b, h, vs), out, scale,
-                                  fusedScratch);
+                                  kernel->dense, fusedScratch);
         } else {
           const attnc::ir::Csr &csr = structure->sets[set];
           values.resize(static_cast<size_t>(std::max<int64_t>(1, csr.nnz())));

@@ -30,7 +30,9 @@ int runCompile(const CompileOptions &opts) {
   auto start = std::chrono::steady_clock::now();
   std::string bytes, error;
   codegen::CodeGenOptions cg;
-  cg.backend = opts.backend == "fused" ? codegen::Backend::Fused : codegen::Backend::Sparsifier;
+  cg.backend = opts.backend == "fused"        ? codegen::Backend::Fused
+               : opts.backend == "sparsifier" ? codegen::Backend::Sparsifier
+                                              : codegen::Backend::Dense;
   if (!codegen::buildKernelFile(*lp->frontend, *lp->pattern, cg, bytes, error)) {
     std::cerr << "attnc: internal error: code generation failed: " << error << "\n";
     return kExitInternal;
@@ -55,9 +57,10 @@ void setupCompile(CLI::App &app, int &exitCode) {
   cmd->add_option("--target", opts->target, "cpu (the host CPU)")->capture_default_str();
   cmd->add_option("--backend", opts->backend,
                   "fused: the plan of disjoint pieces run by fused tile kernels; sparsifier: MLIR's "
-                  "sparse-tensor compiler, native code in the kernel file")
+                  "sparse-tensor compiler, native code in the kernel file; dense: the dense masked "
+                  "baseline (every pair, the pattern as a mask)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"fused", "sparsifier"}));
+      ->check(CLI::IsMember({"fused", "sparsifier", "dense"}));
   cmd->add_option("-o,--output", opts->output, "The kernel file to write (conventionally .attnk)")
       ->required();
   cmd->footer(examplesFooter({"attnc compile patterns/fixed.attn -o fixed.attnk",

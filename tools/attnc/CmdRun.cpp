@@ -180,7 +180,7 @@ void setupRun(CLI::App &app, int &exitCode) {
   cmd->add_option("--backend", opts->backend,
                   "For a .attn input: fused or sparsifier (a kernel file has its backend built in)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"fused", "sparsifier"}));
+      ->check(CLI::IsMember({"fused", "sparsifier", "dense"}));
   cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
   cmd->add_flag("--check", opts->check,
                 "Compare with a double-precision reference and print the max abs error");

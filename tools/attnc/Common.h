@@ -59,5 +59,6 @@ void setupAnalyze(CLI::App &app, int &exitCode);
 void setupEmit(CLI::App &app, int &exitCode);
 void setupCompile(CLI::App &app, int &exitCode);
 void setupRun(CLI::App &app, int &exitCode);
+void setupBench(CLI::App &app, int &exitCode);
 
 } // namespace attnc::tool

@@ -32,6 +32,7 @@ int main(int argc, char **argv) {
   setupEmit(app, exitCode);
   setupCompile(app, exitCode);
   setupRun(app, exitCode);
+  setupBench(app, exitCode);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &e) {

@@ -29,7 +29,8 @@ typedef struct attnc_jit_options {
   const char *cache_dir;
   /** Non-zero: neither read nor write the cache. */
   int32_t no_cache;
-  /** "fused" (null: the default) or "sparsifier" (MLIR's sparse-tensor path). */
+  /** "fused" (null: the default), "sparsifier" (MLIR's sparse-tensor path) or
+   *  "dense" (the dense masked baseline, for comparisons). */
   const char *backend;
 } attnc_jit_options;
 

@@ -28,9 +28,10 @@ namespace attnc::codegen {
 enum class Backend {
   Fused,      ///< the plan (Plan.h), executed by the runtime's tile kernels
   Sparsifier, ///< MLIR's sparse-tensor compiler, native code in the kernel file
+  Dense,      ///< baseline: every pair computed by the same tiles, the pattern as a mask
 };
 
-/// "fused" / "sparsifier".
+/// "fused" / "sparsifier" / "dense".
 const char *backendName(Backend backend);
 
 struct CodeGenOptions {

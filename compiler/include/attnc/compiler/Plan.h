@@ -44,8 +44,8 @@ struct HeadPlan {
 };
 
 struct PlanOptions {
-  int64_t tileRows = 32;   ///< R
-  int64_t tileCols = 16;   ///< C (at most 32: masks are 32-bit)
+  int64_t tileRows = 32;   ///< R (at most 32: masks are 32-bit)
+  int64_t tileCols = 32;   ///< C
 };
 
 struct Plan {
@@ -66,12 +66,12 @@ struct TileList {
   struct Tile {
     int32_t keyOffset;  ///< into `keys`: this tile's keys are keys[keyOffset .. + count)
     int32_t count;      ///< <= C
-    int32_t maskOffset; ///< -1 when full; else rows uint32 masks start here in `masks`
+    int32_t maskOffset; ///< -1 when full; else `count` uint32 masks start here in `masks`
   };
   std::vector<Block> blocks;
   std::vector<Tile> tiles;
   std::vector<int32_t> keys;
-  std::vector<uint32_t> masks;  ///< bit c of masks[maskOffset + r]: row r has key c
+  std::vector<uint32_t> masks;  ///< bit r of masks[maskOffset + c]: block row r has the tile's key c
   int64_t keyClass = 0;         ///< residue-relayout: keys are keyClass + u m
   int64_t useful = 0;           ///< pairs in the piece
   int64_t executed = 0;         ///< pairs the tiles compute (rows x count per tile)
@@ -96,6 +96,11 @@ struct PlanInstance {
 };
 
 PlanInstance instantiate(const Plan &plan, int64_t n);
+
+/// The dense masked baseline: one piece per head whose row blocks take every
+/// key [0, n) (no block skipping, no compaction) with the pattern as a mask.
+/// What a dense kernel with a boolean mask computes, run by the same tiles.
+PlanInstance instantiateDense(const Plan &plan, int64_t n);
 
 /// `attnc emit --stage plan`: the pieces, strategies and tiles; with n > 0,
 /// also the executed/useful work per piece at that n.

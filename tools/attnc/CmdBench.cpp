@@ -1,0 +1,212 @@
+//===- CmdBench.cpp - attnc bench: backends side by side in one run -------===//
+//
+// For each backend: compile through the JIT (cached), run once to warm up
+// (the plan or CSR for n is built then), then time `--repeat` runs and
+// report the median. Effective GFLOP/s = 4 * nnz * d * batch * heads / time,
+// where nnz counts the pattern's pairs per head (the useful work); executed /
+// useful is what the backend computes over what the pattern needs.
+//
+//===----------------------------------------------------------------------===//
+#include "Common.h"
+
+#include "attnc/attnc.h"
+#include "attnc/attnc_jit.h"
+#include "attnc/compiler/Analysis.h"
+#include "attnc/compiler/Plan.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+namespace attnc::tool {
+
+namespace {
+struct BenchOptions {
+  PatternOptions pattern;
+  int64_t n = 0, d = 64, batch = 1, heads = 8;
+  std::vector<std::string> backends = {"fused", "sparsifier", "dense"};
+  int threads = 0;
+  int repeat = 5;
+  bool json = false;
+};
+
+struct Row {
+  std::string backend;
+  double ms = 0, gflops = 0, waste = 1;
+  bool ok = false;
+  std::string error;
+};
+
+int runBench(const BenchOptions &opts) {
+  int exitCode = kExitOk;
+  auto lp = loadPattern(opts.pattern, exitCode);
+  if (!lp)
+    return exitCode;
+  const Pattern &p = *lp->pattern;
+  int64_t heads = p.headsDeclared ? p.numHeads() : opts.heads;
+  if (p.headsDeclared && opts.heads != 8 && opts.heads != heads) {
+    std::cerr << "attnc: error: pattern '" << p.name << "' declares " << heads
+              << " heads; --heads " << opts.heads << " does not match\n";
+    return kExitUsage;
+  }
+  // Useful work: nnz per head, summed over the heads that run.
+  std::vector<int64_t> setNnz;
+  for (const auto &h : lp->ir.heads)
+    setNnz.push_back(ir::analyzeRows(h.set, opts.n).nnz);
+  int64_t nnzAllHeads = 0;
+  for (int64_t h = 0; h < heads; ++h) {
+    size_t set = 0;
+    for (size_t k = 0; k < lp->ir.heads.size(); ++k)
+      for (int64_t hh : lp->ir.heads[k].heads)
+        if (p.headsDeclared && hh == h)
+          set = k;
+    nnzAllHeads += setNnz[set];
+  }
+  double usefulFlops = 4.0 * double(nnzAllHeads) * double(opts.d) * double(opts.batch);
+
+  plan::Plan plan = plan::buildPlan(lp->ir);
+  auto wasteOf = [&](const plan::PlanInstance &inst) {
+    int64_t useful = 0, executed = 0;
+    for (const auto &h : inst.heads) {
+      useful += h.useful;
+      executed += h.executed;
+    }
+    return useful ? double(executed) / double(useful) : 1.0;
+  };
+
+  size_t count = static_cast<size_t>(opts.batch * heads * opts.n * opts.d);
+  std::vector<float> q(count), k(count), v(count), o(count);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  for (size_t x = 0; x < count; ++x) {
+    q[x] = normal(rng);
+    k[x] = normal(rng);
+    v[x] = normal(rng);
+  }
+  auto view = [&](std::vector<float> &data) {
+    attnc_tensor t{};
+    t.data = data.data();
+    t.dtype = ATTNC_DTYPE_F32;
+    int64_t shape[4] = {opts.batch, heads, opts.n, opts.d};
+    int64_t stride = 1;
+    for (int a = 3; a >= 0; --a) {
+      t.shape[a] = shape[a];
+      t.strides[a] = stride;
+      stride *= shape[a];
+    }
+    return t;
+  };
+  attnc_tensor tq = view(q), tk = view(k), tv = view(v), to = view(o);
+  attnc_run_options ro{0.0f, opts.threads};
+
+  std::vector<const char *> defs;
+  for (const std::string &d : opts.pattern.defines)
+    defs.push_back(d.c_str());
+  std::vector<Row> rows;
+  for (const std::string &backend : opts.backends) {
+    Row row;
+    row.backend = backend;
+    attnc_jit_options jo{defs.data(), static_cast<int32_t>(defs.size()),
+                         opts.pattern.pattern.empty() ? nullptr : opts.pattern.pattern.c_str(),
+                         nullptr, 0, backend.c_str()};
+    attnc_kernel *kernel = nullptr;
+    if (attnc_jit_compile_file(opts.pattern.file.c_str(), &jo, &kernel) != ATTNC_OK) {
+      row.error = attnc_last_error();
+      rows.push_back(row);
+      continue;
+    }
+    if (attnc_run(kernel, &tq, &tk, &tv, &to, &ro) != ATTNC_OK) { // warm-up
+      row.error = attnc_last_error();
+      attnc_kernel_free(kernel);
+      rows.push_back(row);
+      continue;
+    }
+    std::vector<double> times;
+    for (int r = 0; r < opts.repeat; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      attnc_run(kernel, &tq, &tk, &tv, &to, &ro);
+      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    attnc_kernel_free(kernel);
+    std::sort(times.begin(), times.end());
+    row.ms = times[times.size() / 2];
+    row.gflops = usefulFlops / (row.ms * 1e6);
+    if (backend == "fused")
+      row.waste = wasteOf(plan::instantiate(plan, opts.n));
+    else if (backend == "dense")
+      row.waste = wasteOf(plan::instantiateDense(plan, opts.n));
+    row.ok = true;
+    rows.push_back(row);
+  }
+
+  double fusedMs = 0;
+  for (const Row &r : rows)
+    if (r.ok && r.backend == "fused")
+      fusedMs = r.ms;
+  if (opts.json) {
+    std::ostringstream os;
+    os << "{\"pattern\": " << jsonString(p.name) << ", \"n\": " << opts.n << ", \"d\": " << opts.d
+       << ", \"batch\": " << opts.batch << ", \"heads\": " << heads << ", \"nnz_per_head\": "
+       << nnzAllHeads / heads << ", \"results\": [";
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const Row &r = rows[k];
+      os << (k ? ", " : "") << "{\"backend\": " << jsonString(r.backend);
+      if (r.ok)
+        os << ", \"ms\": " << r.ms << ", \"gflops\": " << r.gflops << ", \"executed_over_useful\": " << r.waste;
+      else
+        os << ", \"error\": " << jsonString(r.error);
+      os << "}";
+    }
+    os << "]}\n";
+    std::cout << os.str();
+    return kExitOk;
+  }
+  std::printf("%s  n=%lld d=%lld batch=%lld heads=%lld  nnz/head=%lld (%.2f%% of n^2)  median of %d\n",
+              p.name.c_str(), (long long)opts.n, (long long)opts.d, (long long)opts.batch,
+              (long long)heads, (long long)(nnzAllHeads / heads),
+              100.0 * double(nnzAllHeads / heads) / (double(opts.n) * double(opts.n)), opts.repeat);
+  std::printf("  %-12s %10s %12s %16s %12s\n", "backend", "ms", "eff GFLOP/s", "executed/useful",
+              "time/fused");
+  for (const Row &r : rows) {
+    if (!r.ok) {
+      std::printf("  %-12s failed: %s\n", r.backend.c_str(), r.error.c_str());
+      continue;
+    }
+    std::printf("  %-12s %10.2f %12.1f %16.2f %12.2f\n", r.backend.c_str(), r.ms, r.gflops, r.waste,
+                fusedMs > 0 ? r.ms / fusedMs : 0.0);
+  }
+  return kExitOk;
+}
+} // namespace
+
+void setupBench(CLI::App &app, int &exitCode) {
+  auto opts = std::make_shared<BenchOptions>();
+  CLI::App *cmd = app.add_subcommand(
+      "bench", "Time backends side by side on random inputs: median ms, effective GFLOP/s "
+               "(4*nnz*d/time) and executed/useful work");
+  addPatternOptions(*cmd, opts->pattern);
+  cmd->add_option("--n", opts->n, "Sequence length")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--d", opts->d, "Head dimension")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd->add_option("--batch", opts->batch, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--heads", opts->heads,
+                  "Heads (a pattern that declares its heads uses its own count)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--backend", opts->backends, "Backends to compare: fused, sparsifier, dense")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fused", "sparsifier", "dense"}));
+  cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
+  cmd->add_option("--repeat", opts->repeat, "Timed runs per backend (the median is reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_flag("--json", opts->json, "Print one JSON object");
+  cmd->footer(examplesFooter({"attnc bench patterns/fixed.attn --n 16384 --d 64",
+                              "attnc bench patterns/strided.attn --n 4096 --backend fused,dense --json"}));
+  cmd->callback([opts, &exitCode] { exitCode = runBench(*opts); });
+}
+
+} // namespace attnc::tool
