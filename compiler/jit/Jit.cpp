@@ -10,6 +10,7 @@
 #include "attnc/compiler/Canonicalize.h"
 #include "attnc/compiler/KernelBuilder.h"
 #include "attnc/compiler/LowerToMlir.h"
+#include "attnc/compiler/Tuning.h"
 #include "attnc/runtime/Internal.h"
 #include "attnc/runtime/KernelFile.h"
 
@@ -48,10 +49,7 @@ bool makeDirs(const std::string &path, std::string &error) {
 std::string cacheDir(const attnc_jit_options *options) {
   if (options && options->cache_dir && *options->cache_dir)
     return options->cache_dir;
-  if (const char *env = std::getenv("ATTNC_CACHE_DIR"); env && *env)
-    return env;
-  const char *home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.cache/attnc";
+  return attnc::tuning::cacheDirectory();
 }
 
 attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attnc_kernel **out) {
@@ -98,6 +96,15 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
                         '\0' +
                         // The generated MLIR: a change in the lowering is a new kernel.
                         codegen::lowerToMlir(ir::canonicalizePattern(*pattern), fe.sources());
+  // A tile shape measured by `attnc tune` for this pattern and machine.
+  if (cg.backend == codegen::Backend::Fused)
+    if (auto tuned = tuning::lookup(cacheDir(options) + "/tuning.db",
+                                    tuning::tuningKey(fe.sourceText(), *pattern,
+                                                      codegen::hostTarget() + codegen::hostFeatureString())))
+      cg.planOptions = tuned->options;
+  keyText += '\0';
+  keyText += "tiles=" + std::to_string(cg.planOptions.tileRows) + "x" +
+             std::to_string(cg.planOptions.tileCols);
   bool useCache = !(options && options->no_cache);
   std::string dir = cacheDir(options);
   std::string path = dir + "/" + pattern->name + "-" + rt::fnv1aHex(keyText) + ".attnk";

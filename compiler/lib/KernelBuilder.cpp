@@ -54,9 +54,8 @@ bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions 
       {"compiler_version", compilerVersion()},
   };
   if (options.backend != Backend::Sparsifier) {
-    plan::PlanOptions defaults;
-    file.metadata["tile_rows"] = std::to_string(defaults.tileRows);
-    file.metadata["tile_cols"] = std::to_string(defaults.tileCols);
+    file.metadata["tile_rows"] = std::to_string(options.planOptions.tileRows);
+    file.metadata["tile_cols"] = std::to_string(options.planOptions.tileCols);
   }
   bytes = rt::encodeKernelFile(file);
   return true;

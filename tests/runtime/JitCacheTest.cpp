@@ -2,10 +2,15 @@
 #include "TestSupport.h"
 
 #include "attnc/attnc_jit.h"
+#include "attnc/compiler/CodeGen.h"
+#include "attnc/compiler/Driver.h"
+#include "attnc/compiler/Tuning.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -149,6 +154,73 @@ TEST(Jit, BadDefineIsAnInvalidArgument) {
 TEST(Jit, MissingFileIsAnIoError) {
   attnc_kernel *k = nullptr;
   EXPECT_EQ(attnc_jit_compile_file("/nonexistent/p.attn", nullptr, &k), ATTNC_ERROR_IO);
+}
+
+} // namespace
+} // namespace attnc::test
+
+namespace attnc::test {
+namespace {
+
+TEST(Tuning, RecordedShapeIsFoundAndReplaced) {
+  TempDir dir;
+  std::string db = dir.path + "/tuning.db";
+  tuning::Entry e;
+  e.key = "fixed-0123";
+  e.d = 64;
+  e.options.tileRows = 32;
+  e.options.tileCols = 64;
+  e.gflops = 123.5;
+  std::string error;
+  ASSERT_TRUE(tuning::record(db, e, error)) << error;
+  e.options.tileCols = 128; // same key and d: replaces
+  ASSERT_TRUE(tuning::record(db, e, error)) << error;
+  auto found = tuning::lookup(db, "fixed-0123");
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->options.tileCols, 128);
+  EXPECT_DOUBLE_EQ(found->gflops, 123.5);
+  EXPECT_FALSE(tuning::lookup(db, "other"));
+  std::ifstream in(db);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(std::count(all.begin(), all.end(), '\n'), 1);
+}
+
+TEST(Tuning, MalformedLinesAreIgnored) {
+  TempDir dir;
+  std::string db = dir.path + "/tuning.db";
+  std::ofstream(db) << "garbage\nk d=64 tile_rows=99 tile_cols=16 gflops=1\nk d=64 tile_rows=16 tile_cols=16 gflops=2\n";
+  auto found = tuning::lookup(db, "k");
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->options.tileRows, 16); // the out-of-range line was skipped
+}
+
+TEST(Tuning, JitUsesTheTunedTileShape) {
+  TempDir dir;
+  Frontend fe;
+  ASSERT_TRUE(fe.parseFile(patternPath("fixed")) && fe.analyze({}));
+  tuning::Entry e;
+  e.key = tuning::tuningKey(fe.sourceText(), fe.patterns().front(),
+                            codegen::hostTarget() + codegen::hostFeatureString());
+  e.d = 64;
+  e.options.tileRows = 32;
+  e.options.tileCols = 48;
+  std::string error;
+  ASSERT_TRUE(tuning::record(dir.path + "/tuning.db", e, error)) << error;
+  attnc_jit_options options{nullptr, 0, nullptr, dir.path.c_str(), 0, nullptr};
+  attnc_kernel *k = nullptr;
+  ASSERT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_OK);
+  EXPECT_STREQ(attnc_kernel_metadata(k, "tile_cols"), "48");
+  // And the tuned kernel still computes the right thing.
+  int64_t n = 300, d = 8;
+  std::vector<float> q = randomFloats(n * d, 1, 1), kk = randomFloats(n * d, 2, 1),
+                     v = randomFloats(n * d, 3, 1), o(n * d);
+  attnc_tensor tq = view(q, 1, 1, n, d), tk = view(kk, 1, 1, n, d), tv = view(v, 1, 1, n, d),
+               to = view(o, 1, 1, n, d);
+  ASSERT_EQ(attnc_run(k, &tq, &tk, &tv, &to, nullptr), ATTNC_OK);
+  std::vector<float> ref = referenceFromOracle(patternPath("fixed"), {}, q, kk, v, 1, 1, n, d);
+  for (size_t x = 0; x < o.size(); ++x)
+    ASSERT_NEAR(o[x], ref[x], 1e-4);
+  attnc_kernel_free(k);
 }
 
 } // namespace

@@ -2,6 +2,7 @@
 #include "Common.h"
 
 #include "attnc/compiler/KernelBuilder.h"
+#include "attnc/compiler/Tuning.h"
 #include "attnc/runtime/KernelFile.h"
 
 #include <chrono>
@@ -33,6 +34,14 @@ int runCompile(const CompileOptions &opts) {
   cg.backend = opts.backend == "fused"        ? codegen::Backend::Fused
                : opts.backend == "sparsifier" ? codegen::Backend::Sparsifier
                                               : codegen::Backend::Dense;
+  if (cg.backend == codegen::Backend::Fused)
+    if (auto tuned = tuning::lookup(tuning::databasePath(),
+                                    tuning::tuningKey(lp->frontend->sourceText(), *lp->pattern,
+                                                      codegen::hostTarget() + codegen::hostFeatureString()))) {
+      cg.planOptions = tuned->options;
+      std::cerr << "using tuned tiles " << tuned->options.tileRows << "x" << tuned->options.tileCols
+                << " from " << tuning::databasePath() << "\n";
+    }
   if (!codegen::buildKernelFile(*lp->frontend, *lp->pattern, cg, bytes, error)) {
     std::cerr << "attnc: internal error: code generation failed: " << error << "\n";
     return kExitInternal;

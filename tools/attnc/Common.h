@@ -60,5 +60,6 @@ void setupEmit(CLI::App &app, int &exitCode);
 void setupCompile(CLI::App &app, int &exitCode);
 void setupRun(CLI::App &app, int &exitCode);
 void setupBench(CLI::App &app, int &exitCode);
+void setupTune(CLI::App &app, int &exitCode);
 
 } // namespace attnc::tool

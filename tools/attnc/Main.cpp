@@ -33,6 +33,7 @@ int main(int argc, char **argv) {
   setupCompile(app, exitCode);
   setupRun(app, exitCode);
   setupBench(app, exitCode);
+  setupTune(app, exitCode);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &e) {

@@ -19,6 +19,7 @@
 
 #include "attnc/compiler/Driver.h"
 #include "attnc/compiler/PatternIR.h"
+#include "attnc/compiler/Plan.h"
 
 #include <string>
 #include <vector>
@@ -40,6 +41,8 @@ struct CodeGenOptions {
   /// `link`, go on to the shared object.
   Stage stopAfter = Stage::Asm;
   bool link = true;
+  /// Fused and dense backends: the tile shape recorded in the kernel.
+  plan::PlanOptions planOptions;
 };
 
 struct CodeGenResult {

@@ -1,0 +1,107 @@
+//===- Tuning.cpp - The autotuner's database of measured tile shapes ------===//
+#include "attnc/compiler/Tuning.h"
+
+#include "attnc/runtime/KernelFile.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <vector>
+
+namespace attnc::tuning {
+
+std::string cacheDirectory() {
+  if (const char *env = std::getenv("ATTNC_CACHE_DIR"); env && *env)
+    return env;
+  const char *home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/attnc";
+}
+
+std::string databasePath() { return cacheDirectory() + "/tuning.db"; }
+
+std::string tuningKey(std::string_view source, const Pattern &pattern, const std::string &host) {
+  std::string text(source);
+  text += '\0' + pattern.name;
+  for (const ParamValue &p : pattern.params)
+    text += '\0' + p.name + "=" + std::to_string(p.value);
+  text += std::string("\0f32\0", 5) + host;
+  return pattern.name + "-" + rt::fnv1aHex(text);
+}
+
+namespace {
+bool parseLine(const std::string &line, Entry &e) {
+  std::istringstream words(line);
+  std::string word;
+  if (!(words >> e.key))
+    return false;
+  int found = 0;
+  while (words >> word) {
+    size_t eq = word.find('=');
+    if (eq == std::string::npos)
+      return false;
+    std::string name = word.substr(0, eq), value = word.substr(eq + 1);
+    char *end = nullptr;
+    double v = std::strtod(value.c_str(), &end);
+    if (end == value.c_str() || *end)
+      return false;
+    if (name == "d")
+      e.d = static_cast<int64_t>(v), ++found;
+    else if (name == "tile_rows")
+      e.options.tileRows = static_cast<int64_t>(v), ++found;
+    else if (name == "tile_cols")
+      e.options.tileCols = static_cast<int64_t>(v), ++found;
+    else if (name == "gflops")
+      e.gflops = v, ++found;
+  }
+  return found == 4 && e.options.tileRows >= 1 && e.options.tileRows <= 32 &&
+         e.options.tileCols >= 1 && e.options.tileCols <= 4096;
+}
+
+std::vector<Entry> readAll(const std::string &path) {
+  std::vector<Entry> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    Entry e;
+    if (parseLine(line, e))
+      out.push_back(e);
+  }
+  return out;
+}
+} // namespace
+
+std::optional<Entry> lookup(const std::string &path, const std::string &key) {
+  std::optional<Entry> found;
+  for (const Entry &e : readAll(path))
+    if (e.key == key)
+      found = e;
+  return found;
+}
+
+bool record(const std::string &path, const Entry &entry, std::string &error) {
+  std::vector<Entry> all = readAll(path);
+  std::ostringstream os;
+  for (const Entry &e : all)
+    if (!(e.key == entry.key && e.d == entry.d))
+      os << e.key << " d=" << e.d << " tile_rows=" << e.options.tileRows
+         << " tile_cols=" << e.options.tileCols << " gflops=" << e.gflops << "\n";
+  os << entry.key << " d=" << entry.d << " tile_rows=" << entry.options.tileRows
+     << " tile_cols=" << entry.options.tileCols << " gflops=" << entry.gflops << "\n";
+  std::string dir = path.substr(0, path.rfind('/'));
+  std::string partial;
+  for (size_t k = 0; k <= dir.size(); ++k) {
+    if ((k == dir.size() || dir[k] == '/') && !partial.empty())
+      if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+        error = "cannot create '" + partial + "': " + std::strerror(errno);
+        return false;
+      }
+    if (k < dir.size())
+      partial += dir[k];
+  }
+  return rt::writeFileAtomically(path, os.str(), error);
+}
+
+} // namespace attnc::tuning

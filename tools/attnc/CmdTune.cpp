@@ -1,0 +1,194 @@
+//===- CmdTune.cpp - attnc tune: measure tile shapes, keep the best -------===//
+//
+// Candidates are the fused plan's tile shapes (rows x keys). Each is
+// instantiated at the requested n, which gives its exact tile counts; a cost
+// model (pairs computed, tiles, blocks) ranks them and the best few are
+// measured on this machine, always together with the default. The fastest
+// measured shape is recorded in the tuning database, where compile and the
+// JIT find it.
+//
+//===----------------------------------------------------------------------===//
+#include "Common.h"
+
+#include "attnc/attnc.h"
+#include "attnc/compiler/Analysis.h"
+#include "attnc/compiler/KernelBuilder.h"
+#include "attnc/compiler/Plan.h"
+#include "attnc/compiler/Tuning.h"
+#include "attnc/runtime/KernelFile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <unistd.h>
+
+namespace attnc::tool {
+
+namespace {
+struct TuneOptions {
+  PatternOptions pattern;
+  int64_t n = 0, d = 64, batch = 1, heads = 8;
+  int threads = 0;
+  int measure = 3;
+  int repeat = 3;
+};
+
+struct Candidate {
+  plan::PlanOptions options;
+  double model = 0;
+  double ms = 0;
+  bool measured = false;
+};
+
+int runTune(const TuneOptions &opts) {
+  int exitCode = kExitOk;
+  auto lp = loadPattern(opts.pattern, exitCode);
+  if (!lp)
+    return exitCode;
+  const Pattern &p = *lp->pattern;
+  const int64_t heads = p.headsDeclared ? p.numHeads() : opts.heads;
+
+  std::vector<Candidate> candidates;
+  for (int64_t rows : {16, 32})
+    for (int64_t cols : {16, 32, 64, 128}) {
+      Candidate c;
+      c.options.tileRows = rows;
+      c.options.tileCols = cols;
+      plan::PlanInstance inst = plan::instantiate(plan::buildPlan(lp->ir, c.options), opts.n);
+      // Model, in vector-lane operations: the tile kernels always fill 32
+      // row lanes, so a tile costs 32 x keys x d for Q K^T and as much for
+      // P V, plus its softmax update; a row block costs its state transposes.
+      for (const auto &h : inst.heads)
+        for (const auto &piece : h.pieces)
+          for (const auto &t : piece.classes) {
+            for (const auto &tile : t.tiles)
+              c.model += 2.0 * 32.0 * double(tile.count) * double(opts.d) + 32.0 * 40.0;
+            c.model += double(t.blocks.size()) * 4.0 * double(opts.d) * 32.0;
+          }
+      candidates.push_back(c);
+    }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate &a, const Candidate &b) { return a.model < b.model; });
+  plan::PlanOptions defaults;
+  for (size_t k = 0; k < candidates.size(); ++k)
+    candidates[k].measured = static_cast<int>(k) < opts.measure ||
+                             (candidates[k].options.tileRows == defaults.tileRows &&
+                              candidates[k].options.tileCols == defaults.tileCols);
+
+  size_t count = static_cast<size_t>(opts.batch * heads * opts.n * opts.d);
+  std::vector<float> q(count), k(count), v(count), o(count);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (size_t x = 0; x < count; ++x)
+    q[x] = normal(rng), k[x] = normal(rng), v[x] = normal(rng);
+  auto view = [&](std::vector<float> &data) {
+    attnc_tensor t{};
+    t.data = data.data();
+    t.dtype = ATTNC_DTYPE_F32;
+    int64_t shape[4] = {opts.batch, heads, opts.n, opts.d};
+    int64_t stride = 1;
+    for (int a = 3; a >= 0; --a) {
+      t.shape[a] = shape[a];
+      t.strides[a] = stride;
+      stride *= shape[a];
+    }
+    return t;
+  };
+  attnc_tensor tq = view(q), tk = view(k), tv = view(v), to = view(o);
+  attnc_run_options ro{0.0f, opts.threads};
+
+  int64_t nnz = 0;
+  for (const auto &h : lp->ir.heads)
+    nnz += ir::analyzeRows(h.set, opts.n).nnz * static_cast<int64_t>(p.headsDeclared ? h.heads.size() : heads);
+  double flops = 4.0 * double(nnz) * double(opts.d) * double(opts.batch);
+
+  int total = static_cast<int>(std::count_if(candidates.begin(), candidates.end(),
+                                             [](const Candidate &c) { return c.measured; }));
+  int done = 0;
+  std::string tmp = "/tmp/attnc-tune-" + std::to_string(getpid()) + ".attnk";
+  for (Candidate &c : candidates) {
+    if (!c.measured)
+      continue;
+    codegen::CodeGenOptions cg;
+    cg.planOptions = c.options;
+    std::string bytes, error;
+    attnc_kernel *kernel = nullptr;
+    if (!codegen::buildKernelFile(*lp->frontend, p, cg, bytes, error) ||
+        !rt::writeFileAtomically(tmp, bytes, error) || attnc_kernel_load(tmp.c_str(), &kernel) != ATTNC_OK) {
+      std::cerr << "attnc: internal error: cannot build a candidate: " << error << attnc_last_error() << "\n";
+      unlink(tmp.c_str());
+      return kExitInternal;
+    }
+    unlink(tmp.c_str());
+    attnc_run(kernel, &tq, &tk, &tv, &to, &ro); // warm-up: builds the tiles for n
+    std::vector<double> times;
+    for (int r = 0; r < opts.repeat; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      attnc_run(kernel, &tq, &tk, &tv, &to, &ro);
+      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    attnc_kernel_free(kernel);
+    std::sort(times.begin(), times.end());
+    c.ms = times[times.size() / 2];
+    std::fprintf(stderr, "[%d/%d] tiles %3lldx%-3lld  %8.2f ms  %7.1f GFLOP/s\n", ++done, total,
+                 (long long)c.options.tileRows, (long long)c.options.tileCols, c.ms,
+                 flops / (c.ms * 1e6));
+  }
+  const Candidate *best = nullptr, *def = nullptr;
+  for (const Candidate &c : candidates) {
+    if (!c.measured)
+      continue;
+    if (!best || c.ms < best->ms)
+      best = &c;
+    if (c.options.tileRows == defaults.tileRows && c.options.tileCols == defaults.tileCols)
+      def = &c;
+  }
+  tuning::Entry entry;
+  entry.key = tuning::tuningKey(lp->frontend->sourceText(), p,
+                                codegen::hostTarget() + codegen::hostFeatureString());
+  entry.d = opts.d;
+  entry.options = best->options;
+  entry.gflops = flops / (best->ms * 1e6);
+  std::string error;
+  if (!tuning::record(tuning::databasePath(), entry, error)) {
+    std::cerr << "attnc: error: " << error << "\n";
+    return kExitUserError;
+  }
+  std::printf("best tiles %lldx%lld: %.2f ms, %.1f GFLOP/s (default %lldx%lld: %.2f ms, %.2fx)\n",
+              (long long)best->options.tileRows, (long long)best->options.tileCols, best->ms,
+              entry.gflops, (long long)defaults.tileRows, (long long)defaults.tileCols, def->ms,
+              def->ms / best->ms);
+  std::printf("recorded in %s; attnc compile and the JIT use it for this pattern\n",
+              tuning::databasePath().c_str());
+  return kExitOk;
+}
+} // namespace
+
+void setupTune(CLI::App &app, int &exitCode) {
+  auto opts = std::make_shared<TuneOptions>();
+  CLI::App *cmd = app.add_subcommand(
+      "tune", "Measure the fused backend's tile shapes on this machine and record the fastest");
+  addPatternOptions(*cmd, opts->pattern);
+  cmd->add_option("--n", opts->n, "Sequence length to tune for")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--d", opts->d, "Head dimension")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd->add_option("--batch", opts->batch, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--heads", opts->heads, "Heads (a pattern that declares its heads uses its own count)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
+  cmd->add_option("--measure", opts->measure,
+                  "How many of the cost model's best candidates to measure (the default shape is "
+                  "always measured too)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8));
+  cmd->add_option("--repeat", opts->repeat, "Timed runs per candidate (median)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  cmd->footer(examplesFooter({"attnc tune patterns/fixed.attn --n 16384 --d 64",
+                              "attnc tune patterns/strided.attn --n 4096 --d 128 --measure 5"}));
+  cmd->callback([opts, &exitCode] { exitCode = runTune(*opts); });
+}
+
+} // namespace attnc::tool
