@@ -172,7 +172,12 @@ PlanInstance instantiate(const Plan &plan, int64_t n) {
                 return mapped;
               },
               R, C));
-          pi.classes.back().keyClass = keyClass;
+          // Tiles index keys by their original position: the executor reads
+          // K and V in place and only the rows' order is relaid.
+          TileList &tl = pi.classes.back();
+          tl.keyClass = keyClass;
+          for (int32_t &u : tl.keys)
+            u = static_cast<int32_t>(keyClass + int64_t{u} * m);
         }
       }
       for (const TileList &t : pi.classes) {

@@ -100,7 +100,7 @@ void runTiles(const plan::TileList &tl, const TileArgs &a) {
     for (int r = 0; r < kRows; ++r) {
       int64_t row = block.firstRow + r;
       int64_t state = r < rows ? (a.rowMap ? a.rowMap[row] : row) : -1;
-      const float *qr = r < rows ? a.q + row * d : nullptr;
+      const float *qr = r < rows ? a.q + state * d : nullptr;
       const float *ar = r < rows ? a.acc + state * d : nullptr;
       for (int64_t x = 0; x < d; ++x) {
         qt[x * kRows + r] = qr ? qr[x] : 0.0f;
@@ -153,12 +153,15 @@ void runTiles(const plan::TileList &tl, const TileArgs &a) {
       v16 corr[2];
       bool rescale = false;
       for (int h = 0; h < 2; ++h) {
-        vi16 live = M[h] != splat(ninf);
+        vi16 live = M[h] > splat(-3.0e38f); // not -inf (ordered compare)
         corr[h] = live ? exp16(M[h] - newM[h]) : splat(0.0f);
         L[h] *= corr[h];
         M[h] = newM[h];
+        vi16 changed = corr[h] < splat(1.0f);
+        int32_t any = 0;
         for (int lane = 0; lane < 16; ++lane)
-          rescale = rescale || corr[h][lane] != 1.0f;
+          any |= changed[lane];
+        rescale = rescale || any != 0;
       }
       if (rescale || a.dense)
         for (int64_t x = 0; x < d; ++x) {
@@ -169,7 +172,7 @@ void runTiles(const plan::TileList &tl, const TileArgs &a) {
       for (int32_t c = 0; c < count; ++c)
         for (int h = 0; h < 2; ++h) {
           v16 sc = load16(&scores[c * kRows + 16 * h]);
-          vi16 in = sc != splat(ninf);
+          vi16 in = sc > splat(-3.0e38f);
           v16 p = in ? exp16(sc - M[h]) : splat(0.0f);
           L[h] += p;
           store16(&probs[c * kRows + 16 * h], p);
@@ -231,32 +234,20 @@ void runFusedHead(const plan::HeadInstance &head, int64_t n, int64_t d, const fl
       runTiles(piece.classes[0], args);
       continue;
     }
-    // Residue relayout: gather class c's queries and its key class's keys and
-    // values into contiguous buffers; results go back through rowMap.
+    // Residue relayout: class c's rows are the queries c, c + m, ...; keys
+    // and values are read in place, the rows through rowMap.
     const int64_t m = piece.modulus;
     for (int64_t c = 0; c < static_cast<int64_t>(piece.classes.size()); ++c) {
       const plan::TileList &tl = piece.classes[c];
       if (tl.tiles.empty())
         continue;
       int64_t rows = (n - c + m - 1) / m;
-      // Every tile key u of this class stands for j = keyClass + u m.
-      s.gq.resize(static_cast<size_t>(rows * d));
       s.rowMap.resize(static_cast<size_t>(rows));
-      for (int64_t t = 0; t < rows; ++t) {
-        std::memcpy(&s.gq[t * d], q + (c + t * m) * d, sizeof(float) * d);
+      for (int64_t t = 0; t < rows; ++t)
         s.rowMap[t] = static_cast<int32_t>(c + t * m);
-      }
-      int64_t keyClass = tl.keyClass;
-      int64_t keyRows = keyClass < n ? (n - keyClass + m - 1) / m : 0;
-      s.gk.resize(static_cast<size_t>(keyRows * d));
-      s.gv.resize(static_cast<size_t>(keyRows * d));
-      for (int64_t u = 0; u < keyRows; ++u) {
-        std::memcpy(&s.gk[u * d], k + (keyClass + u * m) * d, sizeof(float) * d);
-        std::memcpy(&s.gv[u * d], v + (keyClass + u * m) * d, sizeof(float) * d);
-      }
-      args.q = s.gq.data();
-      args.k = s.gk.data();
-      args.v = s.gv.data();
+      args.q = q;
+      args.k = k;
+      args.v = v;
       args.rowMap = s.rowMap.data();
       runTiles(tl, args);
     }

@@ -20,8 +20,7 @@ namespace attnc::rt {
 /// Per-thread scratch for one (batch, head) slice.
 struct FusedScratch {
   std::vector<float> rowMax, rowSum, acc;     ///< n, n, n * d
-  std::vector<float> gq, gk, gv;              ///< gathered rows for residue relayout
-  std::vector<int32_t> rowMap;
+  std::vector<int32_t> rowMap;                ///< residue relayout: list row -> query
 };
 
 /// Computes one contiguous [n, d] slice: o = attention over the head's pieces.

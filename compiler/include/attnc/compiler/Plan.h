@@ -77,8 +77,9 @@ struct TileList {
   int64_t executed = 0;         ///< pairs the tiles compute (rows x count per tile)
 };
 
-/// A piece bound to n. For residue-relayout, class c covers original rows
-/// and keys c, c + m, c + 2m, ...; rowsOfClass/tiles are per class.
+/// A piece bound to n. For residue-relayout, class c's tile list has the
+/// rows c, c + m, c + 2m, ... (row t of the list is query c + t m) and keys
+/// given by their original positions.
 struct PieceInstance {
   Strategy strategy = Strategy::RowTiles;
   int64_t modulus = 1;
