@@ -1,6 +1,7 @@
 //===- TestSupport.cpp - Shared helpers of the kernel tests ---------------===//
 #include "TestSupport.h"
 
+#include "attnc/attnc.hpp"
 #include "attnc/compiler/Driver.h"
 #include "attnc/compiler/Oracle.h"
 
@@ -108,17 +109,7 @@ std::vector<float> referenceFromSource(const std::string &source,
 }
 
 attnc_tensor view(std::vector<float> &data, int64_t batch, int64_t heads, int64_t n, int64_t d) {
-  attnc_tensor t{};
-  t.data = data.data();
-  t.dtype = ATTNC_DTYPE_F32;
-  int64_t shape[4] = {batch, heads, n, d};
-  int64_t stride = 1;
-  for (int a = 3; a >= 0; --a) {
-    t.shape[a] = shape[a];
-    t.strides[a] = stride;
-    stride *= shape[a];
-  }
-  return t;
+  return tensorView(data.data(), {batch, heads, n, d});
 }
 
 std::string patternPath(const std::string &name) {

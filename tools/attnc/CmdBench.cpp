@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Common.h"
+#include "Measure.h"
 
 #include "attnc/attnc.h"
 #include "attnc/attnc_jit.h"
@@ -15,10 +16,8 @@
 #include "attnc/compiler/Plan.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <random>
 #include <sstream>
 
 namespace attnc::tool {
@@ -77,29 +76,7 @@ int runBench(const BenchOptions &opts) {
     return useful ? double(executed) / double(useful) : 1.0;
   };
 
-  size_t count = static_cast<size_t>(opts.batch * heads * opts.n * opts.d);
-  std::vector<float> q(count), k(count), v(count), o(count);
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal;
-  for (size_t x = 0; x < count; ++x) {
-    q[x] = normal(rng);
-    k[x] = normal(rng);
-    v[x] = normal(rng);
-  }
-  auto view = [&](std::vector<float> &data) {
-    attnc_tensor t{};
-    t.data = data.data();
-    t.dtype = ATTNC_DTYPE_F32;
-    int64_t shape[4] = {opts.batch, heads, opts.n, opts.d};
-    int64_t stride = 1;
-    for (int a = 3; a >= 0; --a) {
-      t.shape[a] = shape[a];
-      t.strides[a] = stride;
-      stride *= shape[a];
-    }
-    return t;
-  };
-  attnc_tensor tq = view(q), tk = view(k), tv = view(v), to = view(o);
+  RandomInputs inputs(opts.batch, heads, opts.n, opts.d, 1);
   attnc_run_options ro{0.0f, opts.threads};
 
   std::vector<const char *> defs;
@@ -118,21 +95,12 @@ int runBench(const BenchOptions &opts) {
       rows.push_back(row);
       continue;
     }
-    if (attnc_run(kernel, &tq, &tk, &tv, &to, &ro) != ATTNC_OK) { // warm-up
-      row.error = attnc_last_error();
-      attnc_kernel_free(kernel);
+    row.ms = medianRunMs(kernel, inputs, ro, opts.repeat, row.error);
+    attnc_kernel_free(kernel);
+    if (row.ms < 0) {
       rows.push_back(row);
       continue;
     }
-    std::vector<double> times;
-    for (int r = 0; r < opts.repeat; ++r) {
-      auto t0 = std::chrono::steady_clock::now();
-      attnc_run(kernel, &tq, &tk, &tv, &to, &ro);
-      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
-    attnc_kernel_free(kernel);
-    std::sort(times.begin(), times.end());
-    row.ms = times[times.size() / 2];
     row.gflops = usefulFlops / (row.ms * 1e6);
     if (backend == "fused")
       row.waste = wasteOf(plan::instantiate(plan, opts.n));

@@ -9,6 +9,7 @@
 #include "Npy.h"
 
 #include "attnc/attnc.h"
+#include "attnc/attnc.hpp"
 #include "attnc/attnc_jit.h"
 #include "attnc/compiler/Canonicalize.h"
 #include "attnc/compiler/Csr.h"
@@ -87,18 +88,7 @@ int runRun(const RunOptions &opts) {
     return kExitUserError;
   }
   NpyArray o{q.shape, std::vector<float>(q.data.size())};
-  auto view = [&](NpyArray &a) {
-    attnc_tensor t{};
-    t.data = a.data.data();
-    t.dtype = ATTNC_DTYPE_F32;
-    int64_t stride = 1;
-    for (int d = 3; d >= 0; --d) {
-      t.shape[d] = shape[d];
-      t.strides[d] = stride;
-      stride *= shape[d];
-    }
-    return t;
-  };
+  auto view = [&](NpyArray &a) { return tensorView(a.data.data(), shape); };
   attnc_tensor tq = view(q), tk = view(k), tv = view(v), to = view(o);
   attnc_run_options ro{0.0f, opts.threads};
   auto start = std::chrono::steady_clock::now();

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Common.h"
+#include "Measure.h"
 
 #include "attnc/attnc.h"
 #include "attnc/compiler/Analysis.h"
@@ -18,10 +19,8 @@
 #include "attnc/runtime/KernelFile.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <random>
 #include <unistd.h>
 
 namespace attnc::tool {
@@ -77,26 +76,7 @@ int runTune(const TuneOptions &opts) {
                              (candidates[k].options.tileRows == defaults.tileRows &&
                               candidates[k].options.tileCols == defaults.tileCols);
 
-  size_t count = static_cast<size_t>(opts.batch * heads * opts.n * opts.d);
-  std::vector<float> q(count), k(count), v(count), o(count);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal;
-  for (size_t x = 0; x < count; ++x)
-    q[x] = normal(rng), k[x] = normal(rng), v[x] = normal(rng);
-  auto view = [&](std::vector<float> &data) {
-    attnc_tensor t{};
-    t.data = data.data();
-    t.dtype = ATTNC_DTYPE_F32;
-    int64_t shape[4] = {opts.batch, heads, opts.n, opts.d};
-    int64_t stride = 1;
-    for (int a = 3; a >= 0; --a) {
-      t.shape[a] = shape[a];
-      t.strides[a] = stride;
-      stride *= shape[a];
-    }
-    return t;
-  };
-  attnc_tensor tq = view(q), tk = view(k), tv = view(v), to = view(o);
+  RandomInputs inputs(opts.batch, heads, opts.n, opts.d, 3);
   attnc_run_options ro{0.0f, opts.threads};
 
   int64_t nnz = 0;
@@ -122,16 +102,12 @@ int runTune(const TuneOptions &opts) {
       return kExitInternal;
     }
     unlink(tmp.c_str());
-    attnc_run(kernel, &tq, &tk, &tv, &to, &ro); // warm-up: builds the tiles for n
-    std::vector<double> times;
-    for (int r = 0; r < opts.repeat; ++r) {
-      auto t0 = std::chrono::steady_clock::now();
-      attnc_run(kernel, &tq, &tk, &tv, &to, &ro);
-      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
+    c.ms = medianRunMs(kernel, inputs, ro, opts.repeat, error);
     attnc_kernel_free(kernel);
-    std::sort(times.begin(), times.end());
-    c.ms = times[times.size() / 2];
+    if (c.ms < 0) {
+      std::cerr << "attnc: error: " << error << "\n";
+      return kExitUserError;
+    }
     std::fprintf(stderr, "[%d/%d] tiles %3lldx%-3lld  %8.2f ms  %7.1f GFLOP/s\n", ++done, total,
                  (long long)c.options.tileRows, (long long)c.options.tileCols, c.ms,
                  flops / (c.ms * 1e6));

@@ -1,0 +1,25 @@
+//===- Measure.h - Timing kernels on random inputs (bench and tune) -------===//
+#pragma once
+
+#include "attnc/attnc.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attnc::tool {
+
+/// Normal(0, 1) Q, K, V and an output buffer of shape [batch, heads, n, d].
+struct RandomInputs {
+  RandomInputs(int64_t batch, int64_t heads, int64_t n, int64_t d, uint32_t seed);
+  std::vector<float> q, k, v, o;
+  attnc_tensor tq, tk, tv, to;
+};
+
+/// One warm-up run (it builds the plan or CSR for n), then `repeat` timed
+/// runs; returns the median in milliseconds, or a negative value with
+/// `error` set when a run fails.
+double medianRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run_options &options,
+                   int repeat, std::string &error);
+
+} // namespace attnc::tool
