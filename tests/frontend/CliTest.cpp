@@ -216,7 +216,7 @@ TEST(Cli, UnknownDefineIsAPatternError) {
 }
 
 TEST(Cli, EveryHelpEndsWithExamples) {
-  for (const char *sub : {"", "check", "show", "analyze", "emit", "compile", "run"}) {
+  for (const char *sub : {"", "check", "show", "analyze", "emit", "compile", "run", "bench", "tune"}) {
     Result r = attnc(std::string(sub) + " --help");
     EXPECT_EQ(r.exitCode, 0) << sub;
     EXPECT_NE(r.out.find("Examples:"), std::string::npos) << sub << "\n" << r.out;

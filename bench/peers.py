@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""PyTorch peers for docs/benchmarks.md: scaled_dot_product_attention with a
+boolean mask, and flex_attention (compiled) with the same mask_mod and its
+create_block_mask, on the CPU, float32, [batch, heads, n, d].
+
+The patterns are written here again, independently, as mask_mods. Effective
+GFLOP/s uses the same definition as `attnc bench`: 4 * nnz * d * batch * heads
+/ time, nnz = pairs of the pattern per head. Optional: needs `pip install torch`.
+
+  python3 bench/peers.py --n 4096 --d 64 --threads 2 [--patterns fixed,strided]
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+
+def mask_mods():
+    def fixed(l=128, c=8):
+        return lambda b, h, i, j: (j <= i) & ((j // l == i // l) | (j % l >= l - c))
+
+    def strided(l=128):
+        return lambda b, h, i, j: (j <= i) & ((i - j <= l) | ((i - j) % l == 0))
+
+    def local(w=512):
+        return lambda b, h, i, j: (j <= i) & (i - j < w)
+
+    def longformer(w=256, g=4):
+        return lambda b, h, i, j: ((i - j).abs() <= w) | (j < g) | (i < g)
+
+    return {"fixed": fixed(), "strided": strided(), "local": local(), "longformer": longformer()}
+
+
+def timed(fn, repeat):
+    fn()  # warm-up (compiles flex_attention on first use)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--d", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--patterns", default="fixed,strided,local,longformer")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    n, d = args.n, args.d
+    g = torch.Generator().manual_seed(1)
+    shape = (args.batch, args.heads, n, d)
+    q, k, v = (torch.randn(shape, generator=g) for _ in range(3))
+    idx = torch.arange(n)
+    for name in args.patterns.split(","):
+        mod = mask_mods()[name]
+        mask = mod(0, 0, idx[:, None], idx[None, :])
+        nnz = int(mask.sum())
+        flops = 4.0 * nnz * d * args.batch * args.heads
+        row = {"pattern": name, "n": n, "d": d, "nnz_per_head": nnz}
+        row["sdpa_ms"] = timed(
+            lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask), args.repeat)
+        block_mask = create_block_mask(mod, B=None, H=None, Q_LEN=n, KV_LEN=n, device="cpu")
+        compiled = torch.compile(flex_attention)
+        row["flex_ms"] = timed(lambda: compiled(q, k, v, block_mask=block_mask), args.repeat)
+        # Pairs flex_attention computes: every non-empty 128 x 128 block.
+        kv_blocks = int(block_mask.kv_num_blocks.sum())
+        if block_mask.full_kv_num_blocks is not None:
+            kv_blocks += int(block_mask.full_kv_num_blocks.sum())
+        bs = block_mask.BLOCK_SIZE[0] * block_mask.BLOCK_SIZE[1]
+        row["flex_executed_over_useful"] = kv_blocks * bs / nnz
+        row["sdpa_gflops"] = flops / (row["sdpa_ms"] * 1e6)
+        row["flex_gflops"] = flops / (row["flex_ms"] * 1e6)
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
