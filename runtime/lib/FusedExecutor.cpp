@@ -77,12 +77,15 @@ inline vi16 laneMask(uint32_t word, int half) {
   return (w & kLaneBit) != 0;
 }
 
-/// The tiles of one piece. Rows of a block are vector lanes (32 rows = two
-/// 16-lane halves), so the softmax needs no horizontal reductions: per tile
-/// S^T = K_tile Q_block^T (keys broadcast from their rows, Q^T loaded once per
-/// block), the online-softmax update per lane, and O^T += V_tile^T P^T.
+/// The tiles of one or more pieces that share the same row blocks (every
+/// row-tiles piece of a head does: blocks of R consecutive rows). Rows of a
+/// block are vector lanes (32 rows = two 16-lane halves), so the softmax
+/// needs no horizontal reductions: per tile S^T = K_tile Q_block^T (keys
+/// broadcast from their rows, Q^T built once per block), the online-softmax
+/// update per lane, and O^T += V_tile^T P^T. A block's state is loaded once
+/// and stored once, whatever the number of pieces.
 __attribute__((target_clones("avx512f", "default")))
-void runTiles(const plan::TileList &tl, const TileArgs &a) {
+void runTiles(const std::vector<const plan::TileList *> &lists, const TileArgs &a) {
   constexpr int kRows = 32;
   constexpr int kGroup = 8;
   const int64_t d = a.d;
@@ -90,8 +93,13 @@ void runTiles(const plan::TileList &tl, const TileArgs &a) {
   std::vector<float> qt(static_cast<size_t>(d * kRows)), accT(static_cast<size_t>(d * kRows));
   std::vector<float> probs; // count x kRows
   std::vector<float> scores; // count x kRows
-  for (const plan::TileList::Block &block : tl.blocks) {
-    if (block.numTiles == 0)
+  const size_t numBlocks = lists.front()->blocks.size();
+  for (size_t bi = 0; bi < numBlocks; ++bi) {
+    const plan::TileList::Block &block = lists.front()->blocks[bi];
+    bool anyTile = false;
+    for (const plan::TileList *tl : lists)
+      anyTile = anyTile || tl->blocks[bi].numTiles > 0;
+    if (!anyTile)
       continue;
     const int32_t rows = block.rows;
     const uint32_t rowsValid = rows == 32 ? 0xffffffffu : ((1u << rows) - 1);
@@ -111,8 +119,10 @@ void runTiles(const plan::TileList &tl, const TileArgs &a) {
     }
     v16 M[2] = {load16(rowM), load16(rowM + 16)}, L[2] = {load16(rowL), load16(rowL + 16)};
 
-    for (int32_t ti = 0; ti < block.numTiles; ++ti) {
-      const plan::TileList::Tile &tile = tl.tiles[block.firstTile + ti];
+    for (const plan::TileList *tlp : lists)
+    for (int32_t ti = 0; ti < tlp->blocks[bi].numTiles; ++ti) {
+      const plan::TileList &tl = *tlp;
+      const plan::TileList::Tile &tile = tl.tiles[tl.blocks[bi].firstTile + ti];
       const int32_t count = tile.count;
       const int32_t *keys = tl.keys.data() + tile.keyOffset;
       const uint32_t *masks = tile.maskOffset >= 0 ? tl.masks.data() + tile.maskOffset : nullptr;
@@ -225,15 +235,16 @@ void runFusedHead(const plan::HeadInstance &head, int64_t n, int64_t d, const fl
   s.rowSum.assign(static_cast<size_t>(n), 0.0f);
   s.acc.assign(static_cast<size_t>(n * d), 0.0f);
   TileArgs args{q, k, v, d, scale, nullptr, s.rowMax.data(), s.rowSum.data(), s.acc.data(), dense};
+  // Every row-tiles piece in one pass over the row blocks.
+  std::vector<const plan::TileList *> rowTiles;
+  for (const plan::PieceInstance &piece : head.pieces)
+    if (piece.strategy == plan::Strategy::RowTiles)
+      rowTiles.push_back(&piece.classes[0]);
+  if (!rowTiles.empty())
+    runTiles(rowTiles, args);
   for (const plan::PieceInstance &piece : head.pieces) {
-    if (piece.strategy == plan::Strategy::RowTiles) {
-      args.q = q;
-      args.k = k;
-      args.v = v;
-      args.rowMap = nullptr;
-      runTiles(piece.classes[0], args);
+    if (piece.strategy == plan::Strategy::RowTiles)
       continue;
-    }
     // Residue relayout: class c's rows are the queries c, c + m, ...; keys
     // and values are read in place, the rows through rowMap.
     const int64_t m = piece.modulus;
@@ -245,11 +256,8 @@ void runFusedHead(const plan::HeadInstance &head, int64_t n, int64_t d, const fl
       s.rowMap.resize(static_cast<size_t>(rows));
       for (int64_t t = 0; t < rows; ++t)
         s.rowMap[t] = static_cast<int32_t>(c + t * m);
-      args.q = q;
-      args.k = k;
-      args.v = v;
       args.rowMap = s.rowMap.data();
-      runTiles(tl, args);
+      runTiles({&tl}, args);
     }
   }
   for (int64_t i = 0; i < n; ++i) {
