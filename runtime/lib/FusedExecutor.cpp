@@ -67,6 +67,37 @@ inline v16 load16(const float *p) {
 }
 inline void store16(float *p, v16 x) { std::memcpy(p, &x, sizeof x); }
 
+/// Transposes a 16 x 16 block held as 16 row vectors: four stages, each
+/// swapping bit b of the row index with bit b of the lane index through
+/// two-source permutes (no memory round trip).
+template <int B>
+inline void transposeStage(v16 r[16], vi16 keep, vi16 swap) {
+  for (int i = 0; i < 16; ++i) {
+    if (i & B)
+      continue;
+    v16 lo = __builtin_shuffle(r[i], r[i | B], keep);
+    v16 hi = __builtin_shuffle(r[i], r[i | B], swap);
+    r[i] = lo;
+    r[i | B] = hi;
+  }
+}
+
+inline void transpose16(v16 r[16]) {
+  // keep[l] / swap[l] for stage b: lanes with bit b set come from the partner row.
+  static const vi16 kKeep8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+  static const vi16 kSwap8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+  static const vi16 kKeep4 = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+  static const vi16 kSwap4 = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+  static const vi16 kKeep2 = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+  static const vi16 kSwap2 = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+  static const vi16 kKeep1 = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
+  static const vi16 kSwap1 = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+  transposeStage<8>(r, kKeep8, kSwap8);
+  transposeStage<4>(r, kKeep4, kSwap4);
+  transposeStage<2>(r, kKeep2, kSwap2);
+  transposeStage<1>(r, kKeep1, kSwap1);
+}
+
 /// Lanes r (rows of a 32-row block, `half` selects rows 16..31) whose bit is
 /// set in `word`.
 inline vi16 laneMask(uint32_t word, int half) {
@@ -105,17 +136,38 @@ void runTiles(const std::vector<const plan::TileList *> &lists, const TileArgs &
     const uint32_t rowsValid = rows == 32 ? 0xffffffffu : ((1u << rows) - 1);
     // Q^T of the block and the rows' running state, transposed.
     float rowM[kRows], rowL[kRows];
+    int64_t stateOf[kRows];
     for (int r = 0; r < kRows; ++r) {
       int64_t row = block.firstRow + r;
-      int64_t state = r < rows ? (a.rowMap ? a.rowMap[row] : row) : -1;
-      const float *qr = r < rows ? a.q + state * d : nullptr;
-      const float *ar = r < rows ? a.acc + state * d : nullptr;
-      for (int64_t x = 0; x < d; ++x) {
-        qt[x * kRows + r] = qr ? qr[x] : 0.0f;
-        accT[x * kRows + r] = ar ? ar[x] : 0.0f;
+      stateOf[r] = r < rows ? (a.rowMap ? a.rowMap[row] : row) : -1;
+      rowM[r] = r < rows ? a.rowMax[stateOf[r]] : ninf;
+      rowL[r] = r < rows ? a.rowSum[stateOf[r]] : 0.0f;
+    }
+    if (d % 16 == 0) {
+      v16 tile[16];
+      for (int half = 0; half < 2; ++half)
+        for (int64_t x0 = 0; x0 < d; x0 += 16) {
+          for (int src = 0; src < 2; ++src) {
+            const float *base = src == 0 ? a.q : a.acc;
+            float *dst = src == 0 ? qt.data() : accT.data();
+            for (int r = 0; r < 16; ++r) {
+              int64_t st = stateOf[half * 16 + r];
+              tile[r] = st >= 0 ? load16(base + st * d + x0) : splat(0.0f);
+            }
+            transpose16(tile);
+            for (int k = 0; k < 16; ++k)
+              store16(&dst[(x0 + k) * kRows + half * 16], tile[k]);
+          }
+        }
+    } else {
+      for (int r = 0; r < kRows; ++r) {
+        const float *qr = stateOf[r] >= 0 ? a.q + stateOf[r] * d : nullptr;
+        const float *ar = stateOf[r] >= 0 ? a.acc + stateOf[r] * d : nullptr;
+        for (int64_t x = 0; x < d; ++x) {
+          qt[x * kRows + r] = qr ? qr[x] : 0.0f;
+          accT[x * kRows + r] = ar ? ar[x] : 0.0f;
+        }
       }
-      rowM[r] = r < rows ? a.rowMax[state] : ninf;
-      rowL[r] = r < rows ? a.rowSum[state] : 0.0f;
     }
     v16 M[2] = {load16(rowM), load16(rowM + 16)}, L[2] = {load16(rowL), load16(rowL + 16)};
 
@@ -215,13 +267,26 @@ void runTiles(const std::vector<const plan::TileList *> &lists, const TileArgs &
     store16(rowL, L[0]);
     store16(rowL + 16, L[1]);
     for (int r = 0; r < rows; ++r) {
-      int64_t row = block.firstRow + r;
-      int64_t state = a.rowMap ? a.rowMap[row] : row;
-      a.rowMax[state] = rowM[r];
-      a.rowSum[state] = rowL[r];
-      float *ar = a.acc + state * d;
-      for (int64_t x = 0; x < d; ++x)
-        ar[x] = accT[x * kRows + r];
+      a.rowMax[stateOf[r]] = rowM[r];
+      a.rowSum[stateOf[r]] = rowL[r];
+    }
+    if (d % 16 == 0) {
+      v16 tile[16];
+      for (int half = 0; half < 2; ++half)
+        for (int64_t x0 = 0; x0 < d; x0 += 16) {
+          for (int k = 0; k < 16; ++k)
+            tile[k] = load16(&accT[(x0 + k) * kRows + half * 16]);
+          transpose16(tile);
+          for (int r = 0; r < 16; ++r)
+            if (stateOf[half * 16 + r] >= 0)
+              store16(a.acc + stateOf[half * 16 + r] * d + x0, tile[r]);
+        }
+    } else {
+      for (int r = 0; r < rows; ++r) {
+        float *ar = a.acc + stateOf[r] * d;
+        for (int64_t x = 0; x < d; ++x)
+          ar[x] = accT[x * kRows + r];
+      }
     }
   }
 }
