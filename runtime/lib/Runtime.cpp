@@ -1,10 +1,11 @@
 //===- Runtime.cpp - The attnc C ABI: load, validate, run -----------------===//
 //
 // A kernel file carries its pattern's source and parameters; loading rebuilds
-// the canonical IR with the front end (no MLIR involved) so that the CSR of
-// any sequence length can be built on first use and cached. The shared
-// object inside is loaded from an anonymous memory file, so nothing is
-// written to disk. Runs split batch x heads over worker threads.
+// the canonical IR with the front end (no MLIR involved) so that what the
+// kernels need for a sequence length — the fused plan's tiles, or the CSR for
+// the sparsifier's native code — is built on first use and cached. Native
+// code is loaded from an anonymous memory file, so nothing is written to
+// disk. Runs split batch x heads over worker threads.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/attnc.h"
@@ -13,10 +14,11 @@
 #include "attnc/compiler/Csr.h"
 #include "attnc/compiler/Driver.h"
 #include "attnc/compiler/Plan.h"
-#include "FusedExecutor.h"
 #include "attnc/runtime/Internal.h"
 #include "attnc/runtime/KernelAbi.h"
 #include "attnc/runtime/KernelFile.h"
+
+#include "FusedExecutor.h"
 
 #include <algorithm>
 #include <atomic>
@@ -90,13 +92,14 @@ struct attnc_kernel {
       if (n > std::numeric_limits<int32_t>::max())
         return fail(ATTNC_ERROR_SHAPE, "sequence length " + std::to_string(n) + " does not fit 32-bit keys");
       s->plan = dense ? attnc::plan::instantiateDense(plan, n) : attnc::plan::instantiate(plan, n);
-    }
-    for (const auto &head : fused ? std::vector<attnc::ir::PatternIR::Head>{} : ir.heads) {
-      attnc::ir::Csr csr;
-      std::string error;
-      if (!attnc::ir::buildCsr(head.set, n, csr, error))
-        return fail(ATTNC_ERROR_SHAPE, error);
-      s->sets.push_back(std::move(csr));
+    } else {
+      for (const auto &head : ir.heads) {
+        attnc::ir::Csr csr;
+        std::string error;
+        if (!attnc::ir::buildCsr(head.set, n, csr, error))
+          return fail(ATTNC_ERROR_SHAPE, error);
+        s->sets.push_back(std::move(csr));
+      }
     }
     cache.push_front(s);
     if (cache.size() > kCacheEntries)
