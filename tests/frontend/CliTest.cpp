@@ -29,10 +29,11 @@ std::string slurp(const std::string &path) {
   return s.str();
 }
 
-Result attnc(const std::string &args) {
+/// Runs `attnc ARGS` with optional environment assignments ("A=b C=d").
+Result attnc(const std::string &args, const std::string &env = "") {
   std::string errPath = std::filesystem::temp_directory_path() /
                         ("attnc-cli-" + std::to_string(getpid()) + ".err");
-  std::string cmd = std::string(ATTNC_BINARY) + " " + args + " 2>" + errPath;
+  std::string cmd = env + " " + std::string(ATTNC_BINARY) + " " + args + " 2>" + errPath;
   FILE *pipe = popen(cmd.c_str(), "r");
   Result r{-1, "", ""};
   if (!pipe)
@@ -332,6 +333,51 @@ TEST(Cli, RunRejectsACorruptKernelFile) {
   EXPECT_NE(r.err.find("not a .npy file"), std::string::npos) << r.err;
   std::filesystem::remove(kernel);
   std::filesystem::remove(npy);
+}
+
+// ---- bench, tune ------------------------------------------------------------
+
+TEST(Cli, BenchReportsEveryBackendSideBySide) {
+  std::string cache = std::filesystem::temp_directory_path() / ("attnc-cli-bench-" + std::to_string(getpid()));
+  Result r = attnc("bench " + pattern("strided") + " -D l=8 --n 200 --d 16 --heads 2 --repeat 1 --json",
+                   "ATTNC_CACHE_DIR=" + cache);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  Json j = JsonReader(r.out).parse();
+  EXPECT_EQ(j["n"].num(), 200);
+  ASSERT_EQ(j["results"].arr().size(), 3u);
+  std::vector<std::string> names;
+  for (const Json &row : j["results"].arr()) {
+    names.push_back(std::get<std::string>(row["backend"].v));
+    EXPECT_GT(row["ms"].num(), 0);
+    EXPECT_GT(row["gflops"].num(), 0);
+    EXPECT_GE(row["executed_over_useful"].num(), 1.0);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"fused", "sparsifier", "dense"}));
+  // Written out by hand: the strided pairs; the dense baseline computes all n^2.
+  int64_t nnz = 0;
+  for (int64_t i = 0; i < 200; ++i)
+    for (int64_t jj = 0; jj <= i; ++jj)
+      nnz += (jj >= i - 8) || (i - jj) % 8 == 0;
+  EXPECT_EQ(j["nnz_per_head"].num(), nnz);
+  EXPECT_NEAR(j["results"].arr()[2]["executed_over_useful"].num(), 200.0 * 200.0 / double(nnz), 1e-3);
+  std::filesystem::remove_all(cache);
+}
+
+TEST(Cli, TuneRecordsAShapeThatCompileThenUses) {
+  std::string cache = std::filesystem::temp_directory_path() / ("attnc-cli-tune-" + std::to_string(getpid()));
+  std::string env = "ATTNC_CACHE_DIR=" + cache;
+  Result tune = attnc("tune " + pattern("fixed") + " -D l=16 -D c=4 --n 300 --d 16 --heads 2 --measure 2 --repeat 1", env);
+  ASSERT_EQ(tune.exitCode, 0) << tune.err;
+  EXPECT_NE(tune.out.find("best tiles"), std::string::npos) << tune.out;
+  EXPECT_NE(tune.err.find("[1/"), std::string::npos) << tune.err; // progress lines
+  EXPECT_TRUE(std::filesystem::exists(cache + "/tuning.db"));
+  Result compile = attnc("compile " + pattern("fixed") + " -D l=16 -D c=4 -o " + cache + "/k.attnk", env);
+  ASSERT_EQ(compile.exitCode, 0) << compile.err;
+  EXPECT_NE(compile.err.find("using tuned tiles"), std::string::npos) << compile.err;
+  // Other parameters are another pattern instance: no tuned shape for them.
+  Result other = attnc("compile " + pattern("fixed") + " -D l=32 -o " + cache + "/k2.attnk", env);
+  EXPECT_EQ(other.err.find("using tuned tiles"), std::string::npos) << other.err;
+  std::filesystem::remove_all(cache);
 }
 
 } // namespace
