@@ -207,6 +207,8 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(attnc("analyze " + pattern("fixed")).exitCode, 2); // --n is required
   EXPECT_EQ(attnc("").exitCode, 2);                             // a subcommand is required
   EXPECT_EQ(attnc("check " + pattern("fixed") + " -D l").exitCode, 2);
+  EXPECT_EQ(attnc("analyze " + pattern("fixed") + " --n 0").exitCode, 2);
+  EXPECT_EQ(attnc("analyze " + pattern("fixed") + " --n 99999999").exitCode, 2);
   EXPECT_EQ(attnc("emit " + pattern("fixed") + " --stage bogus").exitCode, 2);
 }
 
