@@ -1,13 +1,15 @@
 //===- FusedExecutor.cpp - Running a plan's tiles with online softmax -----===//
 //
-// Tile kernel, for a block of up to R rows and a tile of up to 16 keys:
-//   1. K^T of the tile's keys into a d x 16 buffer (zero-padded),
-//   2. S = Q_rows K^T, four rows at a time, 16 lanes,
-//   3. scale, mask (partial tiles and padding lanes to -inf),
-//   4. online softmax: new max, rescale the running sum and output,
-//   5. O_rows += P V_tile.
-// Written with GCC vector extensions; `target_clones` builds an AVX-512
-// version and a baseline one and picks at load time.
+// A row block's 32 query rows are the lanes of two 16-wide vectors. Per
+// block: Q^T and the rows' state (max, sum, unnormalised output) are
+// transposed in (16 x 16 register transposes). Per tile of keys:
+//   1. S^T = K_tile Q^T: each key row broadcast against Q^T, 8 keys at a time,
+//   2. scale; mask (partial tiles, rows past the block) to -inf,
+//   3. online softmax per lane: new max, rescale sum and output, P = exp(S - max),
+//   4. O^T += V_tile^T P^T, 8 keys at a time.
+// The state goes back at the end of the block. Written with GCC vector
+// extensions; `target_clones` builds an AVX-512 version and a baseline one
+// and picks at load time.
 //
 //===----------------------------------------------------------------------===//
 #include "FusedExecutor.h"
@@ -50,12 +52,12 @@ inline v16 exp16(v16 x) {
 }
 
 struct TileArgs {
-  const float *q;      // rows of the (gathered) query space, row-major [*, d]
+  const float *q;         // [n, d] row-major, as are k, v and acc
   const float *k;
   const float *v;
   int64_t d;
   float scale;
-  const int32_t *rowMap; // (gathered) row -> state row; null: identity
+  const int32_t *rowMap;  // tile-list row -> query row (residue relayout); null: identity
   float *rowMax, *rowSum, *acc;
   bool dense = false;    // baseline: never skip masked work
 };
