@@ -50,6 +50,22 @@ TileList buildTiles(int64_t rows, const std::function<IntervalSet(int64_t)> &row
       t.blocks.push_back(block);
       continue;
     }
+    const uint32_t allRows = count == 32 ? 0xffffffffu : ((1u << count) - 1);
+    // Common case (e.g. summary columns): every row has the block's keys, so
+    // every tile is full and no mask is needed.
+    bool uniform = true;
+    for (int64_t r = 0; r < count && uniform; ++r)
+      uniform = blockRows[r] == unionKeys;
+    if (uniform) {
+      for (int64_t p0 = 0; p0 < numKeys; p0 += C) {
+        int32_t width = static_cast<int32_t>(std::min(C, numKeys - p0));
+        t.tiles.push_back({static_cast<int32_t>(keyBase + p0), width, -1});
+        t.executed += count * width;
+      }
+      block.numTiles = static_cast<int32_t>(t.tiles.size()) - block.firstTile;
+      t.blocks.push_back(block);
+      continue;
+    }
     // Per row, a bit per position of the block's compacted key list.
     size_t words = static_cast<size_t>((numKeys + 63) / 64);
     bits.assign(static_cast<size_t>(count) * words, 0);
@@ -61,7 +77,6 @@ TileList buildTiles(int64_t rows, const std::function<IntervalSet(int64_t)> &row
         for (int64_t p = a; p < b; ++p)
           bits[r * words + p / 64] |= uint64_t{1} << (p % 64);
       }
-    const uint32_t allRows = count == 32 ? 0xffffffffu : ((1u << count) - 1);
     for (int64_t p0 = 0; p0 < numKeys; p0 += C) {
       int32_t width = static_cast<int32_t>(std::min(C, numKeys - p0));
       bool full = true;
@@ -126,13 +141,25 @@ Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
       conj.insert(conj.end(), rest.begin(), rest.end());
       ir::SetRef pieceSet = ir::SetNode::intersect(conj, part->loc);
       Piece piece;
+      ir::SetRef rest = nullptr;
       if (const ir::SetNode *res = findResidue(*pieceSet)) {
         piece.strategy = Strategy::ResidueRelayout;
         piece.modulus = res->modulus;
         piece.residue = res->residue;
+        std::vector<ir::SetRef> others;
+        if (pieceSet->kind == ir::Gen::Intersect)
+          for (const ir::SetRef &c : pieceSet->children)
+            if (c.get() != res)
+              others.push_back(c);
+        rest = ir::SetNode::intersect(others, part->loc);
       }
-      if (!earlier.empty())
-        pieceSet = ir::SetNode::difference(pieceSet, ir::SetNode::unite(earlier, part->loc), part->loc);
+      if (!earlier.empty()) {
+        ir::SetRef before = ir::SetNode::unite(earlier, part->loc);
+        pieceSet = ir::SetNode::difference(pieceSet, before, part->loc);
+        if (rest)
+          rest = ir::SetNode::difference(rest, before, part->loc);
+      }
+      piece.withoutResidue = rest;
       piece.set = pieceSet;
       earlier.push_back(part);
       hp.pieces.push_back(piece);
@@ -157,17 +184,22 @@ PlanInstance instantiate(const Plan &plan, int64_t n) {
       } else {
         int64_t m = piece.modulus;
         pi.modulus = m;
+        ir::RowEvaluator rest(piece.withoutResidue, n);
         for (int64_t c = 0; c < std::min(m, n); ++c) {
           int64_t keyClass = floorMod(c - piece.residue, m);
           int64_t rows = (n - c + m - 1) / m;
           pi.classes.push_back(buildTiles(
               rows,
               [&](int64_t t) {
-                // Keys of the piece are all in keyClass: j = keyClass + u m.
-                IntervalSet keys = eval.row(c + t * m), mapped;
-                for (const Interval &x : keys)
-                  for (int64_t j = x.lo; j < x.hi; ++j)
-                    mapped.push_back({(j - keyClass) / m, (j - keyClass) / m + 1});
+                // The row's keys are j = keyClass + u m inside the intervals
+                // of the piece without its residue factor.
+                IntervalSet mapped;
+                for (const Interval &x : rest.row(c + t * m)) {
+                  int64_t first = floorDiv(x.lo - keyClass + m - 1, m);
+                  int64_t last = floorDiv(x.hi - keyClass + m - 1, m); // exclusive
+                  if (first < last)
+                    mapped.push_back({first, last});
+                }
                 normalize(mapped);
                 return mapped;
               },

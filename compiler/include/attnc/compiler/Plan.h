@@ -36,6 +36,10 @@ struct Piece {
   Strategy strategy = Strategy::RowTiles;
   int64_t modulus = 0;     ///< residue-relayout: m
   int64_t residue = 0;     ///< residue-relayout: r in (i - j) % m == r
+  /// residue-relayout: the piece without its residue factor. Every key of a
+  /// row lies in one residue class, so the row's keys are that class within
+  /// this set's intervals: O(intervals) instead of O(keys) to enumerate.
+  ir::SetRef withoutResidue;
 };
 
 struct HeadPlan {
