@@ -2,7 +2,7 @@
 // "fixed" pattern with attnc, runs it, and checks it against a plain
 // reference written from the paper's formula.
 //
-//   ./build/examples/jit_fixed [patterns/fixed.attn] [n] [d] [heads]
+//   ./build/examples/jit_fixed [patterns/fixed.attn] [n] [d] [heads] [fused|sparsifier]
 //
 // Uses only the public headers attnc/attnc_jit.h and attnc/attnc.hpp.
 #include "attnc/attnc.hpp"
@@ -60,11 +60,12 @@ int main(int argc, char **argv) {
   const int64_t n = argc > 2 ? std::atoll(argv[2]) : 4096;
   const int64_t d = argc > 3 ? std::atoll(argv[3]) : 64;
   const int64_t heads = argc > 4 ? std::atoll(argv[4]) : 8;
+  const char *backend = argc > 5 ? argv[5] : "fused";
   const int64_t l = 128, c = 8; // the library file's defaults, passed explicitly below
   const char *defines[] = {"l=128", "c=8"};
 
   auto t0 = std::chrono::steady_clock::now();
-  attnc_jit_options options{defines, 2, nullptr, nullptr, 0};
+  attnc_jit_options options{defines, 2, nullptr, nullptr, 0, backend};
   attnc_kernel *raw = nullptr;
   if (attnc_jit_compile_file(path, &options, &raw) != ATTNC_OK) {
     std::fprintf(stderr, "jit_fixed: %s\n", attnc_last_error());
