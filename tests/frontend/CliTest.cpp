@@ -337,6 +337,42 @@ TEST(Cli, RunRejectsACorruptKernelFile) {
   std::filesystem::remove(npy);
 }
 
+TEST(Cli, RunChecksItsInputsAgainstThePattern) {
+  std::string dir = std::filesystem::temp_directory_path() / ("attnc-cli-run-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto npy = [&](const std::string &name, const std::string &shape, size_t floats) {
+    std::string h = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+    h.append((64 - (10 + h.size() + 1) % 64) % 64, ' ');
+    h += '\n';
+    std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + char(h.size() & 0xff) + char(h.size() >> 8) + h;
+    bytes += std::string(floats * 4, '\0');
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+    return dir + "/" + name;
+  };
+  std::string q2 = npy("q2.npy", "(6, 4)", 24), q3 = npy("q3.npy", "(2, 6, 4)", 48);
+  std::string cache = "ATTNC_CACHE_DIR=" + dir;
+  // [n, d] inputs cannot feed a pattern that declares two heads.
+  Result heads = attnc("run " + pattern("fixed_multihead") + " --q " + q2 + " --k " + q2 + " --v " + q2, cache);
+  EXPECT_EQ(heads.exitCode, 1);
+  EXPECT_NE(heads.err.find("pattern has 2 heads"), std::string::npos) << heads.err;
+  Result dims = attnc("run " + pattern("fixed") + " --q " + q3 + " --k " + q3 + " --v " + q3, cache);
+  EXPECT_EQ(dims.exitCode, 1);
+  EXPECT_NE(dims.err.find("[n, d] or [batch, heads, n, d]"), std::string::npos) << dims.err;
+  Result mixed = attnc("run " + pattern("fixed") + " --q " + q2 + " --k " + q2 + " --v " + q3, cache);
+  EXPECT_EQ(mixed.exitCode, 1);
+  EXPECT_NE(mixed.err.find("same shape"), std::string::npos) << mixed.err;
+  Result ok = attnc("run " + pattern("fixed") + " --q " + q2 + " --k " + q2 + " --v " + q2 + " -o " + dir +
+                        "/o.npy --check", cache);
+  EXPECT_EQ(ok.exitCode, 0) << ok.err;
+  EXPECT_NE(ok.out.find("max abs error"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/o.npy"));
+  // A kernel file has its parameters built in.
+  ASSERT_EQ(attnc("compile " + pattern("fixed") + " -o " + dir + "/k.attnk").exitCode, 0);
+  Result defines = attnc("run " + dir + "/k.attnk -D l=4 --q " + q2 + " --k " + q2 + " --v " + q2);
+  EXPECT_EQ(defines.exitCode, 2);
+  std::filesystem::remove_all(dir);
+}
+
 // ---- bench, tune ------------------------------------------------------------
 
 TEST(Cli, BenchReportsEveryBackendSideBySide) {

@@ -151,6 +151,24 @@ TEST(Jit, BadDefineIsAnInvalidArgument) {
             ATTNC_ERROR_INVALID_ARGUMENT);
 }
 
+TEST(Jit, NullSourceAndUnknownBackendAreInvalidArguments) {
+  attnc_kernel *k = nullptr;
+  EXPECT_EQ(attnc_jit_compile_string(nullptr, "x", nullptr, &k), ATTNC_ERROR_INVALID_ARGUMENT);
+  TempDir dir;
+  attnc_jit_options options{nullptr, 0, nullptr, dir.path.c_str(), 0, "halide"};
+  EXPECT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnc_last_error()).find("unknown backend 'halide'"), std::string::npos);
+  EXPECT_EQ(k, nullptr);
+}
+
+TEST(Jit, UnknownPatternNameIsACompileError) {
+  TempDir dir;
+  attnc_jit_options options{nullptr, 0, "nope", dir.path.c_str(), 0, nullptr};
+  attnc_kernel *k = nullptr;
+  EXPECT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_ERROR_COMPILE);
+  EXPECT_NE(std::string(attnc_last_error()).find("no pattern named 'nope'"), std::string::npos);
+}
+
 TEST(Jit, MissingFileIsAnIoError) {
   attnc_kernel *k = nullptr;
   EXPECT_EQ(attnc_jit_compile_file("/nonexistent/p.attn", nullptr, &k), ATTNC_ERROR_IO);
