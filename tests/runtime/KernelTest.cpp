@@ -179,6 +179,32 @@ TEST_P(CpuKernelRows, SingleKeyRowsCopyTheValue) {
     EXPECT_FLOAT_EQ(o[x], v[x]);
 }
 
+TEST_P(CpuKernelRows, OverflowingScoresMakeOnlyTheirRowsNaN) {
+  // Documented: a score beyond float32's range makes its row NaN; the other
+  // rows are unaffected and correct.
+  KernelPtr kernel = compileSource("pattern self_and_first { attend { j : j == i || j == 0 } }", GetParam());
+  ASSERT_TRUE(kernel);
+  int64_t n = 20, d = 4;
+  std::vector<float> q = randomFloats(n * d, 10, 1), k = randomFloats(n * d, 11, 1),
+                     v = randomFloats(n * d, 12, 1), o(n * d, 0.0f);
+  for (int64_t c = 0; c < d; ++c) {
+    q[7 * d + c] = 3e20f;  // row 7's scores overflow
+    k[7 * d + c] = 3e20f;
+  }
+  attnc_tensor tq = view(q, 1, 1, n, d), tk = view(k, 1, 1, n, d), tv = view(v, 1, 1, n, d),
+               to = view(o, 1, 1, n, d);
+  ASSERT_EQ(attnc_run(kernel.get(), &tq, &tk, &tv, &to, nullptr), ATTNC_OK);
+  std::vector<float> ref = referenceFromSource("pattern self_and_first { attend { j : j == i || j == 0 } }",
+                                               {}, q, k, v, 1, 1, n, d);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < d; ++c) {
+      if (i == 7)
+        EXPECT_TRUE(std::isnan(o[i * d + c])) << "row 7 should be NaN";
+      else
+        EXPECT_NEAR(o[i * d + c], ref[i * d + c], 1e-5) << "row " << i;
+    }
+}
+
 TEST_P(CpuKernelRows, StridedInputsGiveTheSameResultAsContiguous) {
   KernelPtr kernel = compileSource("pattern win { causal attend { j : i - j < 4 } }", GetParam());
   ASSERT_TRUE(kernel);
