@@ -30,6 +30,7 @@ struct BenchOptions {
   int threads = 0;
   int repeat = 5;
   bool json = false;
+  bool backendsGiven = false;
 };
 
 struct Row {
@@ -82,8 +83,14 @@ int runBench(const BenchOptions &opts) {
   std::vector<const char *> defs;
   for (const std::string &d : opts.pattern.defines)
     defs.push_back(d.c_str());
+  std::vector<std::string> backends = opts.backends;
+  if (!opts.backendsGiven && opts.n > 32768) {
+    // The dense baseline computes n^2 pairs per head: minutes at this size.
+    backends.erase(std::remove(backends.begin(), backends.end(), "dense"), backends.end());
+    std::cerr << "note: the dense baseline is skipped above n = 32768 unless --backend names it\n";
+  }
   std::vector<Row> rows;
-  for (const std::string &backend : opts.backends) {
+  for (const std::string &backend : backends) {
     Row row;
     row.backend = backend;
     attnc_jit_options jo{defs.data(), static_cast<int32_t>(defs.size()),
@@ -163,10 +170,13 @@ void setupBench(CLI::App &app, int &exitCode) {
                   "Heads (a pattern that declares its heads uses its own count)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--backend", opts->backends, "Backends to compare: fused, sparsifier, dense")
-      ->delimiter(',')
-      ->capture_default_str()
-      ->check(CLI::IsMember({"fused", "sparsifier", "dense"}));
+  CLI::Option *backendOption =
+      cmd->add_option("--backend", opts->backends,
+                      "Backends to compare: fused, sparsifier, dense (dense is skipped above "
+                      "n = 32768 unless named here)")
+          ->delimiter(',')
+          ->capture_default_str()
+          ->check(CLI::IsMember({"fused", "sparsifier", "dense"}));
   cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
   cmd->add_option("--repeat", opts->repeat, "Timed runs per backend (the median is reported)")
       ->capture_default_str()
@@ -174,7 +184,10 @@ void setupBench(CLI::App &app, int &exitCode) {
   cmd->add_flag("--json", opts->json, "Print one JSON object");
   cmd->footer(examplesFooter({"attnc bench patterns/fixed.attn --n 16384 --d 64",
                               "attnc bench patterns/strided.attn --n 4096 --backend fused,dense --json"}));
-  cmd->callback([opts, &exitCode] { exitCode = runBench(*opts); });
+  cmd->callback([opts, backendOption, &exitCode] {
+    opts->backendsGiven = backendOption->count() > 0;
+    exitCode = runBench(*opts);
+  });
 }
 
 } // namespace attnc::tool
