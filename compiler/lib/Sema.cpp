@@ -41,6 +41,21 @@ bool parseDefine(const std::string &text, Define &out, std::string &error) {
   return true;
 }
 
+bool parseDefineList(const std::string &text, std::vector<Define> &out, std::string &error) {
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos)
+      end = text.size();
+    Define d;
+    if (!parseDefine(text.substr(begin, end - begin), d, error))
+      return false;
+    out.push_back(d);
+    begin = end + 1;
+  }
+  return true;
+}
+
 const ParamValue *Pattern::param(const std::string &name) const {
   for (const ParamValue &p : params)
     if (p.name == name)

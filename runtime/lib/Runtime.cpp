@@ -118,18 +118,9 @@ attnc_status rebuildPattern(attnc_kernel &kernel) {
     return it == meta.end() ? std::string() : it->second;
   };
   attnc::SemaOptions options;
-  std::string params = get("params");
-  std::stringstream list(params);
-  std::string item;
-  while (std::getline(list, item, ',')) {
-    if (item.empty())
-      continue;
-    attnc::Define d;
-    std::string error;
-    if (!attnc::parseDefine(item, d, error))
-      return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has a bad parameter: " + error);
-    options.defines.push_back(d);
-  }
+  std::string error;
+  if (!attnc::parseDefineList(get("params"), options.defines, error))
+    return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has a bad parameter: " + error);
   attnc::Frontend fe;
   bool ok = fe.parseString(get("pattern") + ".attn", kernel.file.source) && fe.analyze(options);
   const attnc::Pattern *p = ok ? fe.select(get("pattern")) : nullptr;

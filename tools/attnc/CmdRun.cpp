@@ -110,13 +110,9 @@ int runRun(const RunOptions &opts) {
     // Rebuild the pattern from the kernel's own metadata and source.
     Frontend fe;
     SemaOptions sema;
-    std::string params = attnc_kernel_metadata(raw, "params");
-    for (size_t b = 0; b < params.size();) {
-      size_t e = params.find(',', b);
-      Define d;
-      if (parseDefine(params.substr(b, e == std::string::npos ? std::string::npos : e - b), d, error))
-        sema.defines.push_back(d);
-      b = e == std::string::npos ? params.size() : e + 1;
+    if (!parseDefineList(attnc_kernel_metadata(raw, "params"), sema.defines, error)) {
+      std::cerr << "attnc: error: the kernel's parameters: " << error << "\n";
+      return kExitUserError;
     }
     fe.parseString(opts.input, attnc_kernel_metadata(raw, "source"));
     fe.analyze(sema);

@@ -30,6 +30,8 @@ struct Define {
 /// Parses "name=value" (value a decimal integer, optionally negative).
 /// Returns false and sets `error` when the text is malformed.
 bool parseDefine(const std::string &text, Define &out, std::string &error);
+/// Parses "l=128,c=8" (kernel metadata's form; empty is no define).
+bool parseDefineList(const std::string &text, std::vector<Define> &out, std::string &error);
 
 struct ParamValue {
   std::string name;
