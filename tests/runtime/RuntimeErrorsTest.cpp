@@ -189,6 +189,17 @@ TEST_F(RunErrors, WrongHeadCountForADeclaredPatternIsRejected) {
   EXPECT_NE(std::string(attnc_last_error()).find("3 heads"), std::string::npos);
 }
 
+TEST_F(RuntimeErrors, MalformedParameterMetadataIsCorrupt) {
+  rt::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error));
+  file.metadata["params"] = "l=16,c=x";
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_NE(std::string(attnc_last_error()).find("bad parameter"), std::string::npos);
+  file.metadata["params"] = "l=16,w=3"; // a parameter the pattern does not have
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+}
+
 TEST_F(RuntimeErrors, FusedKernelWithBadTileSizesIsCorrupt) {
   rt::KernelFile file;
   std::string error;
