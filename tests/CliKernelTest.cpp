@@ -1,0 +1,131 @@
+//===- CliKernelTest.cpp - compile, run, bench and tune from the CLI ------===//
+//
+// The subcommands that build and execute kernels, end to end: corrupt and
+// mismatched inputs are user errors (exit 1), a kernel file's parameters are
+// fixed (-D is a usage error), bench reports every backend, and a shape
+// recorded by tune is what compile then uses.
+//
+//===----------------------------------------------------------------------===//
+#include "CliSupport.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+namespace attnc::test {
+namespace {
+
+/// A float32 .npy file of zeros with the given shape text, e.g. "(6, 4)".
+std::string zerosNpy(const ScratchDir &dir, const std::string &name, const std::string &shape,
+                     size_t floats) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + char(header.size() & 0xff) +
+                      char(header.size() >> 8) + header + std::string(floats * 4, '\0');
+  writeFile(dir.file(name), bytes);
+  return dir.file(name);
+}
+
+TEST(CliRun, CorruptInputsAreUserErrors) {
+  ScratchDir dir;
+  writeFile(dir.file("bad.attnk"), "not a kernel");
+  writeFile(dir.file("q.npy"), "not an npy");
+  std::string q = dir.file("q.npy");
+  CommandResult r = attnc("run " + dir.file("bad.attnk") + " --q " + q + " --k " + q + " --v " + q);
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_NE(r.err.find("not a .npy file"), std::string::npos) << r.err;
+}
+
+TEST(CliRun, InputsMustFitThePattern) {
+  ScratchDir dir;
+  std::string q2 = zerosNpy(dir, "q2.npy", "(6, 4)", 24),
+              q3 = zerosNpy(dir, "q3.npy", "(2, 6, 4)", 48);
+  std::string cache = "ATTNC_CACHE_DIR=" + dir.path();
+  auto run = [&](const std::string &pattern, const std::string &q, const std::string &k,
+                 const std::string &v) {
+    return attnc("run " + libraryPattern(pattern) + " --q " + q + " --k " + k + " --v " + v, cache);
+  };
+  CommandResult heads = run("fixed_multihead", q2, q2, q2); // [n, d] cannot feed 2 heads
+  EXPECT_EQ(heads.exitCode, 1);
+  EXPECT_NE(heads.err.find("pattern has 2 heads"), std::string::npos) << heads.err;
+  CommandResult dims = run("fixed", q3, q3, q3);
+  EXPECT_EQ(dims.exitCode, 1);
+  EXPECT_NE(dims.err.find("[n, d] or [batch, heads, n, d]"), std::string::npos) << dims.err;
+  CommandResult mixed = run("fixed", q2, q2, q3);
+  EXPECT_EQ(mixed.exitCode, 1);
+  EXPECT_NE(mixed.err.find("same shape"), std::string::npos) << mixed.err;
+}
+
+TEST(CliRun, CheckedRunWritesTheOutput) {
+  ScratchDir dir;
+  std::string q = zerosNpy(dir, "q.npy", "(6, 4)", 24);
+  CommandResult ok = attnc("run " + libraryPattern("fixed") + " --q " + q + " --k " + q + " --v " +
+                               q + " -o " + dir.file("o.npy") + " --check",
+                           "ATTNC_CACHE_DIR=" + dir.path());
+  EXPECT_EQ(ok.exitCode, 0) << ok.err;
+  EXPECT_NE(ok.out.find("max abs error"), std::string::npos) << ok.out;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("o.npy")));
+}
+
+TEST(CliRun, KernelFileRejectsDefines) {
+  ScratchDir dir;
+  std::string q = zerosNpy(dir, "q.npy", "(6, 4)", 24);
+  ASSERT_EQ(attnc("compile " + libraryPattern("fixed") + " -o " + dir.file("k.attnk"),
+                  "ATTNC_CACHE_DIR=" + dir.path())
+                .exitCode,
+            0);
+  CommandResult r =
+      attnc("run " + dir.file("k.attnk") + " -D l=4 --q " + q + " --k " + q + " --v " + q);
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+}
+
+TEST(CliBench, ReportsEveryBackendSideBySide) {
+  ScratchDir dir;
+  CommandResult r = attnc("bench " + libraryPattern("strided") +
+                              " -D l=8 --n 200 --d 16 --heads 2 --repeat 1 --json",
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  Json doc = parseJson(r.out);
+  EXPECT_EQ(doc["n"].integer, 200);
+  ASSERT_EQ(doc["results"].array.size(), 3u);
+  std::vector<std::string> names;
+  for (const Json &row : doc["results"].array) {
+    names.push_back(row["backend"].string);
+    EXPECT_GT(row["ms"].number, 0);
+    EXPECT_GT(row["gflops"].number, 0);
+    EXPECT_GE(row["executed_over_useful"].number, 1.0);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"fused", "sparsifier", "dense"}));
+  int64_t nnz = 0; // the strided pairs, counted by hand
+  for (int64_t i = 0; i < 200; ++i)
+    for (int64_t j = 0; j <= i; ++j)
+      nnz += j >= i - 8 || (i - j) % 8 == 0;
+  EXPECT_EQ(doc["nnz_per_head"].integer, nnz);
+  // The dense baseline computes all n^2 pairs.
+  EXPECT_NEAR(doc["results"].array[2]["executed_over_useful"].number, 200.0 * 200.0 / double(nnz),
+              1e-3);
+}
+
+TEST(CliTune, RecordedShapeIsUsedByCompileForTheSameInstanceOnly) {
+  ScratchDir dir;
+  std::string env = "ATTNC_CACHE_DIR=" + dir.path();
+  CommandResult tune = attnc("tune " + libraryPattern("fixed") +
+                                 " -D l=16 -D c=4 --n 300 --d 16 --heads 2 --measure 2 --repeat 1",
+                             env);
+  ASSERT_EQ(tune.exitCode, 0) << tune.err;
+  EXPECT_NE(tune.out.find("best tiles"), std::string::npos) << tune.out;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("tuning.db")));
+  CommandResult compile = attnc(
+      "compile " + libraryPattern("fixed") + " -D l=16 -D c=4 -o " + dir.file("k.attnk"), env);
+  ASSERT_EQ(compile.exitCode, 0) << compile.err;
+  EXPECT_NE(compile.err.find("using tuned tiles"), std::string::npos) << compile.err;
+  // Other parameters are another pattern instance: no tuned shape for them.
+  CommandResult other =
+      attnc("compile " + libraryPattern("fixed") + " -D l=32 -o " + dir.file("k2.attnk"), env);
+  EXPECT_EQ(other.exitCode, 0) << other.err;
+  EXPECT_EQ(other.err.find("using tuned tiles"), std::string::npos) << other.err;
+}
+
+} // namespace
+} // namespace attnc::test
