@@ -24,10 +24,10 @@ struct FusedScratch {
 };
 
 /// Computes one contiguous [n, d] slice: o = attention over the head's pieces.
-/// `dense` (the baseline) rescales and accumulates even where a tile's mask
-/// leaves nothing to do.
+/// Every pair of every tile is computed (masked pairs get probability 0), so
+/// the dense baseline is this same code on a plan instance without skipping.
 void runFusedHead(const plan::HeadInstance &head, int64_t n, int64_t d, const float *q,
-                  const float *k, const float *v, float *o, float scale, bool dense,
+                  const float *k, const float *v, float *o, float scale,
                   FusedScratch &scratch);
 
 } // namespace attnc::rt

@@ -355,7 +355,7 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
         if (kernel->fused) {
           attnc::rt::runFusedHead(structure->plan.heads[set], n, d, inputSlice(*q, b, h, qs),
                                   inputSlice(*k, b, h, ks), inputSlice(*v, b, h, vs), out, scale,
-                                  kernel->dense, fusedScratch);
+                                  fusedScratch);
         } else {
           const attnc::ir::Csr &csr = structure->sets[set];
           values.resize(static_cast<size_t>(std::max<int64_t>(1, csr.nnz())));
