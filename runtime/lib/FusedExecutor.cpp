@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -54,23 +55,29 @@ namespace {
 } // namespace avx512
 #pragma GCC pop_options
 
+#define ATTNC_TILES_AVX512 0
 namespace portable {
 namespace {
-#define ATTNC_TILES_AVX512 0
 #include "FusedTiles.inc"
-#undef ATTNC_TILES_AVX512
 } // namespace
 } // namespace portable
+#undef ATTNC_TILES_AVX512
 
 namespace {
 using RunTiles = void (*)(const std::vector<const plan::TileList *> &, const TileArgs &);
 
-/// The tile kernel for this CPU, chosen once.
+/// The tile kernel for this CPU, chosen once: AVX-512 or baseline x86-64.
+/// The baseline one is correct but ~30x slower: its 16-lane vectors and
+/// register blocking are sized for 32 AVX-512 registers and spill on fewer.
+/// ATTNC_FUSED_ISA=portable forces it (the tests run it).
 RunTiles tileKernel() {
   static const RunTiles fn = [] {
     __builtin_cpu_init();
     bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    const char *forced = std::getenv("ATTNC_FUSED_ISA");
+    if (forced && std::strcmp(forced, "portable") == 0)
+      avx512 = false;
     return avx512 ? &avx512::runTiles : &portable::runTiles;
   }();
   return fn;

@@ -52,7 +52,10 @@ void PrintTo(const Shape &s, std::ostream *os) {
   *os << "[" << s.batch << ", H, " << s.n << ", " << s.d << "]";
 }
 
-const Shape kShapes[] = {{1, 1, 4}, {2, 37, 16}, {1, 100, 33}, {2, 130, 8}};
+// Ragged n (not a multiple of the 32-row blocks) with every head dimension
+// the tile kernels specialise (16, 32, 64, 128) and odd ones (4, 8, 33).
+const Shape kShapes[] = {{1, 1, 4},   {2, 37, 16}, {1, 100, 33}, {2, 130, 8},
+                         {1, 77, 32}, {1, 70, 64}, {1, 45, 128}};
 
 /// One cache directory for the whole suite: each pattern compiles once.
 TempDir &cacheDir() {
