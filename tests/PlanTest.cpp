@@ -2,8 +2,9 @@
 //
 // For every library pattern and several n: the pieces of each head are
 // pairwise disjoint and their union is the head's set (checked against the
-// brute-force oracle), every tile mask bit names a pair of its piece, every
-// pair of a piece is in exactly one tile, and executed >= useful.
+// brute-force oracle), every mask bit of every generated row block names a
+// pair of its piece, every pair of a piece is in exactly one block, and
+// executed >= useful.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/compiler/Canonicalize.h"
@@ -13,6 +14,8 @@
 #include "attnc/compiler/RowEvaluator.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 namespace attnc {
 namespace {
@@ -36,35 +39,47 @@ TEST_P(PlanCoverage, PiecesPartitionTheHeadAndTilesCoverEachPairOnce) {
   for (int64_t rows : {32, 7})
     for (int64_t cols : {32, 5}) {
       plan::Plan plan = plan::buildPlan(ir, {rows, cols});
-      plan::PlanInstance inst = plan::instantiate(plan, pc.n);
       const int64_t n = pc.n;
+      std::vector<plan::HeadStats> stats = plan::planStats(plan, n);
+      ASSERT_EQ(stats.size(), ir.heads.size());
+      plan::BlockTiles b;
       for (size_t h = 0; h < ir.heads.size(); ++h) {
         std::vector<char> expected = oracle::denseMask(*ir.heads[h].term, n);
         std::vector<int> covered(static_cast<size_t>(n * n), 0);
+        int64_t useful = 0;
         for (size_t p = 0; p < plan.heads[h].pieces.size(); ++p) {
           const plan::Piece &piece = plan.heads[h].pieces[p];
-          const plan::PieceInstance &pi = inst.heads[h].pieces[p];
-          int64_t m = piece.strategy == plan::Strategy::ResidueRelayout ? piece.modulus : 1;
-          for (size_t c = 0; c < pi.classes.size(); ++c) {
-            const plan::TileList &tl = pi.classes[c];
-            EXPECT_GE(tl.executed, tl.useful);
-            for (const plan::TileList::Block &b : tl.blocks)
-              for (int32_t t = 0; t < b.numTiles; ++t) {
-                const plan::TileList::Tile &tile = tl.tiles[b.firstTile + t];
-                ASSERT_LE(tile.count, cols);
-                for (int32_t r = 0; r < b.rows; ++r)
-                  for (int32_t k = 0; k < tile.count; ++k) {
-                    bool in = tile.maskOffset < 0 || (tl.masks[tile.maskOffset + k] >> r & 1);
-                    if (!in)
-                      continue;
-                    int64_t i = static_cast<int64_t>(c) + (b.firstRow + r) * m;
-                    int64_t j = tl.keys[tile.keyOffset + k];
-                    ASSERT_TRUE(i < n && j < n);
-                    ++covered[i * n + j];
-                  }
+          EXPECT_GE(stats[h].pieces[p].executed, stats[h].pieces[p].useful);
+          for (int64_t c = 0; c < plan::numClasses(piece, n); ++c) {
+            plan::BlockSource src(plan, piece, n, c);
+            int64_t nextRow = 0;
+            for (int64_t k = 0; k < src.numBlocks(); ++k) {
+              src.build(k, b);
+              ASSERT_EQ(b.firstRow, nextRow) << "blocks tile the rows in order";
+              ASSERT_TRUE(b.rows >= 1 && b.rows <= rows);
+              nextRow += b.rows;
+              ASSERT_EQ(b.keys.size(), b.masks.size());
+              ASSERT_TRUE(std::is_sorted(b.keys.begin(), b.keys.end()));
+              int64_t blockPairs = 0;
+              for (size_t key = 0; key < b.keys.size(); ++key) {
+                ASSERT_NE(b.masks[key], 0u) << "a key no row of the block has";
+                ASSERT_EQ(b.masks[key] & ~b.allRows, 0u);
+                for (int32_t r = 0; r < b.rows; ++r) {
+                  if (!(b.masks[key] >> r & 1))
+                    continue;
+                  int64_t i = src.query(b.firstRow + r);
+                  int64_t j = b.keys[key];
+                  ASSERT_TRUE(i < n && j < n);
+                  ++covered[i * n + j];
+                  ++blockPairs;
+                }
               }
+              EXPECT_EQ(b.useful, blockPairs);
+              useful += blockPairs;
+            }
           }
         }
+        EXPECT_EQ(stats[h].useful, useful);
         for (int64_t x = 0; x < n * n; ++x)
           ASSERT_EQ(covered[x], expected[x] ? 1 : 0)
               << "pair (" << x / n << ", " << x % n << ") tiles " << rows << "x" << cols;
@@ -99,8 +114,7 @@ TEST(Plan, SeedPatternsGetTheirDisjointPiecesAndRelayout) {
   EXPECT_EQ(plan.heads[0].pieces[1].strategy, plan::Strategy::ResidueRelayout);
   EXPECT_EQ(plan.heads[0].pieces[1].modulus, 128);
   // Close to the useful work at n = 4096 (tile-granular peers: ~15x).
-  plan::PlanInstance inst = plan::instantiate(plan, 4096);
-  EXPECT_LE(double(inst.heads[0].executed) / double(inst.heads[0].useful), 1.35);
+  EXPECT_LE(plan::executedOverUseful(plan::planStats(plan, 4096)), 1.35);
 }
 
 } // namespace

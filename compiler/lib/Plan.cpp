@@ -22,86 +22,173 @@ const ir::SetNode *findResidue(const ir::SetNode &s) {
   return nullptr;
 }
 
-/// Tiles of `rows` rows whose keys `rowKeys(r)` returns (sorted intervals).
-TileList buildTiles(int64_t rows, const std::function<IntervalSet(int64_t)> &rowKeys, int64_t R,
-                    int64_t C, int64_t denseKeys = 0) {
-  TileList t;
-  std::vector<IntervalSet> blockRows(static_cast<size_t>(R));
-  std::vector<uint64_t> bits;
-  for (int64_t r0 = 0; r0 < rows; r0 += R) {
-    int64_t count = std::min(R, rows - r0);
-    IntervalSet unionKeys;
-    for (int64_t r = 0; r < count; ++r) {
-      blockRows[r] = rowKeys(r0 + r);
-      t.useful += cardinality(blockRows[r]);
-      unionKeys.insert(unionKeys.end(), blockRows[r].begin(), blockRows[r].end());
+/// Keys that every row of a block has (`lower`) and keys that some row of it
+/// may have (`upper`), inside a window [lo, hi): lower ⊆ each row ⊆ upper.
+struct Bounds {
+  IntervalSet upper, lower;
+};
+
+/// Bounds of a set over the rows [a, b] in closed form for the generators
+/// whose rows move with i predictably (band, block-diag, stripe, row-if,
+/// every combinator); rows are evaluated one by one only for the others.
+class BlockBounds {
+public:
+  explicit BlockBounds(int64_t n) : n_(n) {}
+
+  Bounds eval(const ir::SetRef &s, int64_t a, int64_t b, int64_t lo, int64_t hi) const {
+    Bounds out;
+    if (lo >= hi)
+      return out;
+    auto both = [&](IntervalSet x) {
+      out.lower = x;
+      out.upper = std::move(x);
+      return out;
+    };
+    switch (s->kind) {
+    case ir::Gen::All:
+      return both({{lo, hi}});
+    case ir::Gen::None:
+      return out;
+    case ir::Gen::Band: {
+      // Row i has [i + lo', i + hi']: the block's union is [a + lo', b + hi'],
+      // its intersection [b + lo', a + hi'].
+      auto span = [&](int64_t first, int64_t last) {
+        int64_t x = s->lo == ir::kUnbounded ? lo : std::max(lo, first + s->lo);
+        int64_t y = s->hi == ir::kUnbounded ? hi : std::min(hi, last + s->hi + 1);
+        return x < y ? IntervalSet{{x, y}} : IntervalSet{};
+      };
+      out.upper = span(a, b);
+      out.lower = span(b, a);
+      return out;
     }
-    normalize(unionKeys);
-    if (denseKeys > 0)
-      unionKeys = {{0, denseKeys}};
-    TileList::Block block{static_cast<int32_t>(r0), static_cast<int32_t>(count),
-                          static_cast<int32_t>(t.tiles.size()), 0};
-    size_t keyBase = t.keys.size();
-    for (const Interval &x : unionKeys)
-      for (int64_t k = x.lo; k < x.hi; ++k)
-        t.keys.push_back(static_cast<int32_t>(k));
-    int64_t numKeys = static_cast<int64_t>(t.keys.size() - keyBase);
-    if (numKeys == 0) {
-      t.blocks.push_back(block);
-      continue;
+    case ir::Gen::BlockDiag: {
+      int64_t first = floorDiv(a, s->modulus), last = floorDiv(b, s->modulus);
+      IntervalSet span = clip({{first * s->modulus, (last + 1) * s->modulus}}, lo, hi);
+      if (first == last)
+        return both(span);
+      out.upper = std::move(span);
+      return out;
     }
-    const uint32_t allRows = count == 32 ? 0xffffffffu : ((1u << count) - 1);
-    // Common case (e.g. summary columns): every row has the block's keys, so
-    // every tile is full and no mask is needed.
-    bool uniform = true;
-    for (int64_t r = 0; r < count && uniform; ++r)
-      uniform = blockRows[r] == unionKeys;
-    if (uniform) {
-      for (int64_t p0 = 0; p0 < numKeys; p0 += C) {
-        int32_t width = static_cast<int32_t>(std::min(C, numKeys - p0));
-        t.tiles.push_back({static_cast<int32_t>(keyBase + p0), width, -1});
-        t.executed += count * width;
+    case ir::Gen::Stripe:
+      return both(ir::RowEvaluator(s, n_).row(a, lo, hi)); // the same for every row
+    case ir::Gen::RowIf: {
+      ir::RowEvaluator eval(s, n_);
+      bool any = false, every = true;
+      for (int64_t i = a; i <= b; ++i) {
+        bool in = !eval.row(i, lo, hi).empty();
+        any = any || in;
+        every = every && in;
       }
-      block.numTiles = static_cast<int32_t>(t.tiles.size()) - block.firstTile;
-      t.blocks.push_back(block);
-      continue;
+      if (every)
+        return both({{lo, hi}});
+      if (any)
+        out.upper = {{lo, hi}};
+      return out;
     }
-    // Per row, a bit per position of the block's compacted key list.
-    size_t words = static_cast<size_t>((numKeys + 63) / 64);
-    bits.assign(static_cast<size_t>(count) * words, 0);
-    const int32_t *keys = t.keys.data() + keyBase;
-    for (int64_t r = 0; r < count; ++r)
-      for (const Interval &x : blockRows[r]) {
-        int64_t a = std::lower_bound(keys, keys + numKeys, x.lo) - keys;
-        int64_t b = std::lower_bound(keys, keys + numKeys, x.hi) - keys;
-        for (int64_t p = a; p < b; ++p)
-          bits[r * words + p / 64] |= uint64_t{1} << (p % 64);
+    case ir::Gen::Union: {
+      for (const ir::SetRef &c : s->children) {
+        Bounds part = eval(c, a, b, lo, hi);
+        out.upper.insert(out.upper.end(), part.upper.begin(), part.upper.end());
+        out.lower.insert(out.lower.end(), part.lower.begin(), part.lower.end());
       }
-    for (int64_t p0 = 0; p0 < numKeys; p0 += C) {
-      int32_t width = static_cast<int32_t>(std::min(C, numKeys - p0));
-      bool full = true;
-      std::vector<uint32_t> keyMasks(static_cast<size_t>(width));
-      for (int32_t c = 0; c < width; ++c) {
-        int64_t p = p0 + c;
-        uint32_t m = 0;
-        for (int64_t r = 0; r < count; ++r)
-          if (bits[r * words + p / 64] >> (p % 64) & 1)
-            m |= 1u << r;
-        keyMasks[c] = m;
-        full = full && m == allRows;
-      }
-      TileList::Tile tile{static_cast<int32_t>(keyBase + p0), width, -1};
-      if (!full) {
-        tile.maskOffset = static_cast<int32_t>(t.masks.size());
-        t.masks.insert(t.masks.end(), keyMasks.begin(), keyMasks.end());
-      }
-      t.tiles.push_back(tile);
-      t.executed += count * width;
+      normalize(out.upper);
+      normalize(out.lower);
+      return out;
     }
-    block.numTiles = static_cast<int32_t>(t.tiles.size()) - block.firstTile;
-    t.blocks.push_back(block);
+    case ir::Gen::Intersect: {
+      out.upper = {{lo, hi}};
+      out.lower = {{lo, hi}};
+      for (const ir::SetRef &c : byCost(s->children)) {
+        if (out.upper.empty())
+          break;
+        Bounds part = eval(c, a, b, out.upper.front().lo, out.upper.back().hi);
+        out.upper = intersect(out.upper, part.upper);
+        out.lower = intersect(out.lower, part.lower);
+      }
+      out.lower = intersect(out.lower, out.upper);
+      return out;
+    }
+    case ir::Gen::Difference: {
+      Bounds x = eval(s->children[0], a, b, lo, hi);
+      if (x.upper.empty())
+        return out;
+      Bounds y = eval(s->children[1], a, b, x.upper.front().lo, x.upper.back().hi);
+      out.upper = subtract(x.upper, y.lower);
+      out.lower = subtract(x.lower, y.upper);
+      return out;
+    }
+    default:
+      return perRow(s, a, b, lo, hi);
+    }
   }
-  return t;
+
+private:
+  /// Exact: the union and the intersection of the rows.
+  Bounds perRow(const ir::SetRef &s, int64_t a, int64_t b, int64_t lo, int64_t hi) const {
+    ir::RowEvaluator eval(s, n_);
+    Bounds out;
+    for (int64_t i = a; i <= b; ++i) {
+      IntervalSet row = eval.row(i, lo, hi);
+      out.lower = i == a ? row : intersect(out.lower, row);
+      out.upper.insert(out.upper.end(), row.begin(), row.end());
+    }
+    normalize(out.upper);
+    return out;
+  }
+
+  /// Narrow, cheap generators first so that the rest see a small window.
+  static std::vector<ir::SetRef> byCost(std::vector<ir::SetRef> c) {
+    auto rank = [](ir::Gen g) {
+      switch (g) {
+      case ir::Gen::Band: case ir::Gen::BlockDiag: case ir::Gen::KeyRange: return 0;
+      case ir::Gen::RowIf: return 1;
+      case ir::Gen::Predicate: return 3;
+      default: return 2;
+      }
+    };
+    std::stable_sort(c.begin(), c.end(),
+                     [&](const ir::SetRef &x, const ir::SetRef &y) { return rank(x->kind) < rank(y->kind); });
+    return c;
+  }
+
+  int64_t n_;
+};
+
+/// Fills a block from the keys every row has (`common`) and each row's other
+/// keys (`out.rowKeys[r]`, disjoint from `common`), all in key coordinates.
+void fillBlock(const IntervalSet &common, BlockTiles &out) {
+  const int32_t rows = out.rows;
+  IntervalSet &keys = out.unionKeys;
+  keys = common;
+  for (int32_t r = 0; r < rows; ++r) {
+    out.useful += cardinality(out.rowKeys[r]);
+    keys.insert(keys.end(), out.rowKeys[r].begin(), out.rowKeys[r].end());
+  }
+  out.useful += int64_t{rows} * cardinality(common);
+  if (keys.size() > common.size())
+    normalize(keys);
+  out.keys.resize(static_cast<size_t>(cardinality(keys)));
+  int32_t *dst = out.keys.data();
+  for (const Interval &x : keys)
+    for (int64_t k = x.lo; k < x.hi; ++k)
+      *dst++ = static_cast<int32_t>(k);
+  out.masks.assign(out.keys.size(), 0);
+  const int32_t *begin = out.keys.data(), *end = begin + out.keys.size();
+  // Both lists are sorted: each interval's positions start at or after the
+  // previous one's.
+  auto mark = [&](const IntervalSet &set, uint32_t bits) {
+    const int32_t *from = begin;
+    for (const Interval &x : set) {
+      const int32_t *p = std::lower_bound(from, end, x.lo);
+      size_t k = static_cast<size_t>(p - begin), last = k + static_cast<size_t>(x.size());
+      for (; k < last; ++k)
+        out.masks[k] |= bits;
+      from = begin + last;
+    }
+  };
+  mark(common, out.allRows);
+  for (int32_t r = 0; r < rows; ++r)
+    mark(out.rowKeys[r], 1u << r);
 }
 
 const char *strategyName(Strategy s) {
@@ -169,87 +256,179 @@ Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
   return plan;
 }
 
-PlanInstance instantiate(const Plan &plan, int64_t n) {
-  PlanInstance inst;
-  inst.n = n;
-  const int64_t R = plan.options.tileRows, C = plan.options.tileCols;
-  for (const HeadPlan &hp : plan.heads) {
-    HeadInstance hi;
-    for (const Piece &piece : hp.pieces) {
-      ir::RowEvaluator eval(piece.set, n);
-      PieceInstance pi;
-      pi.strategy = piece.strategy;
-      if (piece.strategy == Strategy::RowTiles) {
-        pi.classes.push_back(buildTiles(n, [&](int64_t i) { return eval.row(i); }, R, C));
-      } else {
-        int64_t m = piece.modulus;
-        pi.modulus = m;
-        ir::RowEvaluator rest(piece.withoutResidue, n);
-        for (int64_t c = 0; c < std::min(m, n); ++c) {
-          int64_t keyClass = floorMod(c - piece.residue, m);
-          int64_t rows = (n - c + m - 1) / m;
-          pi.classes.push_back(buildTiles(
-              rows,
-              [&](int64_t t) {
-                // The row's keys are j = keyClass + u m inside the intervals
-                // of the piece without its residue factor.
-                IntervalSet mapped;
-                for (const Interval &x : rest.row(c + t * m)) {
-                  int64_t first = floorDiv(x.lo - keyClass + m - 1, m);
-                  int64_t last = floorDiv(x.hi - keyClass + m - 1, m); // exclusive
-                  if (first < last)
-                    mapped.push_back({first, last});
-                }
-                normalize(mapped);
-                return mapped;
-              },
-              R, C));
-          // Tiles index keys by their original position: the executor reads
-          // K and V in place and only the rows' order is relaid.
-          TileList &tl = pi.classes.back();
-          tl.keyClass = keyClass;
-          for (int32_t &u : tl.keys)
-            u = static_cast<int32_t>(keyClass + int64_t{u} * m);
-        }
-      }
-      for (const TileList &t : pi.classes) {
-        hi.useful += t.useful;
-        hi.executed += t.executed;
-      }
-      hi.pieces.push_back(std::move(pi));
-    }
-    inst.heads.push_back(std::move(hi));
+BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
+    : set_(std::move(set)), n_(n), R_(R), rows_(n) {}
+
+BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass)
+    : BlockSource(piece.set, n, plan.options.tileRows) {
+  if (piece.strategy == Strategy::ResidueRelayout) {
+    const int64_t m = piece.modulus, c = residueClass;
+    ATTNC_CHECK(0 <= c && c < numClasses(piece, n), "residue class out of range");
+    rest_ = piece.withoutResidue;
+    modulus_ = m;
+    keyClass_ = floorMod(c - piece.residue, m);
+    rows_ = (n - c + m - 1) / m;
+    rowBase_ = c;
+    rowStride_ = m;
   }
-  return inst;
 }
 
-PlanInstance instantiateDense(const Plan &plan, int64_t n) {
-  PlanInstance inst;
-  inst.n = n;
-  for (const HeadPlan &hp : plan.heads) {
-    std::vector<ir::SetRef> sets;
-    for (const Piece &p : hp.pieces)
-      sets.push_back(p.set);
-    ir::RowEvaluator eval(ir::SetNode::unite(sets, {}), n);
-    PieceInstance pi;
-    pi.classes.push_back(buildTiles(n, [&](int64_t i) { return eval.row(i); },
-                                    plan.options.tileRows, plan.options.tileCols, n));
-    HeadInstance hi;
-    hi.useful = pi.classes[0].useful;
-    hi.executed = pi.classes[0].executed;
-    hi.pieces.push_back(std::move(pi));
-    inst.heads.push_back(std::move(hi));
+BlockSource BlockSource::dense(const Plan &plan, const HeadPlan &head, int64_t n) {
+  std::vector<ir::SetRef> sets;
+  for (const Piece &p : head.pieces)
+    sets.push_back(p.set);
+  BlockSource src(ir::SetNode::unite(sets, {}), n, plan.options.tileRows);
+  src.dense_ = true;
+  return src;
+}
+
+void BlockSource::build(int64_t block, BlockTiles &out) const {
+  const int64_t t0 = block * R_;
+  out.firstRow = t0;
+  out.rows = static_cast<int32_t>(std::min(R_, rows_ - t0));
+  out.allRows = out.rows == 32 ? 0xffffffffu : ((1u << out.rows) - 1);
+  out.useful = 0;
+  out.rowKeys.resize(static_cast<size_t>(out.rows));
+  for (IntervalSet &r : out.rowKeys)
+    r.clear();
+  std::vector<IntervalSet> &own = out.rowKeys;
+  if (rest_) {
+    // Relayout: row t is query c + t m; its keys are j = keyClass + u m
+    // inside the intervals of the piece without its residue factor, so work
+    // in u and map back.
+    const int64_t m = modulus_;
+    ir::RowEvaluator eval(rest_, n_);
+    for (int32_t r = 0; r < out.rows; ++r) {
+      for (const Interval &x : eval.row(query(t0 + r))) {
+        int64_t first = floorDiv(x.lo - keyClass_ + m - 1, m);
+        int64_t last = floorDiv(x.hi - keyClass_ + m - 1, m); // exclusive
+        if (first < last)
+          own[r].push_back({first, last});
+      }
+      normalize(own[r]);
+    }
+    fillBlock({}, out);
+    for (int32_t &u : out.keys)
+      u = static_cast<int32_t>(keyClass_ + int64_t{u} * m);
+    return;
   }
-  return inst;
+  ir::RowEvaluator eval(set_, n_);
+  if (dense_) {
+    for (int32_t r = 0; r < out.rows; ++r)
+      own[r] = eval.row(t0 + r);
+    out.keys.resize(static_cast<size_t>(n_));
+    for (int64_t k = 0; k < n_; ++k)
+      out.keys[k] = static_cast<int32_t>(k);
+    out.masks.assign(out.keys.size(), 0);
+    for (int32_t r = 0; r < out.rows; ++r) {
+      out.useful += cardinality(own[r]);
+      for (const Interval &x : own[r])
+        for (int64_t k = x.lo; k < x.hi; ++k)
+          out.masks[k] |= 1u << r;
+    }
+    return;
+  }
+  // Keys every row has need no per-row work; rows are evaluated only where
+  // the bounds disagree.
+  Bounds bd = BlockBounds(n_).eval(set_, t0, t0 + out.rows - 1, 0, n_);
+  IntervalSet unsure = subtract(bd.upper, bd.lower);
+  if (!unsure.empty())
+    for (int32_t r = 0; r < out.rows; ++r)
+      for (const Interval &x : unsure) {
+        IntervalSet part = eval.row(t0 + r, x.lo, x.hi);
+        own[r].insert(own[r].end(), part.begin(), part.end());
+      }
+  fillBlock(bd.lower, out);
+}
+
+int64_t numClasses(const Piece &piece, int64_t n) {
+  return piece.strategy == Strategy::ResidueRelayout ? std::min(piece.modulus, n) : 1;
+}
+
+namespace {
+
+/// Adds one block's pairs and tiles to `st` (tiles of C keys, as the executor cuts them).
+void countBlock(const BlockTiles &b, int64_t C, PieceStats &st) {
+  st.useful += b.useful;
+  ++st.blocks;
+  const int64_t keys = static_cast<int64_t>(b.keys.size());
+  for (int64_t p0 = 0; p0 < keys; p0 += C) {
+    int64_t width = std::min(C, keys - p0);
+    ++st.tiles;
+    st.executed += int64_t{b.rows} * width;
+    for (int64_t k = p0; k < p0 + width; ++k)
+      if (b.masks[k] != b.allRows) {
+        ++st.partial;
+        break;
+      }
+  }
+}
+
+void addUp(HeadStats &h) {
+  for (const PieceStats &p : h.pieces) {
+    h.useful += p.useful;
+    h.executed += p.executed;
+  }
+}
+
+} // namespace
+
+std::vector<HeadStats> planStats(const Plan &plan, int64_t n) {
+  std::vector<HeadStats> out;
+  BlockTiles b;
+  for (const HeadPlan &hp : plan.heads) {
+    HeadStats h;
+    for (const Piece &piece : hp.pieces) {
+      PieceStats st;
+      for (int64_t c = 0; c < numClasses(piece, n); ++c) {
+        BlockSource src(plan, piece, n, c);
+        for (int64_t k = 0; k < src.numBlocks(); ++k) {
+          src.build(k, b);
+          countBlock(b, plan.options.tileCols, st);
+        }
+      }
+      h.pieces.push_back(st);
+    }
+    addUp(h);
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+std::vector<HeadStats> denseStats(const Plan &plan, int64_t n) {
+  std::vector<HeadStats> out;
+  BlockTiles b;
+  for (const HeadPlan &hp : plan.heads) {
+    HeadStats h;
+    PieceStats st;
+    BlockSource src = BlockSource::dense(plan, hp, n);
+    for (int64_t k = 0; k < src.numBlocks(); ++k) {
+      src.build(k, b);
+      countBlock(b, plan.options.tileCols, st);
+    }
+    h.pieces.push_back(st);
+    addUp(h);
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+double executedOverUseful(const std::vector<HeadStats> &stats) {
+  int64_t useful = 0, executed = 0;
+  for (const HeadStats &h : stats) {
+    useful += h.useful;
+    executed += h.executed;
+  }
+  return useful ? double(executed) / double(useful) : 1.0;
 }
 
 std::string printPlan(const Plan &plan, int64_t n) {
   std::ostringstream os;
   os << "plan " << plan.pattern << " tiles=" << plan.options.tileRows << "x" << plan.options.tileCols
      << "\n";
-  PlanInstance inst;
+  std::vector<HeadStats> stats;
   if (n > 0)
-    inst = instantiate(plan, n);
+    stats = planStats(plan, n);
   for (size_t h = 0; h < plan.heads.size(); ++h) {
     const HeadPlan &hp = plan.heads[h];
     os << "head";
@@ -268,14 +447,8 @@ std::string printPlan(const Plan &plan, int64_t n) {
         os << " (row blocks of " << plan.options.tileRows << ", the block's keys compacted, chunks of "
            << plan.options.tileCols << ")";
       if (n > 0) {
-        int64_t useful = 0, executed = 0, tiles = 0, partial = 0;
-        for (const TileList &t : inst.heads[h].pieces[p].classes) {
-          useful += t.useful;
-          executed += t.executed;
-          tiles += static_cast<int64_t>(t.tiles.size());
-          for (const TileList::Tile &tile : t.tiles)
-            partial += tile.maskOffset >= 0;
-        }
+        const PieceStats &st = stats[h].pieces[p];
+        int64_t useful = st.useful, executed = st.executed, tiles = st.tiles, partial = st.partial;
         char buf[160];
         std::snprintf(buf, sizeof buf, "\n    at n=%lld: useful %lld, executed %lld (%.3fx), tiles %lld (%lld partial)",
                       static_cast<long long>(n), static_cast<long long>(useful),
@@ -289,7 +462,7 @@ std::string printPlan(const Plan &plan, int64_t n) {
       char buf[128];
       std::snprintf(buf, sizeof buf, "  total at n=%lld: executed/useful = %.3f\n",
                     static_cast<long long>(n),
-                    inst.heads[h].useful ? double(inst.heads[h].executed) / double(inst.heads[h].useful) : 1.0);
+                    stats[h].useful ? double(stats[h].executed) / double(stats[h].useful) : 1.0);
       os << buf;
     }
   }

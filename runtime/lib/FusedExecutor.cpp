@@ -38,7 +38,8 @@ struct TileArgs {
   const float *v;
   int64_t d;
   float scale;
-  const int32_t *rowMap;  // tile-list row -> query row (residue relayout); null: identity
+  int64_t tileCols;       // C: keys per tile
+  int64_t rowBase, rowStride; // block row t is query rowBase + t * rowStride
   float *rowMax, *rowSum, *acc;
 };
 
@@ -64,58 +65,73 @@ namespace {
 #undef ATTNC_TILES_AVX512
 
 namespace {
-using RunTiles = void (*)(const std::vector<const plan::TileList *> &, const TileArgs &);
+using RunBlock = void (*)(const plan::BlockTiles *const *, int, const TileArgs &, FusedScratch &);
 
 /// The tile kernel for this CPU, chosen once: AVX-512 or baseline x86-64.
 /// The baseline one is correct but ~30x slower: its 16-lane vectors and
 /// register blocking are sized for 32 AVX-512 registers and spill on fewer.
 /// ATTNC_FUSED_ISA=portable forces it (the tests run it).
-RunTiles tileKernel() {
-  static const RunTiles fn = [] {
+RunBlock blockKernel() {
+  static const RunBlock fn = [] {
     __builtin_cpu_init();
     bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                   __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
     const char *forced = std::getenv("ATTNC_FUSED_ISA");
     if (forced && std::strcmp(forced, "portable") == 0)
       avx512 = false;
-    return avx512 ? &avx512::runTiles : &portable::runTiles;
+    return avx512 ? &avx512::runBlock : &portable::runBlock;
   }();
   return fn;
 }
 } // namespace
 
-void runFusedHead(const plan::HeadInstance &head, int64_t n, int64_t d, const float *q,
-                  const float *k, const float *v, float *o, float scale,
+void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, int64_t n, int64_t d,
+                  const float *q, const float *k, const float *v, float *o, float scale,
                   FusedScratch &s) {
+  const plan::HeadPlan &head = plan.heads[headIndex];
   s.rowMax.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
   s.rowSum.assign(static_cast<size_t>(n), 0.0f);
   s.acc.assign(static_cast<size_t>(n * d), 0.0f);
-  TileArgs args{q, k, v, d, scale, nullptr, s.rowMax.data(), s.rowSum.data(), s.acc.data()};
-  // Every row-tiles piece in one pass over the row blocks.
-  std::vector<const plan::TileList *> rowTiles;
-  for (const plan::PieceInstance &piece : head.pieces)
-    if (piece.strategy == plan::Strategy::RowTiles)
-      rowTiles.push_back(&piece.classes[0]);
-  if (!rowTiles.empty())
-    tileKernel()(rowTiles, args);
-  for (const plan::PieceInstance &piece : head.pieces) {
-    if (piece.strategy == plan::Strategy::RowTiles)
-      continue;
-    // Residue relayout: class c's rows are the queries c, c + m, ...; keys
-    // and values are read in place, the rows through rowMap.
-    const int64_t m = piece.modulus;
-    for (int64_t c = 0; c < static_cast<int64_t>(piece.classes.size()); ++c) {
-      const plan::TileList &tl = piece.classes[c];
-      if (tl.tiles.empty())
-        continue;
-      int64_t rows = (n - c + m - 1) / m;
-      s.rowMap.resize(static_cast<size_t>(rows));
-      for (int64_t t = 0; t < rows; ++t)
-        s.rowMap[t] = static_cast<int32_t>(c + t * m);
-      args.rowMap = s.rowMap.data();
-      tileKernel()({&tl}, args);
-    }
+  TileArgs args{q, k, v, d, scale, plan.options.tileCols, 0, 1,
+                s.rowMax.data(), s.rowSum.data(), s.acc.data()};
+  const RunBlock kernel = blockKernel();
+  // Every row-tiles piece (or the dense baseline's one) in one pass over the
+  // row blocks, each block's keys generated just before it runs.
+  std::vector<plan::BlockSource> sources;
+  if (dense) {
+    sources.push_back(plan::BlockSource::dense(plan, head, n));
+  } else {
+    for (const plan::Piece &piece : head.pieces)
+      if (piece.strategy == plan::Strategy::RowTiles)
+        sources.emplace_back(plan, piece, n);
   }
+  s.blocks.resize(std::max<size_t>(sources.size(), 1));
+  std::vector<const plan::BlockTiles *> built(sources.size());
+  for (size_t p = 0; p < sources.size(); ++p)
+    built[p] = &s.blocks[p];
+  if (!sources.empty())
+    for (int64_t b = 0; b < sources.front().numBlocks(); ++b) {
+      for (size_t p = 0; p < sources.size(); ++p)
+        sources[p].build(b, s.blocks[p]);
+      kernel(built.data(), static_cast<int>(built.size()), args, s);
+    }
+  // Residue relayout: class c's rows are the queries c, c + m, ...; keys,
+  // values and query rows are read in place.
+  if (!dense)
+    for (const plan::Piece &piece : head.pieces) {
+      if (piece.strategy != plan::Strategy::ResidueRelayout)
+        continue;
+      for (int64_t c = 0; c < plan::numClasses(piece, n); ++c) {
+        plan::BlockSource src(plan, piece, n, c);
+        args.rowBase = src.rowBase();
+        args.rowStride = src.rowStride();
+        const plan::BlockTiles *one = &s.blocks[0];
+        for (int64_t b = 0; b < src.numBlocks(); ++b) {
+          src.build(b, s.blocks[0]);
+          kernel(&one, 1, args, s);
+        }
+      }
+    }
   for (int64_t i = 0; i < n; ++i) {
     float sum = s.rowSum[i];
     float inv = sum > 0 ? 1.0f / sum : 0.0f;

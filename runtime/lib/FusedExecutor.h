@@ -17,17 +17,21 @@
 
 namespace attnc::rt {
 
-/// Per-thread scratch for one (batch, head) slice.
+/// Per-thread scratch for one (batch, head) slice, reused across calls.
 struct FusedScratch {
-  std::vector<float> rowMax, rowSum, acc;     ///< n, n, n * d
-  std::vector<int32_t> rowMap;                ///< residue relayout: list row -> query
+  std::vector<float> rowMax, rowSum, acc;     ///< n, n, n * d: the online-softmax state
+  std::vector<plan::BlockTiles> blocks;       ///< the current row block of each piece
+  std::vector<float> qt, scores;              ///< Q^T of a block (d x 32); S^T / P^T of a tile (C x 32)
+  std::vector<const float *> vRows;           ///< a tile's value rows
 };
 
-/// Computes one contiguous [n, d] slice: o = attention over the head's pieces.
+/// Computes one contiguous [n, d] slice: o = attention over head `headIndex`
+/// of `plan`, its row blocks generated from closed forms as they run.
 /// Every pair of every tile is computed (masked pairs get probability 0), so
-/// the dense baseline is this same code on a plan instance without skipping.
-void runFusedHead(const plan::HeadInstance &head, int64_t n, int64_t d, const float *q,
-                  const float *k, const float *v, float *o, float scale,
+/// `dense` (the baseline: every key of every row) is the same code on blocks
+/// that skip nothing.
+void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, int64_t n, int64_t d,
+                  const float *q, const float *k, const float *v, float *o, float scale,
                   FusedScratch &scratch);
 
 } // namespace attnc::rt

@@ -45,12 +45,12 @@ attnc_status fail(attnc_status status, std::string message) {
   return status;
 }
 
-/// What the kernels need at one n: the CSR of every distinct head set
-/// (sparsifier backend) or the plan's tiles (fused backend).
+/// What the sparsifier backend's kernels need at one n: the CSR of every
+/// distinct head set. (The fused backend needs nothing per n: its executor
+/// generates each row block's keys from the plan's closed forms.)
 struct Structure {
   int64_t n = 0;
   std::vector<attnc::ir::Csr> sets;
-  attnc::plan::PlanInstance plan;
 };
 
 } // namespace
@@ -91,7 +91,6 @@ struct attnc_kernel {
     if (fused) {
       if (n > std::numeric_limits<int32_t>::max())
         return fail(ATTNC_ERROR_SHAPE, "sequence length " + std::to_string(n) + " does not fit 32-bit keys");
-      s->plan = dense ? attnc::plan::instantiateDense(plan, n) : attnc::plan::instantiate(plan, n);
     } else {
       for (const auto &head : ir.heads) {
         attnc::ir::Csr csr;
@@ -353,7 +352,7 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
           os.assign(static_cast<size_t>(n * d), 0.0f);
         float *out = outContiguous ? outBase : os.data();
         if (kernel->fused) {
-          attnc::rt::runFusedHead(structure->plan.heads[set], n, d, inputSlice(*q, b, h, qs),
+          attnc::rt::runFusedHead(kernel->plan, set, kernel->dense, n, d, inputSlice(*q, b, h, qs),
                                   inputSlice(*k, b, h, ks), inputSlice(*v, b, h, vs), out, scale,
                                   fusedScratch);
         } else {

@@ -68,14 +68,6 @@ int runBench(const BenchOptions &opts) {
   double usefulFlops = 4.0 * double(nnzAllHeads) * double(opts.d) * double(opts.batch);
 
   plan::Plan plan = plan::buildPlan(lp->ir);
-  auto wasteOf = [&](const plan::PlanInstance &inst) {
-    int64_t useful = 0, executed = 0;
-    for (const auto &h : inst.heads) {
-      useful += h.useful;
-      executed += h.executed;
-    }
-    return useful ? double(executed) / double(useful) : 1.0;
-  };
 
   RandomInputs inputs(opts.batch, heads, opts.n, opts.d, 1);
   attnc_run_options ro{0.0f, opts.threads};
@@ -110,9 +102,9 @@ int runBench(const BenchOptions &opts) {
     }
     row.gflops = usefulFlops / (row.ms * 1e6);
     if (backend == "fused")
-      row.waste = wasteOf(plan::instantiate(plan, opts.n));
+      row.waste = plan::executedOverUseful(plan::planStats(plan, opts.n));
     else if (backend == "dense")
-      row.waste = wasteOf(plan::instantiateDense(plan, opts.n));
+      row.waste = plan::executedOverUseful(plan::denseStats(plan, opts.n));
     row.ok = true;
     rows.push_back(row);
   }

@@ -1,7 +1,7 @@
 //===- CmdTune.cpp - attnc tune: measure tile shapes, keep the best -------===//
 //
-// Candidates are the fused plan's tile shapes (rows x keys). Each is
-// instantiated at the requested n, which gives its exact tile counts; a cost
+// Candidates are the fused plan's tile shapes (rows x keys). One pass over
+// each one's blocks at the requested n gives its exact tile counts; a cost
 // model (pairs computed, tiles, blocks) ranks them and the best few are
 // measured on this machine, always together with the default. The fastest
 // measured shape is recorded in the tuning database, where compile and the
@@ -55,17 +55,14 @@ int runTune(const TuneOptions &opts) {
       Candidate c;
       c.options.tileRows = rows;
       c.options.tileCols = cols;
-      plan::PlanInstance inst = plan::instantiate(plan::buildPlan(lp->ir, c.options), opts.n);
+      plan::Plan plan = plan::buildPlan(lp->ir, c.options);
       // Model, in vector-lane operations: the tile kernels always fill 32
       // row lanes, so a tile costs 32 x keys x d for Q K^T and as much for
-      // P V, plus its softmax update; a row block costs its state transposes.
-      for (const auto &h : inst.heads)
-        for (const auto &piece : h.pieces)
-          for (const auto &t : piece.classes) {
-            for (const auto &tile : t.tiles)
-              c.model += 2.0 * 32.0 * double(tile.count) * double(opts.d) + 32.0 * 40.0;
-            c.model += double(t.blocks.size()) * 4.0 * double(opts.d) * 32.0;
-          }
+      // P V, plus its softmax update; a row block costs its Q transposes.
+      for (const plan::HeadStats &h : plan::planStats(plan, opts.n))
+        for (const plan::PieceStats &st : h.pieces)
+          c.model += 2.0 * 32.0 * double(st.executed) / double(c.options.tileRows) * double(opts.d) +
+                     32.0 * 40.0 * double(st.tiles) + double(st.blocks) * 2.0 * double(opts.d) * 32.0;
       candidates.push_back(c);
     }
   std::sort(candidates.begin(), candidates.end(),

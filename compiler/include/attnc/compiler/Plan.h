@@ -14,9 +14,9 @@
 //                      keys are gathered by residue class i % m, where the
 //                      piece becomes a dense band, then tiled as above
 //
-// A Plan is symbolic in n; a PlanInstance binds n (built in O(nnz) from the
-// closed forms, never O(n^2), and cached by the runtime). Nothing here is
-// compiled per n.
+// A Plan is symbolic in n. At run time a BlockSource generates each row
+// block's keys from the closed forms, block by block, inside the executor:
+// nothing is built, stored or compiled per n, and nothing is O(n^2).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -60,52 +60,71 @@ struct Plan {
 
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options = {});
 
-/// The tiles of one piece at one n, in the piece's own row/key coordinates
-/// (gathered coordinates for residue-relayout).
-struct TileList {
-  struct Block {
-    int32_t firstRow, rows;       ///< rows [firstRow, firstRow + rows) of the (gathered) space
-    int32_t firstTile, numTiles;  ///< into `tiles`
-  };
-  struct Tile {
-    int32_t keyOffset;  ///< into `keys`: this tile's keys are keys[keyOffset .. + count)
-    int32_t count;      ///< <= C
-    int32_t maskOffset; ///< -1 when full; else `count` uint32 masks start here in `masks`
-  };
-  std::vector<Block> blocks;
-  std::vector<Tile> tiles;
-  std::vector<int32_t> keys;
-  std::vector<uint32_t> masks;  ///< bit r of masks[maskOffset + c]: block row r has the tile's key c
-  int64_t keyClass = 0;         ///< residue-relayout: keys are keyClass + u m
-  int64_t useful = 0;           ///< pairs in the piece
-  int64_t executed = 0;         ///< pairs the tiles compute (rows x count per tile)
+/// One row block of a piece at one n: the union of the block's rows' keys,
+/// compacted in ascending order, and per key the rows that have it. The
+/// executor cuts `keys` into tiles of C consecutive entries; a tile whose
+/// masks are all `allRows` is full (no masking). Built on demand into
+/// reused storage: nothing per n is stored anywhere.
+struct BlockTiles {
+  int64_t firstRow = 0;          ///< first row in the piece's row space (a class's for relayout)
+  int32_t rows = 0;              ///< at most R
+  uint32_t allRows = 0;          ///< the mask with every row of the block
+  std::vector<int32_t> keys;     ///< original key positions, ascending
+  std::vector<uint32_t> masks;   ///< bit r of masks[k]: block row r has keys[k]
+  int64_t useful = 0;            ///< pairs in the block
+  /// Scratch of BlockSource::build, kept to reuse its storage.
+  std::vector<IntervalSet> rowKeys;
+  IntervalSet unionKeys;
 };
 
-/// A piece bound to n. For residue-relayout, class c's tile list has the
-/// rows c, c + m, c + 2m, ... (row t of the list is query c + t m) and keys
-/// given by their original positions.
-struct PieceInstance {
-  Strategy strategy = Strategy::RowTiles;
-  int64_t modulus = 1;
-  std::vector<TileList> classes; ///< one for row-tiles; m for residue-relayout
+/// The row blocks of one piece at one n, generated from closed forms. For
+/// row-tiles, a block's keys come from bounds on the whole block: keys that
+/// every row has (no per-row work) and keys that some row may have (only
+/// there are rows evaluated one by one), so a block costs O(its intervals),
+/// not O(rows x intervals). For residue relayout, class c's rows are the
+/// queries c, c + m, c + 2m, ... (row t is query c + t m). The dense
+/// baseline's blocks take every key [0, n) with the pattern as masks.
+class BlockSource {
+public:
+  BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass = 0);
+  /// The dense baseline: every key of every row of a head's set.
+  static BlockSource dense(const Plan &plan, const HeadPlan &head, int64_t n);
+
+  int64_t numBlocks() const { return (rows_ + R_ - 1) / R_; }
+  /// Query of row t of this source's row space.
+  int64_t query(int64_t t) const { return rowBase_ + t * rowStride_; }
+  int64_t rowBase() const { return rowBase_; }
+  int64_t rowStride() const { return rowStride_; }
+  void build(int64_t block, BlockTiles &out) const;
+
+private:
+  BlockSource(ir::SetRef set, int64_t n, int64_t R);
+  ir::SetRef set_;        ///< row-tiles / dense: the piece's set
+  ir::SetRef rest_;       ///< residue relayout: the piece without its residue factor
+  int64_t n_ = 0, R_ = 32;
+  int64_t rows_ = 0;      ///< rows in this source's row space
+  int64_t rowBase_ = 0, rowStride_ = 1;
+  int64_t modulus_ = 1, keyClass_ = 0; ///< relayout: keys are keyClass + u m
+  bool dense_ = false;
 };
 
-struct HeadInstance {
-  std::vector<PieceInstance> pieces;
+/// The residue classes a piece is run in at length n (1 for row-tiles).
+int64_t numClasses(const Piece &piece, int64_t n);
+
+/// Useful and executed pairs and tile counts of a plan at one n, from one
+/// pass over every block (what `emit --stage plan`, bench and tune report).
+struct PieceStats {
+  int64_t useful = 0, executed = 0, tiles = 0, partial = 0, blocks = 0;
+};
+struct HeadStats {
+  std::vector<PieceStats> pieces;
   int64_t useful = 0, executed = 0;
 };
-
-struct PlanInstance {
-  int64_t n = 0;
-  std::vector<HeadInstance> heads;
-};
-
-PlanInstance instantiate(const Plan &plan, int64_t n);
-
-/// The dense masked baseline: one piece per head whose row blocks take every
-/// key [0, n) (no block skipping, no compaction) with the pattern as a mask.
-/// What a dense kernel with a boolean mask computes, run by the same tiles.
-PlanInstance instantiateDense(const Plan &plan, int64_t n);
+std::vector<HeadStats> planStats(const Plan &plan, int64_t n);
+/// The dense baseline's: every key of every row block.
+std::vector<HeadStats> denseStats(const Plan &plan, int64_t n);
+/// executed / useful over every head (1 when nothing is useful).
+double executedOverUseful(const std::vector<HeadStats> &stats);
 
 /// `attnc emit --stage plan`: the pieces, strategies and tiles; with n > 0,
 /// also the executed/useful work per piece at that n.
