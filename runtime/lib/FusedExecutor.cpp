@@ -38,6 +38,7 @@ struct TileArgs {
   const float *v;
   int64_t d;
   float scale;
+  int64_t tileRows;       // R: rows per block (at most 32)
   int64_t tileCols;       // C: keys per tile
   int64_t rowBase, rowStride; // block row t is query rowBase + t * rowStride
   float *rowMax, *rowSum, *acc;
@@ -92,7 +93,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, int64_t 
   s.rowMax.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
   s.rowSum.assign(static_cast<size_t>(n), 0.0f);
   s.acc.assign(static_cast<size_t>(n * d), 0.0f);
-  TileArgs args{q, k, v, d, scale, plan.options.tileCols, 0, 1,
+  TileArgs args{q, k, v, d, scale, plan.options.tileRows, plan.options.tileCols, 0, 1,
                 s.rowMax.data(), s.rowSum.data(), s.acc.data()};
   const RunBlock kernel = blockKernel();
   // Every row-tiles piece (or the dense baseline's one) in one pass over the

@@ -10,10 +10,13 @@
 #include "TestSupport.h"
 
 #include "attnc/attnc_jit.h"
+#include "attnc/compiler/Driver.h"
+#include "attnc/compiler/KernelBuilder.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <memory>
 
 namespace attnc::test {
@@ -138,6 +141,57 @@ INSTANTIATE_TEST_SUITE_P(Backends, CpuKernelRows, ::testing::Values("fused", "sp
                          [](const ::testing::TestParamInfo<const char *> &info) {
                            return std::string(info.param);
                          });
+
+/// The fused kernel with other tile shapes than the default: 16-row blocks
+/// (one vector of row lanes), blocks of 7 rows, keys per tile from 5 to 128.
+struct TileCase {
+  int64_t rows, cols;
+};
+
+class FusedTileShapes
+    : public ::testing::TestWithParam<std::tuple<PatternCase, TileCase, Shape>> {};
+
+TEST_P(FusedTileShapes, MatchesReference) {
+  auto [pc, tiles, shape] = GetParam();
+  Frontend fe;
+  SemaOptions sema;
+  for (const std::string &d : pc.defines)
+    sema.defines.push_back({d.substr(0, d.find('=')), std::stoll(d.substr(d.find('=') + 1))});
+  ASSERT_TRUE(fe.parseFile(patternPath(pc.file)) && fe.analyze(sema));
+  codegen::CodeGenOptions options;
+  options.planOptions = {tiles.rows, tiles.cols};
+  std::string bytes, error;
+  ASSERT_TRUE(codegen::buildKernelFile(fe, fe.patterns().front(), options, bytes, error)) << error;
+  TempDir dir;
+  std::string path = dir.path + "/k.attnk";
+  std::ofstream(path, std::ios::binary) << bytes;
+  attnc_kernel *raw = nullptr;
+  ASSERT_EQ(attnc_kernel_load(path.c_str(), &raw), ATTNC_OK) << attnc_last_error();
+  KernelPtr kernel(raw, attnc_kernel_free);
+  EXPECT_EQ(std::string(attnc_kernel_metadata(raw, "tile_rows")), std::to_string(tiles.rows));
+  EXPECT_LE(runAndCompare(pc, raw, shape, 1.0f, 5), 1e-4);
+  EXPECT_LE(runAndCompare(pc, raw, shape, 10.0f, 6), 2e-3);
+}
+
+const PatternCase kTilePatterns[] = {
+    {"StridedSmall", "strided", {"l=8"}},
+    {"FixedSmall", "fixed", {"l=16", "c=4"}},
+    {"Local", "local", {"w=5"}},
+    {"Bigbird", "bigbird", {"b=8", "g=1", "r=2"}},
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    Library, FusedTileShapes,
+    ::testing::Combine(::testing::ValuesIn(kTilePatterns),
+                       ::testing::Values(TileCase{16, 32}, TileCase{16, 16}, TileCase{7, 5},
+                                         TileCase{32, 128}),
+                       ::testing::Values(Shape{1, 130, 64}, Shape{2, 45, 33})),
+    [](const ::testing::TestParamInfo<FusedTileShapes::ParamType> &info) {
+      const TileCase &t = std::get<1>(info.param);
+      const Shape &s = std::get<2>(info.param);
+      return std::string(std::get<0>(info.param).label) + "_" + std::to_string(t.rows) + "x" +
+             std::to_string(t.cols) + "_N" + std::to_string(s.n) + "_D" + std::to_string(s.d);
+    });
 
 /// Compiles source text (not a library file) with the JIT.
 KernelPtr compileSource(const char *source, const char *backend) {

@@ -56,13 +56,18 @@ int runTune(const TuneOptions &opts) {
       c.options.tileRows = rows;
       c.options.tileCols = cols;
       plan::Plan plan = plan::buildPlan(lp->ir, c.options);
-      // Model, in vector-lane operations: the tile kernels always fill 32
-      // row lanes, so a tile costs 32 x keys x d for Q K^T and as much for
-      // P V, plus its softmax update; a row block costs its Q transposes.
+      // Model, in vector-lane operations: a block of up to 16 rows fills one
+      // 16-lane vector, a larger one two, so a tile costs lanes x keys x d
+      // for Q K^T and as much for P V (one vector of rows leaves Q K^T bound
+      // by its key broadcasts: ~1.3x), plus its softmax update; a row block
+      // costs its Q transposes.
+      const double lanes = c.options.tileRows <= 16 ? 16.0 : 32.0;
+      const double perLane = c.options.tileRows <= 16 ? 1.3 : 1.0;
       for (const plan::HeadStats &h : plan::planStats(plan, opts.n))
         for (const plan::PieceStats &st : h.pieces)
-          c.model += 2.0 * 32.0 * double(st.executed) / double(c.options.tileRows) * double(opts.d) +
-                     32.0 * 40.0 * double(st.tiles) + double(st.blocks) * 2.0 * double(opts.d) * 32.0;
+          c.model += 2.0 * lanes * perLane * double(st.executed) / double(c.options.tileRows) *
+                         double(opts.d) +
+                     lanes * 40.0 * double(st.tiles) + double(st.blocks) * 2.0 * double(opts.d) * lanes;
       candidates.push_back(c);
     }
   std::sort(candidates.begin(), candidates.end(),
