@@ -8,7 +8,7 @@
 
 #include "attnc/dsl/Lexer.h"
 
-#include <cctype>
+#include <algorithm>
 
 namespace attnc::dsl {
 namespace {
@@ -38,6 +38,11 @@ public:
 private:
   const Token &tok() const { return tokens_[pos_]; }
   bool at(TokenKind kind) const { return tok().kind == kind; }
+  /// The token after the current one (Eof at the end).
+  const Token &peek() const { return tokens_[std::min(pos_ + 1, tokens_.size() - 1)]; }
+  static bool isKeyword(TokenKind k) {
+    return k >= TokenKind::KwPattern && k <= TokenKind::KwFalse; // the Kw* block of TokenKind
+  }
   const Token &advance() {
     const Token &t = tokens_[pos_];
     if (pos_ + 1 < tokens_.size())
@@ -119,21 +124,25 @@ private:
     }
   }
 
-  void synchronize() { synchronize(pos_); }
-
   void parsePattern() {
     SourceRange start = advance().range; // 'pattern'
     PatternDecl decl;
-    // A keyword is a fine pattern name ('pattern causal { ... }').
-    bool isName = at(TokenKind::Identifier) ||
-                  (!tok().text.empty() && std::isalpha(static_cast<unsigned char>(tok().text[0])));
-    if (!isName) {
+    // A keyword is a fine pattern name ('pattern causal { ... }'); a string
+    // or a number is not, whatever its text.
+    if (!at(TokenKind::Identifier) && !isKeyword(tok().kind)) {
       expected("a pattern name after 'pattern'");
+      // A bad name right before the '{' ('pattern 3 { ... }') takes the
+      // name's place: skip it and parse the body, to report what else is
+      // wrong. Without a '{' there is no body to find; skip to the next
+      // 'pattern'.
+      if (!at(TokenKind::LBrace) && peek().kind == TokenKind::LBrace)
+        advance();
       if (!at(TokenKind::LBrace)) {
-        synchronize();
+        while (!at(TokenKind::Eof) && !at(TokenKind::KwPattern))
+          advance();
         return;
       }
-      advance(); // parse the body anyway, to report what else is wrong
+      advance();
     } else {
       decl.name = tok().text;
       decl.nameRange = advance().range;
