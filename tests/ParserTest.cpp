@@ -392,9 +392,6 @@ TEST(SourceRanges, StatementsOnOneLineEndAtTheirLastToken) {
 }
 
 TEST(SourceRanges, BinaryNodeWithParenthesisedOperandsCoversTheParentheses) {
-  GTEST_SKIP() << "BUG: Parser.cpp: a parenthesised expression keeps the range of its inside and "
-                  "makeBinary merges the operands' ranges, so '(a + b) * c' covers 'a + b) * c' "
-                  "and 'c * (a + b)' covers 'c * (a + b' (diagnostics quote the unbalanced text)";
   auto p = parseExpr("(a + b) * c");
   EXPECT_EQ(p->slice(valueOf(*p).range), "(a + b) * c");
   auto q = parseExpr("c * (a + b)");

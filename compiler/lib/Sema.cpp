@@ -617,7 +617,8 @@ private:
       case CompareOp::Gt: op = Op::Gt; break;
       case CompareOp::Ge: op = Op::Ge; break;
       }
-      SourceRange r = SourceRange::merge(e.operands[k]->range, e.operands[k + 1]->range);
+      SourceRange r =
+          SourceRange::merge(e.operands[k]->outerRange(), e.operands[k + 1]->outerRange());
       TermRef cmp = Term::make(op, {terms[k], terms[k + 1]}, r);
       result = result ? Term::make(Op::And, {result, cmp}, e.range) : cmp;
     }

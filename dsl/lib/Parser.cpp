@@ -258,7 +258,7 @@ private:
   }
 
   ExprPtr makeBinary(BinaryOp op, ExprPtr lhs, ExprPtr rhs) {
-    auto e = makeExpr(ExprKind::Binary, SourceRange::merge(lhs->range, rhs->range));
+    auto e = makeExpr(ExprKind::Binary, SourceRange::merge(lhs->outerRange(), rhs->outerRange()));
     e->binaryOp = op;
     e->operands.push_back(std::move(lhs));
     e->operands.push_back(std::move(rhs));
@@ -315,7 +315,7 @@ private:
       ExprPtr rhs = parseUnion();
       if (!rhs)
         return nullptr;
-      auto e = makeExpr(ExprKind::In, SourceRange::merge(lhs->range, rhs->range));
+      auto e = makeExpr(ExprKind::In, SourceRange::merge(lhs->outerRange(), rhs->outerRange()));
       e->operands.push_back(std::move(lhs));
       e->operands.push_back(std::move(rhs));
       return e;
@@ -323,14 +323,14 @@ private:
     CompareOp op;
     if (!compareOp(tok().kind, op))
       return lhs;
-    auto e = makeExpr(ExprKind::Compare, lhs->range);
+    auto e = makeExpr(ExprKind::Compare, lhs->outerRange());
     e->operands.push_back(std::move(lhs));
     while (compareOp(tok().kind, op)) {
       advance();
       ExprPtr rhs = parseUnion();
       if (!rhs)
         return nullptr;
-      e->range = SourceRange::merge(e->range, rhs->range);
+      e->range = SourceRange::merge(e->range, rhs->outerRange());
       e->compareOps.push_back(op);
       e->operands.push_back(std::move(rhs));
     }
@@ -361,7 +361,7 @@ private:
       ExprPtr operand = parseUnary();
       if (!operand)
         return nullptr;
-      auto e = makeExpr(ExprKind::Unary, SourceRange::merge(start, operand->range));
+      auto e = makeExpr(ExprKind::Unary, SourceRange::merge(start, operand->outerRange()));
       e->unaryOp = op;
       e->operands.push_back(std::move(operand));
       return e;
@@ -414,12 +414,16 @@ private:
       return e;
     }
     case TokenKind::LParen: {
-      advance();
+      SourceRange open = advance().range;
       ExprPtr inner = parseExpr();
       if (!inner)
         return nullptr;
       if (!expect(TokenKind::RParen, " to close '('"))
         return nullptr;
+      // The inner expression keeps its own range; the parentheses are
+      // recorded for the nodes built around it. For '((a))' the outer pair
+      // wins.
+      inner->parenRange = SourceRange::merge(open, prevRange());
       return inner;
     }
     case TokenKind::LBrace:

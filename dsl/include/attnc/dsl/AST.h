@@ -44,7 +44,12 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
   ExprKind kind;
-  SourceRange range;
+  SourceRange range;           ///< The expression itself, without parentheses around it.
+  /// The outermost parentheses around the expression, `(a + b)`; invalid
+  /// when it has none. Diagnostics about the expression quote `range`; an
+  /// enclosing node's range covers `outerRange()`, so that `(a + b) * c` is
+  /// quoted whole.
+  SourceRange parenRange;
   int64_t intValue = 0;        ///< Int
   bool boolValue = false;      ///< Bool
   std::string name;            ///< Name, Call (callee), SetBuilder (bound variable)
@@ -53,6 +58,9 @@ struct Expr {
   BinaryOp binaryOp = BinaryOp::Add;
   std::vector<CompareOp> compareOps; ///< Compare
   std::vector<ExprPtr> operands;
+
+  /// `range` with the parentheses around it, if any.
+  SourceRange outerRange() const { return parenRange.isValid() ? parenRange : range; }
 };
 
 enum class StmtKind {
