@@ -274,8 +274,6 @@ TEST(DiagnosticsWithoutLocation, UnknownDefineSaysWhenTheFileDeclaresNoParameter
 }
 
 TEST(DiagnosticsWithoutLocation, UnknownDefineListsEachParameterOnce) {
-  GTEST_SKIP() << "BUG: Sema.cpp analyzeModule lists a parameter once per pattern that declares "
-                  "it: '... the file declares: l, l'";
   Frontend fe;
   ASSERT_TRUE(fe.parseString("p.attn", "pattern a { param l = 4 attend {} }\n"
                                        "pattern b { param l = 8 attend {} }\n"));

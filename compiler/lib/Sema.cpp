@@ -727,10 +727,13 @@ std::vector<Pattern> analyzeModule(const Module &module, const SourceManager &so
   }
   for (const Define &d : options.defines)
     if (!definesUsed.count(d.name)) {
+      // Each name once, in the order of first declaration: patterns of one
+      // file often share parameter names.
       std::string known;
+      std::set<std::string> listed;
       for (const PatternDecl &decl : module.patterns)
         for (const Stmt &s : decl.body)
-          if (s.kind == StmtKind::Param)
+          if (s.kind == StmtKind::Param && listed.insert(s.name).second)
             known += (known.empty() ? "" : ", ") + s.name;
       diags.error({}, "unknown parameter '" + d.name + "' in -D " + d.name + "=" +
                           std::to_string(d.value) +
