@@ -104,7 +104,7 @@ const char *typeName(Type t) {
 /// What a name in scope stands for.
 struct Binding {
   enum Kind { Param, Let } kind;
-  TermRef term;          ///< Param: its constant; Let: its value
+  TermRef term;          ///< Param: its constant (null when its default failed); Let: its value
   SourceRange decl;
   bool used = false;
 };
@@ -148,8 +148,16 @@ private:
         continue;
       }
       TermRef value = lowerConstant(*s.value, "a parameter default");
-      if (!value)
+      if (!value) {
+        // The parameter is declared all the same: a -D naming it is not
+        // unknown, a redefinition is one, and a use is not reported again
+        // (the binding has no value; lowerName returns nullptr quietly).
+        for (const Define &d : options_.defines)
+          if (d.name == s.name)
+            definesUsed_.insert(d.name);
+        scope_[s.name] = {Binding::Param, nullptr, s.nameRange, true};
         continue;
+      }
       ParamValue p{s.name, value->value(), s.nameRange, false};
       for (const Define &d : options_.defines)
         if (d.name == s.name) {
@@ -492,6 +500,8 @@ private:
         return Term::var(op, e.range);
     if (auto it = scope_.find(e.name); it != scope_.end()) {
       it->second.used = true;
+      if (!it->second.term)
+        return nullptr; // A parameter whose default has an error, reported there.
       return relocate(it->second.term, e.range);
     }
     if (poisoned_.count(e.name))
