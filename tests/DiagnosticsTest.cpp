@@ -435,9 +435,6 @@ TEST(DiagnosticFormat, DefineOverrideIsNamedInTheNote) {
 // ---- Valid inputs a conservative checker might reject ---------------------------
 
 TEST(AcceptedInput, RequirementWithInHoldsForAMember) {
-  GTEST_SKIP() << "BUG: Sema.cpp checkRequire: 'require c in {1, 2, 4}' is not folded (a set "
-                  "operand is not a constant), so ATTNC_CHECK 'require did not fold' throws an "
-                  "internal error (attnc check exits 3)";
   Frontend fe;
   ASSERT_TRUE(fe.parseString("r.attn", "pattern p { param c = 2 require c in {1, 2, 4} "
                                        "attend { j : j < c } }"));

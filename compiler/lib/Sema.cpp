@@ -9,6 +9,7 @@
 #include "attnc/compiler/Sema.h"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -277,6 +278,16 @@ private:
     return t.loc();
   }
 
+  /// The location of the first node with operator `op`, or an invalid range.
+  static SourceRange findOp(const Term &t, Op op) {
+    if (t.op() == op)
+      return t.loc();
+    for (const TermRef &a : t.args())
+      if (SourceRange r = findOp(*a, op); r.isValid())
+        return r;
+    return {};
+  }
+
   bool expectType(const TermRef &t, Type want, const Expr &e) {
     if (t->type() == want)
       return true;
@@ -347,7 +358,21 @@ private:
       return;
     if (!expectType(t, Type::Bool, *s.value) || !onlyParams(t, "a 'require'"))
       return;
-    ATTNC_CHECK(t->op() == Op::BoolConst, "require did not fold");
+    if (t->op() != Op::BoolConst) {
+      // Only `x in S` stays unfolded: a set's keys are clipped to [0, n),
+      // so Term::make cannot fold membership without n. A requirement has no
+      // n; it asks whether x is a key of S for a sequence long enough to hold
+      // it, which is evaluating with n unbounded. random_blocks has no such
+      // reading: its blocks depend on the query and on n.
+      if (SourceRange at = findOp(*t, Op::RandomBlocks); at.isValid()) {
+        diags_.error(at, "'random_blocks' cannot be used in a 'require': its keys depend on the "
+                         "query and on n");
+        return;
+      }
+      Env env;
+      env.n = std::numeric_limits<int64_t>::max();
+      t = Term::boolean(evalBool(*t, env), t->loc());
+    }
     if (t->value())
       return;
     std::string text(sources_.slice(s.value->range));
