@@ -149,10 +149,6 @@ TEST(CliCheck, PatternOptionSelectsByNameAndRejectsAnUnknownOne) {
 }
 
 TEST(CliCheck, NoPatternEndsInAnInternalError) {
-  GTEST_SKIP() << "BUG: both inputs below end in 'attnc: internal error' (exit 3): a requirement "
-                  "with 'in' (Sema.cpp checkRequire, 'require did not fold') and a modulus that "
-                  "is negative for a head beyond the declared ones (Sema.cpp checkDivisor, "
-                  "PatternIR.cpp 'stripe needs m >= 1')";
   ScratchDir dir;
   writeFile(dir.file("in.attn"),
             "pattern p { param c = 2 require c in {1, 2} attend { j : true } }\n");

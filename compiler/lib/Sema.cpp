@@ -124,6 +124,7 @@ public:
     collectParams();
     collectHeadsAndCausal();
     lowerBody();
+    checkPendingDivisors();
     for (const auto &[name, b] : scope_)
       if (b.kind == Binding::Let && !b.used)
         diags_.warning(b.decl, "unused let '" + name + "'");
@@ -611,11 +612,11 @@ private:
   }
 
   bool checkDivisor(const TermRef &d, const Expr &e, bool modulo) {
-    const char *what = modulo ? "modulus" : "divisor";
-    std::string text(sources_.slice(e.range));
     if (d->op() == Op::Const) {
       if (d->value() >= 1)
         return true;
+      const char *what = modulo ? "modulus" : "divisor";
+      std::string text(sources_.slice(e.range));
       std::string got = text == std::to_string(d->value())
                             ? "got " + text
                             : "got '" + text + "' which is " + std::to_string(d->value());
@@ -623,14 +624,38 @@ private:
       noteParams(e);
       return false;
     }
-    ValueRange r = rangeOf(*d, declaredHeads_.value_or(1));
+    if (d->uses(kUsesH) && !declaredHeads_) {
+      // Without 'heads' the head count is max K + 1 over the 'head K
+      // attends' statements, and some of them may come later: h's range is
+      // known only after the whole body (checkPendingDivisors).
+      pendingDivisors_.push_back({d, &e, modulo});
+      return true;
+    }
+    return divisorInRange(d, e, modulo, declaredHeads_.value_or(1));
+  }
+
+  /// The range-analysis half of checkDivisor, for h in [0, numHeads).
+  bool divisorInRange(const TermRef &d, const Expr &e, bool modulo, int64_t numHeads) {
+    ValueRange r = rangeOf(*d, numHeads);
     if (r.lo >= 1)
       return true;
-    diags_.error(e.range, std::string(what) + " '" + text +
+    std::string text(sources_.slice(e.range));
+    diags_.error(e.range, std::string(modulo ? "modulus" : "divisor") + " '" + text +
                               "' can be zero or negative; it must be at least 1 for every i, j "
                               "in [0, n)");
     diags_.note(e.range, "write 'max(1, " + text + ")' if that is what you mean");
     return false;
+  }
+
+  /// Checks the divisors deferred by checkDivisor, now that every 'head K
+  /// attends' statement has been seen. The terms that hold them were built
+  /// already; an error here keeps run() from assembling the heads.
+  void checkPendingDivisors() {
+    int64_t count = 1;
+    for (const auto &[k, stmt] : headStmts_)
+      count = std::max(count, k + 1);
+    for (const PendingDivisor &p : pendingDivisors_)
+      divisorInRange(p.divisor, *p.expr, p.modulo, count);
   }
 
   TermRef lowerCompare(const Expr &e) {
@@ -734,6 +759,12 @@ private:
   bool headStatementFailed_ = false;
   std::set<std::string> usedBeforeLet_;
   std::map<int64_t, TermRef> headSets_;
+  struct PendingDivisor {
+    TermRef divisor;
+    const Expr *expr;
+    bool modulo;
+  };
+  std::vector<PendingDivisor> pendingDivisors_;
 };
 
 } // namespace
