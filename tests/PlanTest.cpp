@@ -42,7 +42,10 @@ TEST_P(PlanCoverage, PiecesPartitionTheHeadAndTilesCoverEachPairOnce) {
       const int64_t n = pc.n;
       std::vector<plan::HeadStats> stats = plan::planStats(plan, n);
       ASSERT_EQ(stats.size(), ir.heads.size());
+      plan::BlockShape shape;
       plan::BlockTiles b;
+      std::vector<plan::HeadShapes> cached;
+      ASSERT_TRUE(plan::buildShapes(plan, n, false, size_t{1} << 30, cached));
       for (size_t h = 0; h < ir.heads.size(); ++h) {
         std::vector<char> expected = oracle::denseMask(*ir.heads[h].term, n);
         std::vector<int> covered(static_cast<size_t>(n * n), 0);
@@ -54,7 +57,12 @@ TEST_P(PlanCoverage, PiecesPartitionTheHeadAndTilesCoverEachPairOnce) {
             plan::BlockSource src(plan, piece, n, c);
             int64_t nextRow = 0;
             for (int64_t k = 0; k < src.numBlocks(); ++k) {
-              src.build(k, b);
+              src.build(k, shape);
+              b.expand(shape);
+              const plan::BlockShape &same = cached[h].pieces[p][static_cast<size_t>(c)][static_cast<size_t>(k)];
+              EXPECT_TRUE(same.keys == shape.keys && same.partial == shape.partial &&
+                          same.useful == shape.useful)
+                  << "buildShapes and BlockSource::build agree";
               ASSERT_EQ(b.firstRow, nextRow) << "blocks tile the rows in order";
               ASSERT_TRUE(b.rows >= 1 && b.rows <= rows);
               nextRow += b.rows;
@@ -74,7 +82,7 @@ TEST_P(PlanCoverage, PiecesPartitionTheHeadAndTilesCoverEachPairOnce) {
                   ++blockPairs;
                 }
               }
-              EXPECT_EQ(b.useful, blockPairs);
+              EXPECT_EQ(shape.useful, blockPairs);
               useful += blockPairs;
             }
           }

@@ -155,40 +155,49 @@ private:
 };
 
 /// Fills a block from the keys every row has (`common`) and each row's other
-/// keys (`out.rowKeys[r]`, disjoint from `common`), all in key coordinates.
-void fillBlock(const IntervalSet &common, BlockTiles &out) {
+/// keys (`own[r]`, disjoint from `common`), all in key coordinates.
+void fillShape(const IntervalSet &common, const std::vector<IntervalSet> &own, BlockShape &out) {
   const int32_t rows = out.rows;
-  IntervalSet &keys = out.unionKeys;
-  keys = common;
+  IntervalSet others;
   for (int32_t r = 0; r < rows; ++r) {
-    out.useful += cardinality(out.rowKeys[r]);
-    keys.insert(keys.end(), out.rowKeys[r].begin(), out.rowKeys[r].end());
+    out.useful += cardinality(own[r]);
+    others.insert(others.end(), own[r].begin(), own[r].end());
   }
   out.useful += int64_t{rows} * cardinality(common);
-  if (keys.size() > common.size())
-    normalize(keys);
-  out.keys.resize(static_cast<size_t>(cardinality(keys)));
-  int32_t *dst = out.keys.data();
-  for (const Interval &x : keys)
-    for (int64_t k = x.lo; k < x.hi; ++k)
-      *dst++ = static_cast<int32_t>(k);
-  out.masks.assign(out.keys.size(), 0);
-  const int32_t *begin = out.keys.data(), *end = begin + out.keys.size();
-  // Both lists are sorted: each interval's positions start at or after the
-  // previous one's.
-  auto mark = [&](const IntervalSet &set, uint32_t bits) {
-    const int32_t *from = begin;
-    for (const Interval &x : set) {
-      const int32_t *p = std::lower_bound(from, end, x.lo);
-      size_t k = static_cast<size_t>(p - begin), last = k + static_cast<size_t>(x.size());
-      for (; k < last; ++k)
-        out.masks[k] |= bits;
-      from = begin + last;
-    }
+  normalize(others);
+  out.keys = unite(common, others);
+  out.partial.clear();
+  if (others.empty())
+    return;
+  // Row masks of the keys outside `common`, indexed by rank in `others`.
+  std::vector<int64_t> start(others.size() + 1, 0); // rank of each interval's first key
+  for (size_t x = 0; x < others.size(); ++x)
+    start[x + 1] = start[x] + others[x].size();
+  std::vector<uint32_t> masks(static_cast<size_t>(start.back()), 0);
+  auto rankOf = [&](int64_t key) {
+    size_t x = std::upper_bound(others.begin(), others.end(), key,
+                                [](int64_t k, const Interval &iv) { return k < iv.lo; }) -
+               others.begin() - 1;
+    return start[x] + (key - others[x].lo);
   };
-  mark(common, out.allRows);
   for (int32_t r = 0; r < rows; ++r)
-    mark(out.rowKeys[r], 1u << r);
+    for (const Interval &x : own[r]) {
+      int64_t first = rankOf(x.lo);
+      for (int64_t k = 0; k < x.size(); ++k)
+        masks[static_cast<size_t>(first + k)] |= 1u << r;
+    }
+  // Their positions in the compacted list: keys of `common` before them count too.
+  size_t c = 0;
+  int64_t commonBefore = 0;
+  for (size_t x = 0; x < others.size(); ++x) {
+    while (c < common.size() && common[c].lo < others[x].lo)
+      commonBefore += common[c++].size();
+    for (int64_t k = 0; k < others[x].size(); ++k) {
+      uint32_t m = masks[static_cast<size_t>(start[x] + k)];
+      if (m != out.allRows)
+        out.partial.push_back({static_cast<int32_t>(commonBefore + start[x] + k), m});
+    }
+  }
 }
 
 const char *strategyName(Strategy s) {
@@ -282,20 +291,19 @@ BlockSource BlockSource::dense(const Plan &plan, const HeadPlan &head, int64_t n
   return src;
 }
 
-void BlockSource::build(int64_t block, BlockTiles &out) const {
+void BlockSource::build(int64_t block, BlockShape &out) const {
   const int64_t t0 = block * R_;
   out.firstRow = t0;
   out.rows = static_cast<int32_t>(std::min(R_, rows_ - t0));
   out.allRows = out.rows == 32 ? 0xffffffffu : ((1u << out.rows) - 1);
   out.useful = 0;
-  out.rowKeys.resize(static_cast<size_t>(out.rows));
-  for (IntervalSet &r : out.rowKeys)
-    r.clear();
-  std::vector<IntervalSet> &own = out.rowKeys;
+  out.keyBase = 0;
+  out.keyStride = 1;
+  std::vector<IntervalSet> own(static_cast<size_t>(out.rows));
   if (rest_) {
     // Relayout: row t is query c + t m; its keys are j = keyClass + u m
     // inside the intervals of the piece without its residue factor, so work
-    // in u and map back.
+    // in u.
     const int64_t m = modulus_;
     ir::RowEvaluator eval(rest_, n_);
     for (int32_t r = 0; r < out.rows; ++r) {
@@ -307,25 +315,27 @@ void BlockSource::build(int64_t block, BlockTiles &out) const {
       }
       normalize(own[r]);
     }
-    fillBlock({}, out);
-    for (int32_t &u : out.keys)
-      u = static_cast<int32_t>(keyClass_ + int64_t{u} * m);
+    fillShape({}, own, out);
+    out.keyBase = keyClass_;
+    out.keyStride = m;
     return;
   }
   ir::RowEvaluator eval(set_, n_);
   if (dense_) {
-    for (int32_t r = 0; r < out.rows; ++r)
-      own[r] = eval.row(t0 + r);
-    out.keys.resize(static_cast<size_t>(n_));
-    for (int64_t k = 0; k < n_; ++k)
-      out.keys[k] = static_cast<int32_t>(k);
-    out.masks.assign(out.keys.size(), 0);
     for (int32_t r = 0; r < out.rows; ++r) {
+      own[r] = eval.row(t0 + r);
       out.useful += cardinality(own[r]);
+    }
+    out.keys = {{0, n_}}; // every key, the pattern only as masks
+    out.partial.clear();
+    std::vector<uint32_t> masks(static_cast<size_t>(n_), 0);
+    for (int32_t r = 0; r < out.rows; ++r)
       for (const Interval &x : own[r])
         for (int64_t k = x.lo; k < x.hi; ++k)
-          out.masks[k] |= 1u << r;
-    }
+          masks[static_cast<size_t>(k)] |= 1u << r;
+    for (int64_t k = 0; k < n_; ++k)
+      if (masks[static_cast<size_t>(k)] != out.allRows)
+        out.partial.push_back({static_cast<int32_t>(k), masks[static_cast<size_t>(k)]});
     return;
   }
   // Keys every row has need no per-row work; rows are evaluated only where
@@ -338,7 +348,26 @@ void BlockSource::build(int64_t block, BlockTiles &out) const {
         IntervalSet part = eval.row(t0 + r, x.lo, x.hi);
         own[r].insert(own[r].end(), part.begin(), part.end());
       }
-  fillBlock(bd.lower, out);
+  fillShape(bd.lower, own, out);
+}
+
+size_t BlockShape::bytes() const {
+  return sizeof(BlockShape) + keys.capacity() * sizeof(Interval) +
+         partial.capacity() * sizeof(partial[0]);
+}
+
+void BlockTiles::expand(const BlockShape &shape) {
+  firstRow = shape.firstRow;
+  rows = shape.rows;
+  allRows = shape.allRows;
+  keys.resize(static_cast<size_t>(shape.numKeys()));
+  int32_t *dst = keys.data();
+  for (const Interval &x : shape.keys)
+    for (int64_t u = x.lo; u < x.hi; ++u)
+      *dst++ = static_cast<int32_t>(shape.keyBase + u * shape.keyStride);
+  masks.assign(keys.size(), allRows);
+  for (const auto &[pos, mask] : shape.partial)
+    masks[static_cast<size_t>(pos)] = mask;
 }
 
 int64_t numClasses(const Piece &piece, int64_t n) {
@@ -348,20 +377,18 @@ int64_t numClasses(const Piece &piece, int64_t n) {
 namespace {
 
 /// Adds one block's pairs and tiles to `st` (tiles of C keys, as the executor cuts them).
-void countBlock(const BlockTiles &b, int64_t C, PieceStats &st) {
+void countBlock(const BlockShape &b, int64_t C, PieceStats &st) {
   st.useful += b.useful;
   ++st.blocks;
-  const int64_t keys = static_cast<int64_t>(b.keys.size());
-  for (int64_t p0 = 0; p0 < keys; p0 += C) {
-    int64_t width = std::min(C, keys - p0);
-    ++st.tiles;
-    st.executed += int64_t{b.rows} * width;
-    for (int64_t k = p0; k < p0 + width; ++k)
-      if (b.masks[k] != b.allRows) {
-        ++st.partial;
-        break;
-      }
-  }
+  const int64_t keys = b.numKeys();
+  st.tiles += (keys + C - 1) / C;
+  st.executed += int64_t{b.rows} * keys;
+  int64_t lastTile = -1;
+  for (const auto &entry : b.partial)
+    if (entry.first / C != lastTile) {
+      lastTile = entry.first / C;
+      ++st.partial;
+    }
 }
 
 void addUp(HeadStats &h) {
@@ -375,7 +402,7 @@ void addUp(HeadStats &h) {
 
 std::vector<HeadStats> planStats(const Plan &plan, int64_t n) {
   std::vector<HeadStats> out;
-  BlockTiles b;
+  BlockShape b;
   for (const HeadPlan &hp : plan.heads) {
     HeadStats h;
     for (const Piece &piece : hp.pieces) {
@@ -397,7 +424,7 @@ std::vector<HeadStats> planStats(const Plan &plan, int64_t n) {
 
 std::vector<HeadStats> denseStats(const Plan &plan, int64_t n) {
   std::vector<HeadStats> out;
-  BlockTiles b;
+  BlockShape b;
   for (const HeadPlan &hp : plan.heads) {
     HeadStats h;
     PieceStats st;
@@ -411,6 +438,44 @@ std::vector<HeadStats> denseStats(const Plan &plan, int64_t n) {
     out.push_back(std::move(h));
   }
   return out;
+}
+
+bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
+                 std::vector<HeadShapes> &out) {
+  out.clear();
+  size_t bytes = 0;
+  auto addSource = [&](const BlockSource &src, std::vector<BlockShape> &blocks) {
+    blocks.resize(static_cast<size_t>(src.numBlocks()));
+    for (int64_t k = 0; k < src.numBlocks(); ++k) {
+      src.build(k, blocks[static_cast<size_t>(k)]);
+      bytes += blocks[static_cast<size_t>(k)].bytes();
+      if (bytes > maxBytes)
+        return false;
+    }
+    return true;
+  };
+  for (const HeadPlan &hp : plan.heads) {
+    HeadShapes &h = out.emplace_back();
+    if (dense) {
+      h.pieces.resize(1);
+      h.pieces[0].resize(1);
+      if (!addSource(BlockSource::dense(plan, hp, n), h.pieces[0][0])) {
+        out.clear();
+        return false;
+      }
+      continue;
+    }
+    h.pieces.resize(hp.pieces.size());
+    for (size_t p = 0; p < hp.pieces.size(); ++p) {
+      h.pieces[p].resize(static_cast<size_t>(numClasses(hp.pieces[p], n)));
+      for (int64_t c = 0; c < numClasses(hp.pieces[p], n); ++c)
+        if (!addSource(BlockSource(plan, hp.pieces[p], n, c), h.pieces[p][static_cast<size_t>(c)])) {
+          out.clear();
+          return false;
+        }
+    }
+  }
+  return true;
 }
 
 double executedOverUseful(const std::vector<HeadStats> &stats) {

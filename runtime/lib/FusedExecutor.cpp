@@ -86,9 +86,9 @@ RunBlock blockKernel() {
 }
 } // namespace
 
-void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, int64_t n, int64_t d,
-                  const float *q, const float *k, const float *v, float *o, float scale,
-                  FusedScratch &s) {
+void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
+                  const plan::HeadShapes *cached, int64_t n, int64_t d, const float *q,
+                  const float *k, const float *v, float *o, float scale, FusedScratch &s) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   s.rowMax.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
   s.rowSum.assign(static_cast<size_t>(n), 0.0f);
@@ -96,15 +96,29 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, int64_t 
   TileArgs args{q, k, v, d, scale, plan.options.tileRows, plan.options.tileCols, 0, 1,
                 s.rowMax.data(), s.rowSum.data(), s.acc.data()};
   const RunBlock kernel = blockKernel();
+  // Block b of piece p, class c: from the cache, or generated now.
+  auto blockOf = [&](const plan::BlockSource &src, size_t p, size_t c, int64_t b,
+                     plan::BlockTiles &out) {
+    if (cached) {
+      out.expand(cached->pieces[p][c][static_cast<size_t>(b)]);
+    } else {
+      src.build(b, s.shape);
+      out.expand(s.shape);
+    }
+  };
   // Every row-tiles piece (or the dense baseline's one) in one pass over the
-  // row blocks, each block's keys generated just before it runs.
+  // row blocks: a block's state is loaded and stored once.
   std::vector<plan::BlockSource> sources;
+  std::vector<size_t> pieceOf;
   if (dense) {
     sources.push_back(plan::BlockSource::dense(plan, head, n));
+    pieceOf.push_back(0);
   } else {
-    for (const plan::Piece &piece : head.pieces)
-      if (piece.strategy == plan::Strategy::RowTiles)
-        sources.emplace_back(plan, piece, n);
+    for (size_t p = 0; p < head.pieces.size(); ++p)
+      if (head.pieces[p].strategy == plan::Strategy::RowTiles) {
+        sources.emplace_back(plan, head.pieces[p], n);
+        pieceOf.push_back(p);
+      }
   }
   s.blocks.resize(std::max<size_t>(sources.size(), 1));
   std::vector<const plan::BlockTiles *> built(sources.size());
@@ -113,13 +127,14 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, int64_t 
   if (!sources.empty())
     for (int64_t b = 0; b < sources.front().numBlocks(); ++b) {
       for (size_t p = 0; p < sources.size(); ++p)
-        sources[p].build(b, s.blocks[p]);
+        blockOf(sources[p], pieceOf[p], 0, b, s.blocks[p]);
       kernel(built.data(), static_cast<int>(built.size()), args, s);
     }
   // Residue relayout: class c's rows are the queries c, c + m, ...; keys,
   // values and query rows are read in place.
   if (!dense)
-    for (const plan::Piece &piece : head.pieces) {
+    for (size_t p = 0; p < head.pieces.size(); ++p) {
+      const plan::Piece &piece = head.pieces[p];
       if (piece.strategy != plan::Strategy::ResidueRelayout)
         continue;
       for (int64_t c = 0; c < plan::numClasses(piece, n); ++c) {
@@ -128,7 +143,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, int64_t 
         args.rowStride = src.rowStride();
         const plan::BlockTiles *one = &s.blocks[0];
         for (int64_t b = 0; b < src.numBlocks(); ++b) {
-          src.build(b, s.blocks[0]);
+          blockOf(src, p, static_cast<size_t>(c), b, s.blocks[0]);
           kernel(&one, 1, args, s);
         }
       }

@@ -21,17 +21,19 @@ namespace attnc::rt {
 struct FusedScratch {
   std::vector<float> rowMax, rowSum, acc;     ///< n, n, n * d: the online-softmax state
   std::vector<plan::BlockTiles> blocks;       ///< the current row block of each piece
+  plan::BlockShape shape;                     ///< a block generated as it runs
   std::vector<float> qt, scores;              ///< Q^T of a block (d x 32); S^T / P^T of a tile (C x 32)
   std::vector<const float *> vRows;           ///< a tile's value rows
 };
 
 /// Computes one contiguous [n, d] slice: o = attention over head `headIndex`
-/// of `plan`, its row blocks generated from closed forms as they run.
+/// of `plan`, its row blocks taken from `cached` (buildShapes at this n), or
+/// generated from closed forms as they run when that is null.
 /// Every pair of every tile is computed (masked pairs get probability 0), so
 /// `dense` (the baseline: every key of every row) is the same code on blocks
 /// that skip nothing.
-void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, int64_t n, int64_t d,
-                  const float *q, const float *k, const float *v, float *o, float scale,
-                  FusedScratch &scratch);
+void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
+                  const plan::HeadShapes *cached, int64_t n, int64_t d, const float *q,
+                  const float *k, const float *v, float *o, float scale, FusedScratch &scratch);
 
 } // namespace attnc::rt

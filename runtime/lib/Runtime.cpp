@@ -45,13 +45,24 @@ attnc_status fail(attnc_status status, std::string message) {
   return status;
 }
 
-/// What the sparsifier backend's kernels need at one n: the CSR of every
-/// distinct head set. (The fused backend needs nothing per n: its executor
-/// generates each row block's keys from the plan's closed forms.)
+/// What the kernels keep per n: the CSR of every distinct head set
+/// (sparsifier backend) or the fused plan's row blocks, when they fit
+/// fusedCacheBytes() (otherwise the executor generates them as it runs).
 struct Structure {
   int64_t n = 0;
   std::vector<attnc::ir::Csr> sets;
+  std::vector<attnc::plan::HeadShapes> blocks; ///< empty: generated as it runs
 };
+
+/// Per n and kernel, the fused row blocks kept: 64 MiB (fixed, l=128, c=8,
+/// needs ~35 MB at n = 131,072), or $ATTNC_FUSED_CACHE_MB.
+size_t fusedCacheBytes() {
+  static const size_t bytes = [] {
+    const char *env = std::getenv("ATTNC_FUSED_CACHE_MB");
+    return (env && *env ? static_cast<size_t>(std::strtoull(env, nullptr, 10)) : size_t{64}) << 20;
+  }();
+  return bytes;
+}
 
 } // namespace
 
@@ -91,6 +102,7 @@ struct attnc_kernel {
     if (fused) {
       if (n > std::numeric_limits<int32_t>::max())
         return fail(ATTNC_ERROR_SHAPE, "sequence length " + std::to_string(n) + " does not fit 32-bit keys");
+      attnc::plan::buildShapes(plan, n, dense, fusedCacheBytes(), s->blocks);
     } else {
       for (const auto &head : ir.heads) {
         attnc::ir::Csr csr;
@@ -352,7 +364,9 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
           os.assign(static_cast<size_t>(n * d), 0.0f);
         float *out = outContiguous ? outBase : os.data();
         if (kernel->fused) {
-          attnc::rt::runFusedHead(kernel->plan, set, kernel->dense, n, d, inputSlice(*q, b, h, qs),
+          attnc::rt::runFusedHead(kernel->plan, set, kernel->dense,
+                                  structure->blocks.empty() ? nullptr : &structure->blocks[set], n, d,
+                                  inputSlice(*q, b, h, qs),
                                   inputSlice(*k, b, h, ks), inputSlice(*v, b, h, vs), out, scale,
                                   fusedScratch);
         } else {

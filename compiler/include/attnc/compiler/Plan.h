@@ -14,9 +14,10 @@
 //                      keys are gathered by residue class i % m, where the
 //                      piece becomes a dense band, then tiled as above
 //
-// A Plan is symbolic in n. At run time a BlockSource generates each row
-// block's keys from the closed forms, block by block, inside the executor:
-// nothing is built, stored or compiled per n, and nothing is O(n^2).
+// A Plan is symbolic in n. A BlockSource generates each row block's keys
+// from the closed forms in O(its intervals); the runtime keeps them per n
+// when they fit a memory budget and generates them as it runs otherwise.
+// Nothing is compiled per n, and nothing is O(n^2).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -60,21 +61,33 @@ struct Plan {
 
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options = {});
 
-/// One row block of a piece at one n: the union of the block's rows' keys,
-/// compacted in ascending order, and per key the rows that have it. The
-/// executor cuts `keys` into tiles of C consecutive entries; a tile whose
-/// masks are all `allRows` is full (no masking). Built on demand into
-/// reused storage: nothing per n is stored anywhere.
-struct BlockTiles {
+/// One row block of a piece at one n, compactly: the union of the block's
+/// rows' keys as intervals, and the rows that have each key only where that
+/// is not every row. O(intervals + partial keys), not O(keys).
+struct BlockShape {
   int64_t firstRow = 0;          ///< first row in the piece's row space (a class's for relayout)
   int32_t rows = 0;              ///< at most R
   uint32_t allRows = 0;          ///< the mask with every row of the block
+  IntervalSet keys;              ///< key k is keyBase + u * keyStride for u in these intervals
+  int64_t keyBase = 0, keyStride = 1;
+  /// (position in the compacted key list, bit r: block row r has it), for
+  /// the positions that not every row has; ascending.
+  std::vector<std::pair<int32_t, uint32_t>> partial;
+  int64_t useful = 0;            ///< pairs in the block
+  int64_t numKeys() const { return cardinality(keys); }
+  size_t bytes() const;          ///< heap and object size, for cache budgets
+};
+
+/// A block as the tile kernels read it: every key, ascending, with its row
+/// mask. The executor cuts `keys` into tiles of C consecutive entries; a
+/// tile whose masks are all `allRows` is full (no masking).
+struct BlockTiles {
+  int64_t firstRow = 0;
+  int32_t rows = 0;
+  uint32_t allRows = 0;
   std::vector<int32_t> keys;     ///< original key positions, ascending
   std::vector<uint32_t> masks;   ///< bit r of masks[k]: block row r has keys[k]
-  int64_t useful = 0;            ///< pairs in the block
-  /// Scratch of BlockSource::build, kept to reuse its storage.
-  std::vector<IntervalSet> rowKeys;
-  IntervalSet unionKeys;
+  void expand(const BlockShape &shape);
 };
 
 /// The row blocks of one piece at one n, generated from closed forms. For
@@ -95,7 +108,7 @@ public:
   int64_t query(int64_t t) const { return rowBase_ + t * rowStride_; }
   int64_t rowBase() const { return rowBase_; }
   int64_t rowStride() const { return rowStride_; }
-  void build(int64_t block, BlockTiles &out) const;
+  void build(int64_t block, BlockShape &out) const;
 
 private:
   BlockSource(ir::SetRef set, int64_t n, int64_t R);
@@ -110,6 +123,18 @@ private:
 
 /// The residue classes a piece is run in at length n (1 for row-tiles).
 int64_t numClasses(const Piece &piece, int64_t n);
+
+/// Every block of every piece (and residue class) of one head at one n.
+struct HeadShapes {
+  std::vector<std::vector<std::vector<BlockShape>>> pieces; ///< [piece][class][block]
+};
+
+/// The blocks of every head at n (the dense baseline's with `dense`), or
+/// false (and `out` empty) as soon as they would take more than `maxBytes`:
+/// the runtime caches them per n when they fit and generates blocks as it
+/// runs otherwise.
+bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
+                 std::vector<HeadShapes> &out);
 
 /// Useful and executed pairs and tile counts of a plan at one n, from one
 /// pass over every block (what `emit --stage plan`, bench and tune report).
