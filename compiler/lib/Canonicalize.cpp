@@ -218,10 +218,15 @@ SetRef solveLinear(Op op, Linear lin, SourceRange loc) {
   return classifyRange(out);
 }
 
-/// Residues x in [0, m) with x OP b.
+/// Residues x in [0, m) with x OP b; empty (second < first) when there is
+/// none. Both ends must lie in [0, m): the caller shifts the range and
+/// reduces it modulo m, so an end outside would wrap onto a real residue.
 std::pair<int64_t, int64_t> residueRange(Op op, int64_t b, int64_t m) {
   switch (op) {
-  case Op::Eq: return {b, b};
+  case Op::Eq:
+    if (b < 0 || b >= m)
+      return {0, -1}; // 'j % 5 == 7' never holds
+    return {b, b};
   case Op::Le: return {0, std::min(b, m - 1)};
   case Op::Lt: return {0, std::min(b - 1, m - 1)};
   case Op::Ge: return {std::max<int64_t>(b, 0), m - 1};
