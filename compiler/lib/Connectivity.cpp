@@ -25,7 +25,9 @@ bool coversPrefix(const IntervalSet &r, int64_t i) {
 
 std::vector<int64_t> rowsToCheck(int64_t n, const ConnectivityOptions &o, bool &exact) {
   std::vector<int64_t> rows;
-  exact = n <= o.exactUpTo;
+  // A sample at least as large as the sequence is every row: its first and
+  // last rows would otherwise run past [0, n).
+  exact = n <= o.exactUpTo || n <= o.sampleRows;
   if (exact) {
     for (int64_t i = 0; i < n; ++i)
       rows.push_back(i);

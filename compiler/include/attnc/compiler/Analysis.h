@@ -59,8 +59,9 @@ struct Connectivity {
 };
 
 struct ConnectivityOptions {
-  /// Every row is checked when n <= this; otherwise a deterministic sample
-  /// (the first rows, evenly spaced rows and the last rows) is.
+  /// Every row is checked when n <= this (or n <= sampleRows); otherwise a
+  /// deterministic sample (the first rows, evenly spaced rows and the last
+  /// rows) is.
   int64_t exactUpTo = 4096;
   int64_t sampleRows = 512;
   /// Steps after which the search gives up (reports the pair still missing).
