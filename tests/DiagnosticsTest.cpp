@@ -445,9 +445,6 @@ TEST(AcceptedInput, RequirementWithInHoldsForAMember) {
 }
 
 TEST(AcceptedInput, DivisorThatIsPositiveForEveryQueryIsAccepted) {
-  GTEST_SKIP() << "BUG: Sema.cpp checkDivisor: rangeOf() bounds i and n independently, so "
-                  "'j % (n - i)' (in [1, n] for every i in [0, n)) is rejected as 'can be zero "
-                  "or negative'";
   Frontend fe;
   ASSERT_TRUE(fe.parseString("d.attn", "pattern p { attend { j : j % (n - i) == 0 } }"));
   EXPECT_TRUE(fe.analyze({}));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 namespace attnc {
@@ -378,45 +379,119 @@ __int128 wide(int64_t v) {
 }
 } // namespace
 
-ValueRange rangeOf(const Term &t, int64_t numHeads) {
+namespace {
+ValueRange addRanges(ValueRange a, ValueRange b) {
+  return {clampWide(wide(a.lo) + wide(b.lo)), clampWide(wide(a.hi) + wide(b.hi))};
+}
+
+ValueRange negRange(ValueRange a) { return {clampWide(-wide(a.hi)), clampWide(-wide(a.lo))}; }
+
+ValueRange mulRanges(ValueRange a, ValueRange b) {
+  // Products of two "infinities" overflow __int128; saturate by sign.
+  auto sat = [](int64_t x, int64_t y) -> __int128 {
+    bool inf = x == kNegInf || x == kPosInf || y == kNegInf || y == kPosInf;
+    if (!inf)
+      return static_cast<__int128>(x) * y;
+    if (x == 0 || y == 0)
+      return 0;
+    return ((x < 0) != (y < 0)) ? -(static_cast<__int128>(1) << 100)
+                                : (static_cast<__int128>(1) << 100);
+  };
+  __int128 c[4] = {sat(a.lo, b.lo), sat(a.lo, b.hi), sat(a.hi, b.lo), sat(a.hi, b.hi)};
+  return {clampWide(*std::min_element(c, c + 4)), clampWide(*std::max_element(c, c + 4))};
+}
+
+/// t = ci*i + cj*j + cn*n + c0 + rest, with `rest` (the parts that are not
+/// linear in i, j, n, and h) only bounded by an interval. Interval arithmetic
+/// alone forgets that i and j are below n, and bounds `n - i` by -inf; the
+/// linear part keeps the three together.
+struct LinearForm {
+  int64_t ci = 0, cj = 0, cn = 0, c0 = 0;
+  ValueRange rest{0, 0};
+};
+
+/// Add, Sub, Neg and a product with a constant: the nodes a LinearForm follows.
+bool isLinearNode(const Term &t) {
+  switch (t.op()) {
+  case Op::Add: case Op::Sub: case Op::Neg: return true;
+  case Op::Mul: return t.arg(0)->op() == Op::Const || t.arg(1)->op() == Op::Const;
+  default: return false;
+  }
+}
+
+/// Interval rules only, one node deep (operands go through rangeOf).
+ValueRange intervalOf(const Term &t, int64_t numHeads);
+
+/// Nullopt when a coefficient overflows (rangeOf then uses intervals).
+std::optional<LinearForm> linearForm(const Term &t, int64_t numHeads) {
+  LinearForm f;
+  switch (t.op()) {
+  case Op::Const: f.c0 = t.value(); return f;
+  case Op::VarI: f.ci = 1; return f;
+  case Op::VarJ: f.cj = 1; return f;
+  case Op::VarN: f.cn = 1; return f;
+  default: break;
+  }
+  if (!isLinearNode(t)) {
+    f.rest = rangeOf(t, numHeads);
+    return f;
+  }
+  if (t.op() == Op::Add || t.op() == Op::Sub) {
+    auto a = linearForm(*t.arg(0), numHeads), b = linearForm(*t.arg(1), numHeads);
+    if (!a || !b)
+      return std::nullopt;
+    bool add = t.op() == Op::Add;
+    auto combine = [add](int64_t x, int64_t y, int64_t &out) {
+      return add ? !__builtin_add_overflow(x, y, &out) : !__builtin_sub_overflow(x, y, &out);
+    };
+    if (!combine(a->ci, b->ci, f.ci) || !combine(a->cj, b->cj, f.cj) ||
+        !combine(a->cn, b->cn, f.cn) || !combine(a->c0, b->c0, f.c0))
+      return std::nullopt;
+    f.rest = addRanges(a->rest, add ? b->rest : negRange(b->rest));
+    return f;
+  }
+  // Neg is a product with -1.
+  int64_t c = -1;
+  const Term *x = t.arg(0).get();
+  if (t.op() == Op::Mul) {
+    bool left = t.arg(0)->op() == Op::Const;
+    c = (left ? t.arg(0) : t.arg(1))->value();
+    x = (left ? t.arg(1) : t.arg(0)).get();
+  }
+  auto a = linearForm(*x, numHeads);
+  if (!a || __builtin_mul_overflow(a->ci, c, &f.ci) || __builtin_mul_overflow(a->cj, c, &f.cj) ||
+      __builtin_mul_overflow(a->cn, c, &f.cn) || __builtin_mul_overflow(a->c0, c, &f.c0))
+    return std::nullopt;
+  f.rest = mulRanges(a->rest, {c, c});
+  return f;
+}
+
+/// Bounds of a LinearForm over n >= 1, i and j in [0, n - 1]. With t = n - 1,
+/// the linear part is c0 + cn + t * (cn + ci * i/t + cj * j/t): its least
+/// value is c0 + cn (at n = 1) when cn + min(0, ci) + min(0, cj) >= 0, and it
+/// is unbounded below otherwise; symmetrically above.
+ValueRange boundOf(const LinearForm &f) {
+  __int128 atOne = static_cast<__int128>(f.c0) + f.cn;
+  __int128 slopeLo = static_cast<__int128>(f.cn) + std::min<int64_t>(0, f.ci) +
+                     std::min<int64_t>(0, f.cj);
+  __int128 slopeHi = static_cast<__int128>(f.cn) + std::max<int64_t>(0, f.ci) +
+                     std::max<int64_t>(0, f.cj);
+  ValueRange linear{slopeLo >= 0 ? clampWide(atOne) : kNegInf,
+                    slopeHi <= 0 ? clampWide(atOne) : kPosInf};
+  return addRanges(linear, f.rest);
+}
+
+ValueRange intervalOf(const Term &t, int64_t numHeads) {
   auto r = [&](size_t k) { return rangeOf(*t.arg(k), numHeads); };
   switch (t.op()) {
   case Op::Const: return {t.value(), t.value()};
   case Op::VarI: case Op::VarJ: return {0, kPosInf};
   case Op::VarN: return {1, kPosInf};
   case Op::VarH: return {0, std::max<int64_t>(0, numHeads - 1)};
-  case Op::Add: {
-    auto a = r(0), b = r(1);
-    return {clampWide(wide(a.lo) + wide(b.lo)), clampWide(wide(a.hi) + wide(b.hi))};
-  }
-  case Op::Sub: {
-    auto a = r(0), b = r(1);
-    return {clampWide(wide(a.lo) - wide(b.hi)), clampWide(wide(a.hi) - wide(b.lo))};
-  }
-  case Op::Neg: {
-    auto a = r(0);
-    return {clampWide(-wide(a.hi)), clampWide(-wide(a.lo))};
-  }
-  case Op::Mul: {
-    auto a = r(0), b = r(1);
-    __int128 c[4] = {wide(a.lo) * wide(b.lo) / 1, wide(a.lo) * wide(b.hi),
-                     wide(a.hi) * wide(b.lo), wide(a.hi) * wide(b.hi)};
-    // Products of two "infinities" overflow __int128; saturate by sign.
-    auto sat = [](int64_t x, int64_t y) -> __int128 {
-      bool inf = x == kNegInf || x == kPosInf || y == kNegInf || y == kPosInf;
-      if (!inf)
-        return static_cast<__int128>(x) * y;
-      if (x == 0 || y == 0)
-        return 0;
-      return ((x < 0) != (y < 0)) ? -(static_cast<__int128>(1) << 100)
-                                  : (static_cast<__int128>(1) << 100);
-    };
-    c[0] = sat(a.lo, b.lo);
-    c[1] = sat(a.lo, b.hi);
-    c[2] = sat(a.hi, b.lo);
-    c[3] = sat(a.hi, b.hi);
-    return {clampWide(*std::min_element(c, c + 4)), clampWide(*std::max_element(c, c + 4))};
-  }
+  case Op::Add: return addRanges(r(0), r(1));
+  case Op::Sub: return addRanges(r(0), negRange(r(1)));
+  case Op::Neg: return negRange(r(0));
+  case Op::Mul: return mulRanges(r(0), r(1));
   case Op::Div: {
     auto a = r(0), b = r(1);
     if (b.lo < 1)
@@ -440,7 +515,7 @@ ValueRange rangeOf(const Term &t, int64_t numHeads) {
     if (a.lo >= 0)
       return a;
     if (a.hi <= 0)
-      return {clampWide(-wide(a.hi)), clampWide(-wide(a.lo))};
+      return negRange(a);
     return {0, std::max(clampWide(-wide(a.lo)), a.hi)};
   }
   case Op::Min: case Op::Max: {
@@ -457,6 +532,14 @@ ValueRange rangeOf(const Term &t, int64_t numHeads) {
   default:
     return {kNegInf, kPosInf};
   }
+}
+} // namespace
+
+ValueRange rangeOf(const Term &t, int64_t numHeads) {
+  if (isLinearNode(t))
+    if (auto f = linearForm(t, numHeads))
+      return boundOf(*f);
+  return intervalOf(t, numHeads);
 }
 
 } // namespace attnc

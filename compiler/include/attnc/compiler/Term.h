@@ -113,7 +113,8 @@ bool structurallyEqual(const Term &a, const Term &b);
 std::string printTerm(const Term &t);
 
 /// Conservative integer range of an Int term given i, j in [0, n), n >= 1 and
-/// h in [0, numHeads).
+/// h in [0, numHeads). Sums and constant multiples of i, j and n are bounded
+/// together (`n - i` is at least 1); everything else by interval arithmetic.
 struct ValueRange {
   int64_t lo, hi; ///< inclusive; INT64_MIN / INT64_MAX stand for unbounded
 };
