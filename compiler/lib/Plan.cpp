@@ -379,6 +379,7 @@ namespace {
 /// Adds one block's pairs and tiles to `st` (tiles of C keys, as the executor cuts them).
 void countBlock(const BlockShape &b, int64_t C, PieceStats &st) {
   st.useful += b.useful;
+  st.bytes += static_cast<int64_t>(b.bytes());
   ++st.blocks;
   const int64_t keys = b.numKeys();
   st.tiles += (keys + C - 1) / C;

@@ -140,6 +140,7 @@ bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
 /// pass over every block (what `emit --stage plan`, bench and tune report).
 struct PieceStats {
   int64_t useful = 0, executed = 0, tiles = 0, partial = 0, blocks = 0;
+  int64_t bytes = 0; ///< what its BlockShapes take (buildShapes' budget)
 };
 struct HeadStats {
   std::vector<PieceStats> pieces;
