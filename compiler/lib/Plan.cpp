@@ -399,81 +399,65 @@ void addUp(HeadStats &h) {
   }
 }
 
+/// Calls fn(piece, class, source) for every block source of a head: each
+/// piece and residue class, or the dense baseline's one (piece 0, class 0).
+/// Stops and returns false when fn does.
+template <class Fn>
+bool forEachSource(const Plan &plan, const HeadPlan &hp, int64_t n, bool dense, Fn fn) {
+  if (dense)
+    return fn(size_t{0}, int64_t{0}, BlockSource::dense(plan, hp, n));
+  for (size_t p = 0; p < hp.pieces.size(); ++p)
+    for (int64_t c = 0; c < numClasses(hp.pieces[p], n); ++c)
+      if (!fn(p, c, BlockSource(plan, hp.pieces[p], n, c)))
+        return false;
+  return true;
+}
+
+std::vector<HeadStats> stats(const Plan &plan, int64_t n, bool dense) {
+  std::vector<HeadStats> out;
+  BlockShape b;
+  for (const HeadPlan &hp : plan.heads) {
+    HeadStats &h = out.emplace_back();
+    h.pieces.resize(dense ? 1 : hp.pieces.size());
+    forEachSource(plan, hp, n, dense, [&](size_t p, int64_t, const BlockSource &src) {
+      for (int64_t k = 0; k < src.numBlocks(); ++k) {
+        src.build(k, b);
+        countBlock(b, plan.options.tileCols, h.pieces[p]);
+      }
+      return true;
+    });
+    addUp(h);
+  }
+  return out;
+}
+
 } // namespace
 
-std::vector<HeadStats> planStats(const Plan &plan, int64_t n) {
-  std::vector<HeadStats> out;
-  BlockShape b;
-  for (const HeadPlan &hp : plan.heads) {
-    HeadStats h;
-    for (const Piece &piece : hp.pieces) {
-      PieceStats st;
-      for (int64_t c = 0; c < numClasses(piece, n); ++c) {
-        BlockSource src(plan, piece, n, c);
-        for (int64_t k = 0; k < src.numBlocks(); ++k) {
-          src.build(k, b);
-          countBlock(b, plan.options.tileCols, st);
-        }
-      }
-      h.pieces.push_back(st);
-    }
-    addUp(h);
-    out.push_back(std::move(h));
-  }
-  return out;
-}
+std::vector<HeadStats> planStats(const Plan &plan, int64_t n) { return stats(plan, n, false); }
 
-std::vector<HeadStats> denseStats(const Plan &plan, int64_t n) {
-  std::vector<HeadStats> out;
-  BlockShape b;
-  for (const HeadPlan &hp : plan.heads) {
-    HeadStats h;
-    PieceStats st;
-    BlockSource src = BlockSource::dense(plan, hp, n);
-    for (int64_t k = 0; k < src.numBlocks(); ++k) {
-      src.build(k, b);
-      countBlock(b, plan.options.tileCols, st);
-    }
-    h.pieces.push_back(st);
-    addUp(h);
-    out.push_back(std::move(h));
-  }
-  return out;
-}
+std::vector<HeadStats> denseStats(const Plan &plan, int64_t n) { return stats(plan, n, true); }
 
 bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
                  std::vector<HeadShapes> &out) {
   out.clear();
   size_t bytes = 0;
-  auto addSource = [&](const BlockSource &src, std::vector<BlockShape> &blocks) {
-    blocks.resize(static_cast<size_t>(src.numBlocks()));
-    for (int64_t k = 0; k < src.numBlocks(); ++k) {
-      src.build(k, blocks[static_cast<size_t>(k)]);
-      bytes += blocks[static_cast<size_t>(k)].bytes();
-      if (bytes > maxBytes)
-        return false;
-    }
-    return true;
-  };
   for (const HeadPlan &hp : plan.heads) {
     HeadShapes &h = out.emplace_back();
-    if (dense) {
-      h.pieces.resize(1);
-      h.pieces[0].resize(1);
-      if (!addSource(BlockSource::dense(plan, hp, n), h.pieces[0][0])) {
-        out.clear();
-        return false;
-      }
-      continue;
-    }
-    h.pieces.resize(hp.pieces.size());
-    for (size_t p = 0; p < hp.pieces.size(); ++p) {
-      h.pieces[p].resize(static_cast<size_t>(numClasses(hp.pieces[p], n)));
-      for (int64_t c = 0; c < numClasses(hp.pieces[p], n); ++c)
-        if (!addSource(BlockSource(plan, hp.pieces[p], n, c), h.pieces[p][static_cast<size_t>(c)])) {
-          out.clear();
+    h.pieces.resize(dense ? 1 : hp.pieces.size());
+    bool fits = forEachSource(plan, hp, n, dense, [&](size_t p, int64_t, const BlockSource &src) {
+      std::vector<BlockShape> &blocks = h.pieces[p].emplace_back();
+      blocks.resize(static_cast<size_t>(src.numBlocks()));
+      for (int64_t k = 0; k < src.numBlocks(); ++k) {
+        src.build(k, blocks[static_cast<size_t>(k)]);
+        bytes += blocks[static_cast<size_t>(k)].bytes();
+        if (bytes > maxBytes)
           return false;
-        }
+      }
+      return true;
+    });
+    if (!fits) {
+      out.clear();
+      return false;
     }
   }
   return true;
