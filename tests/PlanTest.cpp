@@ -36,7 +36,7 @@ TEST_P(PlanCoverage, PiecesPartitionTheHeadAndTilesCoverEachPairOnce) {
   ASSERT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + pc.file + ".attn"));
   ASSERT_TRUE(fe.analyze({pc.defines}));
   ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
-  for (int64_t rows : {32, 7})
+  for (int64_t rows : {32, 7, 64})
     for (int64_t cols : {32, 5}) {
       plan::Plan plan = plan::buildPlan(ir, {rows, cols});
       const int64_t n = pc.n;

@@ -173,7 +173,7 @@ void fillShape(const IntervalSet &common, const std::vector<IntervalSet> &own, B
   std::vector<int64_t> start(others.size() + 1, 0); // rank of each interval's first key
   for (size_t x = 0; x < others.size(); ++x)
     start[x + 1] = start[x] + others[x].size();
-  std::vector<uint32_t> masks(static_cast<size_t>(start.back()), 0);
+  std::vector<uint64_t> masks(static_cast<size_t>(start.back()), 0);
   auto rankOf = [&](int64_t key) {
     size_t x = std::upper_bound(others.begin(), others.end(), key,
                                 [](int64_t k, const Interval &iv) { return k < iv.lo; }) -
@@ -184,7 +184,7 @@ void fillShape(const IntervalSet &common, const std::vector<IntervalSet> &own, B
     for (const Interval &x : own[r]) {
       int64_t first = rankOf(x.lo);
       for (int64_t k = 0; k < x.size(); ++k)
-        masks[static_cast<size_t>(first + k)] |= 1u << r;
+        masks[static_cast<size_t>(first + k)] |= uint64_t{1} << r;
     }
   // Their positions in the compacted list: keys of `common` before them count too.
   size_t c = 0;
@@ -193,7 +193,7 @@ void fillShape(const IntervalSet &common, const std::vector<IntervalSet> &own, B
     while (c < common.size() && common[c].lo < others[x].lo)
       commonBefore += common[c++].size();
     for (int64_t k = 0; k < others[x].size(); ++k) {
-      uint32_t m = masks[static_cast<size_t>(start[x] + k)];
+      uint64_t m = masks[static_cast<size_t>(start[x] + k)];
       if (m != out.allRows)
         out.partial.push_back({static_cast<int32_t>(commonBefore + start[x] + k), m});
     }
@@ -207,7 +207,7 @@ const char *strategyName(Strategy s) {
 } // namespace
 
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
-  ATTNC_CHECK(options.tileRows >= 1 && options.tileRows <= 32, "tile rows must be in [1, 32]");
+  ATTNC_CHECK(options.tileRows >= 1 && options.tileRows <= 64, "tile rows must be in [1, 64]");
   ATTNC_CHECK(options.tileCols >= 1, "tile columns must be positive");
   Plan plan;
   plan.pattern = ir.name;
@@ -295,7 +295,7 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
   const int64_t t0 = block * R_;
   out.firstRow = t0;
   out.rows = static_cast<int32_t>(std::min(R_, rows_ - t0));
-  out.allRows = out.rows == 32 ? 0xffffffffu : ((1u << out.rows) - 1);
+  out.allRows = out.rows == 64 ? ~uint64_t{0} : ((uint64_t{1} << out.rows) - 1);
   out.useful = 0;
   out.keyBase = 0;
   out.keyStride = 1;
@@ -328,11 +328,11 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
     }
     out.keys = {{0, n_}}; // every key, the pattern only as masks
     out.partial.clear();
-    std::vector<uint32_t> masks(static_cast<size_t>(n_), 0);
+    std::vector<uint64_t> masks(static_cast<size_t>(n_), 0);
     for (int32_t r = 0; r < out.rows; ++r)
       for (const Interval &x : own[r])
         for (int64_t k = x.lo; k < x.hi; ++k)
-          masks[static_cast<size_t>(k)] |= 1u << r;
+          masks[static_cast<size_t>(k)] |= uint64_t{1} << r;
     for (int64_t k = 0; k < n_; ++k)
       if (masks[static_cast<size_t>(k)] != out.allRows)
         out.partial.push_back({static_cast<int32_t>(k), masks[static_cast<size_t>(k)]});

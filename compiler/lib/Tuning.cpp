@@ -56,7 +56,7 @@ bool parseLine(const std::string &line, Entry &e) {
     else if (name == "gflops")
       e.gflops = v, ++found;
   }
-  return found == 4 && e.options.tileRows >= 1 && e.options.tileRows <= 32 &&
+  return found == 4 && e.options.tileRows >= 1 && e.options.tileRows <= 64 &&
          e.options.tileCols >= 1 && e.options.tileCols <= 4096;
 }
 

@@ -162,7 +162,7 @@ attnc_status loadCode(attnc_kernel &kernel) {
     };
     options.tileRows = get("tile_rows", options.tileRows);
     options.tileCols = get("tile_cols", options.tileCols);
-    if (options.tileRows < 1 || options.tileRows > 32 || options.tileCols < 1 || options.tileCols > 4096)
+    if (options.tileRows < 1 || options.tileRows > 64 || options.tileCols < 1 || options.tileCols > 4096)
       return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tile sizes");
     kernel.plan = attnc::plan::buildPlan(kernel.ir, options);
     return ATTNC_OK;

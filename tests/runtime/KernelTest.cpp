@@ -184,7 +184,7 @@ INSTANTIATE_TEST_SUITE_P(
     Library, FusedTileShapes,
     ::testing::Combine(::testing::ValuesIn(kTilePatterns),
                        ::testing::Values(TileCase{16, 32}, TileCase{16, 16}, TileCase{7, 5},
-                                         TileCase{32, 128}),
+                                         TileCase{32, 128}, TileCase{64, 32}, TileCase{48, 24}),
                        ::testing::Values(Shape{1, 130, 64}, Shape{2, 45, 33})),
     [](const ::testing::TestParamInfo<FusedTileShapes::ParamType> &info) {
       const TileCase &t = std::get<1>(info.param);

@@ -205,10 +205,10 @@ TEST_F(RuntimeErrors, FusedKernelWithBadTileSizesIsCorrupt) {
   std::string error;
   ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error));
   file.metadata["backend"] = "fused";
-  file.metadata["tile_rows"] = "64"; // masks hold 32 rows
+  file.metadata["tile_rows"] = "65"; // masks hold 64 rows
   file.code.clear();
   EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
-  file.metadata["tile_rows"] = "32";
+  file.metadata["tile_rows"] = "64";
   EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
 }
 

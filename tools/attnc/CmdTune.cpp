@@ -50,19 +50,20 @@ int runTune(const TuneOptions &opts) {
   const int64_t heads = p.headsDeclared ? p.numHeads() : opts.heads;
 
   std::vector<Candidate> candidates;
-  for (int64_t rows : {16, 32})
+  for (int64_t rows : {16, 32, 64})
     for (int64_t cols : {16, 32, 64, 128}) {
       Candidate c;
       c.options.tileRows = rows;
       c.options.tileCols = cols;
       plan::Plan plan = plan::buildPlan(lp->ir, c.options);
-      // Model, in vector-lane operations: a block of up to 16 rows fills one
-      // 16-lane vector, a larger one two, so a tile costs lanes x keys x d
-      // for Q K^T and as much for P V (one vector of rows leaves Q K^T bound
-      // by its key broadcasts: ~1.3x), plus its softmax update; a row block
-      // costs its Q transposes.
-      const double lanes = c.options.tileRows <= 16 ? 16.0 : 32.0;
-      const double perLane = c.options.tileRows <= 16 ? 1.3 : 1.0;
+      // Model, in vector-lane operations: a block fills 1, 2 or 4 vectors of
+      // 16 row lanes (up to 16, 32 or 64 rows), so a tile costs lanes x keys
+      // x d for Q K^T and as much for P V (one vector of rows leaves Q K^T
+      // bound by its key broadcasts: ~1.3x; four load fewer Q^T vectors per
+      // key), plus its softmax update; a row block costs its Q transposes.
+      const int vectors = c.options.tileRows <= 16 ? 1 : c.options.tileRows <= 32 ? 2 : 4;
+      const double lanes = 16.0 * vectors;
+      const double perLane = vectors == 1 ? 1.3 : vectors == 2 ? 1.0 : 0.95;
       for (const plan::HeadStats &h : plan::planStats(plan, opts.n))
         for (const plan::PieceStats &st : h.pieces)
           c.model += 2.0 * lanes * perLane * double(st.executed) / double(c.options.tileRows) *

@@ -49,7 +49,7 @@ struct HeadPlan {
 };
 
 struct PlanOptions {
-  int64_t tileRows = 32;   ///< R (at most 32: masks are 32-bit)
+  int64_t tileRows = 32;   ///< R (at most 64: masks are 64-bit)
   int64_t tileCols = 32;   ///< C
 };
 
@@ -67,12 +67,12 @@ Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options = {});
 struct BlockShape {
   int64_t firstRow = 0;          ///< first row in the piece's row space (a class's for relayout)
   int32_t rows = 0;              ///< at most R
-  uint32_t allRows = 0;          ///< the mask with every row of the block
+  uint64_t allRows = 0;          ///< the mask with every row of the block
   IntervalSet keys;              ///< key k is keyBase + u * keyStride for u in these intervals
   int64_t keyBase = 0, keyStride = 1;
   /// (position in the compacted key list, bit r: block row r has it), for
   /// the positions that not every row has; ascending.
-  std::vector<std::pair<int32_t, uint32_t>> partial;
+  std::vector<std::pair<int32_t, uint64_t>> partial;
   int64_t useful = 0;            ///< pairs in the block
   int64_t numKeys() const { return cardinality(keys); }
   size_t bytes() const;          ///< heap and object size, for cache budgets
@@ -84,9 +84,9 @@ struct BlockShape {
 struct BlockTiles {
   int64_t firstRow = 0;
   int32_t rows = 0;
-  uint32_t allRows = 0;
+  uint64_t allRows = 0;
   std::vector<int32_t> keys;     ///< original key positions, ascending
-  std::vector<uint32_t> masks;   ///< bit r of masks[k]: block row r has keys[k]
+  std::vector<uint64_t> masks;   ///< bit r of masks[k]: block row r has keys[k]
   void expand(const BlockShape &shape);
 };
 
