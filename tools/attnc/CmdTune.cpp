@@ -51,7 +51,7 @@ int runTune(const TuneOptions &opts) {
 
   std::vector<Candidate> candidates;
   for (int64_t rows : {16, 32, 64})
-    for (int64_t cols : {16, 32, 64, 128}) {
+    for (int64_t cols : {16, 24, 32, 48, 64, 128}) {
       Candidate c;
       c.options.tileRows = rows;
       c.options.tileCols = cols;
