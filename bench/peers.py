@@ -31,7 +31,36 @@ def mask_mods():
     def longformer(w=256, g=4):
         return lambda b, h, i, j: ((i - j).abs() <= w) | (j < g) | (i < g)
 
-    return {"fixed": fixed(), "strided": strided(), "local": local(), "longformer": longformer()}
+    def bigbird(n, b=64, g=2, r=3, seed=1234):
+        # random_blocks(b, r, seed): the same splitmix64 + Floyd draw as attnc
+        # (compiler/lib/Term.cpp randomBlocksOf), one draw per query block.
+        nb = (n + b - 1) // b
+        rand = torch.zeros(nb, nb, dtype=torch.bool)
+        for qb in range(nb):
+            rand[qb, random_blocks(seed, qb, r, nb)] = True
+        return lambda bb, h, i, j: ((i // b - 1 <= j // b) & (j // b <= i // b + 1)) | (j < g * b) | (
+            i < g * b) | rand[i // b, j // b]
+
+    return {"fixed": fixed(), "strided": strided(), "local": local(), "longformer": longformer(),
+            "bigbird": bigbird}
+
+
+def random_blocks(seed, query_block, count, num_blocks):
+    """`count` distinct blocks in [0, num_blocks) for one query block."""
+    if count >= num_blocks:
+        return list(range(num_blocks))
+    m64 = (1 << 64) - 1
+    state = ((seed * 0x9E3779B97F4A7C15) & m64) ^ ((query_block + 0x632BE59BD9B4E019) & m64)
+    out = []
+    for k in range(num_blocks - count, num_blocks):
+        state = (state + 0x9E3779B97F4A7C15) & m64
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m64
+        z ^= z >> 31
+        pick = z % (k + 1)
+        out.append(k if pick in out else pick)
+    return sorted(out)
 
 
 def timed(fn, repeat):
@@ -52,7 +81,7 @@ def main():
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--patterns", default="fixed,strided,local,longformer")
+    ap.add_argument("--patterns", default="fixed,strided,local,longformer,bigbird")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     n, d = args.n, args.d
@@ -62,6 +91,8 @@ def main():
     idx = torch.arange(n)
     for name in args.patterns.split(","):
         mod = mask_mods()[name]
+        if name == "bigbird":
+            mod = mod(n)
         mask = mod(0, 0, idx[:, None], idx[None, :])
         nnz = int(mask.sum())
         flops = 4.0 * nnz * d * args.batch * args.heads
