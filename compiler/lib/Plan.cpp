@@ -4,6 +4,8 @@
 #include "attnc/compiler/RowEvaluator.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <functional>
 #include <sstream>
 
@@ -315,7 +317,14 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
       }
       normalize(own[r]);
     }
-    fillShape({}, own, out);
+    // Keys every row has need no mask.
+    IntervalSet common = own[0];
+    for (int32_t r = 1; r < out.rows && !common.empty(); ++r)
+      common = intersect(common, own[r]);
+    if (!common.empty())
+      for (IntervalSet &row : own)
+        row = subtract(row, common);
+    fillShape(common, own, out);
     out.keyBase = keyClass_;
     out.keyStride = m;
     return;
@@ -439,26 +448,53 @@ std::vector<HeadStats> denseStats(const Plan &plan, int64_t n) { return stats(pl
 
 bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
                  std::vector<HeadShapes> &out) {
+  // Lay out every source's blocks first, then generate them on every core.
+  struct Job {
+    size_t head, piece, cls;
+    BlockSource src;
+  };
+  std::vector<Job> jobs;
   out.clear();
-  size_t bytes = 0;
   for (const HeadPlan &hp : plan.heads) {
     HeadShapes &h = out.emplace_back();
     h.pieces.resize(dense ? 1 : hp.pieces.size());
-    bool fits = forEachSource(plan, hp, n, dense, [&](size_t p, int64_t, const BlockSource &src) {
-      std::vector<BlockShape> &blocks = h.pieces[p].emplace_back();
-      blocks.resize(static_cast<size_t>(src.numBlocks()));
-      for (int64_t k = 0; k < src.numBlocks(); ++k) {
-        src.build(k, blocks[static_cast<size_t>(k)]);
-        bytes += blocks[static_cast<size_t>(k)].bytes();
-        if (bytes > maxBytes)
-          return false;
-      }
+    forEachSource(plan, hp, n, dense, [&](size_t p, int64_t, const BlockSource &src) {
+      h.pieces[p].emplace_back(static_cast<size_t>(src.numBlocks()));
+      jobs.push_back({out.size() - 1, p, h.pieces[p].size() - 1, src});
       return true;
     });
-    if (!fits) {
-      out.clear();
-      return false;
-    }
+  }
+  std::vector<std::pair<std::vector<BlockShape> *, const BlockSource *>> work;
+  for (const Job &j : jobs)
+    work.push_back({&out[j.head].pieces[j.piece][j.cls], &j.src});
+  std::vector<std::pair<size_t, int64_t>> blocks; // (work item, block)
+  for (size_t w = 0; w < work.size(); ++w)
+    for (int64_t k = 0; k < work[w].second->numBlocks(); ++k)
+      blocks.push_back({w, k});
+  std::atomic<size_t> bytes{0}, nextBlock{0};
+  std::atomic<bool> over{false};
+  auto worker = [&] {
+    constexpr size_t kChunk = 16;
+    for (size_t first; !over && (first = nextBlock.fetch_add(kChunk)) < blocks.size();)
+      for (size_t x = first; x < std::min(first + kChunk, blocks.size()) && !over; ++x) {
+        auto [w, k] = blocks[x];
+        BlockShape &shape = (*work[w].first)[static_cast<size_t>(k)];
+        work[w].second->build(k, shape);
+        if (bytes.fetch_add(shape.bytes()) + shape.bytes() > maxBytes)
+          over = true;
+      }
+  };
+  unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(),
+                                           static_cast<unsigned>(blocks.size() / 256 + 1)));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t)
+    pool.emplace_back(worker);
+  worker();
+  for (std::thread &t : pool)
+    t.join();
+  if (over) {
+    out.clear();
+    return false;
   }
   return true;
 }
