@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ScratchDir.h"
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -32,19 +34,6 @@ std::string libraryPattern(const std::string &name);
 std::string readFile(const std::string &path);
 void writeFile(const std::string &path, const std::string &bytes);
 
-/// A fresh directory, removed with everything in it at scope exit.
-class ScratchDir {
-public:
-  ScratchDir();
-  ~ScratchDir();
-  ScratchDir(const ScratchDir &) = delete;
-  ScratchDir &operator=(const ScratchDir &) = delete;
-  const std::string &path() const { return path_; }
-  std::string file(const std::string &name) const { return path_ + "/" + name; }
-
-private:
-  std::string path_;
-};
 
 /// A JSON value. Numbers written without '.', 'e' or 'E' are Int.
 struct Json {

@@ -45,29 +45,29 @@ std::vector<std::string> cacheFiles(const std::string &dir) {
 }
 
 TEST(JitCache, SecondCompileIsAHit) {
-  TempDir dir;
+  ScratchDir dir;
   Stats before = stats();
-  ASSERT_EQ(compileFixed(dir.path), ATTNC_OK) << attnc_last_error();
-  ASSERT_EQ(compileFixed(dir.path), ATTNC_OK) << attnc_last_error();
+  ASSERT_EQ(compileFixed(dir.path()), ATTNC_OK) << attnc_last_error();
+  ASSERT_EQ(compileFixed(dir.path()), ATTNC_OK) << attnc_last_error();
   Stats after = stats();
   EXPECT_EQ(after.misses - before.misses, 1);
   EXPECT_EQ(after.hits - before.hits, 1);
-  EXPECT_EQ(cacheFiles(dir.path).size(), 1u);
+  EXPECT_EQ(cacheFiles(dir.path()).size(), 1u);
 }
 
 TEST(JitCache, OtherParametersAreAMiss) {
-  TempDir dir;
+  ScratchDir dir;
   Stats before = stats();
-  ASSERT_EQ(compileFixed(dir.path, "l=16"), ATTNC_OK);
-  ASSERT_EQ(compileFixed(dir.path, "l=32"), ATTNC_OK);
+  ASSERT_EQ(compileFixed(dir.path(), "l=16"), ATTNC_OK);
+  ASSERT_EQ(compileFixed(dir.path(), "l=32"), ATTNC_OK);
   EXPECT_EQ(stats().misses - before.misses, 2);
-  EXPECT_EQ(cacheFiles(dir.path).size(), 2u);
+  EXPECT_EQ(cacheFiles(dir.path()).size(), 2u);
 }
 
 TEST(JitCache, ChangingTheSequenceLengthDoesNotRecompile) {
-  TempDir dir;
+  ScratchDir dir;
   const char *defs[] = {"l=16"};
-  attnc_jit_options options{defs, 1, nullptr, dir.path.c_str(), 0};
+  attnc_jit_options options{defs, 1, nullptr, dir.path().c_str(), 0};
   Stats before = stats();
   for (int64_t n : {10, 100, 33}) {
     attnc_kernel *k = nullptr;
@@ -83,28 +83,28 @@ TEST(JitCache, ChangingTheSequenceLengthDoesNotRecompile) {
 }
 
 TEST(JitCache, CorruptEntryIsRebuilt) {
-  TempDir dir;
-  ASSERT_EQ(compileFixed(dir.path), ATTNC_OK);
-  std::vector<std::string> files = cacheFiles(dir.path);
+  ScratchDir dir;
+  ASSERT_EQ(compileFixed(dir.path()), ATTNC_OK);
+  std::vector<std::string> files = cacheFiles(dir.path());
   ASSERT_EQ(files.size(), 1u);
   std::ofstream(files[0], std::ios::binary | std::ios::trunc) << "garbage";
   Stats before = stats();
-  ASSERT_EQ(compileFixed(dir.path), ATTNC_OK) << attnc_last_error();
+  ASSERT_EQ(compileFixed(dir.path()), ATTNC_OK) << attnc_last_error();
   EXPECT_EQ(stats().rebuilt - before.rebuilt, 1);
   // The rebuilt entry is good again: the next compile is a hit.
   Stats mid = stats();
-  ASSERT_EQ(compileFixed(dir.path), ATTNC_OK);
+  ASSERT_EQ(compileFixed(dir.path()), ATTNC_OK);
   EXPECT_EQ(stats().hits - mid.hits, 1);
 }
 
 TEST(JitCache, ConcurrentProcessesCompilingTheSamePatternBothSucceed) {
-  TempDir dir;
+  ScratchDir dir;
   std::vector<pid_t> children;
   for (int c = 0; c < 3; ++c) {
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0)
-      _exit(compileFixed(dir.path, "l=24") == ATTNC_OK ? 0 : 1);
+      _exit(compileFixed(dir.path(), "l=24") == ATTNC_OK ? 0 : 1);
     children.push_back(pid);
   }
   for (pid_t pid : children) {
@@ -113,25 +113,25 @@ TEST(JitCache, ConcurrentProcessesCompilingTheSamePatternBothSucceed) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
   // One published entry, no temporary files left behind.
-  std::vector<std::string> files = cacheFiles(dir.path);
+  std::vector<std::string> files = cacheFiles(dir.path());
   ASSERT_EQ(files.size(), 1u);
   EXPECT_NE(files[0].find(".attnk"), std::string::npos);
   EXPECT_EQ(files[0].find(".tmp."), std::string::npos);
 }
 
 TEST(JitCache, NoCacheLeavesTheDirectoryEmpty) {
-  TempDir dir;
+  ScratchDir dir;
   const char *defs[] = {"l=16"};
-  attnc_jit_options options{defs, 1, nullptr, dir.path.c_str(), 1};
+  attnc_jit_options options{defs, 1, nullptr, dir.path().c_str(), 1};
   attnc_kernel *k = nullptr;
   ASSERT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_OK);
   attnc_kernel_free(k);
-  EXPECT_TRUE(cacheFiles(dir.path).empty());
+  EXPECT_TRUE(cacheFiles(dir.path()).empty());
 }
 
 TEST(Jit, PatternErrorsComeBackAsDiagnostics) {
-  TempDir dir;
-  attnc_jit_options options{nullptr, 0, nullptr, dir.path.c_str(), 0};
+  ScratchDir dir;
+  attnc_jit_options options{nullptr, 0, nullptr, dir.path().c_str(), 0};
   attnc_kernel *k = nullptr;
   EXPECT_EQ(attnc_jit_compile_string("pattern p { attend { j : j / 0 == 1 } }", "bad.attn",
                                      &options, &k),
@@ -143,9 +143,9 @@ TEST(Jit, PatternErrorsComeBackAsDiagnostics) {
 }
 
 TEST(Jit, BadDefineIsAnInvalidArgument) {
-  TempDir dir;
+  ScratchDir dir;
   const char *defs[] = {"l"};
-  attnc_jit_options options{defs, 1, nullptr, dir.path.c_str(), 0};
+  attnc_jit_options options{defs, 1, nullptr, dir.path().c_str(), 0};
   attnc_kernel *k = nullptr;
   EXPECT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k),
             ATTNC_ERROR_INVALID_ARGUMENT);
@@ -154,16 +154,16 @@ TEST(Jit, BadDefineIsAnInvalidArgument) {
 TEST(Jit, NullSourceAndUnknownBackendAreInvalidArguments) {
   attnc_kernel *k = nullptr;
   EXPECT_EQ(attnc_jit_compile_string(nullptr, "x", nullptr, &k), ATTNC_ERROR_INVALID_ARGUMENT);
-  TempDir dir;
-  attnc_jit_options options{nullptr, 0, nullptr, dir.path.c_str(), 0, "halide"};
+  ScratchDir dir;
+  attnc_jit_options options{nullptr, 0, nullptr, dir.path().c_str(), 0, "halide"};
   EXPECT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(attnc_last_error()).find("unknown backend 'halide'"), std::string::npos);
   EXPECT_EQ(k, nullptr);
 }
 
 TEST(Jit, UnknownPatternNameIsACompileError) {
-  TempDir dir;
-  attnc_jit_options options{nullptr, 0, "nope", dir.path.c_str(), 0, nullptr};
+  ScratchDir dir;
+  attnc_jit_options options{nullptr, 0, "nope", dir.path().c_str(), 0, nullptr};
   attnc_kernel *k = nullptr;
   EXPECT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_ERROR_COMPILE);
   EXPECT_NE(std::string(attnc_last_error()).find("no pattern named 'nope'"), std::string::npos);
@@ -181,8 +181,8 @@ namespace attnc::test {
 namespace {
 
 TEST(Tuning, RecordedShapeIsFoundAndReplaced) {
-  TempDir dir;
-  std::string db = dir.path + "/tuning.db";
+  ScratchDir dir;
+  std::string db = dir.path() + "/tuning.db";
   tuning::Entry e;
   e.key = "fixed-0123";
   e.d = 64;
@@ -204,8 +204,8 @@ TEST(Tuning, RecordedShapeIsFoundAndReplaced) {
 }
 
 TEST(Tuning, MalformedLinesAreIgnored) {
-  TempDir dir;
-  std::string db = dir.path + "/tuning.db";
+  ScratchDir dir;
+  std::string db = dir.path() + "/tuning.db";
   std::ofstream(db) << "garbage\nk d=64 tile_rows=99 tile_cols=16 gflops=1\nk d=64 tile_rows=16 tile_cols=16 gflops=2\n";
   auto found = tuning::lookup(db, "k");
   ASSERT_TRUE(found);
@@ -213,7 +213,7 @@ TEST(Tuning, MalformedLinesAreIgnored) {
 }
 
 TEST(Tuning, JitUsesTheTunedTileShape) {
-  TempDir dir;
+  ScratchDir dir;
   Frontend fe;
   ASSERT_TRUE(fe.parseFile(patternPath("fixed")) && fe.analyze({}));
   tuning::Entry e;
@@ -223,8 +223,8 @@ TEST(Tuning, JitUsesTheTunedTileShape) {
   e.options.tileRows = 32;
   e.options.tileCols = 48;
   std::string error;
-  ASSERT_TRUE(tuning::record(dir.path + "/tuning.db", e, error)) << error;
-  attnc_jit_options options{nullptr, 0, nullptr, dir.path.c_str(), 0, nullptr};
+  ASSERT_TRUE(tuning::record(dir.path() + "/tuning.db", e, error)) << error;
+  attnc_jit_options options{nullptr, 0, nullptr, dir.path().c_str(), 0, nullptr};
   attnc_kernel *k = nullptr;
   ASSERT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_OK);
   EXPECT_STREQ(attnc_kernel_metadata(k, "tile_cols"), "48");

@@ -61,8 +61,8 @@ const Shape kShapes[] = {{1, 1, 4},   {2, 37, 16}, {1, 100, 33}, {2, 130, 8},
                          {1, 77, 32}, {1, 70, 64}, {1, 45, 128}};
 
 /// One cache directory for the whole suite: each pattern compiles once.
-TempDir &cacheDir() {
-  static TempDir dir;
+ScratchDir &cacheDir() {
+  static ScratchDir dir;
   return dir;
 }
 
@@ -73,7 +73,7 @@ KernelPtr compile(const PatternCase &pc, const char *backend = "fused") {
   for (const std::string &d : pc.defines)
     defs.push_back(d.c_str());
   attnc_jit_options options{defs.data(), static_cast<int32_t>(defs.size()), nullptr,
-                            cacheDir().path.c_str(), 0, backend};
+                            cacheDir().path().c_str(), 0, backend};
   attnc_kernel *kernel = nullptr;
   attnc_status s = attnc_jit_compile_file(patternPath(pc.file).c_str(), &options, &kernel);
   EXPECT_EQ(s, ATTNC_OK) << attnc_last_error();
@@ -162,8 +162,8 @@ TEST_P(FusedTileShapes, MatchesReference) {
   options.planOptions = {tiles.rows, tiles.cols};
   std::string bytes, error;
   ASSERT_TRUE(codegen::buildKernelFile(fe, fe.patterns().front(), options, bytes, error)) << error;
-  TempDir dir;
-  std::string path = dir.path + "/k.attnk";
+  ScratchDir dir;
+  std::string path = dir.path() + "/k.attnk";
   std::ofstream(path, std::ios::binary) << bytes;
   attnc_kernel *raw = nullptr;
   ASSERT_EQ(attnc_kernel_load(path.c_str(), &raw), ATTNC_OK) << attnc_last_error();
@@ -195,7 +195,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 /// Compiles source text (not a library file) with the JIT.
 KernelPtr compileSource(const char *source, const char *backend) {
-  attnc_jit_options options{nullptr, 0, nullptr, cacheDir().path.c_str(), 0, backend};
+  attnc_jit_options options{nullptr, 0, nullptr, cacheDir().path().c_str(), 0, backend};
   attnc_kernel *kernel = nullptr;
   EXPECT_EQ(attnc_jit_compile_string(source, "inline.attn", &options, &kernel), ATTNC_OK)
       << attnc_last_error();

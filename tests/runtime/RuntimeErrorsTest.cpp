@@ -35,7 +35,7 @@ const std::string &fixedKernelBytes() {
 class RuntimeErrors : public ::testing::Test {
 protected:
   std::string write(const std::string &name, const std::string &bytes) {
-    std::string path = dir.path + "/" + name;
+    std::string path = dir.path() + "/" + name;
     std::ofstream(path, std::ios::binary) << bytes;
     return path;
   }
@@ -46,12 +46,12 @@ protected:
     attnc_kernel_free(k);
     return s;
   }
-  TempDir dir;
+  ScratchDir dir;
 };
 
 TEST_F(RuntimeErrors, MissingFileIsAnIoError) {
   attnc_kernel *k = nullptr;
-  EXPECT_EQ(attnc_kernel_load((dir.path + "/absent.attnk").c_str(), &k), ATTNC_ERROR_IO);
+  EXPECT_EQ(attnc_kernel_load((dir.path() + "/absent.attnk").c_str(), &k), ATTNC_ERROR_IO);
   EXPECT_EQ(k, nullptr);
   EXPECT_NE(std::string(attnc_last_error()).find("absent.attnk"), std::string::npos);
 }
@@ -227,7 +227,7 @@ TEST_F(RunErrors, MetadataDescribesTheKernel) {
 
 TEST_F(RunErrors, CppWrapperThrowsWithTheCodeAndMessage) {
   try {
-    Kernel::load(dir.path + "/missing.attnk");
+    Kernel::load(dir.path() + "/missing.attnk");
     FAIL() << "no exception";
   } catch (const Error &e) {
     EXPECT_EQ(e.code(), ATTNC_ERROR_IO);

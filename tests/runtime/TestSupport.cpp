@@ -13,18 +13,6 @@
 
 namespace attnc::test {
 
-TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "attnc-test-XXXXXX").string();
-  if (!mkdtemp(tmpl.data()))
-    throw std::runtime_error("mkdtemp failed");
-  path = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
-}
-
 std::vector<float> randomFloats(size_t count, uint32_t seed, float scale) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-scale, scale);

@@ -1,6 +1,8 @@
 //===- TestSupport.h - Shared helpers of the kernel tests -----------------===//
 #pragma once
 
+#include "../ScratchDir.h"
+
 #include "attnc/attnc.h"
 
 #include <cstdint>
@@ -8,13 +10,6 @@
 #include <vector>
 
 namespace attnc::test {
-
-/// A fresh directory under the system temp dir, removed by the destructor.
-struct TempDir {
-  TempDir();
-  ~TempDir();
-  std::string path;
-};
 
 /// Deterministic pseudo-random floats in [-scale, scale].
 std::vector<float> randomFloats(size_t count, uint32_t seed, float scale);
