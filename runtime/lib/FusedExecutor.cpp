@@ -1,18 +1,19 @@
 //===- FusedExecutor.cpp - Running a plan's tiles with online softmax -----===//
 //
-// A row block's 32 query rows are the lanes of two 16-wide vectors for
-// Q K^T and the softmax. Per block: Q^T is built with 16 x 16 register
-// transposes and the rows' running max and sum are loaded. Per tile of keys:
-//   1. S^T = K_tile Q^T: each key row broadcast against Q^T, 8 keys at a time;
-//      scaled, masked (partial tiles, rows past the block) and folded into the
-//      new row max as it leaves the registers,
+// A row block's query rows (16, 32 or 64) are the lanes of 1, 2 or 4 16-wide
+// vectors for Q K^T and the softmax. Per block: Q^T is built with 16 x 16
+// register transposes and the rows' running max and sum are loaded. Per tile
+// of keys:
+//   1. S^T = K_tile Q^T: each key row broadcast against Q^T, 24 accumulators
+//      at a time; scaled, masked (partial tiles, rows past the block) and
+//      folded into the new row max as it leaves the registers,
 //   2. the correction exp(old max - new max) and P = exp(S - max) per lane,
 //   3. O = O * correction + P V with the head dimension as lanes instead:
 //      a group of rows' output stays in registers for the whole tile, each
 //      probability a broadcast; O is the row-major accumulator itself, so it
 //      is never transposed.
-// Written with GCC vector extensions; `target_clones` builds an AVX-512
-// version and a baseline one and picks at load time.
+// The kernels (FusedTiles.inc) are compiled twice, for AVX-512 and for
+// baseline x86-64; the CPU picks one at first use.
 //
 //===----------------------------------------------------------------------===//
 #include "FusedExecutor.h"
@@ -38,7 +39,7 @@ struct TileArgs {
   const float *v;
   int64_t d;
   float scale;
-  int64_t tileRows;       // R: rows per block (at most 32)
+  int64_t tileRows;       // R: rows per block (at most 64)
   int64_t tileCols;       // C: keys per tile
   int64_t rowBase, rowStride; // block row t is query rowBase + t * rowStride
   float *rowMax, *rowSum, *acc;
