@@ -1,8 +1,9 @@
 //===- KernelTest.cpp - Compiled kernels against an independent reference -===//
 //
-// Every library pattern is compiled through the JIT (sparsifier backend) and
-// run through the runtime on varied shapes: ragged n, n below every pattern
-// constant, batch x heads > 1 with per-head patterns, large magnitudes.
+// Every library pattern is compiled through the JIT (fused, sparsifier and
+// dense backends) and run through the runtime on varied shapes: ragged n, n
+// below every pattern constant, batch x heads > 1 with per-head patterns,
+// head dimensions the kernels specialise and odd ones, large magnitudes.
 // The reference takes its pairs from the brute-force oracle over Sema's
 // terms, not from the IR or CSR the kernels use.
 //
@@ -128,7 +129,7 @@ TEST_P(CpuKernel, StaysAccurateWithLargeMagnitudes) {
 INSTANTIATE_TEST_SUITE_P(
     LibraryPatterns, CpuKernel,
     ::testing::Combine(::testing::ValuesIn(kPatterns), ::testing::ValuesIn(kShapes),
-                       ::testing::Values("fused", "sparsifier")),
+                       ::testing::Values("fused", "sparsifier", "dense")),
     [](const ::testing::TestParamInfo<CpuKernel::ParamType> &info) {
       const Shape &s = std::get<1>(info.param);
       return std::string(std::get<2>(info.param)) + "_" + std::get<0>(info.param).label + "_B" +
