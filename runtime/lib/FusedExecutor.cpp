@@ -42,7 +42,9 @@ struct TileArgs {
   int64_t tileRows;       // R: rows per block (at most 64)
   int64_t tileCols;       // C: keys per tile
   int64_t rowBase, rowStride; // block row t is query rowBase + t * rowStride
-  float *rowMax, *rowSum, *acc;
+  float *rowMax, *rowSum, *acc; // the online-softmax state; acc is the output slice
+  bool init = false;      // the first pass: start every row's state instead of loading it
+  bool finalize = false;  // the only pass: normalise each row when its block ends
 };
 
 } // namespace
@@ -91,11 +93,21 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
                   const plan::HeadShapes *cached, int64_t n, int64_t d, const float *q,
                   const float *k, const float *v, float *o, float scale, FusedScratch &s) {
   const plan::HeadPlan &head = plan.heads[headIndex];
-  s.rowMax.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
-  s.rowSum.assign(static_cast<size_t>(n), 0.0f);
-  s.acc.assign(static_cast<size_t>(n * d), 0.0f);
+  bool relayout = false;
+  for (const plan::Piece &piece : head.pieces)
+    relayout = relayout || (!dense && piece.strategy == plan::Strategy::ResidueRelayout);
+  // Rows are started by the first pass over them. When the row blocks are
+  // the only pass, the output slice is the accumulator and each block
+  // normalises its rows while they are in cache; with a relayout pass after
+  // them, a per-thread scratch accumulator (reused, so warm) is normalised
+  // into the output at the end.
+  s.rowMax.resize(static_cast<size_t>(n));
+  s.rowSum.resize(static_cast<size_t>(n));
+  if (relayout)
+    s.acc.resize(static_cast<size_t>(n * d));
+  float *acc = relayout ? s.acc.data() : o;
   TileArgs args{q, k, v, d, scale, plan.options.tileRows, plan.options.tileCols, 0, 1,
-                s.rowMax.data(), s.rowSum.data(), s.acc.data()};
+                s.rowMax.data(), s.rowSum.data(), acc};
   const RunBlock kernel = blockKernel();
   // Block b of piece p, class c: from the cache, or generated now.
   auto blockOf = [&](const plan::BlockSource &src, size_t p, size_t c, int64_t b,
@@ -125,6 +137,14 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
   std::vector<const plan::BlockTiles *> built(sources.size());
   for (size_t p = 0; p < sources.size(); ++p)
     built[p] = &s.blocks[p];
+  if (sources.empty()) {
+    std::fill(s.rowMax.begin(), s.rowMax.end(), -std::numeric_limits<float>::infinity());
+    std::fill(s.rowSum.begin(), s.rowSum.end(), 0.0f);
+    std::memset(acc, 0, static_cast<size_t>(n * d) * sizeof(float));
+  }
+  args.init = !sources.empty();
+  args.finalize = !sources.empty() && !relayout;
+  const bool finalized = args.finalize;
   if (!sources.empty())
     for (int64_t b = 0; b < sources.front().numBlocks(); ++b) {
       for (size_t p = 0; p < sources.size(); ++p)
@@ -133,7 +153,8 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
     }
   // Residue relayout: class c's rows are the queries c, c + m, ...; keys,
   // values and query rows are read in place.
-  if (!dense)
+  args.init = args.finalize = false;
+  if (relayout)
     for (size_t p = 0; p < head.pieces.size(); ++p) {
       const plan::Piece &piece = head.pieces[p];
       if (piece.strategy != plan::Strategy::ResidueRelayout)
@@ -149,12 +170,13 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
         }
       }
     }
-  for (int64_t i = 0; i < n; ++i) {
-    float sum = s.rowSum[i];
-    float inv = sum > 0 ? 1.0f / sum : 0.0f;
-    for (int64_t x = 0; x < d; ++x)
-      o[i * d + x] = s.acc[i * d + x] * inv;
-  }
+  if (!finalized)
+    for (int64_t i = 0; i < n; ++i) {
+      float sum = s.rowSum[i];
+      float inv = sum > 0 ? 1.0f / sum : 0.0f;
+      for (int64_t x = 0; x < d; ++x)
+        o[i * d + x] = acc[i * d + x] * inv;
+    }
 }
 
 } // namespace attnc::rt
