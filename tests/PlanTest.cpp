@@ -21,9 +21,10 @@ namespace attnc {
 namespace {
 
 struct PlanCase {
-  const char *file;
+  const char *file;            ///< a library pattern, or the label of `source`
   std::vector<Define> defines;
   int64_t n;
+  const char *source = nullptr; ///< inline pattern text instead of the file
 };
 
 void PrintTo(const PlanCase &c, std::ostream *os) { *os << c.file << " n=" << c.n; }
@@ -33,7 +34,8 @@ class PlanCoverage : public ::testing::TestWithParam<PlanCase> {};
 TEST_P(PlanCoverage, PiecesPartitionTheHeadAndTilesCoverEachPairOnce) {
   const PlanCase &pc = GetParam();
   Frontend fe;
-  ASSERT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + pc.file + ".attn"));
+  ASSERT_TRUE(pc.source ? fe.parseString(std::string(pc.file) + ".attn", pc.source)
+                        : fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + pc.file + ".attn"));
   ASSERT_TRUE(fe.analyze({pc.defines}));
   ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
   for (int64_t rows : {32, 7, 64})
@@ -110,6 +112,24 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.file) + "_n" + std::to_string(info.param.n) + "_" +
              std::to_string(info.index);
     });
+
+// Generators whose block bounds are not exact (row-if and block-diag
+// blocks that straddle a boundary, key ranges and lists that move with i,
+// differences of them, the per-key predicate), each where a row block sees
+// rows that disagree.
+INSTANTIATE_TEST_SUITE_P(
+    BlockBounds, PlanCoverage,
+    ::testing::Values(
+        PlanCase{"row_if", {}, 90, "pattern p { attend { j : j < 3 } | { j : i < 40 } }"},
+        PlanCase{"row_if_minus", {}, 90, "pattern p { causal attend { j : true } - { j : i % 5 == 0 } }"},
+        PlanCase{"block_diag_11", {}, 70, "pattern p { attend { j : j / 11 == i / 11 } }"},
+        PlanCase{"key_range_moving", {}, 80, "pattern p { attend { j : 2 * j <= i && 3 * j >= i } }"},
+        PlanCase{"list", {}, 50, "pattern p { attend { 0, i / 2, n - 1 } }"},
+        PlanCase{"band_minus_stripe", {}, 75, "pattern p { attend { j : abs(i - j) <= 9 } - { j : j % 4 == 1 } }"},
+        PlanCase{"stripe_minus_band", {}, 75, "pattern p { causal attend { j : j % 6 < 2 } - { j : i - j <= 7 } }"},
+        PlanCase{"predicate", {}, 45, "pattern p { attend { j : (i * j) % 7 == 1 } }"},
+        PlanCase{"residue_mixed", {}, 66, "pattern p { causal attend { j : (i - j) % 5 == 2 } | { j : j / 8 == i / 8 } }"}),
+    [](const ::testing::TestParamInfo<PlanCase> &info) { return std::string(info.param.file); });
 
 TEST(Plan, SeedPatternsGetTheirDisjointPiecesAndRelayout) {
   Frontend fe;
