@@ -107,8 +107,7 @@ public:
         out.upper = intersect(out.upper, part.upper);
         out.lower = intersect(out.lower, part.lower);
       }
-      out.lower = intersect(out.lower, out.upper);
-      return out;
+      return out; // each child's lower is inside its upper, so theirs are too
     }
     case ir::Gen::Difference: {
       Bounds x = eval(s->children[0], a, b, lo, hi);
@@ -167,10 +166,12 @@ void fillShape(const IntervalSet &common, const std::vector<IntervalSet> &own, B
   }
   out.useful += int64_t{rows} * cardinality(common);
   normalize(others);
-  out.keys = unite(common, others);
   out.partial.clear();
-  if (others.empty())
+  if (others.empty()) {
+    out.keys = common;
     return;
+  }
+  out.keys = unite(common, others);
   // Row masks of the keys outside `common`, indexed by rank in `others`.
   std::vector<int64_t> start(others.size() + 1, 0); // rank of each interval's first key
   for (size_t x = 0; x < others.size(); ++x)
