@@ -75,20 +75,18 @@ int runBench(const BenchOptions &opts) {
   auto t0 = std::chrono::steady_clock::now();
   plan::Plan plan = plan::buildPlan(lp->ir);
   auto t1 = std::chrono::steady_clock::now();
-  int64_t blockBytes = 0;
   {
     std::vector<plan::HeadShapes> shapes; // what the runtime builds on the first run at n
     plan::buildShapes(plan, opts.n, false, SIZE_MAX, shapes);
-    for (const plan::HeadShapes &h : shapes)
-      for (const auto &piece : h.pieces)
-        for (const auto &blocks : piece)
-          for (const plan::BlockShape &b : blocks)
-            blockBytes += static_cast<int64_t>(b.bytes());
   }
   auto t2 = std::chrono::steady_clock::now();
   const double planMs = std::chrono::duration<double, std::milli>(t1 - t0).count();
   const double blocksMs = std::chrono::duration<double, std::milli>(t2 - t1).count();
   const std::vector<plan::HeadStats> fusedStats = plan::planStats(plan, opts.n);
+  int64_t blockBytes = 0;
+  for (const plan::HeadStats &h : fusedStats)
+    for (const plan::PieceStats &st : h.pieces)
+      blockBytes += st.bytes;
 
   RandomInputs inputs(opts.batch, heads, opts.n, opts.d, 1);
   attnc_run_options ro{0.0f, opts.threads};
