@@ -74,6 +74,14 @@ struct Expected {
   int64_t full = 0, partial = 0, empty = 0;
 };
 
+/// Adds one row's key count to the row statistics.
+void addRow(Expected &e, int64_t row) {
+  e.nnz += row;
+  e.minRow = std::min(e.minRow, row);
+  e.maxRow = std::max(e.maxRow, row);
+  e.emptyRows += row == 0;
+}
+
 /// Pair by pair, from the definitions.
 Expected byPairs(const Params &p, int64_t n, int64_t b) {
   Expected e;
@@ -81,10 +89,7 @@ Expected byPairs(const Params &p, int64_t n, int64_t b) {
     int64_t row = 0;
     for (int64_t j = 0; j < n; ++j)
       row += attends(p, i, j);
-    e.nnz += row;
-    e.minRow = std::min(e.minRow, row);
-    e.maxRow = std::max(e.maxRow, row);
-    e.emptyRows += row == 0;
+    addRow(e, row);
   }
   for (int64_t r0 = 0; r0 < n; r0 += b)
     for (int64_t c0 = 0; c0 < n; c0 += b) {
@@ -102,13 +107,8 @@ Expected byPairs(const Params &p, int64_t n, int64_t b) {
 /// Row by row and tile by tile, from the closed forms.
 Expected byRows(const Params &p, int64_t n, int64_t b) {
   Expected e;
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t row = keysIn(p, i, 0, n);
-    e.nnz += row;
-    e.minRow = std::min(e.minRow, row);
-    e.maxRow = std::max(e.maxRow, row);
-    e.emptyRows += row == 0;
-  }
+  for (int64_t i = 0; i < n; ++i)
+    addRow(e, keysIn(p, i, 0, n));
   for (int64_t r0 = 0; r0 < n; r0 += b)
     for (int64_t c0 = 0; c0 < n; c0 += b) {
       int64_t c1 = std::min(n, c0 + b), in = 0, area = 0;
