@@ -81,13 +81,11 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
   codegen::CodeGenOptions cg;
   if (options && options->backend && *options->backend) {
     std::string b = options->backend;
-    if (b == "sparsifier")
-      cg.backend = codegen::Backend::Sparsifier;
-    else if (b == "dense")
-      cg.backend = codegen::Backend::Dense;
-    else if (b != "fused")
+    if (auto parsed = codegen::parseBackend(b))
+      cg.backend = *parsed;
+    else
       return jitFail(ATTNC_ERROR_INVALID_ARGUMENT,
-                     "unknown backend '" + b + "'; available: fused, sparsifier, dense");
+                     "unknown backend '" + b + "'; available: fused, halide, sparsifier, dense");
   }
   std::string keyText = std::string(fe.sourceText()) + '\0' + pattern->name + '\0' +
                         codegen::paramString(*pattern) + '\0' + codegen::backendName(cg.backend) + '\0' +

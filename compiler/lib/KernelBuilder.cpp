@@ -5,6 +5,10 @@
 #include "attnc/compiler/Canonicalize.h"
 #include "attnc/compiler/Plan.h"
 #include "attnc/runtime/KernelFile.h"
+#include "mlir/Link.h"
+
+#include <map>
+#include <mutex>
 
 namespace attnc::codegen {
 
@@ -25,9 +29,47 @@ const char *backendName(Backend backend) {
   case Backend::Fused: return "fused";
   case Backend::Sparsifier: return "sparsifier";
   case Backend::Dense: return "dense";
+  case Backend::Halide: return "halide";
   }
   return "?";
 }
+
+std::optional<Backend> parseBackend(const std::string &name) {
+  for (Backend b : {Backend::Fused, Backend::Halide, Backend::Sparsifier, Backend::Dense})
+    if (name == backendName(b))
+      return b;
+  return std::nullopt;
+}
+
+const std::vector<std::string> &backendNames() {
+  static const std::vector<std::string> names = {"fused", "halide", "sparsifier", "dense"};
+  return names;
+}
+
+namespace {
+
+/// The Halide code of a schedule: it does not depend on the pattern, so a
+/// process compiles each schedule once (a compilation takes seconds).
+bool halideSharedObject(const halide::Schedule &schedule, std::string &sharedObject, std::string &error) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> built;
+  std::string name = halide::scheduleName(schedule);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = built.find(name); it != built.end()) {
+      sharedObject = it->second;
+      return true;
+    }
+  }
+  std::vector<std::string> objects;
+  if (!halide::compileObjects(schedule, objects, error) || !linkSharedObject(objects, sharedObject, error))
+    return false;
+  std::lock_guard<std::mutex> lock(mutex);
+  built.emplace(name, sharedObject);
+  return true;
+}
+
+} // namespace
 
 bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions &options,
                      std::string &bytes, std::string &error) {
@@ -36,6 +78,11 @@ bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions 
   // The fused backend's code is the runtime's tile kernels: the file carries
   // the pattern, from which the runtime builds the plan.
   if (options.backend == Backend::Sparsifier && !generate(ir, fe.sources(), options, result, error))
+    return false;
+  // The Halide backend's code is the schedule's, and the runtime builds the
+  // row blocks it reads from the plan, as for the fused backend.
+  if (options.backend == Backend::Halide &&
+      !halideSharedObject(options.halideSchedule, result.sharedObject, error))
     return false;
   rt::KernelFile file;
   file.abiVersion = ATTNC_ABI_VERSION;
@@ -53,7 +100,12 @@ bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions 
       {"source_hash", rt::fnv1aHex(file.source)},
       {"compiler_version", compilerVersion()},
   };
-  if (options.backend != Backend::Sparsifier) {
+  if (options.backend == Backend::Halide) {
+    file.metadata["tile_rows"] = std::to_string(options.halideSchedule.rows);
+    file.metadata["tile_cols"] = std::to_string(options.halideSchedule.keyChunk);
+    file.metadata["halide_schedule"] = halide::scheduleName(options.halideSchedule);
+    file.metadata["halide_target"] = halide::targetString();
+  } else if (options.backend != Backend::Sparsifier) {
     file.metadata["tile_rows"] = std::to_string(options.planOptions.tileRows);
     file.metadata["tile_cols"] = std::to_string(options.planOptions.tileCols);
   }

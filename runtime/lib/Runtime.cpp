@@ -19,6 +19,7 @@
 #include "attnc/runtime/KernelFile.h"
 
 #include "FusedExecutor.h"
+#include "HalideExecutor.h"
 
 #include <algorithm>
 #include <atomic>
@@ -52,6 +53,7 @@ struct Structure {
   int64_t n = 0;
   std::vector<attnc::ir::Csr> sets;
   std::vector<attnc::plan::HeadShapes> blocks; ///< empty: generated as it runs
+  std::vector<std::vector<attnc::rt::HalideBlocks>> halideBlocks; ///< [set][piece]
 };
 
 /// Per n and kernel, the fused row blocks kept: 64 MiB (fixed, l=128, c=8,
@@ -73,6 +75,8 @@ struct attnc_kernel {
   std::vector<attnc_head_fn> entries;
   bool fused = false; ///< plan-driven tile kernels (backends "fused" and "dense")
   bool dense = false; ///< the dense masked baseline
+  bool halide = false; ///< Halide code in the file, reading the plan's row blocks
+  attnc::rt::HalideCode halideCode;
   attnc::plan::Plan plan;
   void *library = nullptr;
   int memfd = -1;
@@ -99,10 +103,13 @@ struct attnc_kernel {
       }
     auto s = std::make_shared<Structure>();
     s->n = n;
-    if (fused) {
+    if (fused || halide) {
       if (n > std::numeric_limits<int32_t>::max())
         return fail(ATTNC_ERROR_SHAPE, "sequence length " + std::to_string(n) + " does not fit 32-bit keys");
-      attnc::plan::buildShapes(plan, n, dense, fusedCacheBytes(), s->blocks);
+      if (halide)
+        s->halideBlocks = attnc::rt::buildHalideBlocks(plan, n);
+      else
+        attnc::plan::buildShapes(plan, n, dense, fusedCacheBytes(), s->blocks);
     } else {
       for (const auto &head : ir.heads) {
         attnc::ir::Csr csr;
@@ -149,23 +156,40 @@ attnc_status rebuildPattern(attnc_kernel &kernel) {
   return ATTNC_OK;
 }
 
+/// The plan of a fused, dense or halide kernel, from its pattern and tiles.
+attnc_status buildKernelPlan(attnc_kernel &kernel) {
+  attnc::plan::PlanOptions options;
+  auto get = [&](const char *key, int64_t fallback) {
+    auto it = kernel.file.metadata.find(key);
+    return it == kernel.file.metadata.end() ? fallback : std::atoll(it->second.c_str());
+  };
+  options.tileRows = get("tile_rows", options.tileRows);
+  options.tileCols = get("tile_cols", options.tileCols);
+  if (options.tileRows < 1 || options.tileRows > 64 || options.tileCols < 1 || options.tileCols > 4096)
+    return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tile sizes");
+  kernel.plan = attnc::plan::buildPlan(kernel.ir, options);
+  return ATTNC_OK;
+}
+
 attnc_status loadCode(attnc_kernel &kernel) {
   auto backend = kernel.file.metadata.find("backend");
-  kernel.dense = backend != kernel.file.metadata.end() && backend->second == "dense";
-  kernel.fused = kernel.dense || (backend != kernel.file.metadata.end() && backend->second == "fused");
-  if (kernel.fused) {
-    // Tile kernels are part of the runtime; the plan comes from the pattern.
-    attnc::plan::PlanOptions options;
-    auto get = [&](const char *key, int64_t fallback) {
-      auto it = kernel.file.metadata.find(key);
-      return it == kernel.file.metadata.end() ? fallback : std::atoll(it->second.c_str());
-    };
-    options.tileRows = get("tile_rows", options.tileRows);
-    options.tileCols = get("tile_cols", options.tileCols);
-    if (options.tileRows < 1 || options.tileRows > 64 || options.tileCols < 1 || options.tileCols > 4096)
-      return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tile sizes");
-    kernel.plan = attnc::plan::buildPlan(kernel.ir, options);
-    return ATTNC_OK;
+  auto is = [&](const char *name) { return backend != kernel.file.metadata.end() && backend->second == name; };
+  kernel.dense = is("dense");
+  kernel.fused = kernel.dense || is("fused");
+  kernel.halide = is("halide");
+  // Tile kernels are part of the runtime; the plan comes from the pattern.
+  if (kernel.fused)
+    return buildKernelPlan(kernel);
+  if (kernel.halide) {
+    if (attnc_status s = buildKernelPlan(kernel); s != ATTNC_OK)
+      return s;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl") ||
+        !__builtin_cpu_supports("fma"))
+      return fail(ATTNC_ERROR_UNSUPPORTED,
+                  "this halide kernel's code is for AVX-512 (Skylake-AVX512 features) and this CPU "
+                  "lacks them; compile the pattern with --backend fused");
   }
   const std::string &code = kernel.file.code;
   if (code.empty())
@@ -188,6 +212,12 @@ attnc_status loadCode(attnc_kernel &kernel) {
     const char *why = dlerror();
     return fail(ATTNC_ERROR_CORRUPT_KERNEL,
                 std::string("kernel code cannot be loaded: ") + (why ? why : "unknown dlopen error"));
+  }
+  if (kernel.halide) {
+    std::string error;
+    if (!kernel.halideCode.load(kernel.library, error))
+      return fail(ATTNC_ERROR_CORRUPT_KERNEL, error);
+    return ATTNC_OK;
   }
   for (size_t k = 0; k < kernel.ir.heads.size(); ++k) {
     std::string symbol = "attnc_head_" + std::to_string(k);
@@ -352,9 +382,11 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
                                                     : 1.0f / std::sqrt(static_cast<float>(d));
     const int64_t tasks = batch * heads;
     std::atomic<int64_t> next{0};
+    std::string halideError;
     auto worker = [&] {
       std::vector<float> qs, ks, vs, os, values, rows;
       attnc::rt::FusedScratch fusedScratch;
+      attnc::rt::HalideScratch halideScratch;
       for (int64_t t = next++; t < tasks; t = next++) {
         int64_t b = t / heads, h = t % heads;
         const int64_t set = kernel->ir.headsDeclared ? kernel->headToSet[h] : 0;
@@ -369,6 +401,12 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
                                   inputSlice(*q, b, h, qs),
                                   inputSlice(*k, b, h, ks), inputSlice(*v, b, h, vs), out, scale,
                                   fusedScratch);
+        } else if (kernel->halide) {
+          if (!attnc::rt::runHalideHead(kernel->halideCode, kernel->plan, structure->halideBlocks[set], n, d,
+                                        inputSlice(*q, b, h, qs), inputSlice(*k, b, h, ks),
+                                        inputSlice(*v, b, h, vs), out, scale, halideScratch,
+                                        halideError))
+            return;
         } else {
           const attnc::ir::Csr &csr = structure->sets[set];
           values.resize(static_cast<size_t>(std::max<int64_t>(1, csr.nnz())));
@@ -385,12 +423,19 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
       }
     };
     int threads = threadCount(options, tasks);
+    // The halide code runs a slice's row blocks on Halide's own thread pool.
+    if (kernel->halide) {
+      kernel->halideCode.setNumThreads(threadCount(options, std::numeric_limits<int32_t>::max()));
+      threads = 1;
+    }
     std::vector<std::thread> pool;
     for (int w = 1; w < threads; ++w)
       pool.emplace_back(worker);
     worker();
     for (std::thread &th : pool)
       th.join();
+    if (!halideError.empty())
+      return fail(ATTNC_ERROR_INTERNAL, halideError);
     return ATTNC_OK;
   } catch (const std::bad_alloc &) {
     return fail(ATTNC_ERROR_OUT_OF_MEMORY, "out of memory while running a kernel");

@@ -12,6 +12,7 @@
 
 #include "attnc/attnc.h"
 #include "attnc/attnc_jit.h"
+#include "attnc/compiler/CodeGen.h"
 #include "attnc/compiler/Analysis.h"
 #include "attnc/compiler/Plan.h"
 
@@ -27,7 +28,7 @@ namespace {
 struct BenchOptions {
   PatternOptions pattern;
   int64_t n = 0, d = 64, batch = 1, heads = 8;
-  std::vector<std::string> backends = {"fused", "sparsifier", "dense"};
+  std::vector<std::string> backends = {"fused", "halide", "sparsifier", "dense"};
   int threads = 0;
   int repeat = 5;
   bool json = false;
@@ -122,6 +123,9 @@ int runBench(const BenchOptions &opts) {
     row.gflops = usefulFlops / (row.ms * 1e6);
     if (backend == "fused")
       row.waste = plan::executedOverUseful(fusedStats);
+    else if (backend == "halide")
+      row.waste = plan::executedOverUseful(plan::planStats(
+          plan::buildPlan(lp->ir, {halide::Schedule{}.rows, halide::Schedule{}.keyChunk}), opts.n));
     else if (backend == "dense")
       row.waste = plan::executedOverUseful(plan::denseStats(plan, opts.n));
     row.ok = true;
@@ -188,11 +192,11 @@ void setupBench(CLI::App &app, int &exitCode) {
       ->check(CLI::PositiveNumber);
   CLI::Option *backendOption =
       cmd->add_option("--backend", opts->backends,
-                      "Backends to compare: fused, sparsifier, dense (dense is skipped above "
-                      "n = 32768 unless named here)")
+                      "Backends to compare: fused, halide, sparsifier, dense (dense is skipped "
+                      "above n = 32768 unless named here)")
           ->delimiter(',')
           ->capture_default_str()
-          ->check(CLI::IsMember({"fused", "sparsifier", "dense"}));
+          ->check(CLI::IsMember(codegen::backendNames()));
   cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
   cmd->add_option("--repeat", opts->repeat, "Timed runs per backend (the median is reported)")
       ->capture_default_str()

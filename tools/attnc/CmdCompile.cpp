@@ -31,9 +31,7 @@ int runCompile(const CompileOptions &opts) {
   auto start = std::chrono::steady_clock::now();
   std::string bytes, error;
   codegen::CodeGenOptions cg;
-  cg.backend = opts.backend == "fused"        ? codegen::Backend::Fused
-               : opts.backend == "sparsifier" ? codegen::Backend::Sparsifier
-                                              : codegen::Backend::Dense;
+  cg.backend = codegen::parseBackend(opts.backend).value_or(codegen::Backend::Fused);
   if (cg.backend == codegen::Backend::Fused)
     if (auto tuned = tuning::lookup(tuning::databasePath(),
                                     tuning::tuningKey(lp->frontend->sourceText(), *lp->pattern,
@@ -65,11 +63,12 @@ void setupCompile(CLI::App &app, int &exitCode) {
   addPatternOptions(*cmd, opts->pattern);
   cmd->add_option("--target", opts->target, "cpu (the host CPU)")->capture_default_str();
   cmd->add_option("--backend", opts->backend,
-                  "fused: the plan of disjoint pieces run by fused tile kernels; sparsifier: MLIR's "
-                  "sparse-tensor compiler, native code in the kernel file; dense: the dense masked "
-                  "baseline (every pair, the pattern as a mask)")
+                  "fused: the plan of disjoint pieces run by the runtime's fused tile kernels; "
+                  "halide: the same plan's row blocks as Halide 14 code compiled into the kernel file "
+                  "(AVX-512); sparsifier: MLIR's sparse-tensor compiler, native code in the kernel "
+                  "file; dense: the dense masked baseline (every pair, the pattern as a mask)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"fused", "sparsifier", "dense"}));
+      ->check(CLI::IsMember(codegen::backendNames()));
   cmd->add_option("-o,--output", opts->output, "The kernel file to write (conventionally .attnk)")
       ->required();
   cmd->footer(examplesFooter({"attnc compile patterns/fixed.attn -o fixed.attnk",

@@ -11,6 +11,7 @@
 #include "attnc/attnc.h"
 #include "attnc/attnc.hpp"
 #include "attnc/attnc_jit.h"
+#include "attnc/compiler/CodeGen.h"
 #include "attnc/compiler/Canonicalize.h"
 #include "attnc/compiler/Csr.h"
 #include "attnc/compiler/Reference.h"
@@ -175,9 +176,10 @@ void setupRun(CLI::App &app, int &exitCode) {
   cmd->add_option("--v", opts->v, "Values, same shape")->required()->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", opts->output, "Where to write O (.npy, same shape)");
   cmd->add_option("--backend", opts->backend,
-                  "For a .attn input: fused or sparsifier (a kernel file has its backend built in)")
+                  "For a .attn input: fused, halide, sparsifier or dense (a kernel file has its "
+                  "backend built in)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"fused", "sparsifier", "dense"}));
+      ->check(CLI::IsMember(codegen::backendNames()));
   cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
   cmd->add_flag("--check", opts->check,
                 "Compare with a double-precision reference and print the max abs error");

@@ -46,6 +46,11 @@ const char *findLibmvec() {
 } // namespace
 
 bool linkSharedObject(const std::string &object, std::string &sharedObject, std::string &error) {
+  return linkSharedObject(std::vector<std::string>{object}, sharedObject, error);
+}
+
+bool linkSharedObject(const std::vector<std::string> &objects, std::string &sharedObject,
+                      std::string &error) {
   static std::mutex lldMutex;
   char dirTemplate[] = "/tmp/attnc-link-XXXXXX";
   if (!mkdtemp(dirTemplate)) {
@@ -53,18 +58,24 @@ bool linkSharedObject(const std::string &object, std::string &sharedObject, std:
     return false;
   }
   std::string dir = dirTemplate;
-  std::string objPath = dir + "/kernel.o", soPath = dir + "/kernel.so";
+  std::string soPath = dir + "/kernel.so";
+  std::vector<std::string> objPaths;
+  for (size_t k = 0; k < objects.size(); ++k)
+    objPaths.push_back(dir + "/kernel" + std::to_string(k) + ".o");
   auto cleanup = [&] {
-    unlink(objPath.c_str());
+    for (const std::string &p : objPaths)
+      unlink(p.c_str());
     unlink(soPath.c_str());
     rmdir(dir.c_str());
   };
-  if (!rt::writeFileAtomically(objPath, object, error)) {
-    cleanup();
-    return false;
-  }
-  std::vector<const char *> args = {"ld.lld", "-shared", "--as-needed", "-O1", "-o", soPath.c_str(),
-                                    objPath.c_str()};
+  for (size_t k = 0; k < objects.size(); ++k)
+    if (!rt::writeFileAtomically(objPaths[k], objects[k], error)) {
+      cleanup();
+      return false;
+    }
+  std::vector<const char *> args = {"ld.lld", "-shared", "--as-needed", "-O1", "-o", soPath.c_str()};
+  for (const std::string &p : objPaths)
+    args.push_back(p.c_str());
   if (const char *libmvec = findLibmvec())
     args.push_back(libmvec);
   if (const char *libm = findLibm())

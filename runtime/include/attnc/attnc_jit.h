@@ -29,8 +29,9 @@ typedef struct attnc_jit_options {
   const char *cache_dir;
   /** Non-zero: neither read nor write the cache. */
   int32_t no_cache;
-  /** "fused" (null: the default), "sparsifier" (MLIR's sparse-tensor path) or
-   *  "dense" (the dense masked baseline, for comparisons). */
+  /** "fused" (null: the default), "halide" (the plan's row blocks as Halide 14
+   *  code, AVX-512), "sparsifier" (MLIR's sparse-tensor path) or "dense" (the
+   *  dense masked baseline, for comparisons). */
   const char *backend;
 } attnc_jit_options;
 

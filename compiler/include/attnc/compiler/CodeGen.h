@@ -18,9 +18,11 @@
 #pragma once
 
 #include "attnc/compiler/Driver.h"
+#include "attnc/compiler/HalideGen.h"
 #include "attnc/compiler/PatternIR.h"
 #include "attnc/compiler/Plan.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,10 +32,15 @@ enum class Backend {
   Fused,      ///< the plan (Plan.h), executed by the runtime's tile kernels
   Sparsifier, ///< MLIR's sparse-tensor compiler, native code in the kernel file
   Dense,      ///< baseline: every pair computed by the same tiles, the pattern as a mask
+  Halide,     ///< the plan's row blocks as Halide 14 code (HalideGen.h) in the kernel file
 };
 
-/// "fused" / "sparsifier" / "dense".
+/// "fused" / "sparsifier" / "dense" / "halide".
 const char *backendName(Backend backend);
+/// The inverse of backendName.
+std::optional<Backend> parseBackend(const std::string &name);
+/// Every backend name, the default first (for --help and error messages).
+const std::vector<std::string> &backendNames();
 
 struct CodeGenOptions {
   Backend backend = Backend::Fused;
@@ -43,6 +50,8 @@ struct CodeGenOptions {
   bool link = true;
   /// Fused and dense backends: the tile shape recorded in the kernel.
   plan::PlanOptions planOptions;
+  /// Halide backend: the schedule template's parameters.
+  halide::Schedule halideSchedule;
 };
 
 struct CodeGenResult {

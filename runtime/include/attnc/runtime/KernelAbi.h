@@ -37,6 +37,17 @@ typedef struct attnc_head_args {
 
 typedef void (*attnc_head_fn)(const attnc_head_args *args);
 
+/* The halide backend's shared objects (compiler/include/attnc/compiler/HalideGen.h)
+ * export instead, with Halide's calling convention (halide_buffer_t *, scalars):
+ *
+ *   attnc_halide_d<D>(q, k, v, blocks, keys, masks, n, max_chunks, scale, out)
+ *       for each D in ATTNC_HALIDE_DIMS, code specialised for head dimension D;
+ *   attnc_halide_any(q, k, v, blocks, keys, masks, n, max_chunks, scale, d, out)
+ *       for any other d;
+ *
+ * and the Halide runtime (halide_set_num_threads, halide_set_error_handler). */
+#define ATTNC_HALIDE_DIMS {32, 64, 128}
+
 #ifdef __cplusplus
 }
 #endif

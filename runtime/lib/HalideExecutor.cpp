@@ -1,0 +1,185 @@
+//===- HalideExecutor.cpp - Running the halide backend's compiled code ----===//
+#include "HalideExecutor.h"
+
+#include "attnc/runtime/KernelAbi.h"
+
+#include "HalideRuntime.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <dlfcn.h>
+#include <limits>
+#include <mutex>
+
+namespace attnc::rt {
+
+namespace {
+
+/// The Halide runtime reports errors through a handler; the message of the
+/// last one is kept for the caller's status.
+std::mutex errorMutex;
+std::string lastHalideError;
+
+void recordError(void *, const char *message) {
+  std::lock_guard<std::mutex> lock(errorMutex);
+  lastHalideError = message ? message : "unknown Halide error";
+  while (!lastHalideError.empty() && lastHalideError.back() == '\n')
+    lastHalideError.pop_back();
+}
+
+/// A halide_buffer_t over memory the caller owns (up to 3 dimensions,
+/// each {min 0, extent, stride}).
+struct View {
+  halide_dimension_t dims[3];
+  halide_buffer_t buf;
+  View(const void *host, halide_type_code_t code, std::initializer_list<std::pair<int64_t, int64_t>> shape) {
+    std::memset(&buf, 0, sizeof buf);
+    int k = 0;
+    for (auto [extent, stride] : shape)
+      dims[k++] = halide_dimension_t(0, static_cast<int32_t>(extent), static_cast<int32_t>(stride));
+    buf.host = static_cast<uint8_t *>(const_cast<void *>(host));
+    buf.type = halide_type_t(code, 32, 1);
+    buf.dimensions = k;
+    buf.dim = dims;
+  }
+};
+
+} // namespace
+
+bool HalideCode::load(void *library, std::string &error) {
+  auto symbol = [&](const std::string &name) -> void * {
+    void *fn = dlsym(library, name.c_str());
+    if (!fn)
+      error = "kernel code lacks the entry point '" + name + "'";
+    return fn;
+  };
+  for (int64_t d : ATTNC_HALIDE_DIMS) {
+    void *fn = symbol("attnc_halide_d" + std::to_string(d));
+    if (!fn)
+      return false;
+    byDim[d] = reinterpret_cast<Specialised>(fn);
+  }
+  generic = reinterpret_cast<Generic>(symbol("attnc_halide_any"));
+  setNumThreads = reinterpret_cast<int (*)(int)>(symbol("halide_set_num_threads"));
+  using Handler = void (*)(void *, const char *);
+  auto setHandler = reinterpret_cast<Handler (*)(Handler)>(symbol("halide_set_error_handler"));
+  if (!generic || !setNumThreads || !setHandler)
+    return false;
+  setHandler(&recordError);
+  return true;
+}
+
+std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan, int64_t n) {
+  const int64_t R = plan.options.tileRows, chunk = plan.options.tileCols;
+  const int64_t words = (R + 31) / 32;
+  std::vector<std::vector<HalideBlocks>> out(plan.heads.size());
+  plan::BlockShape shape;
+  plan::BlockTiles tiles;
+  for (size_t h = 0; h < plan.heads.size(); ++h)
+    for (const plan::Piece &piece : plan.heads[h].pieces) {
+      HalideBlocks hb;
+      for (int64_t c = 0; c < plan::numClasses(piece, n); ++c) {
+        plan::BlockSource src(plan, piece, n, c);
+        for (int64_t b = 0; b < src.numBlocks(); ++b) {
+          src.build(b, shape);
+          tiles.expand(shape);
+          const int64_t keys = static_cast<int64_t>(tiles.keys.size());
+          const int64_t chunks = (keys + chunk - 1) / chunk;
+          hb.table.insert(hb.table.end(),
+                          {static_cast<int32_t>(hb.keys.size()), static_cast<int32_t>(chunks),
+                           static_cast<int32_t>(src.query(tiles.firstRow)),
+                           static_cast<int32_t>(src.rowStride())});
+          hb.rows.push_back(tiles.rows);
+          hb.maxChunks = std::max(hb.maxChunks, static_cast<int32_t>(chunks));
+          for (int64_t x = 0; x < chunks * chunk; ++x) {
+            hb.keys.push_back(x < keys ? tiles.keys[x] : -1);
+            uint64_t mask = x < keys ? tiles.masks[x] : 0;
+            for (int64_t w = 0; w < words; ++w)
+              hb.masks.push_back(static_cast<uint32_t>(mask >> (32 * w)));
+          }
+          if (hb.keys.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+            throw std::length_error("the halide backend's key lists exceed 2^31 entries");
+        }
+      }
+      // The code clamps key positions into the list: never empty.
+      if (hb.keys.empty()) {
+        hb.keys.push_back(-1);
+        hb.masks.resize(static_cast<size_t>(words), 0u);
+      }
+      out[h].push_back(std::move(hb));
+    }
+  return out;
+}
+
+bool runHalideHead(const HalideCode &code, const plan::Plan &plan,
+                   const std::vector<HalideBlocks> &pieces, int64_t n, int64_t d, const float *q,
+                   const float *k, const float *v, float *o, float scale, HalideScratch &s,
+                   std::string &error) {
+  const int64_t R = plan.options.tileRows, width = d + 1, words = (R + 31) / 32;
+  const float minusInf = -std::numeric_limits<float>::infinity();
+  // The first piece's rows are copied when its blocks cover every row once
+  // (they do for every plan); otherwise every piece merges into zeros.
+  int64_t covered = 0;
+  if (!pieces.empty())
+    for (int32_t rows : pieces.front().rows)
+      covered += rows;
+  const bool copyFirst = covered == n;
+  s.lse.resize(static_cast<size_t>(n));
+  if (!copyFirst) {
+    std::fill(s.lse.begin(), s.lse.end(), minusInf);
+    std::memset(o, 0, static_cast<size_t>(n * d) * sizeof(float));
+  }
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    const HalideBlocks &hb = pieces[p];
+    const int64_t blocks = hb.numBlocks(), slots = static_cast<int64_t>(hb.keys.size());
+    if (blocks == 0)
+      continue;
+    s.rows.resize(static_cast<size_t>(blocks * R * width));
+    View qv(q, halide_type_float, {{d, 1}, {n, d}}), kv(k, halide_type_float, {{d, 1}, {n, d}}),
+        vv(v, halide_type_float, {{d, 1}, {n, d}});
+    View table(hb.table.data(), halide_type_int, {{4, 1}, {blocks, 4}});
+    View keys(hb.keys.data(), halide_type_int, {{slots, 1}});
+    View masks(hb.masks.data(), halide_type_uint, {{words, 1}, {slots, words}});
+    View out(s.rows.data(), halide_type_float, {{width, 1}, {R, width}, {blocks, R * width}});
+    auto it = code.byDim.find(d);
+    int rc = it != code.byDim.end()
+                 ? it->second(&qv.buf, &kv.buf, &vv.buf, &table.buf, &keys.buf, &masks.buf,
+                              static_cast<int32_t>(n), hb.maxChunks, scale, &out.buf)
+                 : code.generic(&qv.buf, &kv.buf, &vv.buf, &table.buf, &keys.buf, &masks.buf,
+                                static_cast<int32_t>(n), hb.maxChunks, scale, static_cast<int32_t>(d),
+                                &out.buf);
+    if (rc != 0) {
+      std::lock_guard<std::mutex> lock(errorMutex);
+      error = "the Halide code failed (" + std::to_string(rc) + "): " + lastHalideError;
+      return false;
+    }
+    // Rows back to their queries, merged by log-sum-exp.
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t first = hb.table[4 * b + 2], stride = hb.table[4 * b + 3];
+      for (int64_t r = 0; r < hb.rows[b]; ++r) {
+        const float *src = &s.rows[static_cast<size_t>((b * R + r) * width)];
+        const int64_t i = first + r * stride;
+        float *dst = o + i * d;
+        const float lse = src[d], old = s.lse[i];
+        if ((p == 0 && copyFirst) || old == minusInf) {
+          std::memcpy(dst, src, static_cast<size_t>(d) * sizeof(float));
+          s.lse[i] = lse;
+          continue;
+        }
+        if (lse == minusInf)
+          continue;
+        const float top = std::max(old, lse);
+        const float a = std::exp(old - top), c = std::exp(lse - top), sum = a + c;
+        for (int64_t x = 0; x < d; ++x)
+          dst[x] = (dst[x] * a + src[x] * c) / sum;
+        s.lse[i] = top + std::log(sum);
+      }
+    }
+  }
+  if (pieces.empty())
+    std::memset(o, 0, static_cast<size_t>(n * d) * sizeof(float));
+  return true;
+}
+
+} // namespace attnc::rt
