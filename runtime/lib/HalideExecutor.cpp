@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <limits>
@@ -27,6 +28,53 @@ void recordError(void *, const char *message) {
   while (!lastHalideError.empty() && lastHalideError.back() == '\n')
     lastHalideError.pop_back();
 }
+
+/// Halide allocates each row block's scores and probabilities (R x the
+/// block's keys, often above glibc's mmap threshold) once per block: fresh
+/// pages and page faults every time. Each thread keeps its last few blocks
+/// instead. A block may be freed by another thread than the one that got it.
+class BlockPool {
+public:
+  ~BlockPool() {
+    for (void *p : free_)
+      std::free(p);
+  }
+  static void *allocate(void *, size_t size) {
+    BlockPool &pool = local();
+    for (size_t x = 0; x < pool.free_.size(); ++x)
+      if (capacity(pool.free_[x]) >= size) {
+        void *base = pool.free_[x];
+        pool.free_.erase(pool.free_.begin() + static_cast<std::ptrdiff_t>(x));
+        return static_cast<char *>(base) + kHeader;
+      }
+    size_t cap = (size + 4095) & ~size_t(4095);
+    void *base = std::aligned_alloc(kHeader, cap + kHeader);
+    if (!base)
+      return nullptr;
+    *static_cast<size_t *>(base) = cap;
+    return static_cast<char *>(base) + kHeader;
+  }
+  static void release(void *, void *p) {
+    if (!p)
+      return;
+    void *base = static_cast<char *>(p) - kHeader;
+    BlockPool &pool = local();
+    if (pool.free_.size() < kKept) {
+      pool.free_.push_back(base);
+      return;
+    }
+    std::free(base);
+  }
+
+private:
+  static constexpr size_t kHeader = 64, kKept = 8;
+  static size_t capacity(void *base) { return *static_cast<size_t *>(base); }
+  static BlockPool &local() {
+    thread_local BlockPool pool;
+    return pool;
+  }
+  std::vector<void *> free_;
+};
 
 /// A halide_buffer_t over memory the caller owns (up to 3 dimensions,
 /// each {min 0, extent, stride}).
@@ -63,12 +111,41 @@ bool HalideCode::load(void *library, std::string &error) {
   generic = reinterpret_cast<Generic>(symbol("attnc_halide_any"));
   setNumThreads = reinterpret_cast<int (*)(int)>(symbol("halide_set_num_threads"));
   using Handler = void (*)(void *, const char *);
+  using Malloc = void *(*)(void *, size_t);
+  using Free = void (*)(void *, void *);
   auto setHandler = reinterpret_cast<Handler (*)(Handler)>(symbol("halide_set_error_handler"));
-  if (!generic || !setNumThreads || !setHandler)
+  auto setMalloc = reinterpret_cast<Malloc (*)(Malloc)>(symbol("halide_set_custom_malloc"));
+  auto setFree = reinterpret_cast<Free (*)(Free)>(symbol("halide_set_custom_free"));
+  if (!generic || !setNumThreads || !setHandler || !setMalloc || !setFree)
     return false;
   setHandler(&recordError);
+  setMalloc(&BlockPool::allocate);
+  setFree(&BlockPool::release);
   return true;
 }
+
+namespace {
+
+/// Appends one block, its keys given ascending with their row masks.
+void appendBlock(HalideBlocks &hb, int64_t chunk, int64_t words, int64_t firstQuery, int64_t queryStride,
+                 int32_t rows, const std::vector<std::pair<int32_t, uint64_t>> &keys) {
+  const int64_t count = static_cast<int64_t>(keys.size());
+  const int64_t chunks = (count + chunk - 1) / chunk;
+  hb.table.insert(hb.table.end(), {static_cast<int32_t>(hb.keys.size()), static_cast<int32_t>(chunks),
+                                   static_cast<int32_t>(firstQuery), static_cast<int32_t>(queryStride)});
+  hb.rows.push_back(rows);
+  hb.maxChunks = std::max(hb.maxChunks, static_cast<int32_t>(chunks));
+  for (int64_t x = 0; x < chunks * chunk; ++x) {
+    hb.keys.push_back(x < count ? keys[x].first : -1);
+    uint64_t mask = x < count ? keys[x].second : 0;
+    for (int64_t w = 0; w < words; ++w)
+      hb.masks.push_back(static_cast<uint32_t>(mask >> (32 * w)));
+  }
+  if (hb.keys.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+    throw std::length_error("the halide backend's key lists exceed 2^31 entries");
+}
+
+} // namespace
 
 std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan, int64_t n) {
   const int64_t R = plan.options.tileRows, chunk = plan.options.tileCols;
@@ -76,39 +153,54 @@ std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan,
   std::vector<std::vector<HalideBlocks>> out(plan.heads.size());
   plan::BlockShape shape;
   plan::BlockTiles tiles;
-  for (size_t h = 0; h < plan.heads.size(); ++h)
+  std::vector<std::pair<int32_t, uint64_t>> keys;
+  auto collect = [&](const plan::BlockSource &src, int64_t b) {
+    src.build(b, shape);
+    tiles.expand(shape);
+    for (size_t x = 0; x < tiles.keys.size(); ++x)
+      keys.emplace_back(tiles.keys[x], tiles.masks[x]);
+  };
+  for (size_t h = 0; h < plan.heads.size(); ++h) {
+    // Every row-tiles piece in one list per row block (as the fused
+    // executor does): their keys are disjoint, so the union is exact and
+    // costs one pass; a relayout piece is its own list of every class.
+    std::vector<plan::BlockSource> rowTiles;
+    for (const plan::Piece &piece : plan.heads[h].pieces)
+      if (piece.strategy == plan::Strategy::RowTiles)
+        rowTiles.emplace_back(plan, piece, n);
+    if (!rowTiles.empty()) {
+      HalideBlocks hb;
+      for (int64_t b = 0; b < rowTiles.front().numBlocks(); ++b) {
+        keys.clear();
+        for (const plan::BlockSource &src : rowTiles)
+          collect(src, b);
+        if (rowTiles.size() > 1)
+          std::sort(keys.begin(), keys.end());
+        appendBlock(hb, chunk, words, rowTiles.front().query(b * R), 1, tiles.rows, keys);
+      }
+      out[h].push_back(std::move(hb));
+    }
     for (const plan::Piece &piece : plan.heads[h].pieces) {
+      if (piece.strategy != plan::Strategy::ResidueRelayout)
+        continue;
       HalideBlocks hb;
       for (int64_t c = 0; c < plan::numClasses(piece, n); ++c) {
         plan::BlockSource src(plan, piece, n, c);
         for (int64_t b = 0; b < src.numBlocks(); ++b) {
-          src.build(b, shape);
-          tiles.expand(shape);
-          const int64_t keys = static_cast<int64_t>(tiles.keys.size());
-          const int64_t chunks = (keys + chunk - 1) / chunk;
-          hb.table.insert(hb.table.end(),
-                          {static_cast<int32_t>(hb.keys.size()), static_cast<int32_t>(chunks),
-                           static_cast<int32_t>(src.query(tiles.firstRow)),
-                           static_cast<int32_t>(src.rowStride())});
-          hb.rows.push_back(tiles.rows);
-          hb.maxChunks = std::max(hb.maxChunks, static_cast<int32_t>(chunks));
-          for (int64_t x = 0; x < chunks * chunk; ++x) {
-            hb.keys.push_back(x < keys ? tiles.keys[x] : -1);
-            uint64_t mask = x < keys ? tiles.masks[x] : 0;
-            for (int64_t w = 0; w < words; ++w)
-              hb.masks.push_back(static_cast<uint32_t>(mask >> (32 * w)));
-          }
-          if (hb.keys.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
-            throw std::length_error("the halide backend's key lists exceed 2^31 entries");
+          keys.clear();
+          collect(src, b);
+          appendBlock(hb, chunk, words, src.query(tiles.firstRow), src.rowStride(), tiles.rows, keys);
         }
       }
-      // The code clamps key positions into the list: never empty.
+      out[h].push_back(std::move(hb));
+    }
+    // The code clamps key positions into the list: never empty.
+    for (HalideBlocks &hb : out[h])
       if (hb.keys.empty()) {
         hb.keys.push_back(-1);
         hb.masks.resize(static_cast<size_t>(words), 0u);
       }
-      out[h].push_back(std::move(hb));
-    }
+  }
   return out;
 }
 

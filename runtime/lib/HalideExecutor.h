@@ -3,10 +3,12 @@
 // The halide backend's kernel file carries Halide 14 code compiled ahead of
 // time (compiler/include/attnc/compiler/HalideGen.h), its own Halide runtime
 // included; this side needs only HalideRuntime.h's buffer struct and never
-// links Halide. Per n, every piece's row blocks (all residue classes of a
-// relayout piece concatenated) become flat arrays the code reads: a block
-// table, the gathered keys padded to whole chunks, and the row masks. Each
-// piece writes its rows with their log-sum-exp; the pieces merge into O.
+// links Halide. Per n, the row blocks become flat arrays the code reads: a
+// block table, the gathered keys padded to whole chunks, and the row masks.
+// A head's row-tiles pieces share one list per row block (their keys are
+// disjoint); each relayout piece is one more list, every residue class's
+// blocks concatenated. Each list writes its rows with their log-sum-exp,
+// and the lists merge into O.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -34,7 +36,7 @@ struct HalideCode {
   bool load(void *library, std::string &error);
 };
 
-/// One piece's row blocks at one n, as the Halide code reads them.
+/// One list of row blocks at one n, as the Halide code reads them.
 struct HalideBlocks {
   int32_t maxChunks = 0;
   std::vector<int32_t> table;  ///< per block: key offset, chunks, first query, query stride
@@ -44,7 +46,7 @@ struct HalideBlocks {
   int64_t numBlocks() const { return static_cast<int64_t>(rows.size()); }
 };
 
-/// Every piece of every distinct head set at one n.
+/// Every list of every distinct head set at one n: [set][list].
 std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan, int64_t n);
 
 /// Per-call scratch: each piece's rows (R x (d + 1) per block) and the

@@ -105,12 +105,13 @@ void define(const Schedule &s, int D, Kernel &in) {
   acc(d, r, b) += prob(r, kk, b) * in.v(d, keyAt(kk));
 
   // A row without keys (its max never left `lowest`) is zeros with
-  // log-sum-exp -inf, so that it merges as nothing.
+  // log-sum-exp -inf, so that it merges as nothing. Per row, once: the
+  // normaliser and the log-sum-exp.
   Expr empty = rowMax(r, b) <= lowest;
-  Expr value = acc(min(c, dim - 1), r, b) / rowSum(r, b);
-  Expr lse = rowMax(r, b) + log(rowSum(r, b));
-  in.out(c, r, b) = select(empty, select(c < dim, 0.0f, -std::numeric_limits<float>::infinity()),
-                           select(c < dim, value, lse));
+  Func rowScale("row_scale"), rowLse("row_lse");
+  rowScale(r, b) = select(empty, 0.0f, 1.0f / rowSum(r, b));
+  rowLse(r, b) = select(empty, -std::numeric_limits<float>::infinity(), rowMax(r, b) + log(rowSum(r, b)));
+  in.out(c, r, b) = select(c < dim, acc(min(c, dim - 1), r, b) * rowScale(r, b), rowLse(r, b));
 
   // Shapes the code may assume.
   in.out.output_buffer().dim(0).set_bounds(0, dim + 1);
@@ -168,6 +169,8 @@ void define(const Schedule &s, int D, Kernel &in) {
     f->compute_at(in.out, b).vectorize(r, 16);
     f->update().reorder(r, rk.x, rk.y).vectorize(r, 16);
   }
+  for (Func *f : {&rowScale, &rowLse})
+    f->compute_at(in.out, b).vectorize(r, 16);
   prob.compute_at(in.out, b);
   prob.update().reorder(r, rk.x, rk.y).vectorize(r, 16);
 }
