@@ -94,15 +94,14 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
                         '\0' +
                         // The generated MLIR: a change in the lowering is a new kernel.
                         codegen::lowerToMlir(ir::canonicalizePattern(*pattern), fe.sources());
-  // A tile shape measured by `attnc tune` for this pattern and machine.
-  if (cg.backend == codegen::Backend::Fused)
-    if (auto tuned = tuning::lookup(cacheDir(options) + "/tuning.db",
-                                    tuning::tuningKey(fe.sourceText(), *pattern,
-                                                      codegen::hostTarget() + codegen::hostFeatureString())))
-      cg.planOptions = tuned->options;
+  // A tile shape or Halide schedule measured by `attnc tune` for this
+  // pattern and machine.
+  codegen::applyTuning(cacheDir(options) + "/tuning.db", fe.sourceText(), *pattern, cg);
   keyText += '\0';
   keyText += "tiles=" + std::to_string(cg.planOptions.tileRows) + "x" +
              std::to_string(cg.planOptions.tileCols);
+  if (cg.backend == codegen::Backend::Halide)
+    keyText += "halide=" + halide::scheduleName(cg.halideSchedule);
   bool useCache = !(options && options->no_cache);
   std::string dir = cacheDir(options);
   std::string path = dir + "/" + pattern->name + "-" + rt::fnv1aHex(keyText) + ".attnk";

@@ -4,6 +4,7 @@
 #include "attnc/attnc.h"
 #include "attnc/compiler/Canonicalize.h"
 #include "attnc/compiler/Plan.h"
+#include "attnc/compiler/Tuning.h"
 #include "attnc/runtime/KernelFile.h"
 #include "mlir/Link.h"
 
@@ -70,6 +71,23 @@ bool halideSharedObject(const halide::Schedule &schedule, std::string &sharedObj
 }
 
 } // namespace
+
+std::string applyTuning(const std::string &dbPath, std::string_view source, const Pattern &pattern,
+                        CodeGenOptions &options) {
+  if (options.backend != Backend::Fused && options.backend != Backend::Halide)
+    return {};
+  auto tuned = tuning::lookup(dbPath, tuning::tuningKey(source, pattern, hostTarget() + hostFeatureString()),
+                              backendName(options.backend));
+  if (!tuned)
+    return {};
+  if (options.backend == Backend::Halide) {
+    if (!halide::parseScheduleName(tuned->schedule, options.halideSchedule))
+      return {};
+    return "Halide schedule " + tuned->schedule;
+  }
+  options.planOptions = tuned->options;
+  return "tiles " + std::to_string(tuned->options.tileRows) + "x" + std::to_string(tuned->options.tileCols);
+}
 
 bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions &options,
                      std::string &bytes, std::string &error) {

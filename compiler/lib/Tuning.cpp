@@ -43,6 +43,10 @@ bool parseLine(const std::string &line, Entry &e) {
     if (eq == std::string::npos)
       return false;
     std::string name = word.substr(0, eq), value = word.substr(eq + 1);
+    if (name == "backend" || name == "schedule") {
+      (name == "backend" ? e.backend : e.schedule) = value;
+      continue;
+    }
     char *end = nullptr;
     double v = std::strtod(value.c_str(), &end);
     if (end == value.c_str() || *end)
@@ -56,7 +60,8 @@ bool parseLine(const std::string &line, Entry &e) {
     else if (name == "gflops")
       e.gflops = v, ++found;
   }
-  return found == 4 && e.options.tileRows >= 1 && e.options.tileRows <= 64 &&
+  return found == 4 && (e.backend == "fused" || (e.backend == "halide" && !e.schedule.empty())) &&
+         e.options.tileRows >= 1 && e.options.tileRows <= 64 &&
          e.options.tileCols >= 1 && e.options.tileCols <= 4096;
 }
 
@@ -71,12 +76,21 @@ std::vector<Entry> readAll(const std::string &path) {
   }
   return out;
 }
+
+void writeLine(std::ostream &os, const Entry &e) {
+  os << e.key << " d=" << e.d << " tile_rows=" << e.options.tileRows << " tile_cols=" << e.options.tileCols
+     << " gflops=" << e.gflops;
+  if (e.backend != "fused")
+    os << " backend=" << e.backend << " schedule=" << e.schedule;
+  os << "\n";
+}
+
 } // namespace
 
-std::optional<Entry> lookup(const std::string &path, const std::string &key) {
+std::optional<Entry> lookup(const std::string &path, const std::string &key, const std::string &backend) {
   std::optional<Entry> found;
   for (const Entry &e : readAll(path))
-    if (e.key == key)
+    if (e.key == key && e.backend == backend)
       found = e;
   return found;
 }
@@ -85,11 +99,9 @@ bool record(const std::string &path, const Entry &entry, std::string &error) {
   std::vector<Entry> all = readAll(path);
   std::ostringstream os;
   for (const Entry &e : all)
-    if (!(e.key == entry.key && e.d == entry.d))
-      os << e.key << " d=" << e.d << " tile_rows=" << e.options.tileRows
-         << " tile_cols=" << e.options.tileCols << " gflops=" << e.gflops << "\n";
-  os << entry.key << " d=" << entry.d << " tile_rows=" << entry.options.tileRows
-     << " tile_cols=" << entry.options.tileCols << " gflops=" << entry.gflops << "\n";
+    if (!(e.key == entry.key && e.d == entry.d && e.backend == entry.backend))
+      writeLine(os, e);
+  writeLine(os, entry);
   std::string dir = path.substr(0, path.rfind('/'));
   std::string partial;
   for (size_t k = 0; k <= dir.size(); ++k) {

@@ -32,14 +32,10 @@ int runCompile(const CompileOptions &opts) {
   std::string bytes, error;
   codegen::CodeGenOptions cg;
   cg.backend = codegen::parseBackend(opts.backend).value_or(codegen::Backend::Fused);
-  if (cg.backend == codegen::Backend::Fused)
-    if (auto tuned = tuning::lookup(tuning::databasePath(),
-                                    tuning::tuningKey(lp->frontend->sourceText(), *lp->pattern,
-                                                      codegen::hostTarget() + codegen::hostFeatureString()))) {
-      cg.planOptions = tuned->options;
-      std::cerr << "using tuned tiles " << tuned->options.tileRows << "x" << tuned->options.tileCols
-                << " from " << tuning::databasePath() << "\n";
-    }
+  if (std::string tuned = codegen::applyTuning(tuning::databasePath(), lp->frontend->sourceText(),
+                                               *lp->pattern, cg);
+      !tuned.empty())
+    std::cerr << "using tuned " << tuned << " from " << tuning::databasePath() << "\n";
   if (!codegen::buildKernelFile(*lp->frontend, *lp->pattern, cg, bytes, error)) {
     std::cerr << "attnc: internal error: code generation failed: " << error << "\n";
     return kExitInternal;

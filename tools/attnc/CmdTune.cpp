@@ -1,11 +1,12 @@
 //===- CmdTune.cpp - attnc tune: measure tile shapes, keep the best -------===//
 //
-// Candidates are the fused plan's tile shapes (rows x keys). One pass over
-// each one's blocks at the requested n gives its exact tile counts; a cost
-// model (pairs computed, tiles, blocks) ranks them and the best few are
-// measured on this machine, always together with the default. The fastest
-// measured shape is recorded in the tuning database, where compile and the
-// JIT find it.
+// Candidates are the fused plan's tile shapes (rows x keys), or with
+// --backend halide the Halide schedule template's parameters (rows per
+// block, key chunk, register tiles). One pass over each one's blocks at the
+// requested n gives its exact tile counts; a cost model (pairs computed,
+// tiles, blocks) ranks them and the best few are measured on this machine,
+// always together with the default. The fastest measured one is recorded in
+// the tuning database, where compile and the JIT find it.
 //
 //===----------------------------------------------------------------------===//
 #include "Common.h"
@@ -13,6 +14,7 @@
 
 #include "attnc/attnc.h"
 #include "attnc/compiler/Analysis.h"
+#include "attnc/compiler/HalideGen.h"
 #include "attnc/compiler/KernelBuilder.h"
 #include "attnc/compiler/Plan.h"
 #include "attnc/compiler/Tuning.h"
@@ -32,14 +34,74 @@ struct TuneOptions {
   int threads = 0;
   int measure = 3;
   int repeat = 3;
+  std::string backend = "fused";
 };
 
 struct Candidate {
   plan::PlanOptions options;
+  halide::Schedule schedule; ///< --backend halide
+  std::string label;
+  bool isDefault = false;
   double model = 0;
   double ms = 0;
   bool measured = false;
 };
+
+std::vector<Candidate> fusedCandidates(const ir::PatternIR &ir, const TuneOptions &opts) {
+  std::vector<Candidate> candidates;
+  const plan::PlanOptions defaults;
+  for (int64_t rows : {16, 32, 64})
+    for (int64_t cols : {16, 24, 32, 48, 64, 128}) {
+      Candidate c;
+      c.options.tileRows = rows;
+      c.options.tileCols = cols;
+      c.label = "tiles " + std::to_string(rows) + "x" + std::to_string(cols);
+      c.isDefault = rows == defaults.tileRows && cols == defaults.tileCols;
+      plan::Plan plan = plan::buildPlan(ir, c.options);
+      // Model, in vector-lane operations: a block fills 1, 2 or 4 vectors of
+      // 16 row lanes (up to 16, 32 or 64 rows), so a tile costs lanes x keys
+      // x d for Q K^T and as much for P V (one vector of rows leaves Q K^T
+      // bound by its key broadcasts: ~1.3x; four load fewer Q^T vectors per
+      // key), plus its softmax update; a row block costs its Q transposes.
+      const int vectors = rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
+      const double lanes = 16.0 * vectors;
+      const double perLane = vectors == 1 ? 1.3 : vectors == 2 ? 1.0 : 0.95;
+      for (const plan::HeadStats &h : plan::planStats(plan, opts.n))
+        for (const plan::PieceStats &st : h.pieces)
+          c.model += 2.0 * lanes * perLane * double(st.executed) / double(rows) * double(opts.d) +
+                     lanes * 40.0 * double(st.tiles) + double(st.blocks) * 2.0 * double(opts.d) * lanes;
+      candidates.push_back(c);
+    }
+  return candidates;
+}
+
+std::vector<Candidate> halideCandidates(const ir::PatternIR &ir, const TuneOptions &opts) {
+  // Register tiles that fill the 32 AVX-512 registers: (row vectors x keys)
+  // score accumulators, and P V tiles of 4 or 6 rows.
+  const std::vector<halide::Schedule> shapes = {
+      {64, 24, 4, 6, 6}, {64, 16, 4, 4, 4}, {64, 32, 4, 4, 6}, {64, 24, 2, 12, 6}, {32, 16, 2, 8, 4},
+      {32, 24, 2, 12, 6}, {32, 32, 2, 8, 6}, {32, 24, 2, 8, 4}, {16, 16, 1, 16, 4}, {16, 32, 1, 16, 6}};
+  const halide::Schedule defaults;
+  std::vector<Candidate> candidates;
+  for (const halide::Schedule &s : shapes) {
+    Candidate c;
+    c.schedule = s;
+    c.options.tileRows = s.rows;
+    c.options.tileCols = s.keyChunk;
+    c.label = "schedule " + halide::scheduleName(s);
+    c.isDefault = halide::scheduleName(s) == halide::scheduleName(defaults);
+    // Model: pairs computed (padded blocks), slower per pair with fewer row
+    // vectors per score tile (each key's broadcast serves fewer rows), plus
+    // a per-block cost (its scratch, Q and the row statistics).
+    const double perPair = s.scoreRowVectors >= 4 ? 1.0 : s.scoreRowVectors == 2 ? 1.08 : 1.3;
+    for (const plan::HeadStats &h : plan::planStats(plan::buildPlan(ir, c.options), opts.n))
+      for (const plan::PieceStats &st : h.pieces)
+        c.model += perPair * double(st.executed) * double(opts.d) * 4.0 +
+                   double(st.blocks) * double(s.rows) * double(opts.d) * 8.0;
+    candidates.push_back(c);
+  }
+  return candidates;
+}
 
 int runTune(const TuneOptions &opts) {
   int exitCode = kExitOk;
@@ -49,35 +111,12 @@ int runTune(const TuneOptions &opts) {
   const Pattern &p = *lp->pattern;
   const int64_t heads = p.headsDeclared ? p.numHeads() : opts.heads;
 
-  std::vector<Candidate> candidates;
-  for (int64_t rows : {16, 32, 64})
-    for (int64_t cols : {16, 24, 32, 48, 64, 128}) {
-      Candidate c;
-      c.options.tileRows = rows;
-      c.options.tileCols = cols;
-      plan::Plan plan = plan::buildPlan(lp->ir, c.options);
-      // Model, in vector-lane operations: a block fills 1, 2 or 4 vectors of
-      // 16 row lanes (up to 16, 32 or 64 rows), so a tile costs lanes x keys
-      // x d for Q K^T and as much for P V (one vector of rows leaves Q K^T
-      // bound by its key broadcasts: ~1.3x; four load fewer Q^T vectors per
-      // key), plus its softmax update; a row block costs its Q transposes.
-      const int vectors = c.options.tileRows <= 16 ? 1 : c.options.tileRows <= 32 ? 2 : 4;
-      const double lanes = 16.0 * vectors;
-      const double perLane = vectors == 1 ? 1.3 : vectors == 2 ? 1.0 : 0.95;
-      for (const plan::HeadStats &h : plan::planStats(plan, opts.n))
-        for (const plan::PieceStats &st : h.pieces)
-          c.model += 2.0 * lanes * perLane * double(st.executed) / double(c.options.tileRows) *
-                         double(opts.d) +
-                     lanes * 40.0 * double(st.tiles) + double(st.blocks) * 2.0 * double(opts.d) * lanes;
-      candidates.push_back(c);
-    }
+  const bool useHalide = opts.backend == "halide";
+  std::vector<Candidate> candidates = useHalide ? halideCandidates(lp->ir, opts) : fusedCandidates(lp->ir, opts);
   std::sort(candidates.begin(), candidates.end(),
             [](const Candidate &a, const Candidate &b) { return a.model < b.model; });
-  plan::PlanOptions defaults;
   for (size_t k = 0; k < candidates.size(); ++k)
-    candidates[k].measured = static_cast<int>(k) < opts.measure ||
-                             (candidates[k].options.tileRows == defaults.tileRows &&
-                              candidates[k].options.tileCols == defaults.tileCols);
+    candidates[k].measured = static_cast<int>(k) < opts.measure || candidates[k].isDefault;
 
   RandomInputs inputs(opts.batch, heads, opts.n, opts.d, 3);
   attnc_run_options ro{0.0f, opts.threads};
@@ -95,7 +134,9 @@ int runTune(const TuneOptions &opts) {
     if (!c.measured)
       continue;
     codegen::CodeGenOptions cg;
+    cg.backend = useHalide ? codegen::Backend::Halide : codegen::Backend::Fused;
     cg.planOptions = c.options;
+    cg.halideSchedule = c.schedule;
     std::string bytes, error;
     attnc_kernel *kernel = nullptr;
     if (!codegen::buildKernelFile(*lp->frontend, p, cg, bytes, error) ||
@@ -111,8 +152,7 @@ int runTune(const TuneOptions &opts) {
       std::cerr << "attnc: error: " << error << "\n";
       return kExitUserError;
     }
-    std::fprintf(stderr, "[%d/%d] tiles %3lldx%-3lld  %8.2f ms  %7.1f GFLOP/s\n", ++done, total,
-                 (long long)c.options.tileRows, (long long)c.options.tileCols, c.ms,
+    std::fprintf(stderr, "[%d/%d] %-28s %8.2f ms  %7.1f GFLOP/s\n", ++done, total, c.label.c_str(), c.ms,
                  flops / (c.ms * 1e6));
   }
   const Candidate *best = nullptr, *def = nullptr;
@@ -121,7 +161,7 @@ int runTune(const TuneOptions &opts) {
       continue;
     if (!best || c.ms < best->ms)
       best = &c;
-    if (c.options.tileRows == defaults.tileRows && c.options.tileCols == defaults.tileCols)
+    if (c.isDefault)
       def = &c;
   }
   tuning::Entry entry;
@@ -130,17 +170,18 @@ int runTune(const TuneOptions &opts) {
   entry.d = opts.d;
   entry.options = best->options;
   entry.gflops = flops / (best->ms * 1e6);
+  entry.backend = opts.backend;
+  if (useHalide)
+    entry.schedule = halide::scheduleName(best->schedule);
   std::string error;
   if (!tuning::record(tuning::databasePath(), entry, error)) {
     std::cerr << "attnc: error: " << error << "\n";
     return kExitUserError;
   }
-  std::printf("best tiles %lldx%lld: %.2f ms, %.1f GFLOP/s (default %lldx%lld: %.2f ms, %.2fx)\n",
-              (long long)best->options.tileRows, (long long)best->options.tileCols, best->ms,
-              entry.gflops, (long long)defaults.tileRows, (long long)defaults.tileCols, def->ms,
-              def->ms / best->ms);
-  std::printf("recorded in %s; attnc compile and the JIT use it for this pattern\n",
-              tuning::databasePath().c_str());
+  std::printf("best %s: %.2f ms, %.1f GFLOP/s (default %s: %.2f ms, %.2fx)\n", best->label.c_str(),
+              best->ms, entry.gflops, def->label.c_str(), def->ms, def->ms / best->ms);
+  std::printf("recorded in %s; attnc compile and the JIT use it for this pattern (--backend %s)\n",
+              tuning::databasePath().c_str(), opts.backend.c_str());
   return kExitOk;
 }
 } // namespace
@@ -148,7 +189,8 @@ int runTune(const TuneOptions &opts) {
 void setupTune(CLI::App &app, int &exitCode) {
   auto opts = std::make_shared<TuneOptions>();
   CLI::App *cmd = app.add_subcommand(
-      "tune", "Measure the fused backend's tile shapes on this machine and record the fastest");
+      "tune", "Measure the fused backend's tile shapes (or the halide backend's schedules) on "
+              "this machine and record the fastest");
   addPatternOptions(*cmd, opts->pattern);
   cmd->add_option("--n", opts->n, "Sequence length to tune for")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("--d", opts->d, "Head dimension")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
@@ -156,6 +198,11 @@ void setupTune(CLI::App &app, int &exitCode) {
   cmd->add_option("--heads", opts->heads, "Heads (a pattern that declares its heads uses its own count)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--backend", opts->backend,
+                  "fused: tile shapes (rows x keys); halide: Halide schedules (rows per block, key "
+                  "chunk, register tiles; each candidate compiles in a few seconds)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fused", "halide"}));
   cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
   cmd->add_option("--measure", opts->measure,
                   "How many of the cost model's best candidates to measure (the default shape is "
@@ -166,7 +213,8 @@ void setupTune(CLI::App &app, int &exitCode) {
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
   cmd->footer(examplesFooter({"attnc tune patterns/fixed.attn --n 16384 --d 64",
-                              "attnc tune patterns/strided.attn --n 4096 --d 128 --measure 5"}));
+                              "attnc tune patterns/strided.attn --n 4096 --d 128 --measure 5",
+                              "attnc tune patterns/strided.attn --n 16384 --backend halide"}));
   cmd->callback([opts, &exitCode] { exitCode = runTune(*opts); });
 }
 

@@ -7,7 +7,10 @@
 // ~/.cache/attnc), one entry per line:
 //
 //   KEY d=64 tile_rows=32 tile_cols=32 gflops=160.3
+//   KEY d=64 tile_rows=64 tile_cols=24 gflops=301.0 backend=halide schedule=r64-k24-s4x6-o6
 //
+// (a line without `backend` is the fused backend's). Each backend has its
+// own winner per key and d.
 // and is rewritten atomically. A malformed line is ignored.
 //
 //===----------------------------------------------------------------------===//
@@ -26,6 +29,8 @@ struct Entry {
   int64_t d = 0;
   plan::PlanOptions options;
   double gflops = 0;
+  std::string backend = "fused"; ///< "fused" or "halide"
+  std::string schedule;          ///< halide: the schedule's name (halide::scheduleName)
 };
 
 /// The cache directory the JIT and the tuner share.
@@ -37,9 +42,10 @@ std::string databasePath();
 /// values, the dtype and the host (target and CPU features).
 std::string tuningKey(std::string_view source, const Pattern &pattern, const std::string &host);
 
-/// The recorded entry for `key` (the last one written), if any.
-std::optional<Entry> lookup(const std::string &path, const std::string &key);
-/// Records `entry`, replacing an entry with the same key and d.
+/// The recorded entry for `key` and `backend` (the last one written), if any.
+std::optional<Entry> lookup(const std::string &path, const std::string &key,
+                            const std::string &backend = "fused");
+/// Records `entry`, replacing an entry with the same key, d and backend.
 bool record(const std::string &path, const Entry &entry, std::string &error);
 
 } // namespace attnc::tuning
