@@ -2,8 +2,12 @@
 #include "Common.h"
 
 #include "attnc/compiler/CodeGen.h"
+#include "attnc/compiler/HalideGen.h"
+#include "attnc/compiler/KernelBuilder.h"
 #include "attnc/compiler/Plan.h"
+#include "attnc/compiler/Tuning.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
@@ -15,6 +19,8 @@ struct EmitOptions {
   std::string stage;
   std::string output;
   int64_t n = 0;
+  int64_t d = 64;
+  std::string schedule;
 };
 
 int runEmit(const EmitOptions &opts) {
@@ -34,6 +40,31 @@ int runEmit(const EmitOptions &opts) {
   case Stage::Plan:
     text = plan::printPlan(plan::buildPlan(lp->ir), opts.n);
     break;
+  case Stage::Halide: {
+    // The schedule: --schedule, else a tuned one, else the default.
+    codegen::CodeGenOptions cg;
+    cg.backend = codegen::Backend::Halide;
+    if (opts.schedule.empty())
+      codegen::applyTuning(tuning::databasePath(), lp->frontend->sourceText(), *lp->pattern, cg);
+    else if (!halide::parseScheduleName(opts.schedule, cg.halideSchedule)) {
+      std::cerr << "attnc: error: --schedule '" << opts.schedule
+                << "' is not a valid schedule (rROWS-kCHUNK-sVECTORSxKEYS-oROWS, e.g. "
+                << halide::scheduleName({}) << ")\n";
+      return kExitUsage;
+    }
+    const bool specialised = std::count(halide::specialisedDims().begin(), halide::specialisedDims().end(),
+                                        static_cast<int>(opts.d)) > 0;
+    std::string error;
+    if (!halide::loweredStatement(cg.halideSchedule, specialised ? static_cast<int>(opts.d) : 0, text,
+                                  error)) {
+      std::cerr << "attnc: internal error: " << error << "\n";
+      return kExitInternal;
+    }
+    text = "// Halide schedule " + halide::scheduleName(cg.halideSchedule) + ", entry point " +
+           halide::entryName(specialised ? static_cast<int>(opts.d) : 0) + ", target " +
+           halide::targetString() + "\n" + text;
+    break;
+  }
   case Stage::Mlir:
   case Stage::Llvm:
   case Stage::Asm: {
@@ -69,18 +100,29 @@ void setupEmit(CLI::App &app, int &exitCode) {
   addPatternOptions(*cmd, opts->pattern);
   cmd->add_option("--stage", opts->stage,
                   "ast: the parsed syntax tree; ir: the canonical pattern IR (generators per "
-                  "head); plan: the fused backend's disjoint pieces, layouts and tiles; mlir: the sparse-tensor dialect form (verifies with mlir-opt-19); "
-                  "llvm: optimised LLVM IR; asm: host assembly")
+                  "head); plan: the fused backend's disjoint pieces, layouts and tiles; halide: the "
+                  "halide backend's loop nests (Halide's lowered statement after scheduling); mlir: "
+                  "the sparse-tensor dialect form (verifies with mlir-opt-19); llvm: optimised LLVM "
+                  "IR; asm: host assembly")
       ->required()
-      ->check(CLI::IsMember({"ast", "ir", "plan", "mlir", "llvm", "asm"}));
+      ->check(CLI::IsMember({"ast", "ir", "plan", "halide", "mlir", "llvm", "asm"}));
   cmd->add_option("--n", opts->n,
                   "With --stage plan: also report each piece's tiles and executed/useful work at "
                   "this length")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+  cmd->add_option("--d", opts->d,
+                  "With --stage halide: the head dimension (32, 64 and 128 have their own code; "
+                  "others show the generic entry point)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd->add_option("--schedule", opts->schedule,
+                  "With --stage halide: a schedule such as r32-k16-s2x8-o4 (default: the tuned one, "
+                  "else r64-k24-s4x6-o6)");
   cmd->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
   cmd->footer(examplesFooter({"attnc emit patterns/fixed.attn --stage ir",
                               "attnc emit patterns/strided.attn --stage ast -o strided.ast",
                               "attnc emit patterns/strided.attn --stage plan --n 16384",
+                              "attnc emit patterns/fixed.attn --stage halide --d 64",
                               "attnc emit patterns/fixed.attn --stage mlir | mlir-opt-19"}));
   cmd->callback([opts, &exitCode] { exitCode = runEmit(*opts); });
 }
