@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 namespace attnc::test {
 namespace {
@@ -88,7 +89,7 @@ TEST(CliBench, ReportsEveryBackendSideBySide) {
   ASSERT_EQ(r.exitCode, 0) << r.err;
   Json doc = parseJson(r.out);
   EXPECT_EQ(doc["n"].integer, 200);
-  ASSERT_EQ(doc["results"].array.size(), 3u);
+  ASSERT_EQ(doc["results"].array.size(), 4u);
   std::vector<std::string> names;
   for (const Json &row : doc["results"].array) {
     names.push_back(row["backend"].string);
@@ -96,15 +97,54 @@ TEST(CliBench, ReportsEveryBackendSideBySide) {
     EXPECT_GT(row["gflops"].number, 0);
     EXPECT_GE(row["executed_over_useful"].number, 1.0);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"fused", "sparsifier", "dense"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"fused", "halide", "sparsifier", "dense"}));
   int64_t nnz = 0; // the strided pairs, counted by hand
   for (int64_t i = 0; i < 200; ++i)
     for (int64_t j = 0; j <= i; ++j)
       nnz += j >= i - 8 || (i - j) % 8 == 0;
   EXPECT_EQ(doc["nnz_per_head"].integer, nnz);
   // The dense baseline computes all n^2 pairs.
-  EXPECT_NEAR(doc["results"].array[2]["executed_over_useful"].number, 200.0 * 200.0 / double(nnz),
+  EXPECT_NEAR(doc["results"].array[3]["executed_over_useful"].number, 200.0 * 200.0 / double(nnz),
               1e-3);
+}
+
+TEST(CliRun, HalideKernelFileRunsAndChecks) {
+  ScratchDir dir;
+  std::string env = "ATTNC_CACHE_DIR=" + dir.path();
+  ASSERT_EQ(attnc("compile " + libraryPattern("strided") + " -D l=8 --backend halide -o " + dir.file("k.attnk"),
+                  env)
+                .exitCode,
+            0);
+  std::string q = zerosNpy(dir, "q.npy", "(1, 2, 70, 32)", 2 * 70 * 32);
+  CommandResult r = attnc("run " + dir.file("k.attnk") + " --q " + q + " --k " + q + " --v " + q +
+                              " -o " + dir.file("o.npy") + " --check",
+                          env);
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("max abs error"), std::string::npos) << r.out;
+}
+
+TEST(CliTune, HalideScheduleIsRecordedAndUsedByCompile) {
+  ScratchDir dir;
+  std::string env = "ATTNC_CACHE_DIR=" + dir.path();
+  CommandResult tune = attnc("tune " + libraryPattern("strided") +
+                                 " -D l=8 --n 300 --d 32 --heads 2 --backend halide --measure 1 --repeat 1",
+                             env);
+  ASSERT_EQ(tune.exitCode, 0) << tune.err;
+  EXPECT_NE(tune.out.find("best schedule r"), std::string::npos) << tune.out;
+  std::ifstream db(dir.file("tuning.db"));
+  std::string line;
+  ASSERT_TRUE(std::getline(db, line));
+  EXPECT_NE(line.find("backend=halide schedule=r"), std::string::npos) << line;
+  CommandResult compile = attnc("compile " + libraryPattern("strided") + " -D l=8 --backend halide -o " +
+                                    dir.file("k.attnk"),
+                                env);
+  ASSERT_EQ(compile.exitCode, 0) << compile.err;
+  EXPECT_NE(compile.err.find("using tuned Halide schedule r"), std::string::npos) << compile.err;
+  // The fused backend has no winner recorded for this pattern.
+  CommandResult fused =
+      attnc("compile " + libraryPattern("strided") + " -D l=8 -o " + dir.file("f.attnk"), env);
+  ASSERT_EQ(fused.exitCode, 0) << fused.err;
+  EXPECT_EQ(fused.err.find("using tuned"), std::string::npos) << fused.err;
 }
 
 TEST(CliTune, RecordedShapeIsUsedByCompileForTheSameInstanceOnly) {

@@ -556,6 +556,22 @@ TEST(CliEmit, AstAndIrOfEveryLibraryPatternExitZero) {
     }
 }
 
+TEST(CliEmit, HalideStageIsTheScheduledLoopNest) {
+  CommandResult r = attnc("emit " + libraryPattern("fixed") + " --stage halide --d 64");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("// Halide schedule r64-k24-s4x6-o6, entry point attnc_halide_d64", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("produce masked"), std::string::npos);
+  EXPECT_NE(r.out.find("parallel"), std::string::npos);
+  CommandResult generic = attnc("emit " + libraryPattern("fixed") +
+                                " --stage halide --d 33 --schedule r32-k16-s2x8-o4");
+  ASSERT_EQ(generic.exitCode, 0) << generic.err;
+  EXPECT_EQ(generic.out.rfind("// Halide schedule r32-k16-s2x8-o4, entry point attnc_halide_any", 0), 0u)
+      << generic.out;
+  CommandResult bad = attnc("emit " + libraryPattern("fixed") + " --stage halide --schedule r48-k16-s2x8-o4");
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("not a valid schedule"), std::string::npos) << bad.err;
+}
+
 TEST(CliEmit, UnknownStageIsAUsageError) {
   EXPECT_EQ(attnc("emit " + libraryPattern("fixed") + " --stage bogus").exitCode, 2);
   EXPECT_EQ(attnc("emit " + libraryPattern("fixed")).exitCode, 2); // --stage is required

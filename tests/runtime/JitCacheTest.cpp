@@ -241,5 +241,62 @@ TEST(Tuning, JitUsesTheTunedTileShape) {
   attnc_kernel_free(k);
 }
 
+TEST(Tuning, EachBackendKeepsItsOwnWinner) {
+  ScratchDir dir;
+  std::string db = dir.path() + "/tuning.db", error;
+  tuning::Entry fused;
+  fused.key = "strided-77";
+  fused.d = 64;
+  fused.options = {16, 24};
+  fused.gflops = 180;
+  tuning::Entry halide = fused;
+  halide.backend = "halide";
+  halide.schedule = "r32-k16-s2x8-o4";
+  halide.options = {32, 16};
+  ASSERT_TRUE(tuning::record(db, fused, error)) << error;
+  ASSERT_TRUE(tuning::record(db, halide, error)) << error;
+  auto f = tuning::lookup(db, "strided-77"), h = tuning::lookup(db, "strided-77", "halide");
+  ASSERT_TRUE(f && h);
+  EXPECT_EQ(f->options.tileRows, 16);
+  EXPECT_EQ(f->backend, "fused");
+  EXPECT_EQ(h->schedule, "r32-k16-s2x8-o4");
+  EXPECT_EQ(h->options.tileRows, 32);
+  // A halide line without a schedule is malformed.
+  std::ofstream(db, std::ios::app) << "strided-77 d=64 tile_rows=64 tile_cols=24 gflops=1 backend=halide\n";
+  EXPECT_EQ(tuning::lookup(db, "strided-77", "halide")->schedule, "r32-k16-s2x8-o4");
+}
+
+TEST(Tuning, JitUsesTheTunedHalideSchedule) {
+  ScratchDir dir;
+  Frontend fe;
+  ASSERT_TRUE(fe.parseFile(patternPath("strided")) && fe.analyze(SemaOptions{{Define{"l", 8}}}));
+  tuning::Entry e;
+  e.key = tuning::tuningKey(fe.sourceText(), fe.patterns().front(),
+                            codegen::hostTarget() + codegen::hostFeatureString());
+  e.d = 16;
+  e.options = {32, 16};
+  e.backend = "halide";
+  e.schedule = "r32-k16-s2x8-o4";
+  std::string error;
+  ASSERT_TRUE(tuning::record(dir.path() + "/tuning.db", e, error)) << error;
+  const char *defines[] = {"l=8"};
+  attnc_jit_options options{defines, 1, nullptr, dir.path().c_str(), 0, "halide"};
+  attnc_kernel *k = nullptr;
+  ASSERT_EQ(attnc_jit_compile_file(patternPath("strided").c_str(), &options, &k), ATTNC_OK)
+      << attnc_last_error();
+  EXPECT_STREQ(attnc_kernel_metadata(k, "halide_schedule"), "r32-k16-s2x8-o4");
+  EXPECT_STREQ(attnc_kernel_metadata(k, "tile_rows"), "32");
+  int64_t n = 301, d = 16;
+  std::vector<float> q = randomFloats(n * d, 4, 1), kk = randomFloats(n * d, 5, 1),
+                     v = randomFloats(n * d, 6, 1), o(n * d);
+  attnc_tensor tq = view(q, 1, 1, n, d), tk = view(kk, 1, 1, n, d), tv = view(v, 1, 1, n, d),
+               to = view(o, 1, 1, n, d);
+  ASSERT_EQ(attnc_run(k, &tq, &tk, &tv, &to, nullptr), ATTNC_OK) << attnc_last_error();
+  std::vector<float> ref = referenceFromOracle(patternPath("strided"), {"l=8"}, q, kk, v, 1, 1, n, d);
+  for (size_t x = 0; x < o.size(); ++x)
+    ASSERT_NEAR(o[x], ref[x], 1e-4);
+  attnc_kernel_free(k);
+}
+
 } // namespace
 } // namespace attnc::test
