@@ -31,7 +31,7 @@ for c in "${cases[@]}"; do
   shift
   for n in $ns; do
     for d in $ds; do
-      backends=fused,sparsifier
+      backends=fused,halide,sparsifier
       if [ "$n" -le "$dense_max" ]; then backends=$backends,dense; fi
       "$attnc" bench "patterns/$name.attn" "$@" --n "$n" --d "$d" --batch 1 --heads 8 \
         --threads "$threads" --repeat "$repeat" --backend "$backends" --json >> "$tmp"
@@ -41,8 +41,8 @@ done
 python3 - "$tmp" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-print("| pattern | n | d | fused ms | fused GFLOP/s | fused exec/useful | sparsifier ms | sparsifier GFLOP/s | dense ms | dense GFLOP/s | dense exec/useful | fused vs sparsifier | fused vs dense |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| pattern | n | d | fused ms | fused GFLOP/s | fused exec/useful | halide ms | halide GFLOP/s | halide exec/useful | sparsifier ms | sparsifier GFLOP/s | dense ms | dense GFLOP/s | dense exec/useful | fused vs halide | fused vs sparsifier | fused vs dense |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     res = {x["backend"]: x for x in r["results"]}
     def cell(b, key, fmt):
@@ -55,7 +55,8 @@ for r in rows:
             return "—"
         return "%.1fx" % (res[b]["ms"] / res["fused"]["ms"])
     print(f"| {r['pattern']} | {r['n']} | {r['d']} | {cell('fused','ms','%.2f')} | {cell('fused','gflops','%.1f')} | "
-          f"{cell('fused','executed_over_useful','%.2f')} | {cell('sparsifier','ms','%.2f')} | {cell('sparsifier','gflops','%.1f')} | "
+          f"{cell('fused','executed_over_useful','%.2f')} | {cell('halide','ms','%.2f')} | {cell('halide','gflops','%.1f')} | "
+          f"{cell('halide','executed_over_useful','%.2f')} | {cell('sparsifier','ms','%.2f')} | {cell('sparsifier','gflops','%.1f')} | "
           f"{cell('dense','ms','%.1f')} | {cell('dense','gflops','%.1f')} | {cell('dense','executed_over_useful','%.1f')} | "
-          f"{ratio('sparsifier')} | {ratio('dense')} |")
+          f"{ratio('halide')} | {ratio('sparsifier')} | {ratio('dense')} |")
 PY

@@ -31,21 +31,6 @@ attnc_status jitFail(attnc_status status, const std::string &message) {
   return status;
 }
 
-bool makeDirs(const std::string &path, std::string &error) {
-  std::string partial;
-  for (size_t k = 0; k <= path.size(); ++k) {
-    if (k == path.size() || path[k] == '/') {
-      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-        error = "cannot create cache directory '" + partial + "': " + std::strerror(errno);
-        return false;
-      }
-    }
-    if (k < path.size())
-      partial += path[k];
-  }
-  return true;
-}
-
 std::string cacheDir(const attnc_jit_options *options) {
   if (options && options->cache_dir && *options->cache_dir)
     return options->cache_dir;
@@ -137,7 +122,7 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
     unlink(tmpl);
     return s;
   }
-  if (!makeDirs(dir, error) || !rt::writeFileAtomically(path, bytes, error))
+  if (!rt::makeDirectories(dir, error) || !rt::writeFileAtomically(path, bytes, error))
     return jitFail(ATTNC_ERROR_IO, error);
   return attnc_kernel_load(path.c_str(), out);
 }

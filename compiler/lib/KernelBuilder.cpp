@@ -49,12 +49,16 @@ const std::vector<std::string> &backendNames() {
 
 namespace {
 
-/// The Halide code of a schedule: it does not depend on the pattern, so a
-/// process compiles each schedule once (a compilation takes seconds).
+/// The Halide code of a schedule. It does not depend on the pattern and a
+/// compilation takes seconds, so it is kept in memory for the process and
+/// on disk in $ATTNC_CACHE_DIR/halide (else ~/.cache/attnc/halide), keyed by
+/// the schedule, this compiler's build, the Halide target and the ABI. A
+/// cached file is the hash of the code, a newline, then the code; one whose
+/// hash does not match is rebuilt.
 bool halideSharedObject(const halide::Schedule &schedule, std::string &sharedObject, std::string &error) {
   static std::mutex mutex;
   static std::map<std::string, std::string> built;
-  std::string name = halide::scheduleName(schedule);
+  const std::string name = halide::scheduleName(schedule);
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (auto it = built.find(name); it != built.end()) {
@@ -62,14 +66,29 @@ bool halideSharedObject(const halide::Schedule &schedule, std::string &sharedObj
       return true;
     }
   }
-  std::vector<std::string> objects;
-  if (!halide::compileObjects(schedule, objects, error) || !linkSharedObject(objects, sharedObject, error))
-    return false;
+  const std::string dir = tuning::cacheDirectory() + "/halide";
+  const std::string path = dir + "/" + name + "-" +
+                           rt::fnv1aHex(std::string(compilerVersion()) + '\0' + halide::targetString() +
+                                        '\0' + std::to_string(ATTNC_ABI_VERSION)) +
+                           ".so";
+  std::string cached, ignored;
+  if (rt::readFileBytes(path, cached, ignored)) {
+    size_t newline = cached.find('\n');
+    if (newline != std::string::npos && cached.compare(0, newline, rt::fnv1aHex(cached.substr(newline + 1))) == 0)
+      sharedObject = cached.substr(newline + 1);
+  }
+  if (sharedObject.empty()) {
+    std::vector<std::string> objects;
+    if (!halide::compileObjects(schedule, objects, error) || !linkSharedObject(objects, sharedObject, error))
+      return false;
+    // A cache that cannot be written only costs the next process a compilation.
+    if (rt::makeDirectories(dir, ignored))
+      rt::writeFileAtomically(path, rt::fnv1aHex(sharedObject) + "\n" + sharedObject, ignored);
+  }
   std::lock_guard<std::mutex> lock(mutex);
   built.emplace(name, sharedObject);
   return true;
 }
-
 } // namespace
 
 std::string applyTuning(const std::string &dbPath, std::string_view source, const Pattern &pattern,

@@ -102,17 +102,8 @@ bool record(const std::string &path, const Entry &entry, std::string &error) {
     if (!(e.key == entry.key && e.d == entry.d && e.backend == entry.backend))
       writeLine(os, e);
   writeLine(os, entry);
-  std::string dir = path.substr(0, path.rfind('/'));
-  std::string partial;
-  for (size_t k = 0; k <= dir.size(); ++k) {
-    if ((k == dir.size() || dir[k] == '/') && !partial.empty())
-      if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
-        error = "cannot create '" + partial + "': " + std::strerror(errno);
-        return false;
-      }
-    if (k < dir.size())
-      partial += dir[k];
-  }
+  if (!rt::makeDirectories(path.substr(0, path.rfind('/')), error))
+    return false;
   return rt::writeFileAtomically(path, os.str(), error);
 }
 

@@ -208,4 +208,18 @@ bool writeFileAtomically(const std::string &path, const std::string &bytes, std:
   return true;
 }
 
+bool makeDirectories(const std::string &path, std::string &error) {
+  std::string partial;
+  for (size_t k = 0; k <= path.size(); ++k) {
+    if ((k == path.size() || path[k] == '/') && !partial.empty() && mkdir(partial.c_str(), 0755) != 0 &&
+        errno != EEXIST) {
+      error = "cannot create directory '" + partial + "': " + std::strerror(errno);
+      return false;
+    }
+    if (k < path.size())
+      partial += path[k];
+  }
+  return true;
+}
+
 } // namespace attnc::rt

@@ -115,17 +115,20 @@ int runBench(const BenchOptions &opts) {
       continue;
     }
     row.ms = medianRunMs(kernel, inputs, ro, opts.repeat, row.error);
+    // The tiles the kernel was built with (a tuned shape or schedule).
+    plan::PlanOptions tiles;
+    if (const char *r = attnc_kernel_metadata(kernel, "tile_rows"))
+      tiles.tileRows = std::atoll(r);
+    if (const char *c = attnc_kernel_metadata(kernel, "tile_cols"))
+      tiles.tileCols = std::atoll(c);
     attnc_kernel_free(kernel);
     if (row.ms < 0) {
       rows.push_back(row);
       continue;
     }
     row.gflops = usefulFlops / (row.ms * 1e6);
-    if (backend == "fused")
-      row.waste = plan::executedOverUseful(fusedStats);
-    else if (backend == "halide")
-      row.waste = plan::executedOverUseful(plan::planStats(
-          plan::buildPlan(lp->ir, {halide::Schedule{}.rows, halide::Schedule{}.keyChunk}), opts.n));
+    if (backend == "fused" || backend == "halide")
+      row.waste = plan::executedOverUseful(plan::planStats(plan::buildPlan(lp->ir, tiles), opts.n));
     else if (backend == "dense")
       row.waste = plan::executedOverUseful(plan::denseStats(plan, opts.n));
     row.ok = true;

@@ -46,4 +46,7 @@ bool readFileBytes(const std::string &path, std::string &out, std::string &error
 /// rename over `path`. Concurrent writers of the same content are safe.
 bool writeFileAtomically(const std::string &path, const std::string &bytes, std::string &error);
 
+/// Creates `path` and its missing parents (mkdir -p); false and `error` on failure.
+bool makeDirectories(const std::string &path, std::string &error);
+
 } // namespace attnc::rt
