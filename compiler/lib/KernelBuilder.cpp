@@ -52,7 +52,8 @@ namespace {
 /// The Halide code of a schedule. It does not depend on the pattern and a
 /// compilation takes seconds, so it is kept in memory for the process and
 /// on disk in $ATTNC_CACHE_DIR/halide (else ~/.cache/attnc/halide), keyed by
-/// the schedule, this compiler's build, the Halide target and the ABI. A
+/// the schedule, this compiler's and code generator's builds, the Halide
+/// target and the ABI. A
 /// cached file is the hash of the code, a newline, then the code; one whose
 /// hash does not match is rebuilt.
 bool halideSharedObject(const halide::Schedule &schedule, std::string &sharedObject, std::string &error) {
@@ -68,7 +69,8 @@ bool halideSharedObject(const halide::Schedule &schedule, std::string &sharedObj
   }
   const std::string dir = tuning::cacheDirectory() + "/halide";
   const std::string path = dir + "/" + name + "-" +
-                           rt::fnv1aHex(std::string(compilerVersion()) + '\0' + halide::targetString() +
+                           rt::fnv1aHex(std::string(compilerVersion()) + '\0' + halide::generatorStamp() + '\0' +
+                                        halide::targetString() +
                                         '\0' + std::to_string(ATTNC_ABI_VERSION)) +
                            ".so";
   std::string cached, ignored;

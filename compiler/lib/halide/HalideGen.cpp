@@ -24,6 +24,7 @@
 
 #include "Halide.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <mutex>
@@ -130,7 +131,10 @@ void define(const Schedule &s, int D, Kernel &in) {
   // The schedule template.
   const TailStrategy tail = TailStrategy::GuardWithIf;
   Var ro("ro"), ri("ri"), co("co"), ci("ci"), dO("do"), di("di");
-  in.out.split(r, ro, ri, s.outRows)
+  // The P V tile holds outRows x d / 16 accumulators: fewer rows for a wide
+  // d, so that they stay within 24 of the 32 registers (d = 128: 3 rows).
+  const int outRows = generic ? s.outRows : std::max(1, std::min(s.outRows, 24 / ((D + 15) / 16)));
+  in.out.split(r, ro, ri, outRows)
       .split(c, co, ci, 16, tail)
       .reorder(ci, co, ri, ro, b)
       .vectorize(ci)
@@ -253,6 +257,8 @@ const std::vector<int> &specialisedDims() {
 }
 
 std::string entryName(int d) { return d ? "attnc_halide_d" + std::to_string(d) : "attnc_halide_any"; }
+
+const char *generatorStamp() { return "attnc-halidegen (built " __DATE__ " " __TIME__ ", Halide 14)"; }
 
 const char *targetString() { return "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41"; }
 

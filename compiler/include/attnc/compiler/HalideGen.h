@@ -55,6 +55,10 @@ const std::vector<int> &specialisedDims();
 /// The entry point of the code for head dimension d (0: the generic one).
 std::string entryName(int d);
 
+/// Identifies this code generator's build (cache keys of compiled schedules
+/// and of halide kernels change whenever it is rebuilt).
+const char *generatorStamp();
+
 /// The pinned target (LLVM 14's `host` detection misreads newer CPUs).
 const char *targetString();
 
