@@ -180,6 +180,20 @@ TEST(Jit, MissingFileIsAnIoError) {
 namespace attnc::test {
 namespace {
 
+/// Runs one [1, 1, n, d] slice through `kernel` and compares it with the
+/// oracle-built reference of the library pattern `file`.
+void expectMatchesOracle(attnc_kernel *kernel, const char *file, const std::vector<std::string> &defines,
+                         int64_t n, int64_t d, uint32_t seed) {
+  std::vector<float> q = randomFloats(n * d, seed, 1), k = randomFloats(n * d, seed + 1, 1),
+                     v = randomFloats(n * d, seed + 2, 1), o(n * d);
+  attnc_tensor tq = view(q, 1, 1, n, d), tk = view(k, 1, 1, n, d), tv = view(v, 1, 1, n, d),
+               to = view(o, 1, 1, n, d);
+  ASSERT_EQ(attnc_run(kernel, &tq, &tk, &tv, &to, nullptr), ATTNC_OK) << attnc_last_error();
+  std::vector<float> ref = referenceFromOracle(patternPath(file), defines, q, k, v, 1, 1, n, d);
+  for (size_t x = 0; x < o.size(); ++x)
+    ASSERT_NEAR(o[x], ref[x], 1e-4) << "element " << x;
+}
+
 TEST(Tuning, RecordedShapeIsFoundAndReplaced) {
   ScratchDir dir;
   std::string db = dir.path() + "/tuning.db";
@@ -229,15 +243,7 @@ TEST(Tuning, JitUsesTheTunedTileShape) {
   ASSERT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_OK);
   EXPECT_STREQ(attnc_kernel_metadata(k, "tile_cols"), "48");
   // And the tuned kernel still computes the right thing.
-  int64_t n = 300, d = 8;
-  std::vector<float> q = randomFloats(n * d, 1, 1), kk = randomFloats(n * d, 2, 1),
-                     v = randomFloats(n * d, 3, 1), o(n * d);
-  attnc_tensor tq = view(q, 1, 1, n, d), tk = view(kk, 1, 1, n, d), tv = view(v, 1, 1, n, d),
-               to = view(o, 1, 1, n, d);
-  ASSERT_EQ(attnc_run(k, &tq, &tk, &tv, &to, nullptr), ATTNC_OK);
-  std::vector<float> ref = referenceFromOracle(patternPath("fixed"), {}, q, kk, v, 1, 1, n, d);
-  for (size_t x = 0; x < o.size(); ++x)
-    ASSERT_NEAR(o[x], ref[x], 1e-4);
+  expectMatchesOracle(k, "fixed", {}, 300, 8, 1);
   attnc_kernel_free(k);
 }
 
@@ -286,15 +292,7 @@ TEST(Tuning, JitUsesTheTunedHalideSchedule) {
       << attnc_last_error();
   EXPECT_STREQ(attnc_kernel_metadata(k, "halide_schedule"), "r32-k16-s2x8-o4");
   EXPECT_STREQ(attnc_kernel_metadata(k, "tile_rows"), "32");
-  int64_t n = 301, d = 16;
-  std::vector<float> q = randomFloats(n * d, 4, 1), kk = randomFloats(n * d, 5, 1),
-                     v = randomFloats(n * d, 6, 1), o(n * d);
-  attnc_tensor tq = view(q, 1, 1, n, d), tk = view(kk, 1, 1, n, d), tv = view(v, 1, 1, n, d),
-               to = view(o, 1, 1, n, d);
-  ASSERT_EQ(attnc_run(k, &tq, &tk, &tv, &to, nullptr), ATTNC_OK) << attnc_last_error();
-  std::vector<float> ref = referenceFromOracle(patternPath("strided"), {"l=8"}, q, kk, v, 1, 1, n, d);
-  for (size_t x = 0; x < o.size(); ++x)
-    ASSERT_NEAR(o[x], ref[x], 1e-4);
+  expectMatchesOracle(k, "strided", {"l=8"}, 301, 16, 4);
   attnc_kernel_free(k);
 }
 
