@@ -19,10 +19,12 @@
 #include "FusedExecutor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include <immintrin.h>
 
@@ -89,9 +91,40 @@ RunBlock blockKernel() {
 }
 } // namespace
 
+namespace {
+
+/// Runs `body(worker scratch, item)` for items [0, count) on the calling
+/// thread and `threads - 1` helpers, handing out items in order. The calling
+/// thread uses `s`; helper w uses s.helpers[w].
+template <typename Body>
+void forEachItem(int64_t count, int threads, FusedScratch &s, Body &&body) {
+  threads = static_cast<int>(std::min<int64_t>(threads, count));
+  if (threads <= 1) {
+    for (int64_t item = 0; item < count; ++item)
+      body(s, item);
+    return;
+  }
+  if (s.helpers.size() < static_cast<size_t>(threads - 1))
+    s.helpers.resize(static_cast<size_t>(threads - 1));
+  std::atomic<int64_t> next{0};
+  auto work = [&](FusedScratch &ws) {
+    for (int64_t item = next++; item < count; item = next++)
+      body(ws, item);
+  };
+  std::vector<std::thread> pool;
+  for (int w = 1; w < threads; ++w)
+    pool.emplace_back(work, std::ref(s.helpers[static_cast<size_t>(w - 1)]));
+  work(s);
+  for (std::thread &t : pool)
+    t.join();
+}
+
+} // namespace
+
 void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
                   const plan::HeadShapes *cached, int64_t n, int64_t d, const float *q,
-                  const float *k, const float *v, float *o, float scale, FusedScratch &s) {
+                  const float *k, const float *v, float *o, float scale, FusedScratch &s,
+                  int threads) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   bool relayout = false;
   for (const plan::Piece &piece : head.pieces)
@@ -100,7 +133,8 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
   // the only pass, the output slice is the accumulator and each block
   // normalises its rows while they are in cache; with a relayout pass after
   // them, a per-thread scratch accumulator (reused, so warm) is normalised
-  // into the output at the end.
+  // into the output at the end. Blocks of one pass (and residue classes)
+  // own disjoint rows, so several threads share the state arrays.
   s.rowMax.resize(static_cast<size_t>(n));
   s.rowSum.resize(static_cast<size_t>(n));
   if (relayout)
@@ -110,13 +144,13 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
                 s.rowMax.data(), s.rowSum.data(), acc};
   const RunBlock kernel = blockKernel();
   // Block b of piece p, class c: from the cache, or generated now.
-  auto blockOf = [&](const plan::BlockSource &src, size_t p, size_t c, int64_t b,
+  auto blockOf = [&](const plan::BlockSource &src, size_t p, size_t c, int64_t b, FusedScratch &ws,
                      plan::BlockTiles &out) {
     if (cached) {
       out.expand(cached->pieces[p][c][static_cast<size_t>(b)]);
     } else {
-      src.build(b, s.shape);
-      out.expand(s.shape);
+      src.build(b, ws.shape);
+      out.expand(ws.shape);
     }
   };
   // Every row-tiles piece (or the dense baseline's one) in one pass over the
@@ -133,10 +167,6 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
         pieceOf.push_back(p);
       }
   }
-  s.blocks.resize(std::max<size_t>(sources.size(), 1));
-  std::vector<const plan::BlockTiles *> built(sources.size());
-  for (size_t p = 0; p < sources.size(); ++p)
-    built[p] = &s.blocks[p];
   if (sources.empty()) {
     std::fill(s.rowMax.begin(), s.rowMax.end(), -std::numeric_limits<float>::infinity());
     std::fill(s.rowSum.begin(), s.rowSum.end(), 0.0f);
@@ -146,11 +176,15 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
   args.finalize = !sources.empty() && !relayout;
   const bool finalized = args.finalize;
   if (!sources.empty())
-    for (int64_t b = 0; b < sources.front().numBlocks(); ++b) {
-      for (size_t p = 0; p < sources.size(); ++p)
-        blockOf(sources[p], pieceOf[p], 0, b, s.blocks[p]);
-      kernel(built.data(), static_cast<int>(built.size()), args, s);
-    }
+    forEachItem(sources.front().numBlocks(), threads, s, [&](FusedScratch &ws, int64_t b) {
+      ws.blocks.resize(sources.size());
+      ws.built.resize(sources.size());
+      for (size_t p = 0; p < sources.size(); ++p) {
+        blockOf(sources[p], pieceOf[p], 0, b, ws, ws.blocks[p]);
+        ws.built[p] = &ws.blocks[p];
+      }
+      kernel(ws.built.data(), static_cast<int>(ws.built.size()), args, ws);
+    });
   // Residue relayout: class c's rows are the queries c, c + m, ...; keys,
   // values and query rows are read in place.
   args.init = args.finalize = false;
@@ -159,16 +193,18 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
       const plan::Piece &piece = head.pieces[p];
       if (piece.strategy != plan::Strategy::ResidueRelayout)
         continue;
-      for (int64_t c = 0; c < plan::numClasses(piece, n); ++c) {
+      forEachItem(plan::numClasses(piece, n), threads, s, [&](FusedScratch &ws, int64_t c) {
         plan::BlockSource src(plan, piece, n, c);
-        args.rowBase = src.rowBase();
-        args.rowStride = src.rowStride();
-        const plan::BlockTiles *one = &s.blocks[0];
+        TileArgs classArgs = args;
+        classArgs.rowBase = src.rowBase();
+        classArgs.rowStride = src.rowStride();
+        ws.blocks.resize(1);
+        const plan::BlockTiles *one = &ws.blocks[0];
         for (int64_t b = 0; b < src.numBlocks(); ++b) {
-          blockOf(src, p, static_cast<size_t>(c), b, s.blocks[0]);
-          kernel(&one, 1, args, s);
+          blockOf(src, p, static_cast<size_t>(c), b, ws, ws.blocks[0]);
+          kernel(&one, 1, classArgs, ws);
         }
-      }
+      });
     }
   if (!finalized)
     for (int64_t i = 0; i < n; ++i) {

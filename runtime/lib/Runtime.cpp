@@ -383,6 +383,9 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
     const int64_t tasks = batch * heads;
     std::atomic<int64_t> next{0};
     std::string halideError;
+    // With fewer slices than threads, each slice's row blocks are shared.
+    const int allThreads = threadCount(options, std::numeric_limits<int32_t>::max());
+    const int threadsPerSlice = static_cast<int>(std::max<int64_t>(1, allThreads / tasks));
     auto worker = [&] {
       std::vector<float> qs, ks, vs, os, values, rows;
       attnc::rt::FusedScratch fusedScratch;
@@ -400,7 +403,7 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
                                   structure->blocks.empty() ? nullptr : &structure->blocks[set], n, d,
                                   inputSlice(*q, b, h, qs),
                                   inputSlice(*k, b, h, ks), inputSlice(*v, b, h, vs), out, scale,
-                                  fusedScratch);
+                                  fusedScratch, threadsPerSlice);
         } else if (kernel->halide) {
           if (!attnc::rt::runHalideHead(kernel->halideCode, kernel->plan, structure->halideBlocks[set], n, d,
                                         inputSlice(*q, b, h, qs), inputSlice(*k, b, h, ks),
