@@ -64,10 +64,15 @@ TEST(JitCache, OtherParametersAreAMiss) {
   EXPECT_EQ(cacheFiles(dir.path()).size(), 2u);
 }
 
-TEST(JitCache, ChangingTheSequenceLengthDoesNotRecompile) {
+class JitCacheBackends : public ::testing::TestWithParam<const char *> {};
+
+INSTANTIATE_TEST_SUITE_P(Backends, JitCacheBackends, ::testing::Values("fused", "halide", "sparsifier"),
+                         [](const ::testing::TestParamInfo<const char *> &info) { return std::string(info.param); });
+
+TEST_P(JitCacheBackends, ChangingTheSequenceLengthDoesNotRecompile) {
   ScratchDir dir;
   const char *defs[] = {"l=16"};
-  attnc_jit_options options{defs, 1, nullptr, dir.path().c_str(), 0};
+  attnc_jit_options options{defs, 1, nullptr, dir.path().c_str(), 0, GetParam()};
   Stats before = stats();
   for (int64_t n : {10, 100, 33}) {
     attnc_kernel *k = nullptr;
