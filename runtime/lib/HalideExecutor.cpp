@@ -76,10 +76,10 @@ private:
   std::vector<void *> free_;
 };
 
-/// A halide_buffer_t over memory the caller owns (up to 4 dimensions,
+/// A halide_buffer_t over memory the caller owns (up to 3 dimensions,
 /// each {min 0, extent, stride}).
 struct View {
-  halide_dimension_t dims[4];
+  halide_dimension_t dims[3];
   halide_buffer_t buf;
   View(const void *host, halide_type_code_t code, std::initializer_list<std::pair<int64_t, int64_t>> shape) {
     std::memset(&buf, 0, sizeof buf);
@@ -204,39 +204,36 @@ std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan,
   return out;
 }
 
-bool runHalideSlices(const HalideCode &code, const plan::Plan &plan, const std::vector<HalideBlocks> &lists,
-                     int64_t n, int64_t d, int64_t slices, const float *q, const float *k, const float *v,
-                     int64_t sliceStride, float *const *outs, float scale, HalideScratch &s,
-                     std::string &error) {
+bool runHalideHead(const HalideCode &code, const plan::Plan &plan,
+                   const std::vector<HalideBlocks> &pieces, int64_t n, int64_t d, const float *q,
+                   const float *k, const float *v, float *o, float scale, HalideScratch &s,
+                   std::string &error) {
   const int64_t R = plan.options.tileRows, width = d + 1, words = (R + 31) / 32;
   const float minusInf = -std::numeric_limits<float>::infinity();
-  // The first list's rows are copied when its blocks cover every row once
-  // (they do for every plan); otherwise every list merges into zeros.
+  // The first piece's rows are copied when its blocks cover every row once
+  // (they do for every plan); otherwise every piece merges into zeros.
   int64_t covered = 0;
-  if (!lists.empty())
-    for (int32_t rows : lists.front().rows)
+  if (!pieces.empty())
+    for (int32_t rows : pieces.front().rows)
       covered += rows;
   const bool copyFirst = covered == n;
-  s.lse.resize(static_cast<size_t>(slices * n));
+  s.lse.resize(static_cast<size_t>(n));
   if (!copyFirst) {
     std::fill(s.lse.begin(), s.lse.end(), minusInf);
-    for (int64_t x = 0; x < slices; ++x)
-      std::memset(outs[x], 0, static_cast<size_t>(n * d) * sizeof(float));
+    std::memset(o, 0, static_cast<size_t>(n * d) * sizeof(float));
   }
-  for (size_t p = 0; p < lists.size(); ++p) {
-    const HalideBlocks &hb = lists[p];
-    const int64_t blocks = hb.numBlocks(), keyCount = static_cast<int64_t>(hb.keys.size());
+  for (size_t p = 0; p < pieces.size(); ++p) {
+    const HalideBlocks &hb = pieces[p];
+    const int64_t blocks = hb.numBlocks(), slots = static_cast<int64_t>(hb.keys.size());
     if (blocks == 0)
       continue;
-    const int64_t perSlice = blocks * R * width;
-    s.rows.resize(static_cast<size_t>(slices * perSlice));
-    View qv(q, halide_type_float, {{d, 1}, {n, d}, {slices, sliceStride}}),
-        kv(k, halide_type_float, {{d, 1}, {n, d}, {slices, sliceStride}}),
-        vv(v, halide_type_float, {{d, 1}, {n, d}, {slices, sliceStride}});
+    s.rows.resize(static_cast<size_t>(blocks * R * width));
+    View qv(q, halide_type_float, {{d, 1}, {n, d}}), kv(k, halide_type_float, {{d, 1}, {n, d}}),
+        vv(v, halide_type_float, {{d, 1}, {n, d}});
     View table(hb.table.data(), halide_type_int, {{4, 1}, {blocks, 4}});
-    View keys(hb.keys.data(), halide_type_int, {{keyCount, 1}});
-    View masks(hb.masks.data(), halide_type_uint, {{words, 1}, {keyCount, words}});
-    View out(s.rows.data(), halide_type_float, {{width, 1}, {R, width}, {blocks, R * width}, {slices, perSlice}});
+    View keys(hb.keys.data(), halide_type_int, {{slots, 1}});
+    View masks(hb.masks.data(), halide_type_uint, {{words, 1}, {slots, words}});
+    View out(s.rows.data(), halide_type_float, {{width, 1}, {R, width}, {blocks, R * width}});
     auto it = code.byDim.find(d);
     int rc = it != code.byDim.end()
                  ? it->second(&qv.buf, &kv.buf, &vv.buf, &table.buf, &keys.buf, &masks.buf,
@@ -250,35 +247,30 @@ bool runHalideSlices(const HalideCode &code, const plan::Plan &plan, const std::
       return false;
     }
     // Rows back to their queries, merged by log-sum-exp.
-    for (int64_t x = 0; x < slices; ++x) {
-      const float *rowsOf = &s.rows[static_cast<size_t>(x * perSlice)];
-      float *lseOf = &s.lse[static_cast<size_t>(x * n)];
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t first = hb.table[4 * b + 2], stride = hb.table[4 * b + 3];
-        for (int64_t r = 0; r < hb.rows[b]; ++r) {
-          const float *src = rowsOf + (b * R + r) * width;
-          const int64_t i = first + r * stride;
-          float *dst = outs[x] + i * d;
-          const float lse = src[d], old = lseOf[i];
-          if ((p == 0 && copyFirst) || old == minusInf) {
-            std::memcpy(dst, src, static_cast<size_t>(d) * sizeof(float));
-            lseOf[i] = lse;
-            continue;
-          }
-          if (lse == minusInf)
-            continue;
-          const float top = std::max(old, lse);
-          const float a = std::exp(old - top), c = std::exp(lse - top), sum = a + c;
-          for (int64_t e = 0; e < d; ++e)
-            dst[e] = (dst[e] * a + src[e] * c) / sum;
-          lseOf[i] = top + std::log(sum);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t first = hb.table[4 * b + 2], stride = hb.table[4 * b + 3];
+      for (int64_t r = 0; r < hb.rows[b]; ++r) {
+        const float *src = &s.rows[static_cast<size_t>((b * R + r) * width)];
+        const int64_t i = first + r * stride;
+        float *dst = o + i * d;
+        const float lse = src[d], old = s.lse[i];
+        if ((p == 0 && copyFirst) || old == minusInf) {
+          std::memcpy(dst, src, static_cast<size_t>(d) * sizeof(float));
+          s.lse[i] = lse;
+          continue;
         }
+        if (lse == minusInf)
+          continue;
+        const float top = std::max(old, lse);
+        const float a = std::exp(old - top), c = std::exp(lse - top), sum = a + c;
+        for (int64_t x = 0; x < d; ++x)
+          dst[x] = (dst[x] * a + src[x] * c) / sum;
+        s.lse[i] = top + std::log(sum);
       }
     }
   }
-  if (lists.empty())
-    for (int64_t x = 0; x < slices; ++x)
-      std::memset(outs[x], 0, static_cast<size_t>(n * d) * sizeof(float));
+  if (pieces.empty())
+    std::memset(o, 0, static_cast<size_t>(n * d) * sizeof(float));
   return true;
 }
 

@@ -55,14 +55,11 @@ struct HalideScratch {
   std::vector<float> rows, lse;
 };
 
-/// For `slices` (batch, head) slices that share one head set: slice x's
-/// Q, K, V are the row-major [n, d] arrays at q, k, v + x * sliceStride, and
-/// its output goes to outs[x] ([n, d], row-major). One call of the Halide
-/// code per list runs every slice's row blocks in parallel. Returns false
-/// with `error` when the Halide code reports one.
-bool runHalideSlices(const HalideCode &code, const plan::Plan &plan, const std::vector<HalideBlocks> &lists,
-                     int64_t n, int64_t d, int64_t slices, const float *q, const float *k, const float *v,
-                     int64_t sliceStride, float *const *outs, float scale, HalideScratch &scratch,
-                     std::string &error);
+/// o ([n, d], row-major) = attention over head set `set` of the plan.
+/// Returns false with `error` when the Halide code reports one.
+bool runHalideHead(const HalideCode &code, const plan::Plan &plan,
+                   const std::vector<HalideBlocks> &pieces, int64_t n, int64_t d, const float *q,
+                   const float *k, const float *v, float *o, float scale, HalideScratch &scratch,
+                   std::string &error);
 
 } // namespace attnc::rt

@@ -386,34 +386,10 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
     // With fewer slices than threads, each slice's row blocks are shared.
     const int allThreads = threadCount(options, std::numeric_limits<int32_t>::max());
     const int threadsPerSlice = static_cast<int>(std::max<int64_t>(1, allThreads / tasks));
-    // The halide code keeps its per-list rows between runs (no fresh pages).
-    thread_local attnc::rt::HalideScratch halideScratch;
-    if (kernel->halide) {
-      // Halide's thread pool runs the row blocks. Every slice goes in one
-      // call when they share one head set and lie at one stride from each
-      // other (a contiguous [batch, heads, n, d]); otherwise one by one.
-      kernel->halideCode.setNumThreads(allThreads);
-      auto evenlySpaced = [&](const attnc_tensor &t) {
-        return contiguousSlice(t) && (heads == 1 || t.strides[1] == n * d) &&
-               (batch == 1 || t.strides[0] == heads * n * d);
-      };
-      if ((!kernel->ir.headsDeclared || kernel->ir.heads.size() == 1) && evenlySpaced(*q) &&
-          evenlySpaced(*k) && evenlySpaced(*v) && evenlySpaced(*o)) {
-        std::vector<float *> outs(static_cast<size_t>(tasks));
-        for (int64_t t = 0; t < tasks; ++t)
-          outs[static_cast<size_t>(t)] = static_cast<float *>(o->data) + t * n * d;
-        if (!attnc::rt::runHalideSlices(kernel->halideCode, kernel->plan, structure->halideBlocks[0], n, d,
-                                        tasks, static_cast<const float *>(q->data),
-                                        static_cast<const float *>(k->data),
-                                        static_cast<const float *>(v->data), n * d, outs.data(), scale,
-                                        halideScratch, halideError))
-          return fail(ATTNC_ERROR_INTERNAL, halideError);
-        return ATTNC_OK;
-      }
-    }
     auto worker = [&] {
       std::vector<float> qs, ks, vs, os, values, rows;
       attnc::rt::FusedScratch fusedScratch;
+      attnc::rt::HalideScratch halideScratch;
       for (int64_t t = next++; t < tasks; t = next++) {
         int64_t b = t / heads, h = t % heads;
         const int64_t set = kernel->ir.headsDeclared ? kernel->headToSet[h] : 0;
@@ -429,10 +405,10 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
                                   inputSlice(*k, b, h, ks), inputSlice(*v, b, h, vs), out, scale,
                                   fusedScratch, threadsPerSlice);
         } else if (kernel->halide) {
-          if (!attnc::rt::runHalideSlices(kernel->halideCode, kernel->plan, structure->halideBlocks[set], n, d,
-                                          1, inputSlice(*q, b, h, qs), inputSlice(*k, b, h, ks),
-                                          inputSlice(*v, b, h, vs), n * d, &out, scale, halideScratch,
-                                          halideError))
+          if (!attnc::rt::runHalideHead(kernel->halideCode, kernel->plan, structure->halideBlocks[set], n, d,
+                                        inputSlice(*q, b, h, qs), inputSlice(*k, b, h, ks),
+                                        inputSlice(*v, b, h, vs), out, scale, halideScratch,
+                                        halideError))
             return;
         } else {
           const attnc::ir::Csr &csr = structure->sets[set];
@@ -450,8 +426,11 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
       }
     };
     int threads = threadCount(options, tasks);
-    if (kernel->halide)
-      threads = 1; // slices one by one, each on Halide's thread pool
+    // The halide code runs a slice's row blocks on Halide's own thread pool.
+    if (kernel->halide) {
+      kernel->halideCode.setNumThreads(threadCount(options, std::numeric_limits<int32_t>::max()));
+      threads = 1;
+    }
     std::vector<std::thread> pool;
     for (int w = 1; w < threads; ++w)
       pool.emplace_back(worker);

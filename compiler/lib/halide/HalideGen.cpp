@@ -45,7 +45,7 @@ std::mutex &compileMutex() {
 }
 
 struct Kernel {
-  ImageParam q{Float(32), 3, "q"}, k{Float(32), 3, "k"}, v{Float(32), 3, "v"}; ///< (d, n, slice)
+  ImageParam q{Float(32), 2, "q"}, k{Float(32), 2, "k"}, v{Float(32), 2, "v"};
   ImageParam blocks{Int(32), 2, "blocks"}; ///< (4, blocks): key offset, chunks, first query, query stride
   ImageParam keys{Int(32), 1, "keys"};     ///< every block's keys, each list padded to whole chunks
   ImageParam masks{UInt(32), 2, "masks"};  ///< (words, keys): bit r of word r / 32 = row r has the key
@@ -68,7 +68,7 @@ void define(const Schedule &s, int D, Kernel &in) {
   Expr dim = generic ? Expr(in.dim) : Expr(D);
   Expr n = in.n;
   Expr lowest = Float(32).min();
-  Var c("c"), d("d"), r("r"), k("k"), b("b"), h("h");
+  Var c("c"), d("d"), r("r"), k("k"), b("b");
 
   Expr offset = in.blocks(0, b), chunks = in.blocks(1, b);
   Expr query = clamp(in.blocks(2, b) + r * in.blocks(3, b), 0, n - 1);
@@ -77,11 +77,11 @@ void define(const Schedule &s, int D, Kernel &in) {
   auto keyAt = [&](Expr key) { return clamp(in.keys(slot(key)), 0, n - 1); };
 
   Func qs("qs");
-  qs(r, d, b, h) = in.q(d, query, h) * in.scale;
+  qs(r, d, b) = in.q(d, query) * in.scale;
   RDom rd(0, dim, "rd");
   Func score("score");
-  score(r, k, b, h) = 0.0f;
-  score(r, k, b, h) += qs(r, rd, b, h) * in.k(rd, keyAt(k), h);
+  score(r, k, b) = 0.0f;
+  score(r, k, b) += qs(r, rd, b) * in.k(rd, keyAt(k));
 
   RDom rk(0, KC, 0, in.maxChunks, "rk");
   rk.where(rk.y < chunks);
@@ -90,39 +90,37 @@ void define(const Schedule &s, int D, Kernel &in) {
   Expr has = ((word >> cast<uint32_t>(r % 32)) & 1) != 0;
 
   Func masked("masked");
-  masked(r, k, b, h) = undef<float>();
-  masked(r, kk, b, h) = select(has, score(r, kk, b, h), lowest);
+  masked(r, k, b) = undef<float>();
+  masked(r, kk, b) = select(has, score(r, kk, b), lowest);
   Func rowMax("row_max");
-  rowMax(r, b, h) = lowest;
-  rowMax(r, b, h) = max(rowMax(r, b, h), masked(r, kk, b, h));
+  rowMax(r, b) = lowest;
+  rowMax(r, b) = max(rowMax(r, b), masked(r, kk, b));
   Func prob("prob");
-  prob(r, k, b, h) = undef<float>();
-  prob(r, kk, b, h) = exp(masked(r, kk, b, h) - rowMax(r, b, h));
+  prob(r, k, b) = undef<float>();
+  prob(r, kk, b) = exp(masked(r, kk, b) - rowMax(r, b));
   Func rowSum("row_sum");
-  rowSum(r, b, h) = 0.0f;
-  rowSum(r, b, h) += prob(r, kk, b, h);
+  rowSum(r, b) = 0.0f;
+  rowSum(r, b) += prob(r, kk, b);
   Func acc("acc");
-  acc(d, r, b, h) = 0.0f;
-  acc(d, r, b, h) += prob(r, kk, b, h) * in.v(d, keyAt(kk), h);
+  acc(d, r, b) = 0.0f;
+  acc(d, r, b) += prob(r, kk, b) * in.v(d, keyAt(kk));
 
   // A row without keys (its max never left `lowest`) is zeros with
   // log-sum-exp -inf, so that it merges as nothing. Per row, once: the
   // normaliser and the log-sum-exp.
-  Expr empty = rowMax(r, b, h) <= lowest;
+  Expr empty = rowMax(r, b) <= lowest;
   Func rowScale("row_scale"), rowLse("row_lse");
-  rowScale(r, b, h) = select(empty, 0.0f, 1.0f / rowSum(r, b, h));
-  rowLse(r, b, h) = select(empty, -std::numeric_limits<float>::infinity(), rowMax(r, b, h) + log(rowSum(r, b, h)));
-  in.out(c, r, b, h) = select(c < dim, acc(min(c, dim - 1), r, b, h) * rowScale(r, b, h), rowLse(r, b, h));
+  rowScale(r, b) = select(empty, 0.0f, 1.0f / rowSum(r, b));
+  rowLse(r, b) = select(empty, -std::numeric_limits<float>::infinity(), rowMax(r, b) + log(rowSum(r, b)));
+  in.out(c, r, b) = select(c < dim, acc(min(c, dim - 1), r, b) * rowScale(r, b), rowLse(r, b));
 
   // Shapes the code may assume.
   in.out.output_buffer().dim(0).set_bounds(0, dim + 1);
   in.out.output_buffer().dim(1).set_bounds(0, R).set_stride(dim + 1);
   in.out.output_buffer().dim(2).set_min(0).set_stride((dim + 1) * R);
-  in.out.output_buffer().dim(3).set_min(0);
   for (ImageParam *p : {&in.q, &in.k, &in.v}) {
     p->dim(0).set_bounds(0, dim);
     p->dim(1).set_min(0).set_stride(dim);
-    p->dim(2).set_min(0);
   }
   in.blocks.dim(0).set_bounds(0, 4);
   in.blocks.dim(1).set_min(0).set_stride(4);
@@ -132,17 +130,16 @@ void define(const Schedule &s, int D, Kernel &in) {
 
   // The schedule template.
   const TailStrategy tail = TailStrategy::GuardWithIf;
-  Var ro("ro"), ri("ri"), co("co"), ci("ci"), dO("do"), di("di"), bh("bh");
+  Var ro("ro"), ri("ri"), co("co"), ci("ci"), dO("do"), di("di");
   // The P V tile holds outRows x d / 16 accumulators: fewer rows for a wide
   // d, so that they stay within 24 of the 32 registers (d = 128: 3 rows).
   const int outRows = generic ? s.outRows : std::max(1, std::min(s.outRows, 24 / ((D + 15) / 16)));
   in.out.split(r, ro, ri, outRows)
       .split(c, co, ci, 16, tail)
-      .reorder(ci, co, ri, ro, b, h)
+      .reorder(ci, co, ri, ro, b)
       .vectorize(ci)
       .unroll(ri)
-      .fuse(b, h, bh)
-      .parallel(bh);
+      .parallel(b);
 
   // P V: (outRows x d) accumulators, the keys outside.
   acc.compute_at(in.out, ro).split(d, dO, di, 16, tail).vectorize(di).unroll(r);
@@ -159,8 +156,8 @@ void define(const Schedule &s, int D, Kernel &in) {
   const int scoreRows = 16 * s.scoreRowVectors;
   Var so("so"), si("si");
   RVar kxo("kxo"), kxi("kxi");
-  qs.compute_at(in.out, bh).vectorize(r, 16);
-  masked.compute_at(in.out, bh);
+  qs.compute_at(in.out, b).vectorize(r, 16);
+  masked.compute_at(in.out, b);
   masked.update()
       .split(r, so, si, scoreRows)
       .split(rk.x, kxo, kxi, s.scoreKeys)
@@ -173,12 +170,12 @@ void define(const Schedule &s, int D, Kernel &in) {
 
   // The softmax statistics, 16 rows at a time.
   for (Func *f : {&rowMax, &rowSum}) {
-    f->compute_at(in.out, bh).vectorize(r, 16);
+    f->compute_at(in.out, b).vectorize(r, 16);
     f->update().reorder(r, rk.x, rk.y).vectorize(r, 16);
   }
   for (Func *f : {&rowScale, &rowLse})
-    f->compute_at(in.out, bh).vectorize(r, 16);
-  prob.compute_at(in.out, bh);
+    f->compute_at(in.out, b).vectorize(r, 16);
+  prob.compute_at(in.out, b);
   prob.update().reorder(r, rk.x, rk.y).vectorize(r, 16);
 }
 

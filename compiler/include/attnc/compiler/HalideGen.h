@@ -19,10 +19,6 @@
 // on the pattern, so one compiled schedule serves every pattern. The
 // runtime merges the pieces' rows by their log-sum-exp column.
 //
-// Q, K, V and the output have a slice dimension: one call runs the row
-// blocks of every (batch, head) slice that shares the head set, in one
-// parallel loop over (block, slice).
-//
 // Nothing here exposes Halide: it is linked into the compiler only.
 //
 //===----------------------------------------------------------------------===//

@@ -45,9 +45,7 @@ typedef void (*attnc_head_fn)(const attnc_head_args *args);
  *   attnc_halide_any(q, k, v, blocks, keys, masks, n, max_chunks, scale, d, out)
  *       for any other d;
  *
- * and the Halide runtime (halide_set_num_threads, halide_set_error_handler).
- * q, k, v are (d, n, slices) and out (d + 1, rows per block, blocks, slices);
- * out's last column of each row is the row's log-sum-exp. */
+ * and the Halide runtime (halide_set_num_threads, halide_set_error_handler). */
 #define ATTNC_HALIDE_DIMS {32, 64, 128}
 
 #ifdef __cplusplus
