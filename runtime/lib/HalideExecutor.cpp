@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <limits>
 #include <mutex>
+#include <thread>
 
 namespace attnc::rt {
 
@@ -147,19 +148,64 @@ void appendBlock(HalideBlocks &hb, int64_t chunk, int64_t words, int64_t firstQu
 
 } // namespace
 
-std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan, int64_t n) {
-  const int64_t R = plan.options.tileRows, chunk = plan.options.tileCols;
-  const int64_t words = (R + 31) / 32;
-  std::vector<std::vector<HalideBlocks>> out(plan.heads.size());
+namespace {
+
+/// Per-thread state for building block lists.
+struct ListBuilder {
   plan::BlockShape shape;
   plan::BlockTiles tiles;
   std::vector<std::pair<int32_t, uint64_t>> keys;
-  auto collect = [&](const plan::BlockSource &src, int64_t b) {
+  HalideBlocks part;
+  /// Appends the keys of block b of `src` to `keys` (ascending within it).
+  void collect(const plan::BlockSource &src, int64_t b) {
     src.build(b, shape);
     tiles.expand(shape);
     for (size_t x = 0; x < tiles.keys.size(); ++x)
       keys.emplace_back(tiles.keys[x], tiles.masks[x]);
+  }
+};
+
+/// One list from `items` units of work (row blocks, or residue classes):
+/// `fill(builder, item)` appends the item's blocks to builder.part. The
+/// items are split into contiguous ranges over the cores; the parts are
+/// then joined in order.
+template <typename Fill> HalideBlocks buildList(int64_t items, Fill &&fill) {
+  const int64_t threads =
+      std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), items / 16));
+  std::vector<ListBuilder> builders(static_cast<size_t>(threads));
+  auto work = [&](int64_t w) {
+    for (int64_t item = items * w / threads; item < items * (w + 1) / threads; ++item)
+      fill(builders[static_cast<size_t>(w)], item);
   };
+  std::vector<std::thread> pool;
+  for (int64_t w = 1; w < threads; ++w)
+    pool.emplace_back(work, w);
+  work(0);
+  for (std::thread &t : pool)
+    t.join();
+  HalideBlocks out = std::move(builders[0].part);
+  for (size_t w = 1; w < builders.size(); ++w) {
+    HalideBlocks &part = builders[w].part;
+    const int32_t offset = static_cast<int32_t>(out.keys.size());
+    for (size_t e = 0; e < part.table.size(); e += 4)
+      part.table[e] += offset;
+    if (out.keys.size() + part.keys.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+      throw std::length_error("the halide backend's key lists exceed 2^31 entries");
+    out.table.insert(out.table.end(), part.table.begin(), part.table.end());
+    out.rows.insert(out.rows.end(), part.rows.begin(), part.rows.end());
+    out.keys.insert(out.keys.end(), part.keys.begin(), part.keys.end());
+    out.masks.insert(out.masks.end(), part.masks.begin(), part.masks.end());
+    out.maxChunks = std::max(out.maxChunks, part.maxChunks);
+  }
+  return out;
+}
+
+} // namespace
+
+std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan, int64_t n) {
+  const int64_t R = plan.options.tileRows, chunk = plan.options.tileCols;
+  const int64_t words = (R + 31) / 32;
+  std::vector<std::vector<HalideBlocks>> out(plan.heads.size());
   for (size_t h = 0; h < plan.heads.size(); ++h) {
     // Every row-tiles piece in one list per row block (as the fused
     // executor does): their keys are disjoint, so the union is exact and
@@ -168,31 +214,29 @@ std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan,
     for (const plan::Piece &piece : plan.heads[h].pieces)
       if (piece.strategy == plan::Strategy::RowTiles)
         rowTiles.emplace_back(plan, piece, n);
-    if (!rowTiles.empty()) {
-      HalideBlocks hb;
-      for (int64_t b = 0; b < rowTiles.front().numBlocks(); ++b) {
-        keys.clear();
-        for (const plan::BlockSource &src : rowTiles)
-          collect(src, b);
-        if (rowTiles.size() > 1)
-          std::sort(keys.begin(), keys.end());
-        appendBlock(hb, chunk, words, rowTiles.front().query(b * R), 1, tiles.rows, keys);
-      }
-      out[h].push_back(std::move(hb));
-    }
+    if (!rowTiles.empty())
+      out[h].push_back(buildList(rowTiles.front().numBlocks(), [&](ListBuilder &lb, int64_t b) {
+        // Each piece's keys come ascending: merge the runs.
+        lb.keys.clear();
+        for (const plan::BlockSource &src : rowTiles) {
+          const auto mid = static_cast<std::ptrdiff_t>(lb.keys.size());
+          lb.collect(src, b);
+          std::inplace_merge(lb.keys.begin(), lb.keys.begin() + mid, lb.keys.end());
+        }
+        appendBlock(lb.part, chunk, words, rowTiles.front().query(b * R), 1, lb.tiles.rows, lb.keys);
+      }));
     for (const plan::Piece &piece : plan.heads[h].pieces) {
       if (piece.strategy != plan::Strategy::ResidueRelayout)
         continue;
-      HalideBlocks hb;
-      for (int64_t c = 0; c < plan::numClasses(piece, n); ++c) {
+      out[h].push_back(buildList(plan::numClasses(piece, n), [&](ListBuilder &lb, int64_t c) {
         plan::BlockSource src(plan, piece, n, c);
         for (int64_t b = 0; b < src.numBlocks(); ++b) {
-          keys.clear();
-          collect(src, b);
-          appendBlock(hb, chunk, words, src.query(tiles.firstRow), src.rowStride(), tiles.rows, keys);
+          lb.keys.clear();
+          lb.collect(src, b);
+          appendBlock(lb.part, chunk, words, src.query(lb.tiles.firstRow), src.rowStride(), lb.tiles.rows,
+                      lb.keys);
         }
-      }
-      out[h].push_back(std::move(hb));
+      }));
     }
     // The code clamps key positions into the list: never empty.
     for (HalideBlocks &hb : out[h])

@@ -16,10 +16,10 @@ struct RandomInputs {
   attnc_tensor tq, tk, tv, to;
 };
 
-/// One warm-up run (it builds the plan or CSR for n), then `repeat` timed
-/// runs; returns the median in milliseconds, or a negative value with
-/// `error` set when a run fails.
+/// One warm-up run (it builds the plan or CSR for n; its time goes to
+/// `firstMs` when given), then `repeat` timed runs; returns the median in
+/// milliseconds, or a negative value with `error` set when a run fails.
 double medianRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run_options &options,
-                   int repeat, std::string &error);
+                   int repeat, std::string &error, double *firstMs = nullptr);
 
 } // namespace attnc::tool
