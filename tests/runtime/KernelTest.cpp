@@ -298,6 +298,20 @@ TEST_P(CpuKernelRows, StridedInputsGiveTheSameResultAsContiguous) {
   EXPECT_EQ(interleave(o), o2);
 }
 
+/// Runs one [1, 1, n, d] slice of random inputs through `kernel` with
+/// `options` and compares every element with the oracle-built reference.
+void expectSliceMatchesOracle(const PatternCase &pc, attnc_kernel *kernel, int64_t n, int64_t d,
+                              uint32_t seed, const attnc_run_options *options) {
+  std::vector<float> q = randomFloats(n * d, seed, 1), k = randomFloats(n * d, seed + 1, 1),
+                     v = randomFloats(n * d, seed + 2, 1), o(n * d, -7.0f);
+  attnc_tensor tq = view(q, 1, 1, n, d), tk = view(k, 1, 1, n, d), tv = view(v, 1, 1, n, d),
+               to = view(o, 1, 1, n, d);
+  ASSERT_EQ(attnc_run(kernel, &tq, &tk, &tv, &to, options), ATTNC_OK) << attnc_last_error();
+  std::vector<float> ref = referenceFromOracle(patternPath(pc.file), pc.defines, q, k, v, 1, 1, n, d);
+  for (int64_t x = 0; x < n * d; ++x)
+    ASSERT_NEAR(o[x], ref[x], 1e-4) << pc.label << " element " << x;
+}
+
 TEST_P(CpuKernelRows, OneSliceSharedByFourThreadsMatchesTheReference) {
   // batch x heads = 1 with 4 threads: the fused backend splits the slice's
   // row blocks and residue classes among the threads (strided has both
@@ -306,16 +320,8 @@ TEST_P(CpuKernelRows, OneSliceSharedByFourThreadsMatchesTheReference) {
                                 PatternCase{"FixedSmall", "fixed", {"l=16", "c=4"}}}) {
     KernelPtr kernel = compile(pc, GetParam());
     ASSERT_TRUE(kernel);
-    const int64_t n = 333, d = 33;
-    std::vector<float> q = randomFloats(n * d, 31, 1), k = randomFloats(n * d, 32, 1),
-                       v = randomFloats(n * d, 33, 1), o(n * d, -7.0f);
-    attnc_tensor tq = view(q, 1, 1, n, d), tk = view(k, 1, 1, n, d), tv = view(v, 1, 1, n, d),
-                 to = view(o, 1, 1, n, d);
     attnc_run_options options{0.0f, 4};
-    ASSERT_EQ(attnc_run(kernel.get(), &tq, &tk, &tv, &to, &options), ATTNC_OK) << attnc_last_error();
-    std::vector<float> ref = referenceFromOracle(patternPath(pc.file), pc.defines, q, k, v, 1, 1, n, d);
-    for (int64_t x = 0; x < n * d; ++x)
-      ASSERT_NEAR(o[x], ref[x], 1e-4) << pc.label << " element " << x;
+    expectSliceMatchesOracle(pc, kernel.get(), 333, 33, 31, &options);
   }
 }
 
@@ -327,15 +333,7 @@ TEST_P(CpuKernelRows, LongRaggedSequencesMatchTheReference) {
                                 PatternCase{"Strided", "strided", {"l=64"}}}) {
     KernelPtr kernel = compile(pc, GetParam());
     ASSERT_TRUE(kernel);
-    const int64_t n = 2500, d = 16;
-    std::vector<float> q = randomFloats(n * d, 41, 1), k = randomFloats(n * d, 42, 1),
-                       v = randomFloats(n * d, 43, 1), o(n * d, -7.0f);
-    attnc_tensor tq = view(q, 1, 1, n, d), tk = view(k, 1, 1, n, d), tv = view(v, 1, 1, n, d),
-                 to = view(o, 1, 1, n, d);
-    ASSERT_EQ(attnc_run(kernel.get(), &tq, &tk, &tv, &to, nullptr), ATTNC_OK) << attnc_last_error();
-    std::vector<float> ref = referenceFromOracle(patternPath(pc.file), pc.defines, q, k, v, 1, 1, n, d);
-    for (int64_t x = 0; x < n * d; ++x)
-      ASSERT_NEAR(o[x], ref[x], 1e-4) << pc.label << " element " << x;
+    expectSliceMatchesOracle(pc, kernel.get(), 2500, 16, 41, nullptr);
   }
 }
 
