@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
@@ -183,6 +184,14 @@ attnc_status loadCode(attnc_kernel &kernel) {
   if (kernel.halide) {
     if (attnc_status s = buildKernelPlan(kernel); s != ATTNC_OK)
       return s;
+    // The code was compiled for the schedule's block rows and key chunk.
+    auto schedule = kernel.file.metadata.find("halide_schedule");
+    int rows = 0, chunk = 0;
+    if (schedule == kernel.file.metadata.end() ||
+        std::sscanf(schedule->second.c_str(), "r%d-k%d-", &rows, &chunk) != 2 ||
+        rows != kernel.plan.options.tileRows || chunk != kernel.plan.options.tileCols)
+      return fail(ATTNC_ERROR_CORRUPT_KERNEL,
+                  "kernel metadata: the halide schedule does not match tile_rows and tile_cols");
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
         !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl") ||

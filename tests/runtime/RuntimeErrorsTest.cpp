@@ -212,6 +212,70 @@ TEST_F(RuntimeErrors, FusedKernelWithBadTileSizesIsCorrupt) {
   EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
 }
 
+/// A halide kernel of fixed (l=16, c=4) with the default schedule.
+const std::string &halideKernelBytes() {
+  static const std::string bytes = [] {
+    Frontend fe;
+    SemaOptions sema;
+    sema.defines = {{"l", 16}, {"c", 4}};
+    std::string out, error;
+    codegen::CodeGenOptions options;
+    options.backend = codegen::Backend::Halide;
+    if (!fe.parseFile(patternPath("fixed")) || !fe.analyze(sema) ||
+        !codegen::buildKernelFile(fe, fe.patterns().front(), options, out, error))
+      throw std::runtime_error("cannot build the test kernel: " + error);
+    return out;
+  }();
+  return bytes;
+}
+
+TEST_F(RuntimeErrors, HalideKernelWhoseCodeLacksItsEntryPointsIsCorrupt) {
+  rt::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error)); // the sparsifier's code
+  file.metadata["backend"] = "halide";
+  file.metadata["tile_rows"] = "64";
+  file.metadata["tile_cols"] = "24";
+  file.metadata["halide_schedule"] = "r64-k24-s4x6-o6";
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_NE(std::string(attnc_last_error()).find("attnc_halide_d32"), std::string::npos) << attnc_last_error();
+  file.code.clear();
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_NE(std::string(attnc_last_error()).find("no code section"), std::string::npos) << attnc_last_error();
+}
+
+TEST_F(RuntimeErrors, HalideScheduleThatDisagreesWithTheTilesIsCorrupt) {
+  rt::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(rt::decodeKernelFile(halideKernelBytes(), file, error)) << error;
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
+  file.metadata["tile_rows"] = "32";
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_NE(std::string(attnc_last_error()).find("halide schedule"), std::string::npos) << attnc_last_error();
+  file.metadata.erase("halide_schedule");
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+}
+
+TEST_F(RuntimeErrors, HalideCodeThatRejectsItsBuffersIsAnErrorNotACrash) {
+  // Consistent metadata for 32-row blocks, code compiled for 64: the Halide
+  // code's own checks refuse the output buffer and the run reports it.
+  rt::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(rt::decodeKernelFile(halideKernelBytes(), file, error)) << error;
+  file.metadata["tile_rows"] = "32";
+  file.metadata["halide_schedule"] = "r32-k24-s4x6-o6";
+  attnc_kernel *k = nullptr;
+  ASSERT_EQ(attnc_kernel_load(write("k.attnk", rt::encodeKernelFile(file)).c_str(), &k), ATTNC_OK)
+      << attnc_last_error();
+  int64_t n = 100, d = 32;
+  std::vector<float> x = randomFloats(n * d, 7, 1), o(n * d);
+  attnc_tensor t = view(x, 1, 1, n, d), to = view(o, 1, 1, n, d);
+  EXPECT_EQ(attnc_run(k, &t, &t, &t, &to, nullptr), ATTNC_ERROR_INTERNAL);
+  EXPECT_NE(std::string(attnc_last_error()).find("the Halide code failed"), std::string::npos)
+      << attnc_last_error();
+  attnc_kernel_free(k);
+}
+
 TEST_F(RunErrors, MetadataDescribesTheKernel) {
   EXPECT_EQ(kernel.metadata("pattern"), "fixed");
   EXPECT_EQ(kernel.metadata("params"), "l=16,c=4");
