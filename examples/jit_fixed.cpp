@@ -2,7 +2,7 @@
 // "fixed" pattern with attnc, runs it, and checks it against a plain
 // reference written from the paper's formula.
 //
-//   ./build/examples/jit_fixed [patterns/fixed.attn] [n] [d] [heads] [fused|sparsifier]
+//   ./build/examples/jit_fixed [patterns/fixed.attn] [n] [d] [heads] [fused|halide|sparsifier|dense]
 //
 // Uses only the public headers attnc/attnc_jit.h and attnc/attnc.hpp.
 #include "attnc/attnc.hpp"
