@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <limits>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 namespace attnc::rt {
