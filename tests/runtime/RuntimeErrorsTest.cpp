@@ -14,21 +14,29 @@
 namespace attnc::test {
 namespace {
 
-/// A valid kernel file for patterns/fixed.attn (l=16, c=4) with native code
-/// (sparsifier backend), built once.
+/// A kernel file for patterns/fixed.attn (l=16, c=4) built by `backend`.
+std::string buildFixedKernel(codegen::Backend backend) {
+  Frontend fe;
+  SemaOptions sema;
+  sema.defines = {{"l", 16}, {"c", 4}};
+  std::string out, error;
+  codegen::CodeGenOptions options;
+  options.backend = backend;
+  if (!fe.parseFile(patternPath("fixed")) || !fe.analyze(sema) ||
+      !codegen::buildKernelFile(fe, fe.patterns().front(), options, out, error))
+    throw std::runtime_error("cannot build the test kernel: " + error);
+  return out;
+}
+
+/// A valid kernel file with native code (sparsifier backend), built once.
 const std::string &fixedKernelBytes() {
-  static const std::string bytes = [] {
-    Frontend fe;
-    SemaOptions sema;
-    sema.defines = {{"l", 16}, {"c", 4}};
-    std::string out, error;
-    codegen::CodeGenOptions options;
-    options.backend = codegen::Backend::Sparsifier;
-    if (!fe.parseFile(patternPath("fixed")) || !fe.analyze(sema) ||
-        !codegen::buildKernelFile(fe, fe.patterns().front(), options, out, error))
-      throw std::runtime_error("cannot build the test kernel: " + error);
-    return out;
-  }();
+  static const std::string bytes = buildFixedKernel(codegen::Backend::Sparsifier);
+  return bytes;
+}
+
+/// The same pattern with the halide backend's default schedule, built once.
+const std::string &halideKernelBytes() {
+  static const std::string bytes = buildFixedKernel(codegen::Backend::Halide);
   return bytes;
 }
 
@@ -210,23 +218,6 @@ TEST_F(RuntimeErrors, FusedKernelWithBadTileSizesIsCorrupt) {
   EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
   file.metadata["tile_rows"] = "64";
   EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
-}
-
-/// A halide kernel of fixed (l=16, c=4) with the default schedule.
-const std::string &halideKernelBytes() {
-  static const std::string bytes = [] {
-    Frontend fe;
-    SemaOptions sema;
-    sema.defines = {{"l", 16}, {"c", 4}};
-    std::string out, error;
-    codegen::CodeGenOptions options;
-    options.backend = codegen::Backend::Halide;
-    if (!fe.parseFile(patternPath("fixed")) || !fe.analyze(sema) ||
-        !codegen::buildKernelFile(fe, fe.patterns().front(), options, out, error))
-      throw std::runtime_error("cannot build the test kernel: " + error);
-    return out;
-  }();
-  return bytes;
 }
 
 TEST_F(RuntimeErrors, HalideKernelWhoseCodeLacksItsEntryPointsIsCorrupt) {
