@@ -25,6 +25,7 @@
 #include <cstring>
 #include <limits>
 #include <thread>
+#include <type_traits>
 
 #include <immintrin.h>
 
