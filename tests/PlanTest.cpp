@@ -128,7 +128,17 @@ INSTANTIATE_TEST_SUITE_P(
         PlanCase{"band_minus_stripe", {}, 75, "pattern p { attend { j : abs(i - j) <= 9 } - { j : j % 4 == 1 } }"},
         PlanCase{"stripe_minus_band", {}, 75, "pattern p { causal attend { j : j % 6 < 2 } - { j : i - j <= 7 } }"},
         PlanCase{"predicate", {}, 45, "pattern p { attend { j : (i * j) % 7 == 1 } }"},
-        PlanCase{"residue_mixed", {}, 66, "pattern p { causal attend { j : (i - j) % 5 == 2 } | { j : j / 8 == i / 8 } }"}),
+        PlanCase{"residue_mixed", {}, 66, "pattern p { causal attend { j : (i - j) % 5 == 2 } | { j : j / 8 == i / 8 } }"},
+        // Key ranges bounded by interval arithmetic on their terms over a
+        // block's rows: min, modulo (within and across a period), abs,
+        // negative products, n.
+        PlanCase{"key_range_min_mod", {}, 83, "pattern p { attend { max(0, i - 7) .. min(n - 1, i + i % 5) } }"},
+        PlanCase{"key_range_mod_period", {}, 95, "pattern p { attend { i % 40 .. i } }"},
+        PlanCase{"key_range_abs", {}, 90, "pattern p { attend { abs(i - 40) / 3 .. n - 1 - i / 2 } }"},
+        PlanCase{"key_range_negative", {}, 77, "pattern p { attend { -2 * (i / 9) + 30 .. 3 * (i % 4) + i / 2 } }"},
+        // Random blocks of 5 rows: row blocks inside one draw the same keys,
+        // the others straddle two draws.
+        PlanCase{"random_blocks", {}, 71, "pattern p { attend random_blocks(5, 2, 7) | { j : j == i } }"}),
     [](const ::testing::TestParamInfo<PlanCase> &info) { return std::string(info.param.file); });
 
 TEST(Plan, SeedPatternsGetTheirDisjointPiecesAndRelayout) {

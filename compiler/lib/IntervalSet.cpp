@@ -32,6 +32,12 @@ IntervalSet unite(const IntervalSet &a, const IntervalSet &b) {
 
 IntervalSet intersect(const IntervalSet &a, const IntervalSet &b) {
   IntervalSet out;
+  intersectInto(a, b, out);
+  return out;
+}
+
+void intersectInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out) {
+  out.clear();
   size_t x = 0, y = 0;
   while (x < a.size() && y < b.size()) {
     int64_t lo = std::max(a[x].lo, b[y].lo);
@@ -43,11 +49,16 @@ IntervalSet intersect(const IntervalSet &a, const IntervalSet &b) {
     else
       ++y;
   }
-  return out;
 }
 
 IntervalSet subtract(const IntervalSet &a, const IntervalSet &b) {
   IntervalSet out;
+  subtractInto(a, b, out);
+  return out;
+}
+
+void subtractInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out) {
+  out.clear();
   size_t y = 0;
   for (Interval cur : a) {
     while (y < b.size() && b[y].hi <= cur.lo)
@@ -64,7 +75,6 @@ IntervalSet subtract(const IntervalSet &a, const IntervalSet &b) {
     if (cur.lo < cur.hi)
       out.push_back(cur);
   }
-  return out;
 }
 
 IntervalSet clip(const IntervalSet &s, int64_t lo, int64_t hi) {

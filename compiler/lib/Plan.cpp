@@ -30,6 +30,78 @@ struct Bounds {
   IntervalSet upper, lower;
 };
 
+/// The values an integer term of i (and n) takes over the rows [a, b], or
+/// a superset of them, by interval arithmetic; false for terms it cannot
+/// bound (j, h, division by a non-constant).
+bool termRange(const Term &t, int64_t a, int64_t b, int64_t n, int64_t &lo, int64_t &hi) {
+  int64_t l0, h0, l1, h1;
+  auto arg = [&](size_t k, int64_t &l, int64_t &h) { return termRange(*t.arg(k), a, b, n, l, h); };
+  switch (t.op()) {
+  case Op::Const: lo = hi = t.value(); return true;
+  case Op::VarI: lo = a; hi = b; return true;
+  case Op::VarN: lo = hi = n; return true;
+  case Op::Add:
+    if (!arg(0, l0, h0) || !arg(1, l1, h1))
+      return false;
+    lo = l0 + l1;
+    hi = h0 + h1;
+    return true;
+  case Op::Sub:
+    if (!arg(0, l0, h0) || !arg(1, l1, h1))
+      return false;
+    lo = l0 - h1;
+    hi = h0 - l1;
+    return true;
+  case Op::Neg:
+    if (!arg(0, l0, h0))
+      return false;
+    lo = -h0;
+    hi = -l0;
+    return true;
+  case Op::Mul: {
+    if (!arg(0, l0, h0) || !arg(1, l1, h1))
+      return false;
+    const int64_t p[4] = {l0 * l1, l0 * h1, h0 * l1, h0 * h1};
+    lo = *std::min_element(p, p + 4);
+    hi = *std::max_element(p, p + 4);
+    return true;
+  }
+  case Op::Div: case Op::Mod: {
+    if (!arg(0, l0, h0) || !arg(1, l1, h1) || l1 != h1 || l1 <= 0)
+      return false;
+    const int64_t m = l1;
+    if (t.op() == Op::Div) { // floor division by m > 0 is monotone
+      lo = floorDiv(l0, m);
+      hi = floorDiv(h0, m);
+    } else if (floorDiv(l0, m) == floorDiv(h0, m)) { // one period: monotone
+      lo = floorMod(l0, m);
+      hi = floorMod(h0, m);
+    } else {
+      lo = 0;
+      hi = m - 1;
+    }
+    return true;
+  }
+  case Op::Abs:
+    if (!arg(0, l0, h0))
+      return false;
+    lo = l0 >= 0 ? l0 : h0 <= 0 ? -h0 : 0;
+    hi = std::max(std::abs(l0), std::abs(h0));
+    return true;
+  case Op::Min: case Op::Max:
+    for (size_t k = 0; k < t.args().size(); ++k) {
+      if (!arg(k, l1, h1))
+        return false;
+      const bool min = t.op() == Op::Min;
+      lo = k == 0 ? l1 : min ? std::min(lo, l1) : std::max(lo, l1);
+      hi = k == 0 ? h1 : min ? std::min(hi, h1) : std::max(hi, h1);
+    }
+    return !t.args().empty();
+  default:
+    return false;
+  }
+}
+
 /// Bounds of a set over the rows [a, b] in closed form for the generators
 /// whose rows move with i predictably (band, block-diag, stripe, row-if,
 /// every combinator); rows are evaluated one by one only for the others.
@@ -73,11 +145,29 @@ public:
     }
     case ir::Gen::Stripe:
       return both(ir::RowEvaluator(s, n_).row(a, lo, hi)); // the same for every row
+    case ir::Gen::Random:
+      // Rows of one query block (of the generator's size) draw the same keys.
+      if (floorDiv(a, s->modulus) == floorDiv(b, s->modulus))
+        return both(ir::RowEvaluator(s, n_).row(a, lo, hi));
+      return perRow(s, a, b, lo, hi);
+    case ir::Gen::KeyRange: {
+      // [lo(i), hi(i)]: from the ranges of the two terms over the rows.
+      int64_t loMin = lo, loMax = lo, hiMin = hi - 1, hiMax = hi - 1;
+      if ((s->loTerm && !termRange(*s->loTerm, a, b, n_, loMin, loMax)) ||
+          (s->hiTerm && !termRange(*s->hiTerm, a, b, n_, hiMin, hiMax)))
+        return perRow(s, a, b, lo, hi);
+      auto span = [&](int64_t first, int64_t last) {
+        int64_t x = std::max(lo, first), y = std::min(hi, last + 1);
+        return x < y ? IntervalSet{{x, y}} : IntervalSet{};
+      };
+      out.upper = span(loMin, hiMax);
+      out.lower = span(loMax, hiMin);
+      return out;
+    }
     case ir::Gen::RowIf: {
-      ir::RowEvaluator eval(s, n_);
       bool any = false, every = true;
       for (int64_t i = a; i <= b; ++i) {
-        bool in = !eval.row(i, lo, hi).empty();
+        bool in = evalBool(*s->cond, Env{i, 0, n_, 0});
         any = any || in;
         every = every && in;
       }
@@ -159,7 +249,8 @@ private:
 /// keys (`own[r]`, disjoint from `common`), all in key coordinates.
 void fillShape(const IntervalSet &common, const std::vector<IntervalSet> &own, BlockShape &out) {
   const int32_t rows = out.rows;
-  IntervalSet others;
+  thread_local IntervalSet others; // per thread and reused, as below
+  others.clear();
   for (int32_t r = 0; r < rows; ++r) {
     out.useful += cardinality(own[r]);
     others.insert(others.end(), own[r].begin(), own[r].end());
@@ -173,10 +264,12 @@ void fillShape(const IntervalSet &common, const std::vector<IntervalSet> &own, B
   }
   out.keys = unite(common, others);
   // Row masks of the keys outside `common`, indexed by rank in `others`.
-  std::vector<int64_t> start(others.size() + 1, 0); // rank of each interval's first key
+  thread_local std::vector<int64_t> start; // rank of each interval's first key
+  start.assign(others.size() + 1, 0);
   for (size_t x = 0; x < others.size(); ++x)
     start[x + 1] = start[x] + others[x].size();
-  std::vector<uint64_t> masks(static_cast<size_t>(start.back()), 0);
+  thread_local std::vector<uint64_t> masks;
+  masks.assign(static_cast<size_t>(start.back()), 0);
   auto rankOf = [&](int64_t key) {
     size_t x = std::upper_bound(others.begin(), others.end(), key,
                                 [](int64_t k, const Interval &iv) { return k < iv.lo; }) -
@@ -302,7 +395,14 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
   out.useful = 0;
   out.keyBase = 0;
   out.keyStride = 1;
-  std::vector<IntervalSet> own(static_cast<size_t>(out.rows));
+  // Each row's own keys, per thread and reused: generating blocks in a loop
+  // allocates little more than the shapes themselves.
+  thread_local std::vector<IntervalSet> own;
+  if (own.size() < static_cast<size_t>(out.rows))
+    own.resize(static_cast<size_t>(out.rows));
+  for (int32_t r = 0; r < out.rows; ++r)
+    own[r].clear();
+  thread_local IntervalSet part;
   if (rest_) {
     // Relayout: row t is query c + t m; its keys are j = keyClass + u m
     // inside the intervals of the piece without its residue factor, so work
@@ -310,7 +410,8 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
     const int64_t m = modulus_;
     ir::RowEvaluator eval(rest_, n_);
     for (int32_t r = 0; r < out.rows; ++r) {
-      for (const Interval &x : eval.row(query(t0 + r))) {
+      eval.row(query(t0 + r), 0, n_, part);
+      for (const Interval &x : part) {
         int64_t first = floorDiv(x.lo - keyClass_ + m - 1, m);
         int64_t last = floorDiv(x.hi - keyClass_ + m - 1, m); // exclusive
         if (first < last)
@@ -319,12 +420,17 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
       normalize(own[r]);
     }
     // Keys every row has need no mask.
-    IntervalSet common = own[0];
-    for (int32_t r = 1; r < out.rows && !common.empty(); ++r)
-      common = intersect(common, own[r]);
+    thread_local IntervalSet common;
+    common = own[0];
+    for (int32_t r = 1; r < out.rows && !common.empty(); ++r) {
+      intersectInto(common, own[r], part);
+      common.swap(part);
+    }
     if (!common.empty())
-      for (IntervalSet &row : own)
-        row = subtract(row, common);
+      for (int32_t r = 0; r < out.rows; ++r) {
+        subtractInto(own[r], common, part);
+        own[r].swap(part);
+      }
     fillShape(common, own, out);
     out.keyBase = keyClass_;
     out.keyStride = m;
@@ -355,7 +461,7 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
   if (!unsure.empty())
     for (int32_t r = 0; r < out.rows; ++r)
       for (const Interval &x : unsure) {
-        IntervalSet part = eval.row(t0 + r, x.lo, x.hi);
+        eval.row(t0 + r, x.lo, x.hi, part);
         own[r].insert(own[r].end(), part.begin(), part.end());
       }
   fillShape(bd.lower, own, out);

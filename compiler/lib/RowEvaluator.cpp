@@ -2,6 +2,8 @@
 #include "attnc/compiler/RowEvaluator.h"
 
 #include <algorithm>
+#include <deque>
+#include <span>
 
 namespace attnc::ir {
 
@@ -9,11 +11,33 @@ RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) 
   ATTNC_CHECK(n >= 1, "sequence length must be at least 1");
 }
 
-IntervalSet RowEvaluator::row(int64_t i) const { return eval(*set_, i, 0, n_); }
+IntervalSet RowEvaluator::row(int64_t i) const {
+  IntervalSet out;
+  eval(*set_, i, 0, n_, out, 0);
+  return out;
+}
 
 IntervalSet RowEvaluator::row(int64_t i, int64_t lo, int64_t hi) const {
-  return eval(*set_, i, std::max<int64_t>(lo, 0), std::min(hi, n_));
+  IntervalSet out;
+  row(i, lo, hi, out);
+  return out;
 }
+
+void RowEvaluator::row(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const {
+  eval(*set_, i, std::max<int64_t>(lo, 0), std::min(hi, n_), out, 0);
+}
+
+namespace {
+/// Intermediate sets of the evaluation, two per level of the set's tree:
+/// kept per thread so that evaluating rows in a loop allocates nothing once
+/// they have grown (a deque: growing it keeps the others in place).
+IntervalSet &scratch(int depth, int which) {
+  thread_local std::deque<IntervalSet> sets;
+  while (sets.size() < static_cast<size_t>(2 * depth + 2))
+    sets.emplace_back();
+  return sets[static_cast<size_t>(2 * depth + which)];
+}
+} // namespace
 
 /// Evaluation cost class: cheap, narrow generators run first inside an
 /// intersection so that the expensive ones see a small window.
@@ -28,36 +52,51 @@ static int costRank(Gen g) {
   }
 }
 
-IntervalSet RowEvaluator::evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi) const {
-  std::vector<const SetNode *> order;
-  for (const SetRef &c : s.children)
-    order.push_back(c.get());
-  std::stable_sort(order.begin(), order.end(), [](const SetNode *a, const SetNode *b) {
-    return costRank(a->kind) < costRank(b->kind);
-  });
-  IntervalSet acc{{lo, hi}};
-  for (const SetNode *c : order) {
-    if (acc.empty())
+void RowEvaluator::evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi,
+                                 IntervalSet &out, int depth) const {
+  // Children in cost order (on the stack for the usual handful).
+  constexpr size_t kInline = 8;
+  const SetNode *inlineOrder[kInline];
+  std::vector<const SetNode *> heapOrder;
+  const SetNode **order = inlineOrder;
+  if (s.children.size() > kInline) {
+    heapOrder.resize(s.children.size());
+    order = heapOrder.data();
+  }
+  const size_t count = s.children.size();
+  for (size_t k = 0; k < count; ++k) { // a stable insertion sort: no buffer
+    const SetNode *c = s.children[k].get();
+    size_t at = k;
+    for (; at > 0 && costRank(order[at - 1]->kind) > costRank(c->kind); --at)
+      order[at] = order[at - 1];
+    order[at] = c;
+  }
+  IntervalSet &part = scratch(depth, 0), &next = scratch(depth, 1);
+  out.assign(1, {lo, hi});
+  for (const SetNode *c : std::span(order, count)) {
+    if (out.empty())
       break;
     if (c->kind == Gen::Predicate) {
       // Examine only the keys that survived so far.
-      IntervalSet kept;
-      for (const Interval &x : acc) {
-        IntervalSet part = eval(*c, i, x.lo, x.hi);
-        kept.insert(kept.end(), part.begin(), part.end());
+      next.clear();
+      for (const Interval &x : out) {
+        eval(*c, i, x.lo, x.hi, part, depth + 1);
+        next.insert(next.end(), part.begin(), part.end());
       }
-      acc = std::move(kept);
+      out.swap(next);
       continue;
     }
-    acc = intersect(acc, eval(*c, i, acc.front().lo, acc.back().hi));
+    eval(*c, i, out.front().lo, out.back().hi, part, depth + 1);
+    intersectInto(out, part, next);
+    out.swap(next);
   }
-  return acc;
 }
 
-IntervalSet RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi) const {
-  IntervalSet out;
+void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out,
+                        int depth) const {
+  out.clear();
   if (lo >= hi)
-    return out;
+    return;
   Env env{i, 0, n_, 0};
   switch (s.kind) {
   case Gen::All:
@@ -139,23 +178,28 @@ IntervalSet RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t 
         out.push_back({j, j + 1});
     }
     break;
-  case Gen::Union:
+  case Gen::Union: {
+    IntervalSet &part = scratch(depth, 0);
     for (const SetRef &c : s.children) {
-      IntervalSet part = eval(*c, i, lo, hi);
+      eval(*c, i, lo, hi, part, depth + 1);
       out.insert(out.end(), part.begin(), part.end());
     }
     normalize(out);
     break;
+  }
   case Gen::Intersect:
-    return evalIntersect(s, i, lo, hi);
+    evalIntersect(s, i, lo, hi, out, depth);
+    break;
   case Gen::Difference: {
-    IntervalSet a = eval(*s.children[0], i, lo, hi);
+    IntervalSet &a = scratch(depth, 0), &b = scratch(depth, 1);
+    eval(*s.children[0], i, lo, hi, a, depth + 1);
     if (a.empty())
       break;
-    return subtract(a, eval(*s.children[1], i, a.front().lo, a.back().hi));
+    eval(*s.children[1], i, a.front().lo, a.back().hi, b, depth + 1);
+    subtractInto(a, b, out);
+    break;
   }
   }
-  return out;
 }
 
 } // namespace attnc::ir

@@ -26,6 +26,9 @@ void normalize(IntervalSet &s);
 IntervalSet unite(const IntervalSet &a, const IntervalSet &b);
 IntervalSet intersect(const IntervalSet &a, const IntervalSet &b);
 IntervalSet subtract(const IntervalSet &a, const IntervalSet &b);
+/// The same into `out` (cleared first, its capacity reused; not a or b).
+void intersectInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out);
+void subtractInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out);
 /// Clips every interval to [lo, hi).
 IntervalSet clip(const IntervalSet &s, int64_t lo, int64_t hi);
 /// Number of keys.

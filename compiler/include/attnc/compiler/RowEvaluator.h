@@ -21,10 +21,17 @@ public:
   IntervalSet row(int64_t i) const;
   /// Keys of query row i inside [lo, hi).
   IntervalSet row(int64_t i, int64_t lo, int64_t hi) const;
+  /// The same into `out`, reusing its capacity: evaluating many rows this
+  /// way allocates nothing in steady state.
+  void row(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const;
 
 private:
-  IntervalSet eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi) const;
-  IntervalSet evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi) const;
+  /// Keys of row i of `s` inside [lo, hi) into `out`; `depth` picks the
+  /// per-thread scratch sets of this level of the tree.
+  void eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out,
+            int depth) const;
+  void evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out,
+                     int depth) const;
 
   SetRef set_;
   int64_t n_;
