@@ -36,7 +36,27 @@ IntervalSet intersect(const IntervalSet &a, const IntervalSet &b) {
   return out;
 }
 
+namespace {
+/// out = s clipped to [w.lo, w.hi): the intervals in between are copied
+/// whole, found by binary search (a window or band against a long stripe
+/// list costs a memcpy, not a merge).
+void clipInto(const IntervalSet &s, Interval w, IntervalSet &out) {
+  out.clear();
+  auto first = std::upper_bound(s.begin(), s.end(), w.lo,
+                                [](int64_t k, const Interval &x) { return k < x.hi; });
+  auto last = std::lower_bound(first, s.end(), w.hi,
+                               [](const Interval &x, int64_t k) { return x.lo < k; });
+  if (first == last)
+    return;
+  out.assign(first, last);
+  out.front().lo = std::max(out.front().lo, w.lo);
+  out.back().hi = std::min(out.back().hi, w.hi);
+}
+} // namespace
+
 void intersectInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out) {
+  if (b.size() == 1 || a.size() == 1)
+    return b.size() == 1 ? clipInto(a, b[0], out) : clipInto(b, a[0], out);
   out.clear();
   size_t x = 0, y = 0;
   while (x < a.size() && y < b.size()) {
@@ -59,6 +79,22 @@ IntervalSet subtract(const IntervalSet &a, const IntervalSet &b) {
 
 void subtractInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out) {
   out.clear();
+  if (b.size() == 1) { // the keys of a before b[0], then after it, copied whole
+    const Interval w = b[0];
+    auto cut = std::upper_bound(a.begin(), a.end(), w.lo,
+                                [](int64_t k, const Interval &x) { return k < x.hi; });
+    out.assign(a.begin(), cut);
+    if (cut != a.end() && cut->lo < w.lo)
+      out.push_back({cut->lo, w.lo});
+    auto rest = std::lower_bound(cut, a.end(), w.hi,
+                                 [](const Interval &x, int64_t k) { return x.hi <= k; });
+    if (rest != a.end() && rest->lo < w.hi) {
+      out.push_back({w.hi, rest->hi});
+      ++rest;
+    }
+    out.insert(out.end(), rest, a.end());
+    return;
+  }
   size_t y = 0;
   for (Interval cur : a) {
     while (y < b.size() && b[y].hi <= cur.lo)
