@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/compiler/IntervalSet.h"
+#include "attnc/compiler/Plan.h"
 
 #include <gtest/gtest.h>
 
@@ -68,6 +69,30 @@ TEST(IntervalSet, AlgebraMatchesBitVectors) {
     subtractInto(a, b, into);
     EXPECT_EQ(into, d);
   }
+}
+
+/// Block shapes store keys as runs of equal, equally spaced intervals.
+TEST(IntervalSet, RunsRoundTrip) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 2000; ++trial) {
+    IntervalSet s = randomSet(rng, trial % 9);
+    if (trial % 3 == 0) // a stripe piece: equal intervals, equal spacing, then a tail
+      for (int64_t k = 0; k < trial % 13; ++k)
+        s.push_back({100 + 8 * k, 103 + 8 * k});
+    plan::KeyRuns runs = plan::compressRuns(s);
+    IntervalSet back;
+    for (const plan::KeyRun &r : runs) {
+      ASSERT_GE(r.count, 1);
+      for (int64_t k = 0; k < r.count; ++k)
+        back.push_back({r.lo + k * r.period, r.lo + k * r.period + r.len});
+    }
+    EXPECT_EQ(back, s);
+    EXPECT_EQ(plan::cardinality(runs), cardinality(s));
+  }
+  IntervalSet stripe;
+  for (int64_t k = 0; k < 1000; ++k)
+    stripe.push_back({128 * k + 120, 128 * k + 128});
+  EXPECT_EQ(plan::compressRuns(stripe).size(), 1u) << "a stripe up to a block is one run";
 }
 
 } // namespace

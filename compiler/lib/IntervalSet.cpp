@@ -2,6 +2,7 @@
 #include "attnc/compiler/IntervalSet.h"
 
 #include <algorithm>
+#include <span>
 
 namespace attnc {
 
@@ -95,8 +96,15 @@ void subtractInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out) 
     out.insert(out.end(), rest, a.end());
     return;
   }
-  size_t y = 0;
-  for (Interval cur : a) {
+  // Intervals that b has too leave nothing: skip the common prefix (a
+  // block's upper and lower bounds share most of theirs).
+  const size_t same = static_cast<size_t>(
+      std::mismatch(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(std::min(a.size(), b.size())),
+                    b.begin())
+          .first -
+      a.begin());
+  size_t y = same;
+  for (Interval cur : std::span(a).subspan(same)) {
     while (y < b.size() && b[y].hi <= cur.lo)
       ++y;
     size_t z = y;

@@ -28,6 +28,14 @@ const ir::SetNode *findResidue(const ir::SetNode &s) {
 /// may have (`upper`), inside a window [lo, hi): lower ⊆ each row ⊆ upper.
 struct Bounds {
   IntervalSet upper, lower;
+  bool exact = false; ///< every row has the same keys: `lower` is not kept (it is `upper`)
+  const IntervalSet &low() const { return exact ? upper : lower; }
+  /// Makes `lower` explicit (before changing one side only).
+  void split() {
+    if (exact)
+      lower = upper;
+    exact = false;
+  }
 };
 
 /// The values an integer term of i (and n) takes over the rows [a, b], or
@@ -111,18 +119,20 @@ public:
 
   Bounds eval(const ir::SetRef &s, int64_t a, int64_t b, int64_t lo, int64_t hi) const {
     Bounds out;
-    if (lo >= hi)
+    if (lo >= hi) {
+      out.exact = true;
       return out;
+    }
     auto both = [&](IntervalSet x) {
-      out.lower = x;
       out.upper = std::move(x);
+      out.exact = true;
       return out;
     };
     switch (s->kind) {
     case ir::Gen::All:
       return both({{lo, hi}});
     case ir::Gen::None:
-      return out;
+      return both({});
     case ir::Gen::Band: {
       // Row i has [i + lo', i + hi']: the block's union is [a + lo', b + hi'],
       // its intersection [b + lo', a + hi'].
@@ -133,6 +143,7 @@ public:
       };
       out.upper = span(a, b);
       out.lower = span(b, a);
+      out.exact = out.upper == out.lower;
       return out;
     }
     case ir::Gen::BlockDiag: {
@@ -162,6 +173,7 @@ public:
       };
       out.upper = span(loMin, hiMax);
       out.lower = span(loMax, hiMin);
+      out.exact = out.upper == out.lower;
       return out;
     }
     case ir::Gen::RowIf: {
@@ -175,37 +187,58 @@ public:
         return both({{lo, hi}});
       if (any)
         out.upper = {{lo, hi}};
+      out.exact = !any;
       return out;
     }
     case ir::Gen::Union: {
+      out.exact = true;
       for (const ir::SetRef &c : s->children) {
         Bounds part = eval(c, a, b, lo, hi);
+        if (out.exact && !part.exact)
+          out.split();
         out.upper.insert(out.upper.end(), part.upper.begin(), part.upper.end());
-        out.lower.insert(out.lower.end(), part.lower.begin(), part.lower.end());
+        if (!out.exact)
+          out.lower.insert(out.lower.end(), part.low().begin(), part.low().end());
       }
       normalize(out.upper);
-      normalize(out.lower);
+      if (!out.exact)
+        normalize(out.lower);
       return out;
     }
     case ir::Gen::Intersect: {
       out.upper = {{lo, hi}};
-      out.lower = {{lo, hi}};
+      out.exact = true;
+      IntervalSet tmp;
       for (const ir::SetRef &c : byCost(s->children)) {
         if (out.upper.empty())
           break;
+        // A child evaluated inside one interval is its own intersection with it.
+        const bool window = out.upper.size() == 1;
         Bounds part = eval(c, a, b, out.upper.front().lo, out.upper.back().hi);
-        out.upper = intersect(out.upper, part.upper);
-        out.lower = intersect(out.lower, part.lower);
+        if (out.exact && !part.exact)
+          out.split();
+        if (!out.exact) {
+          intersectInto(out.lower, part.low(), tmp);
+          out.lower.swap(tmp);
+        }
+        if (window && out.exact) {
+          out.upper = std::move(part.upper);
+        } else {
+          intersectInto(out.upper, part.upper, tmp);
+          out.upper.swap(tmp);
+        }
       }
       return out; // each child's lower is inside its upper, so theirs are too
     }
     case ir::Gen::Difference: {
       Bounds x = eval(s->children[0], a, b, lo, hi);
       if (x.upper.empty())
-        return out;
+        return both({});
       Bounds y = eval(s->children[1], a, b, x.upper.front().lo, x.upper.back().hi);
-      out.upper = subtract(x.upper, y.lower);
-      out.lower = subtract(x.lower, y.upper);
+      out.exact = x.exact && y.exact;
+      if (!out.exact)
+        out.lower = subtract(x.low(), y.upper);
+      out.upper = subtract(x.upper, y.low());
       return out;
     }
     default:
@@ -247,7 +280,7 @@ private:
 
 /// Fills a block from the keys every row has (`common`) and each row's other
 /// keys (`own[r]`, disjoint from `common`), all in key coordinates.
-void fillShape(const IntervalSet &common, const std::vector<IntervalSet> &own, BlockShape &out) {
+void fillShape(IntervalSet common, const std::vector<IntervalSet> &own, BlockShape &out) {
   const int32_t rows = out.rows;
   thread_local IntervalSet others; // per thread and reused, as below
   others.clear();
@@ -259,10 +292,10 @@ void fillShape(const IntervalSet &common, const std::vector<IntervalSet> &own, B
   normalize(others);
   out.partial.clear();
   if (others.empty()) {
-    out.keys = common;
+    out.keys = compressRuns(common);
     return;
   }
-  out.keys = unite(common, others);
+  out.keys = compressRuns(unite(common, others));
   // Row masks of the keys outside `common`, indexed by rank in `others`.
   thread_local std::vector<int64_t> start; // rank of each interval's first key
   start.assign(others.size() + 1, 0);
@@ -442,7 +475,7 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
       own[r] = eval.row(t0 + r);
       out.useful += cardinality(own[r]);
     }
-    out.keys = {{0, n_}}; // every key, the pattern only as masks
+    out.keys = {{0, n_, n_, 1}}; // every key, the pattern only as masks
     out.partial.clear();
     std::vector<uint64_t> masks(static_cast<size_t>(n_), 0);
     for (int32_t r = 0; r < out.rows; ++r)
@@ -457,19 +490,46 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
   // Keys every row has need no per-row work; rows are evaluated only where
   // the bounds disagree.
   Bounds bd = BlockBounds(n_).eval(set_, t0, t0 + out.rows - 1, 0, n_);
-  IntervalSet unsure = subtract(bd.upper, bd.lower);
+  // Exact bounds (the usual case: bands, stripes, blocks) leave no row to
+  // evaluate; comparing them is cheaper than subtracting.
+  IntervalSet unsure = bd.exact ? IntervalSet{} : subtract(bd.upper, bd.lower);
   if (!unsure.empty())
     for (int32_t r = 0; r < out.rows; ++r)
       for (const Interval &x : unsure) {
         eval.row(t0 + r, x.lo, x.hi, part);
         own[r].insert(own[r].end(), part.begin(), part.end());
       }
-  fillShape(bd.lower, own, out);
+  if (bd.exact)
+    bd.lower = std::move(bd.upper);
+  fillShape(std::move(bd.lower), own, out);
 }
 
 size_t BlockShape::bytes() const {
-  return sizeof(BlockShape) + keys.capacity() * sizeof(Interval) +
+  return sizeof(BlockShape) + keys.capacity() * sizeof(KeyRun) +
          partial.capacity() * sizeof(partial[0]);
+}
+
+KeyRuns compressRuns(const IntervalSet &s) {
+  KeyRuns out;
+  for (size_t k = 0; k < s.size();) {
+    KeyRun run{s[k].lo, s[k].size(), 0, 1};
+    if (k + 1 < s.size() && s[k + 1].size() == run.len) {
+      run.period = s[k + 1].lo - s[k].lo;
+      while (k + run.count < s.size() && s[k + run.count].size() == run.len &&
+             s[k + run.count].lo - s[k + run.count - 1].lo == run.period)
+        ++run.count;
+    }
+    out.push_back(run);
+    k += static_cast<size_t>(run.count);
+  }
+  return out;
+}
+
+int64_t cardinality(const KeyRuns &runs) {
+  int64_t total = 0;
+  for (const KeyRun &x : runs)
+    total += x.len * x.count;
+  return total;
 }
 
 void BlockTiles::expand(const BlockShape &shape) {
@@ -478,9 +538,10 @@ void BlockTiles::expand(const BlockShape &shape) {
   allRows = shape.allRows;
   keys.resize(static_cast<size_t>(shape.numKeys()));
   int32_t *dst = keys.data();
-  for (const Interval &x : shape.keys)
-    for (int64_t u = x.lo; u < x.hi; ++u)
-      *dst++ = static_cast<int32_t>(shape.keyBase + u * shape.keyStride);
+  for (const KeyRun &x : shape.keys)
+    for (int64_t k = 0, lo = x.lo; k < x.count; ++k, lo += x.period)
+      for (int64_t u = lo; u < lo + x.len; ++u)
+        *dst++ = static_cast<int32_t>(shape.keyBase + u * shape.keyStride);
   masks.assign(keys.size(), allRows);
   for (const auto &[pos, mask] : shape.partial)
     masks[static_cast<size_t>(pos)] = mask;

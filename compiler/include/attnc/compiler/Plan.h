@@ -61,14 +61,29 @@ struct Plan {
 
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options = {});
 
+/// `count` intervals [lo + k period, lo + k period + len), k = 0 .. count-1:
+/// a stripe's keys up to a block (one interval per period of it) are one
+/// run, so a block of *fixed* or *strided* is O(1) to store, not O(n / l).
+struct KeyRun {
+  int64_t lo = 0, len = 0, period = 0, count = 1;
+  bool operator==(const KeyRun &o) const {
+    return lo == o.lo && len == o.len && period == o.period && count == o.count;
+  }
+};
+using KeyRuns = std::vector<KeyRun>;
+/// The runs of a (normalised) interval set: equal intervals equally spaced
+/// become one run. One pass.
+KeyRuns compressRuns(const IntervalSet &s);
+int64_t cardinality(const KeyRuns &runs);
+
 /// One row block of a piece at one n, compactly: the union of the block's
-/// rows' keys as intervals, and the rows that have each key only where that
-/// is not every row. O(intervals + partial keys), not O(keys).
+/// rows' keys as runs of intervals, and the rows that have each key only
+/// where that is not every row. O(runs + partial keys), not O(keys).
 struct BlockShape {
   int64_t firstRow = 0;          ///< first row in the piece's row space (a class's for relayout)
   int32_t rows = 0;              ///< at most R
   uint64_t allRows = 0;          ///< the mask with every row of the block
-  IntervalSet keys;              ///< key k is keyBase + u * keyStride for u in these intervals
+  KeyRuns keys;                  ///< key k is keyBase + u * keyStride for u in these intervals
   int64_t keyBase = 0, keyStride = 1;
   /// (position in the compacted key list, bit r: block row r has it), for
   /// the positions that not every row has; ascending.
