@@ -68,6 +68,11 @@ TEST(IntervalSet, AlgebraMatchesBitVectors) {
     EXPECT_EQ(into, i) << "intersectInto reuses `out` and agrees";
     subtractInto(a, b, into);
     EXPECT_EQ(into, d);
+    if (b.size() == 1) {
+      IntervalSet inPlace = a;
+      subtractInPlace(inPlace, b[0]);
+      EXPECT_EQ(inPlace, d);
+    }
   }
 }
 

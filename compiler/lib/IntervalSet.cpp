@@ -121,6 +121,26 @@ void subtractInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out) 
   }
 }
 
+void subtractInPlace(IntervalSet &a, Interval w) {
+  if (w.lo >= w.hi)
+    return;
+  auto cut = std::upper_bound(a.begin(), a.end(), w.lo,
+                              [](int64_t k, const Interval &x) { return k < x.hi; });
+  auto rest = std::lower_bound(cut, a.end(), w.hi,
+                               [](const Interval &x, int64_t k) { return x.hi <= k; });
+  Interval pieces[2];
+  int count = 0;
+  if (cut != a.end() && cut->lo < w.lo)
+    pieces[count++] = {cut->lo, w.lo};
+  if (rest != a.end() && rest->lo < w.hi) {
+    pieces[count++] = {w.hi, rest->hi};
+    ++rest;
+  }
+  const auto at = cut - a.begin();
+  a.erase(cut, rest);
+  a.insert(a.begin() + at, pieces, pieces + count);
+}
+
 IntervalSet clip(const IntervalSet &s, int64_t lo, int64_t hi) {
   IntervalSet out;
   for (const Interval &x : s) {

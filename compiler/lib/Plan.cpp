@@ -221,7 +221,7 @@ public:
           intersectInto(out.lower, part.low(), tmp);
           out.lower.swap(tmp);
         }
-        if (window && out.exact) {
+        if (window) {
           out.upper = std::move(part.upper);
         } else {
           intersectInto(out.upper, part.upper, tmp);
@@ -236,9 +236,16 @@ public:
         return both({});
       Bounds y = eval(s->children[1], a, b, x.upper.front().lo, x.upper.back().hi);
       out.exact = x.exact && y.exact;
+      // Usually y is one interval (a block, a band): cut it out in place.
+      auto minus = [](IntervalSet a, const IntervalSet &b) {
+        if (b.size() != 1)
+          return subtract(a, b);
+        subtractInPlace(a, b[0]);
+        return a;
+      };
       if (!out.exact)
-        out.lower = subtract(x.low(), y.upper);
-      out.upper = subtract(x.upper, y.low());
+        out.lower = minus(x.exact ? x.upper : std::move(x.lower), y.upper);
+      out.upper = minus(std::move(x.upper), y.low());
       return out;
     }
     default:
@@ -288,13 +295,14 @@ void fillShape(IntervalSet common, const std::vector<IntervalSet> &own, BlockSha
     out.useful += cardinality(own[r]);
     others.insert(others.end(), own[r].begin(), own[r].end());
   }
-  out.useful += int64_t{rows} * cardinality(common);
   normalize(others);
   out.partial.clear();
   if (others.empty()) {
     out.keys = compressRuns(common);
+    out.useful += int64_t{rows} * cardinality(out.keys); // O(runs)
     return;
   }
+  out.useful += int64_t{rows} * cardinality(common);
   out.keys = compressRuns(unite(common, others));
   // Row masks of the keys outside `common`, indexed by rank in `others`.
   thread_local std::vector<int64_t> start; // rank of each interval's first key
@@ -505,8 +513,7 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
 }
 
 size_t BlockShape::bytes() const {
-  return sizeof(BlockShape) + keys.capacity() * sizeof(KeyRun) +
-         partial.capacity() * sizeof(partial[0]);
+  return sizeof(BlockShape) + keys.size() * sizeof(KeyRun) + partial.size() * sizeof(partial[0]);
 }
 
 KeyRuns compressRuns(const IntervalSet &s) {
@@ -648,6 +655,7 @@ bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
         auto [w, k] = blocks[x];
         BlockShape &shape = (*work[w].first)[static_cast<size_t>(k)];
         work[w].second->build(k, shape);
+        shape.partial.shrink_to_fit(); // kept for every run at this n: no slack
         if (bytes.fetch_add(shape.bytes()) + shape.bytes() > maxBytes)
           over = true;
       }

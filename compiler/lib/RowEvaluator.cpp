@@ -130,6 +130,7 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
   }
   case Gen::Stripe: {
     int64_t m = s.modulus;
+    out.reserve(static_cast<size_t>((hi - lo) / m + 2));
     for (int64_t base = floorDiv(lo, m) * m; base < hi; base += m) {
       int64_t a = std::max(lo, base + s.lo), b = std::min(hi, base + s.hi + 1);
       if (a < b)

@@ -29,6 +29,9 @@ IntervalSet subtract(const IntervalSet &a, const IntervalSet &b);
 /// The same into `out` (cleared first, its capacity reused; not a or b).
 void intersectInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out);
 void subtractInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out);
+/// a = a minus [w.lo, w.hi), in place: moves only the intervals after w
+/// (a block's own keys at the end of a long list cost O(log n)).
+void subtractInPlace(IntervalSet &a, Interval w);
 /// Clips every interval to [lo, hi).
 IntervalSet clip(const IntervalSet &s, int64_t lo, int64_t hi);
 /// Number of keys.

@@ -90,7 +90,7 @@ struct BlockShape {
   std::vector<std::pair<int32_t, uint64_t>> partial;
   int64_t useful = 0;            ///< pairs in the block
   int64_t numKeys() const { return cardinality(keys); }
-  size_t bytes() const;          ///< heap and object size, for cache budgets
+  size_t bytes() const;          ///< object and heap size of a compact copy, for cache budgets
 };
 
 /// A block as the tile kernels read it: every key, ascending, with its row
