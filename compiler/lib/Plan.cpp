@@ -238,10 +238,11 @@ public:
       out.exact = x.exact && y.exact;
       // Usually y is one interval (a block, a band): cut it out in place.
       auto minus = [](IntervalSet a, const IntervalSet &b) {
-        if (b.size() != 1)
+        if (b.size() > 1)
           return subtract(a, b);
-        subtractInPlace(a, b[0]);
-        return a;
+        if (b.size() == 1)
+          subtractInPlace(a, b[0]);
+        return a; // nothing to take out: a as it is (often, when y lies past x's keys)
       };
       if (!out.exact)
         out.lower = minus(x.exact ? x.upper : std::move(x.lower), y.upper);

@@ -7,7 +7,59 @@
 
 namespace attnc::ir {
 
-RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) {
+namespace {
+
+/// Whether every row of `s` is one interval: single-interval generators and
+/// intersections of them (a causal window, a block under `causal`, ...).
+bool oneIntervalPerRow(const SetNode &s) {
+  switch (s.kind) {
+  case Gen::All: case Gen::Band: case Gen::BlockDiag: case Gen::KeyRange:
+    return true;
+  case Gen::Intersect:
+    return std::all_of(s.children.begin(), s.children.end(),
+                       [](const SetRef &c) { return oneIntervalPerRow(*c); });
+  default:
+    return false;
+  }
+}
+
+/// Narrows [lo, hi) to row i of a set that oneIntervalPerRow accepts (it
+/// may become empty): no interval list, no allocation.
+void narrow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi) {
+  switch (s.kind) {
+  case Gen::Band:
+    if (s.lo != kUnbounded)
+      lo = std::max(lo, i + s.lo);
+    if (s.hi != kUnbounded)
+      hi = std::min(hi, i + s.hi + 1);
+    break;
+  case Gen::BlockDiag: {
+    int64_t start = floorDiv(i, s.modulus) * s.modulus;
+    lo = std::max(lo, start);
+    hi = std::min(hi, start + s.modulus);
+    break;
+  }
+  case Gen::KeyRange: {
+    Env env{i, 0, n, 0};
+    if (s.loTerm)
+      lo = std::max(lo, evalInt(*s.loTerm, env));
+    if (s.hiTerm)
+      hi = std::min(hi, evalInt(*s.hiTerm, env) + 1);
+    break;
+  }
+  case Gen::Intersect:
+    for (const SetRef &c : s.children)
+      narrow(*c, i, n, lo, hi);
+    break;
+  default: // All
+    break;
+  }
+}
+
+} // namespace
+
+RowEvaluator::RowEvaluator(SetRef set, int64_t n)
+    : set_(std::move(set)), n_(n), oneInterval_(oneIntervalPerRow(*set_)) {
   ATTNC_CHECK(n >= 1, "sequence length must be at least 1");
 }
 
@@ -24,7 +76,16 @@ IntervalSet RowEvaluator::row(int64_t i, int64_t lo, int64_t hi) const {
 }
 
 void RowEvaluator::row(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const {
-  eval(*set_, i, std::max<int64_t>(lo, 0), std::min(hi, n_), out, 0);
+  lo = std::max<int64_t>(lo, 0);
+  hi = std::min(hi, n_);
+  if (oneInterval_) { // the common case, in closed form
+    out.clear();
+    narrow(*set_, i, n_, lo, hi);
+    if (lo < hi)
+      out.push_back({lo, hi});
+    return;
+  }
+  eval(*set_, i, lo, hi, out, 0);
 }
 
 namespace {
@@ -104,26 +165,9 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
     break;
   case Gen::None:
     break;
-  case Gen::Band: {
-    int64_t a = s.lo == kUnbounded ? lo : std::max(lo, i + s.lo);
-    int64_t b = s.hi == kUnbounded ? hi : std::min(hi, i + s.hi + 1);
-    if (a < b)
-      out.push_back({a, b});
-    break;
-  }
-  case Gen::BlockDiag: {
-    int64_t start = floorDiv(i, s.modulus) * s.modulus;
-    int64_t a = std::max(lo, start), b = std::min(hi, start + s.modulus);
-    if (a < b)
-      out.push_back({a, b});
-    break;
-  }
-  case Gen::KeyRange: {
+  case Gen::Band: case Gen::BlockDiag: case Gen::KeyRange: {
     int64_t a = lo, b = hi;
-    if (s.loTerm)
-      a = std::max(a, evalInt(*s.loTerm, env));
-    if (s.hiTerm)
-      b = std::min(b, evalInt(*s.hiTerm, env) + 1);
+    narrow(s, i, n_, a, b);
     if (a < b)
       out.push_back({a, b});
     break;

@@ -35,6 +35,7 @@ private:
 
   SetRef set_;
   int64_t n_;
+  bool oneInterval_; ///< every row is one interval (computed without lists)
 };
 
 } // namespace attnc::ir
