@@ -63,11 +63,7 @@ RowEvaluator::RowEvaluator(SetRef set, int64_t n)
   ATTNC_CHECK(n >= 1, "sequence length must be at least 1");
 }
 
-IntervalSet RowEvaluator::row(int64_t i) const {
-  IntervalSet out;
-  eval(*set_, i, 0, n_, out, 0);
-  return out;
-}
+IntervalSet RowEvaluator::row(int64_t i) const { return row(i, 0, n_); }
 
 IntervalSet RowEvaluator::row(int64_t i, int64_t lo, int64_t hi) const {
   IntervalSet out;
