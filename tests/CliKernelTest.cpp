@@ -108,6 +108,24 @@ TEST(CliBench, ReportsEveryBackendSideBySide) {
               1e-3);
 }
 
+TEST(CliBench, RunsBf16TensorsAndRejectsOtherTypes) {
+  ScratchDir dir;
+  std::string env = "ATTNC_CACHE_DIR=" + dir.path();
+  CommandResult r = attnc("bench " + libraryPattern("strided") +
+                              " -D l=8 --n 130 --d 16 --heads 2 --repeat 1 --backend fused,sparsifier "
+                              "--dtype bf16 --json",
+                          env);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  Json doc = parseJson(r.out);
+  EXPECT_EQ(doc["dtype"].string, "bf16");
+  ASSERT_EQ(doc["results"].array.size(), 2u);
+  for (const Json &row : doc["results"].array)
+    EXPECT_GT(row["ms"].number, 0) << row["backend"].string << ": the run failed";
+  CommandResult bad = attnc("bench " + libraryPattern("strided") + " --n 64 --dtype f16", env);
+  EXPECT_EQ(bad.exitCode, 2) << bad.out;
+  EXPECT_NE(bad.err.find("f16 not in {f32,bf16}"), std::string::npos) << bad.err;
+}
+
 TEST(CliRun, HalideKernelFileRunsAndChecks) {
   ScratchDir dir;
   std::string env = "ATTNC_CACHE_DIR=" + dir.path();

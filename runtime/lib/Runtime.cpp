@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/attnc.h"
+#include "attnc/attnc.hpp"
 
 #include "attnc/compiler/Canonicalize.h"
 #include "attnc/compiler/Csr.h"
@@ -262,12 +263,18 @@ attnc_status validate(const attnc_kernel &kernel, const attnc_tensor *const t[4]
     if (!t[k]->data)
       return fail(ATTNC_ERROR_INVALID_ARGUMENT,
                   std::string("tensor '") + kTensorNames[k] + "' has a null data pointer");
-    if (t[k]->dtype != ATTNC_DTYPE_F32)
+    if (t[k]->dtype != ATTNC_DTYPE_F32 && t[k]->dtype != ATTNC_DTYPE_BF16)
       return fail(ATTNC_ERROR_DTYPE, std::string("tensor '") + kTensorNames[k] +
                                          "' has dtype " + std::to_string(t[k]->dtype) +
-                                         "; this kernel takes f32 (" +
-                                         std::to_string(ATTNC_DTYPE_F32) + ")");
+                                         "; kernels take f32 (" + std::to_string(ATTNC_DTYPE_F32) +
+                                         ") or bf16 (" + std::to_string(ATTNC_DTYPE_BF16) + ")");
   }
+  for (int k = 1; k < 3; ++k)
+    if (t[k]->dtype != t[0]->dtype)
+      return fail(ATTNC_ERROR_DTYPE, std::string("tensor '") + kTensorNames[k] + "' has dtype " +
+                                         std::to_string(t[k]->dtype) + " but 'q' has " +
+                                         std::to_string(t[0]->dtype) +
+                                         "; q, k and v must share one dtype");
   const int64_t *s = t[0]->shape;
   for (int k = 1; k < 4; ++k)
     for (int a = 0; a < 4; ++a)
@@ -301,17 +308,58 @@ attnc_status validate(const attnc_kernel &kernel, const attnc_tensor *const t[4]
 
 bool contiguousSlice(const attnc_tensor &t) { return t.strides[3] == 1 && t.strides[2] == t.shape[3]; }
 
-/// Pointer to the [n, d] slice (b, h), packed into `scratch` when strided.
+/// Element offset of slice (b, h) of a tensor.
+int64_t sliceOffset(const attnc_tensor &t, int64_t b, int64_t h) {
+  return b * t.strides[0] + h * t.strides[1];
+}
+
+/// Pointer to the [n, d] float32 slice (b, h): the tensor's own memory when
+/// it is a contiguous f32 slice, else packed into `scratch` (bf16 widened to
+/// f32 on the way: every backend computes and accumulates in f32).
 const float *inputSlice(const attnc_tensor &t, int64_t b, int64_t h, std::vector<float> &scratch) {
-  const float *base = static_cast<const float *>(t.data) + b * t.strides[0] + h * t.strides[1];
-  if (contiguousSlice(t))
-    return base;
-  int64_t n = t.shape[2], d = t.shape[3];
+  const int64_t n = t.shape[2], d = t.shape[3], off = sliceOffset(t, b, h);
+  if (t.dtype == ATTNC_DTYPE_F32 && contiguousSlice(t))
+    return static_cast<const float *>(t.data) + off;
   scratch.resize(static_cast<size_t>(n * d));
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < d; ++c)
-      scratch[i * d + c] = base[i * t.strides[2] + c * t.strides[3]];
+  auto pack = [&](const auto *data, auto widen) {
+    for (int64_t i = 0; i < n; ++i) {
+      const auto *row = data + off + i * t.strides[2];
+      float *dst = scratch.data() + i * d;
+      if (t.strides[3] == 1) // contiguous rows: a loop the compiler vectorises
+        for (int64_t c = 0; c < d; ++c)
+          dst[c] = widen(row[c]);
+      else
+        for (int64_t c = 0; c < d; ++c)
+          dst[c] = widen(row[c * t.strides[3]]);
+    }
+  };
+  if (t.dtype == ATTNC_DTYPE_BF16)
+    pack(static_cast<const uint16_t *>(t.data), attnc::bf16ToFloat);
+  else
+    pack(static_cast<const float *>(t.data), [](float x) { return x; });
   return scratch.data();
+}
+
+/// Writes a finished [n, d] float32 slice into slice (b, h) of `t` (its
+/// strides, its dtype: bf16 rounded to nearest even).
+void outputSlice(const attnc_tensor &t, int64_t b, int64_t h, const std::vector<float> &slice) {
+  const int64_t n = t.shape[2], d = t.shape[3], off = sliceOffset(t, b, h);
+  auto unpack = [&](auto *data, auto narrow) {
+    for (int64_t i = 0; i < n; ++i) {
+      auto *row = data + off + i * t.strides[2];
+      const float *src = slice.data() + i * d;
+      if (t.strides[3] == 1)
+        for (int64_t c = 0; c < d; ++c)
+          row[c] = narrow(src[c]);
+      else
+        for (int64_t c = 0; c < d; ++c)
+          row[c * t.strides[3]] = narrow(src[c]);
+    }
+  };
+  if (t.dtype == ATTNC_DTYPE_BF16)
+    unpack(static_cast<uint16_t *>(t.data), attnc::floatToBf16);
+  else
+    unpack(static_cast<float *>(t.data), [](float x) { return x; });
 }
 
 int threadCount(const attnc_run_options *options, int64_t tasks) {
@@ -402,11 +450,11 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
       for (int64_t t = next++; t < tasks; t = next++) {
         int64_t b = t / heads, h = t % heads;
         const int64_t set = kernel->ir.headsDeclared ? kernel->headToSet[h] : 0;
-        float *outBase = static_cast<float *>(o->data) + b * o->strides[0] + h * o->strides[1];
-        bool outContiguous = contiguousSlice(*o);
-        if (!outContiguous)
+        // The output slice is written in place when it is contiguous f32.
+        const bool outDirect = o->dtype == ATTNC_DTYPE_F32 && contiguousSlice(*o);
+        if (!outDirect)
           os.assign(static_cast<size_t>(n * d), 0.0f);
-        float *out = outContiguous ? outBase : os.data();
+        float *out = outDirect ? static_cast<float *>(o->data) + sliceOffset(*o, b, h) : os.data();
         if (kernel->fused) {
           attnc::rt::runFusedHead(kernel->plan, set, kernel->dense,
                                   structure->blocks.empty() ? nullptr : &structure->blocks[set], n, d,
@@ -428,10 +476,8 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
                                csr.crd.data(), csr.nnz(), values.data(), rows.data(), scale};
           kernel->entries[set](&args);
         }
-        if (!outContiguous)
-          for (int64_t i = 0; i < n; ++i)
-            for (int64_t c = 0; c < d; ++c)
-              outBase[i * o->strides[2] + c * o->strides[3]] = os[i * d + c];
+        if (!outDirect)
+          outputSlice(*o, b, h, os);
       }
     };
     int threads = threadCount(options, tasks);

@@ -168,8 +168,19 @@ TEST_F(RunErrors, NonPositiveDimensionsAreRejected) {
 }
 
 TEST_F(RunErrors, OtherDtypeIsRejected) {
-  tq.dtype = ATTNC_DTYPE_BF16;
+  tq.dtype = ATTNC_DTYPE_F16; // reserved
   EXPECT_EQ(run(), ATTNC_ERROR_DTYPE);
+  EXPECT_NE(std::string(attnc_last_error()).find("f32 (0) or bf16 (1)"), std::string::npos)
+      << attnc_last_error();
+  tq.dtype = static_cast<attnc_dtype>(42);
+  EXPECT_EQ(run(), ATTNC_ERROR_DTYPE);
+}
+
+TEST_F(RunErrors, MixedInputDtypesAreRejected) {
+  tk.dtype = ATTNC_DTYPE_BF16; // q, v f32
+  EXPECT_EQ(run(), ATTNC_ERROR_DTYPE);
+  EXPECT_NE(std::string(attnc_last_error()).find("q, k and v must share one dtype"), std::string::npos)
+      << attnc_last_error();
 }
 
 TEST_F(RunErrors, NonPositiveStrideIsRejected) {

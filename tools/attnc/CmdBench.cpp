@@ -31,6 +31,7 @@ struct BenchOptions {
   std::vector<std::string> backends = {"fused", "halide", "sparsifier", "dense"};
   int threads = 0;
   int repeat = 5;
+  std::string dtype = "f32";
   bool json = false;
   bool backendsGiven = false;
 };
@@ -89,7 +90,8 @@ int runBench(const BenchOptions &opts) {
     for (const plan::PieceStats &st : h.pieces)
       blockBytes += st.bytes;
 
-  RandomInputs inputs(opts.batch, heads, opts.n, opts.d, 1);
+  RandomInputs inputs(opts.batch, heads, opts.n, opts.d, 1,
+                      opts.dtype == "bf16" ? ATTNC_DTYPE_BF16 : ATTNC_DTYPE_F32);
   attnc_run_options ro{0.0f, opts.threads};
 
   std::vector<const char *> defs;
@@ -141,7 +143,8 @@ int runBench(const BenchOptions &opts) {
       fusedMs = r.ms;
   if (opts.json) {
     std::ostringstream os;
-    os << "{\"pattern\": " << jsonString(p.name) << ", \"n\": " << opts.n << ", \"d\": " << opts.d
+    os << "{\"pattern\": " << jsonString(p.name) << ", \"dtype\": " << jsonString(opts.dtype)
+       << ", \"n\": " << opts.n << ", \"d\": " << opts.d
        << ", \"batch\": " << opts.batch << ", \"heads\": " << heads << ", \"nnz_per_head\": "
        << nnzAllHeads / heads << ", \"plan_build_ms\": " << planMs
        << ", \"block_generation_ms\": " << blocksMs << ", \"block_bytes\": " << blockBytes
@@ -160,9 +163,9 @@ int runBench(const BenchOptions &opts) {
     std::cout << os.str();
     return kExitOk;
   }
-  std::printf("%s  n=%lld d=%lld batch=%lld heads=%lld  nnz/head=%lld (%.2f%% of n^2)  median of %d\n",
+  std::printf("%s  n=%lld d=%lld batch=%lld heads=%lld %s  nnz/head=%lld (%.2f%% of n^2)  median of %d\n",
               p.name.c_str(), (long long)opts.n, (long long)opts.d, (long long)opts.batch,
-              (long long)heads, (long long)(nnzAllHeads / heads),
+              (long long)heads, opts.dtype.c_str(), (long long)(nnzAllHeads / heads),
               100.0 * double(nnzAllHeads / heads) / (double(opts.n) * double(opts.n)), opts.repeat);
   std::printf("  fused plan: built in %.3f ms; its row blocks at this n: %.2f ms to generate, "
               "%.1f MB\n",
@@ -201,6 +204,11 @@ void setupBench(CLI::App &app, int &exitCode) {
           ->delimiter(',')
           ->capture_default_str()
           ->check(CLI::IsMember(codegen::backendNames()));
+  cmd->add_option("--dtype", opts->dtype,
+                  "Element type of Q, K, V and O: f32, or bf16 (widened to f32 per slice, computed "
+                  "and accumulated in f32, the output rounded to bf16)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
   cmd->add_option("--repeat", opts->repeat, "Timed runs per backend (the median is reported)")
       ->capture_default_str()

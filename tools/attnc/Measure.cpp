@@ -9,7 +9,8 @@
 
 namespace attnc::tool {
 
-RandomInputs::RandomInputs(int64_t batch, int64_t heads, int64_t n, int64_t d, uint32_t seed) {
+RandomInputs::RandomInputs(int64_t batch, int64_t heads, int64_t n, int64_t d, uint32_t seed,
+                           attnc_dtype dtype) {
   size_t count = static_cast<size_t>(batch * heads * n * d);
   q.resize(count);
   k.resize(count);
@@ -23,6 +24,21 @@ RandomInputs::RandomInputs(int64_t batch, int64_t heads, int64_t n, int64_t d, u
     v[x] = normal(rng);
   }
   std::array<int64_t, 4> shape{batch, heads, n, d};
+  if (dtype == ATTNC_DTYPE_BF16) {
+    auto narrow = [](const std::vector<float> &x, std::vector<uint16_t> &out) {
+      out.resize(x.size());
+      std::transform(x.begin(), x.end(), out.begin(), floatToBf16);
+    };
+    narrow(q, qb);
+    narrow(k, kb);
+    narrow(v, vb);
+    narrow(o, ob);
+    tq = tensorView(qb.data(), shape, dtype);
+    tk = tensorView(kb.data(), shape, dtype);
+    tv = tensorView(vb.data(), shape, dtype);
+    to = tensorView(ob.data(), shape, dtype);
+    return;
+  }
   tq = tensorView(q.data(), shape);
   tk = tensorView(k.data(), shape);
   tv = tensorView(v.data(), shape);

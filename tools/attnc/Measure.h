@@ -9,10 +9,13 @@
 
 namespace attnc::tool {
 
-/// Normal(0, 1) Q, K, V and an output buffer of shape [batch, heads, n, d].
+/// Normal(0, 1) Q, K, V and an output buffer of shape [batch, heads, n, d],
+/// float32 or (`dtype` bf16) rounded to bfloat16.
 struct RandomInputs {
-  RandomInputs(int64_t batch, int64_t heads, int64_t n, int64_t d, uint32_t seed);
+  RandomInputs(int64_t batch, int64_t heads, int64_t n, int64_t d, uint32_t seed,
+               attnc_dtype dtype = ATTNC_DTYPE_F32);
   std::vector<float> q, k, v, o;
+  std::vector<uint16_t> qb, kb, vb, ob; ///< the bf16 tensors' elements
   attnc_tensor tq, tk, tv, to;
 };
 

@@ -54,7 +54,7 @@ typedef enum attnc_status {
 
 typedef enum attnc_dtype {
   ATTNC_DTYPE_F32 = 0,
-  ATTNC_DTYPE_BF16 = 1, /**< reserved */
+  ATTNC_DTYPE_BF16 = 1, /**< bfloat16: widened to f32 per slice, computed and accumulated in f32 */
   ATTNC_DTYPE_F16 = 2   /**< reserved */
 } attnc_dtype;
 
@@ -101,7 +101,8 @@ ATTNC_API int64_t attnc_kernel_num_heads(const attnc_kernel *kernel);
  * Runs the kernel: O = attention(Q, K, V). All four tensors must have the same
  * shape [B, H, n, d] with B >= 1, H == attnc_kernel_num_heads (any H >= 1 when
  * that is 0), n >= 1,
- * d >= 1, dtype f32 and positive strides. `options` may be null.
+ * d >= 1, positive strides, and dtype f32 or bf16: q, k and v share one, o
+ * may be either (bf16 output is rounded to nearest even). `options` may be null.
  */
 ATTNC_API attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                        const attnc_tensor *v, attnc_tensor *o, const attnc_run_options *options);

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -34,11 +35,31 @@ inline void check(attnc_status status) {
     throw Error(status, attnc_last_error());
 }
 
-/// A [batch, heads, n, d] float32 view; contiguous row-major by default.
-inline attnc_tensor tensorView(const float *data, std::array<int64_t, 4> shape) {
+/// bfloat16 values (the upper half of a float32; ATTNC_DTYPE_BF16 tensors
+/// hold them as uint16_t): widening is exact, narrowing rounds to nearest,
+/// ties to even, and keeps NaN a (quiet) NaN.
+inline float bf16ToFloat(uint16_t x) {
+  const uint32_t bits = uint32_t{x} << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline uint16_t floatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+/// A [batch, heads, n, d] view of `data` (float32, or uint16_t bf16 with
+/// ATTNC_DTYPE_BF16); contiguous row-major by default.
+inline attnc_tensor tensorView(const void *data, std::array<int64_t, 4> shape,
+                               attnc_dtype dtype = ATTNC_DTYPE_F32) {
   attnc_tensor t{};
-  t.data = const_cast<float *>(data);
-  t.dtype = ATTNC_DTYPE_F32;
+  t.data = const_cast<void *>(data);
+  t.dtype = dtype;
   int64_t stride = 1;
   for (int a = 3; a >= 0; --a) {
     t.shape[a] = shape[a];
