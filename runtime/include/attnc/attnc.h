@@ -54,7 +54,7 @@ typedef enum attnc_status {
 
 typedef enum attnc_dtype {
   ATTNC_DTYPE_F32 = 0,
-  ATTNC_DTYPE_BF16 = 1, /**< bfloat16: widened to f32 per slice, computed and accumulated in f32 */
+  ATTNC_DTYPE_BF16 = 1, /**< bfloat16 (uint16_t elements): computed and accumulated in f32 */
   ATTNC_DTYPE_F16 = 2   /**< reserved */
 } attnc_dtype;
 
