@@ -205,8 +205,8 @@ void setupBench(CLI::App &app, int &exitCode) {
           ->capture_default_str()
           ->check(CLI::IsMember(codegen::backendNames()));
   cmd->add_option("--dtype", opts->dtype,
-                  "Element type of Q, K, V and O: f32, or bf16 (widened to f32 per slice, computed "
-                  "and accumulated in f32, the output rounded to bf16)")
+                  "Element type of Q, K, V and O: f32, or bf16 (computed and accumulated in f32, "
+                  "the output rounded to nearest even)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
