@@ -58,9 +58,13 @@ void narrow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi) {
 
 } // namespace
 
-RowEvaluator::RowEvaluator(SetRef set, int64_t n)
-    : set_(std::move(set)), n_(n), oneInterval_(oneIntervalPerRow(*set_)) {
+RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) {
   ATTNC_CHECK(n >= 1, "sequence length must be at least 1");
+  if (oneIntervalPerRow(*set_))
+    form_ = Form::OneInterval;
+  else if (set_->kind == Gen::Difference && oneIntervalPerRow(*set_->children[0]) &&
+           oneIntervalPerRow(*set_->children[1]))
+    form_ = Form::IntervalMinusInterval;
 }
 
 IntervalSet RowEvaluator::row(int64_t i) const { return row(i, 0, n_); }
@@ -74,12 +78,28 @@ IntervalSet RowEvaluator::row(int64_t i, int64_t lo, int64_t hi) const {
 void RowEvaluator::row(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const {
   lo = std::max<int64_t>(lo, 0);
   hi = std::min(hi, n_);
-  if (oneInterval_) { // the common case, in closed form
+  switch (form_) {
+  case Form::OneInterval: // the common cases, in closed form
     out.clear();
     narrow(*set_, i, n_, lo, hi);
     if (lo < hi)
       out.push_back({lo, hi});
     return;
+  case Form::IntervalMinusInterval: { // a window minus a band, say: at most two intervals
+    out.clear();
+    int64_t cutLo = lo, cutHi = hi;
+    narrow(*set_->children[0], i, n_, lo, hi);
+    narrow(*set_->children[1], i, n_, cutLo, cutHi);
+    if (cutLo >= cutHi) // nothing to cut out
+      cutLo = cutHi = hi;
+    if (lo < std::min(hi, cutLo))
+      out.push_back({lo, std::min(hi, cutLo)});
+    if (std::max(lo, cutHi) < hi)
+      out.push_back({std::max(lo, cutHi), hi});
+    return;
+  }
+  case Form::General:
+    break;
   }
   eval(*set_, i, lo, hi, out, 0);
 }

@@ -35,7 +35,10 @@ private:
 
   SetRef set_;
   int64_t n_;
-  bool oneInterval_; ///< every row is one interval (computed without lists)
+  /// Rows computed in closed form, without interval lists: one interval
+  /// (intersections of bands, blocks, key ranges), or one such set minus
+  /// another; General evaluates the tree.
+  enum class Form { General, OneInterval, IntervalMinusInterval } form_ = Form::General;
 };
 
 } // namespace attnc::ir
