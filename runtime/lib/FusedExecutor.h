@@ -23,7 +23,7 @@ struct FusedScratch {
   std::vector<plan::BlockTiles> blocks;       ///< the current row block of each piece
   plan::BlockShape shape;                     ///< a block generated as it runs
   std::vector<float> qt, scores;              ///< Q^T of a block (d x 32); S^T / P^T of a tile (C x 32)
-  std::vector<const float *> vRows, kRows;    ///< a tile's value and key rows (float32)
+  std::vector<const float *> vRows, keyRows;  ///< a tile's value and key rows (float32)
   std::vector<float> wide;                    ///< bf16 inputs: a tile's key and value rows, a query row, widened
   std::vector<const plan::BlockTiles *> built; ///< pointers to `blocks`, as the kernels take them
   std::vector<FusedScratch> helpers;          ///< the scratch of the threads that share a slice
