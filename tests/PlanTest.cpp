@@ -136,6 +136,7 @@ INSTANTIATE_TEST_SUITE_P(
         PlanCase{"key_range_mod_period", {}, 95, "pattern p { attend { i % 40 .. i } }"},
         PlanCase{"key_range_abs", {}, 90, "pattern p { attend { abs(i - 40) / 3 .. n - 1 - i / 2 } }"},
         PlanCase{"key_range_negative", {}, 77, "pattern p { attend { -2 * (i / 9) + 30 .. 3 * (i % 4) + i / 2 } }"},
+        PlanCase{"key_range_large", {}, 61, "pattern p { attend { (i % 3) * 1000000000000 - 1000000000000 .. n - 1 } }"},
         // Random blocks of 5 rows: row blocks inside one draw the same keys,
         // the others straddle two draws.
         PlanCase{"random_blocks", {}, 71, "pattern p { attend random_blocks(5, 2, 7) | { j : j == i } }"}),

@@ -38,78 +38,6 @@ struct Bounds {
   }
 };
 
-/// The values an integer term of i (and n) takes over the rows [a, b], or
-/// a superset of them, by interval arithmetic; false for terms it cannot
-/// bound (j, h, division by a non-constant).
-bool termRange(const Term &t, int64_t a, int64_t b, int64_t n, int64_t &lo, int64_t &hi) {
-  int64_t l0, h0, l1, h1;
-  auto arg = [&](size_t k, int64_t &l, int64_t &h) { return termRange(*t.arg(k), a, b, n, l, h); };
-  switch (t.op()) {
-  case Op::Const: lo = hi = t.value(); return true;
-  case Op::VarI: lo = a; hi = b; return true;
-  case Op::VarN: lo = hi = n; return true;
-  case Op::Add:
-    if (!arg(0, l0, h0) || !arg(1, l1, h1))
-      return false;
-    lo = l0 + l1;
-    hi = h0 + h1;
-    return true;
-  case Op::Sub:
-    if (!arg(0, l0, h0) || !arg(1, l1, h1))
-      return false;
-    lo = l0 - h1;
-    hi = h0 - l1;
-    return true;
-  case Op::Neg:
-    if (!arg(0, l0, h0))
-      return false;
-    lo = -h0;
-    hi = -l0;
-    return true;
-  case Op::Mul: {
-    if (!arg(0, l0, h0) || !arg(1, l1, h1))
-      return false;
-    const int64_t p[4] = {l0 * l1, l0 * h1, h0 * l1, h0 * h1};
-    lo = *std::min_element(p, p + 4);
-    hi = *std::max_element(p, p + 4);
-    return true;
-  }
-  case Op::Div: case Op::Mod: {
-    if (!arg(0, l0, h0) || !arg(1, l1, h1) || l1 != h1 || l1 <= 0)
-      return false;
-    const int64_t m = l1;
-    if (t.op() == Op::Div) { // floor division by m > 0 is monotone
-      lo = floorDiv(l0, m);
-      hi = floorDiv(h0, m);
-    } else if (floorDiv(l0, m) == floorDiv(h0, m)) { // one period: monotone
-      lo = floorMod(l0, m);
-      hi = floorMod(h0, m);
-    } else {
-      lo = 0;
-      hi = m - 1;
-    }
-    return true;
-  }
-  case Op::Abs:
-    if (!arg(0, l0, h0))
-      return false;
-    lo = l0 >= 0 ? l0 : h0 <= 0 ? -h0 : 0;
-    hi = std::max(std::abs(l0), std::abs(h0));
-    return true;
-  case Op::Min: case Op::Max:
-    for (size_t k = 0; k < t.args().size(); ++k) {
-      if (!arg(k, l1, h1))
-        return false;
-      const bool min = t.op() == Op::Min;
-      lo = k == 0 ? l1 : min ? std::min(lo, l1) : std::max(lo, l1);
-      hi = k == 0 ? h1 : min ? std::min(hi, h1) : std::max(hi, h1);
-    }
-    return !t.args().empty();
-  default:
-    return false;
-  }
-}
-
 /// Bounds of a set over the rows [a, b] in closed form for the generators
 /// whose rows move with i predictably (band, block-diag, stripe, row-if,
 /// every combinator); rows are evaluated one by one only for the others.
@@ -163,16 +91,19 @@ public:
       return perRow(s, a, b, lo, hi);
     case ir::Gen::KeyRange: {
       // [lo(i), hi(i)]: from the ranges of the two terms over the rows.
-      int64_t loMin = lo, loMax = lo, hiMin = hi - 1, hiMax = hi - 1;
-      if ((s->loTerm && !termRange(*s->loTerm, a, b, n_, loMin, loMax)) ||
-          (s->hiTerm && !termRange(*s->hiTerm, a, b, n_, hiMin, hiMax)))
+      std::optional<ValueRange> first = ValueRange{lo, lo}, last = ValueRange{hi - 1, hi - 1};
+      if (s->loTerm)
+        first = rangeOverRows(*s->loTerm, a, b, n_);
+      if (s->hiTerm)
+        last = rangeOverRows(*s->hiTerm, a, b, n_);
+      if (!first || !last)
         return perRow(s, a, b, lo, hi);
-      auto span = [&](int64_t first, int64_t last) {
-        int64_t x = std::max(lo, first), y = std::min(hi, last + 1);
+      auto span = [&](int64_t from, int64_t to) { // keys [from, to], clipped (no overflow)
+        int64_t x = std::max(lo, from), y = to >= hi ? hi : std::max(lo, to + 1);
         return x < y ? IntervalSet{{x, y}} : IntervalSet{};
       };
-      out.upper = span(loMin, hiMax);
-      out.lower = span(loMax, hiMin);
+      out.upper = span(first->lo, last->hi);
+      out.lower = span(first->hi, last->lo);
       out.exact = out.upper == out.lower;
       return out;
     }

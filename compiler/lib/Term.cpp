@@ -542,4 +542,61 @@ ValueRange rangeOf(const Term &t, int64_t numHeads) {
   return intervalOf(t, numHeads);
 }
 
+std::optional<ValueRange> rangeOverRows(const Term &t, int64_t first, int64_t last, int64_t n) {
+  auto r = [&](size_t k) { return rangeOverRows(*t.arg(k), first, last, n); };
+  switch (t.op()) {
+  case Op::Const: return ValueRange{t.value(), t.value()};
+  case Op::VarI: return ValueRange{first, last};
+  case Op::VarN: return ValueRange{n, n};
+  case Op::Add: case Op::Sub: case Op::Mul: {
+    auto a = r(0), b = r(1);
+    if (!a || !b)
+      return std::nullopt;
+    if (t.op() == Op::Mul)
+      return mulRanges(*a, *b);
+    return addRanges(*a, t.op() == Op::Add ? *b : negRange(*b));
+  }
+  case Op::Neg: {
+    auto a = r(0);
+    return a ? std::optional{negRange(*a)} : std::nullopt;
+  }
+  case Op::Div: case Op::Mod: {
+    // By a constant m >= 1 only: floor division is monotone, and so is the
+    // remainder within one period of m.
+    auto a = r(0), b = r(1);
+    if (!a || !b || b->lo != b->hi || b->lo < 1 || a->lo == kNegInf || a->hi == kPosInf)
+      return std::nullopt;
+    const int64_t m = b->lo;
+    if (t.op() == Op::Div)
+      return ValueRange{floorDiv(a->lo, m), floorDiv(a->hi, m)};
+    if (floorDiv(a->lo, m) == floorDiv(a->hi, m))
+      return ValueRange{floorMod(a->lo, m), floorMod(a->hi, m)};
+    return ValueRange{0, m - 1};
+  }
+  case Op::Abs: {
+    auto a = r(0);
+    if (!a)
+      return std::nullopt;
+    if (a->lo >= 0)
+      return *a;
+    if (a->hi <= 0)
+      return negRange(*a);
+    return ValueRange{0, std::max(clampWide(-wide(a->lo)), a->hi)};
+  }
+  case Op::Min: case Op::Max: {
+    auto v = r(0);
+    for (size_t k = 1; v && k < t.args().size(); ++k) {
+      auto w = r(k);
+      if (!w)
+        return std::nullopt;
+      v = t.op() == Op::Min ? ValueRange{std::min(v->lo, w->lo), std::min(v->hi, w->hi)}
+                            : ValueRange{std::max(v->lo, w->lo), std::max(v->hi, w->hi)};
+    }
+    return v;
+  }
+  default: // j, h, booleans: not a function of the row alone
+    return std::nullopt;
+  }
+}
+
 } // namespace attnc

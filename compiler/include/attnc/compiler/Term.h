@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,5 +120,13 @@ struct ValueRange {
   int64_t lo, hi; ///< inclusive; INT64_MIN / INT64_MAX stand for unbounded
 };
 ValueRange rangeOf(const Term &t, int64_t numHeads);
+
+/// The values an Int term of i and n takes over the rows i in [first, last]
+/// at a fixed n, or a superset of them, by interval arithmetic (saturating
+/// at INT64_MIN / INT64_MAX); nullopt for terms that read j or h or divide by
+/// anything but a positive constant. Division and remainder by a constant are
+/// exact when the rows stay within one period of it. The plan bounds a row
+/// block's key ranges with it.
+std::optional<ValueRange> rangeOverRows(const Term &t, int64_t first, int64_t last, int64_t n);
 
 } // namespace attnc
