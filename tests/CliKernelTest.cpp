@@ -141,6 +141,23 @@ TEST(CliRun, HalideKernelFileRunsAndChecks) {
   EXPECT_NE(r.out.find("max abs error"), std::string::npos) << r.out;
 }
 
+TEST(CliCompile, HalideWithoutItsCodeGeneratorFailsClearly) {
+  // The Halide code generator is a module opened on first use; when it
+  // cannot be opened, a halide compile says so (and the other backends do
+  // not need it).
+  ScratchDir dir;
+  std::string env = "ATTNC_CACHE_DIR=" + dir.path() + " ATTNC_HALIDEGEN=" + dir.file("missing.so");
+  CommandResult r = attnc("compile " + libraryPattern("strided") + " -D l=8 --backend halide -o " +
+                              dir.file("k.attnk"),
+                          env);
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_NE(r.err.find("cannot load the Halide code generator"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("missing.so"), std::string::npos) << r.err;
+  CommandResult fused =
+      attnc("compile " + libraryPattern("strided") + " -D l=8 -o " + dir.file("f.attnk"), env);
+  EXPECT_EQ(fused.exitCode, 0) << fused.err;
+}
+
 TEST(CliTune, HalideScheduleIsRecordedAndUsedByCompile) {
   ScratchDir dir;
   std::string env = "ATTNC_CACHE_DIR=" + dir.path();

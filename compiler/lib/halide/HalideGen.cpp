@@ -1,6 +1,8 @@
 //===- HalideGen.cpp - Halide 14 code for the plan's row blocks -----------===//
 //
-// The algorithm is in HalideGen.h. The schedule template, per row block
+// The code generator module, libattnc_halidegen.so: the only code that
+// links Halide (HalideSchedule.cpp opens it on first use). The algorithm is
+// in HalideGen.h. The schedule template, per row block
 // (blocks are the parallel loop):
 //   * S = Q K^T in register tiles of (16 * scoreRowVectors rows as 16-lane
 //     vectors) x scoreKeys keys with d as the reduction inside, each key's
@@ -20,11 +22,12 @@
 #include "attnc/compiler/HalideGen.h"
 
 #include "attnc/runtime/KernelAbi.h"
-#include "attnc/runtime/KernelFile.h"
 
 #include "Halide.h"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <limits>
 #include <mutex>
@@ -201,6 +204,19 @@ struct TempDir {
   }
 };
 
+/// The bytes of a file Halide wrote.
+bool readFile(const std::string &path, std::string &bytes, std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = "cannot read " + path;
+    return false;
+  }
+  std::ostringstream os;
+  os << in.rdbuf();
+  bytes = os.str();
+  return true;
+}
+
 template <typename Fn> bool guarded(Fn &&fn, std::string &error) {
   try {
     std::lock_guard<std::mutex> lock(compileMutex());
@@ -215,58 +231,16 @@ template <typename Fn> bool guarded(Fn &&fn, std::string &error) {
 
 } // namespace
 
-std::string validate(const Schedule &s) {
-  if (s.rows != 16 && s.rows != 32 && s.rows != 64)
-    return "rows per block must be 16, 32 or 64, not " + std::to_string(s.rows);
-  if (s.scoreRowVectors < 1 || s.rows % (16 * s.scoreRowVectors) != 0)
-    return "the score tile's 16 x " + std::to_string(s.scoreRowVectors) + " rows must divide " +
-           std::to_string(s.rows);
-  if (s.keyChunk < 1 || s.keyChunk > 256)
-    return "the key chunk must be 1 to 256 keys, not " + std::to_string(s.keyChunk);
-  if (s.scoreKeys < 1 || s.keyChunk % s.scoreKeys != 0)
-    return "the score tile's " + std::to_string(s.scoreKeys) + " keys must divide the key chunk " +
-           std::to_string(s.keyChunk);
-  if (s.scoreRowVectors * s.scoreKeys > 28)
-    return "the score tile needs " + std::to_string(s.scoreRowVectors * s.scoreKeys) +
-           " accumulators; at most 28 fit 32 vector registers";
-  if (s.outRows < 1 || s.outRows > s.rows || s.outRows > 16)
-    return "the output tile's rows must be 1 to min(16, rows), not " + std::to_string(s.outRows);
-  return {};
-}
+} // namespace attnc::halide
 
-std::string scheduleName(const Schedule &s) {
-  return "r" + std::to_string(s.rows) + "-k" + std::to_string(s.keyChunk) + "-s" +
-         std::to_string(s.scoreRowVectors) + "x" + std::to_string(s.scoreKeys) + "-o" +
-         std::to_string(s.outRows);
-}
+// The module's entry points, looked up by HalideSchedule.cpp (the schedule
+// has been validated there).
+using attnc::halide::Schedule;
 
-bool parseScheduleName(const std::string &name, Schedule &out) {
-  Schedule s;
-  char tail = 0;
-  if (std::sscanf(name.c_str(), "r%d-k%d-s%dx%d-o%d%c", &s.rows, &s.keyChunk, &s.scoreRowVectors,
-                  &s.scoreKeys, &s.outRows, &tail) != 5 ||
-      !validate(s).empty())
-    return false;
-  out = s;
-  return true;
-}
-
-const std::vector<int> &specialisedDims() {
-  static const std::vector<int> dims = ATTNC_HALIDE_DIMS;
-  return dims;
-}
-
-std::string entryName(int d) { return d ? "attnc_halide_d" + std::to_string(d) : "attnc_halide_any"; }
-
-const char *generatorStamp() { return "attnc-halidegen (built " __DATE__ " " __TIME__ ", Halide 14)"; }
-
-const char *targetString() { return "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41"; }
-
-bool compileObjects(const Schedule &s, std::vector<std::string> &objects, std::string &error) {
-  if (std::string why = validate(s); !why.empty()) {
-    error = "bad Halide schedule: " + why;
-    return false;
-  }
+extern "C" __attribute__((visibility("default"))) bool
+attnc_halidegen_compile_objects(const Schedule &s, std::vector<std::string> &objects,
+                                std::string &error) {
+  using namespace attnc::halide;
   std::vector<int> dims = specialisedDims();
   dims.push_back(0);
   return guarded(
@@ -287,7 +261,7 @@ bool compileObjects(const Schedule &s, std::vector<std::string> &objects, std::s
           std::string path = dir.file(entryName(dims[x]) + ".o");
           kernel.out.compile_to_object(path, kernel.arguments(dims[x] == 0), entryName(dims[x]), target);
           std::string bytes;
-          if (!rt::readFileBytes(path, bytes, error))
+          if (!readFile(path, bytes, error))
             return false;
           objects.push_back(std::move(bytes));
         }
@@ -296,11 +270,9 @@ bool compileObjects(const Schedule &s, std::vector<std::string> &objects, std::s
       error);
 }
 
-bool loweredStatement(const Schedule &s, int d, std::string &text, std::string &error) {
-  if (std::string why = validate(s); !why.empty()) {
-    error = "bad Halide schedule: " + why;
-    return false;
-  }
+extern "C" __attribute__((visibility("default"))) bool
+attnc_halidegen_lowered_statement(const Schedule &s, int d, std::string &text, std::string &error) {
+  using namespace attnc::halide;
   return guarded(
       [&] {
         TempDir dir;
@@ -308,9 +280,7 @@ bool loweredStatement(const Schedule &s, int d, std::string &text, std::string &
         define(s, d, kernel);
         std::string path = dir.file("kernel.stmt");
         kernel.out.compile_to_lowered_stmt(path, kernel.arguments(d == 0), Text, Target(targetString()));
-        return rt::readFileBytes(path, text, error);
+        return readFile(path, text, error);
       },
       error);
 }
-
-} // namespace attnc::halide
