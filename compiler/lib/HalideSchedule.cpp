@@ -110,32 +110,30 @@ const Generator &generator() {
   return g;
 }
 
+/// The loaded generator for a valid schedule, or null with `error` set.
+const Generator *generatorFor(const Schedule &s, std::string &error) {
+  if (std::string why = validate(s); !why.empty()) {
+    error = "bad Halide schedule: " + why;
+    return nullptr;
+  }
+  const Generator &g = generator();
+  if (!g.error.empty()) {
+    error = g.error;
+    return nullptr;
+  }
+  return &g;
+}
+
 } // namespace
 
 bool compileObjects(const Schedule &s, std::vector<std::string> &objects, std::string &error) {
-  if (std::string why = validate(s); !why.empty()) {
-    error = "bad Halide schedule: " + why;
-    return false;
-  }
-  const Generator &g = generator();
-  if (!g.error.empty()) {
-    error = g.error;
-    return false;
-  }
-  return g.compileObjects(s, objects, error);
+  const Generator *g = generatorFor(s, error);
+  return g && g->compileObjects(s, objects, error);
 }
 
 bool loweredStatement(const Schedule &s, int d, std::string &text, std::string &error) {
-  if (std::string why = validate(s); !why.empty()) {
-    error = "bad Halide schedule: " + why;
-    return false;
-  }
-  const Generator &g = generator();
-  if (!g.error.empty()) {
-    error = g.error;
-    return false;
-  }
-  return g.loweredStatement(s, d, text, error);
+  const Generator *g = generatorFor(s, error);
+  return g && g->loweredStatement(s, d, text, error);
 }
 
 } // namespace attnc::halide
