@@ -49,6 +49,7 @@ struct TileArgs {
   bool init = false;      // the first pass: start every row's state instead of loading it
   bool finalize = false;  // the only pass: normalise each row when its block ends
   bool bf16 = false;      // q, k and v hold bf16 (uint16_t) elements
+  bool everyPair = false; // the dense baseline: P V over every key of a tile too
 };
 
 } // namespace
@@ -145,6 +146,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
   TileArgs args{q, k, v, d, scale, plan.options.tileRows, plan.options.tileCols, 0, 1,
                 s.rowMax.data(), s.rowSum.data(), acc};
   args.bf16 = bf16;
+  args.everyPair = dense;
   const RunBlock kernel = blockKernel();
   // Block b of piece p, class c: from the cache, or generated now.
   auto blockOf = [&](const plan::BlockSource &src, size_t p, size_t c, int64_t b, FusedScratch &ws,
