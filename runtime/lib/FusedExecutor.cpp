@@ -37,9 +37,9 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
 
 struct TileArgs {
-  const void *q;          // [n, d] row-major, as are k, v and acc: float32, or bf16 with `bf16`
-  const void *k;
-  const void *v;
+  const float *q;         // [n, d] row-major, as are k, v and acc
+  const float *k;
+  const float *v;
   int64_t d;
   float scale;
   int64_t tileRows;       // R: rows per block (at most 64)
@@ -48,7 +48,6 @@ struct TileArgs {
   float *rowMax, *rowSum, *acc; // the online-softmax state; acc is the output slice
   bool init = false;      // the first pass: start every row's state instead of loading it
   bool finalize = false;  // the only pass: normalise each row when its block ends
-  bool bf16 = false;      // q, k and v hold bf16 (uint16_t) elements
   bool everyPair = false; // the dense baseline: P V over every key of a tile too
 };
 
@@ -125,9 +124,9 @@ void forEachItem(int64_t count, int threads, FusedScratch &s, Body &&body) {
 } // namespace
 
 void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
-                  const plan::HeadShapes *cached, int64_t n, int64_t d, const void *q,
-                  const void *k, const void *v, bool bf16, float *o, float scale,
-                  FusedScratch &s, int threads) {
+                  const plan::HeadShapes *cached, int64_t n, int64_t d, const float *q,
+                  const float *k, const float *v, float *o, float scale, FusedScratch &s,
+                  int threads) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   bool relayout = false;
   for (const plan::Piece &piece : head.pieces)
@@ -145,7 +144,6 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
   float *acc = relayout ? s.acc.data() : o;
   TileArgs args{q, k, v, d, scale, plan.options.tileRows, plan.options.tileCols, 0, 1,
                 s.rowMax.data(), s.rowSum.data(), acc};
-  args.bf16 = bf16;
   args.everyPair = dense;
   const RunBlock kernel = blockKernel();
   // Block b of piece p, class c: from the cache, or generated now.

@@ -23,24 +23,21 @@ struct FusedScratch {
   std::vector<plan::BlockTiles> blocks;       ///< the current row block of each piece
   plan::BlockShape shape;                     ///< a block generated as it runs
   std::vector<float> qt, scores;              ///< Q^T of a block (d x 32); S^T / P^T of a tile (C x 32)
-  std::vector<const float *> vRows, keyRows;  ///< a tile's value and key rows (float32)
-  std::vector<float> wide;                    ///< bf16 inputs: a tile's key and value rows, a query row, widened
+  std::vector<const float *> vRows;           ///< a tile's value rows
   std::vector<const plan::BlockTiles *> built; ///< pointers to `blocks`, as the kernels take them
   std::vector<FusedScratch> helpers;          ///< the scratch of the threads that share a slice
 };
 
 /// Computes one contiguous [n, d] slice: o = attention over head `headIndex`
 /// of `plan`, its row blocks taken from `cached` (buildShapes at this n), or
-/// generated from closed forms as they run when that is null. q, k and v
-/// hold float32, or with `bf16` bfloat16 (uint16_t) elements that the tile
-/// kernels widen as they read them; o is float32.
+/// generated from closed forms as they run when that is null.
 /// Every pair of every tile is computed (masked pairs get probability 0), so
 /// `dense` (the baseline: every key of every row) is the same code on blocks
 /// that skip nothing. `threads` threads share the slice's row blocks (and
 /// residue classes): for runs with fewer (batch, head) slices than cores.
 void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
-                  const plan::HeadShapes *cached, int64_t n, int64_t d, const void *q,
-                  const void *k, const void *v, bool bf16, float *o, float scale,
-                  FusedScratch &scratch, int threads = 1);
+                  const plan::HeadShapes *cached, int64_t n, int64_t d, const float *q,
+                  const float *k, const float *v, float *o, float scale, FusedScratch &scratch,
+                  int threads = 1);
 
 } // namespace attnc::rt

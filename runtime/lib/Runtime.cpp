@@ -456,19 +456,11 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
           os.assign(static_cast<size_t>(n * d), 0.0f);
         float *out = outDirect ? static_cast<float *>(o->data) + sliceOffset(*o, b, h) : os.data();
         if (kernel->fused) {
-          // Contiguous bf16 slices are read as they are (the tile kernels
-          // widen them); anything else is packed into float32 first.
-          const bool bf16 = q->dtype == ATTNC_DTYPE_BF16 && contiguousSlice(*q) &&
-                            contiguousSlice(*k) && contiguousSlice(*v);
-          auto in = [&](const attnc_tensor &t, std::vector<float> &scratch) -> const void * {
-            if (bf16)
-              return static_cast<const uint16_t *>(t.data) + sliceOffset(t, b, h);
-            return inputSlice(t, b, h, scratch);
-          };
           attnc::rt::runFusedHead(kernel->plan, set, kernel->dense,
                                   structure->blocks.empty() ? nullptr : &structure->blocks[set], n, d,
-                                  in(*q, qs), in(*k, ks), in(*v, vs), bf16, out, scale,
-                                  fusedScratch, threadsPerSlice);
+                                  inputSlice(*q, b, h, qs), inputSlice(*k, b, h, ks),
+                                  inputSlice(*v, b, h, vs), out, scale, fusedScratch,
+                                  threadsPerSlice);
         } else if (kernel->halide) {
           if (!attnc::rt::runHalideHead(kernel->halideCode, kernel->plan, structure->halideBlocks[set], n, d,
                                         inputSlice(*q, b, h, qs), inputSlice(*k, b, h, ks),
