@@ -153,6 +153,12 @@ TEST(CliCompile, HalideWithoutItsCodeGeneratorFailsClearly) {
   EXPECT_NE(r.exitCode, 0);
   EXPECT_NE(r.err.find("cannot load the Halide code generator"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("missing.so"), std::string::npos) << r.err;
+  // A library that is not the generator: opened, but without its entry points.
+  CommandResult other = attnc("compile " + libraryPattern("strided") + " -D l=8 --backend halide -o " +
+                                  dir.file("k.attnk"),
+                              "ATTNC_CACHE_DIR=" + dir.path() + " ATTNC_HALIDEGEN=libm.so.6");
+  EXPECT_NE(other.exitCode, 0);
+  EXPECT_NE(other.err.find("lacks its entry points"), std::string::npos) << other.err;
   CommandResult fused =
       attnc("compile " + libraryPattern("strided") + " -D l=8 -o " + dir.file("f.attnk"), env);
   EXPECT_EQ(fused.exitCode, 0) << fused.err;
