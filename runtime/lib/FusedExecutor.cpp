@@ -128,22 +128,19 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
                   const float *k, const float *v, float *o, float scale, FusedScratch &s,
                   int threads) {
   const plan::HeadPlan &head = plan.heads[headIndex];
-  bool relayout = false;
-  for (const plan::Piece &piece : head.pieces)
-    relayout = relayout || (!dense && piece.strategy == plan::Strategy::ResidueRelayout);
-  // Rows are started by the first pass over them. When the row blocks are
-  // the only pass, the output slice is the accumulator and each block
-  // normalises its rows while they are in cache; with a relayout pass after
-  // them, a per-thread scratch accumulator (reused, so warm) is normalised
-  // into the output at the end. Blocks of one pass (and residue classes)
-  // own disjoint rows, so several threads share the state arrays.
+  std::vector<size_t> relayouts; // the residue-relayout pieces (the dense baseline has none)
+  if (!dense)
+    for (size_t p = 0; p < head.pieces.size(); ++p)
+      if (head.pieces[p].strategy == plan::Strategy::ResidueRelayout)
+        relayouts.push_back(p);
+  // The output slice is the accumulator: rows are started by the first pass
+  // over them and normalised, while in cache, by the last. Blocks of one
+  // pass (and residue classes) own disjoint rows, so several threads share
+  // the state arrays.
   s.rowMax.resize(static_cast<size_t>(n));
   s.rowSum.resize(static_cast<size_t>(n));
-  if (relayout)
-    s.acc.resize(static_cast<size_t>(n * d));
-  float *acc = relayout ? s.acc.data() : o;
   TileArgs args{q, k, v, d, scale, plan.options.tileRows, plan.options.tileCols, 0, 1,
-                s.rowMax.data(), s.rowSum.data(), acc};
+                s.rowMax.data(), s.rowSum.data(), o};
   args.everyPair = dense;
   const RunBlock kernel = blockKernel();
   // Block b of piece p, class c: from the cache, or generated now.
@@ -156,8 +153,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
       out.expand(ws.shape);
     }
   };
-  // Every row-tiles piece (or the dense baseline's one) in one pass over the
-  // row blocks: a block's state is loaded and stored once.
+  // The row-tiles pieces (or the dense baseline's one).
   std::vector<plan::BlockSource> sources;
   std::vector<size_t> pieceOf;
   if (dense) {
@@ -173,49 +169,60 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
   if (sources.empty()) {
     std::fill(s.rowMax.begin(), s.rowMax.end(), -std::numeric_limits<float>::infinity());
     std::fill(s.rowSum.begin(), s.rowSum.end(), 0.0f);
-    std::memset(acc, 0, static_cast<size_t>(n * d) * sizeof(float));
+    std::memset(o, 0, static_cast<size_t>(n * d) * sizeof(float));
   }
-  args.init = !sources.empty();
-  args.finalize = !sources.empty() && !relayout;
-  const bool finalized = args.finalize;
-  if (!sources.empty())
-    forEachItem(sources.front().numBlocks(), threads, s, [&](FusedScratch &ws, int64_t b) {
+  // Row blocks [b0, b1) of every row-tiles piece, all pieces of a block at
+  // once: its state is loaded and stored once.
+  auto rowBlocks = [&](int64_t b0, int64_t b1, bool finalize) {
+    TileArgs blockArgs = args;
+    blockArgs.init = true;
+    blockArgs.finalize = finalize;
+    forEachItem(b1 - b0, threads, s, [&](FusedScratch &ws, int64_t item) {
       ws.blocks.resize(sources.size());
       ws.built.resize(sources.size());
       for (size_t p = 0; p < sources.size(); ++p) {
-        blockOf(sources[p], pieceOf[p], 0, b, ws, ws.blocks[p]);
+        blockOf(sources[p], pieceOf[p], 0, b0 + item, ws, ws.blocks[p]);
         ws.built[p] = &ws.blocks[p];
       }
-      kernel(ws.built.data(), static_cast<int>(ws.built.size()), args, ws);
+      kernel(ws.built.data(), static_cast<int>(ws.built.size()), blockArgs, ws);
     });
-  // Residue relayout: class c's rows are the queries c, c + m, ...; keys,
-  // values and query rows are read in place.
-  args.init = args.finalize = false;
-  if (relayout)
-    for (size_t p = 0; p < head.pieces.size(); ++p) {
-      const plan::Piece &piece = head.pieces[p];
-      if (piece.strategy != plan::Strategy::ResidueRelayout)
-        continue;
-      forEachItem(plan::numClasses(piece, n), threads, s, [&](FusedScratch &ws, int64_t c) {
-        plan::BlockSource src(plan, piece, n, c);
-        TileArgs classArgs = args;
-        classArgs.rowBase = src.rowBase();
-        classArgs.rowStride = src.rowStride();
-        ws.blocks.resize(1);
-        const plan::BlockTiles *one = &ws.blocks[0];
-        for (int64_t b = 0; b < src.numBlocks(); ++b) {
-          blockOf(src, p, static_cast<size_t>(c), b, ws, ws.blocks[0]);
-          kernel(&one, 1, classArgs, ws);
-        }
-      });
+  };
+  // Blocks [k0, k1) of every residue class of relayout piece p: class c's
+  // rows are the queries c, c + m, ...; keys, values and query rows are read
+  // in place.
+  auto classBlocks = [&](size_t p, int64_t k0, int64_t k1, bool finalize) {
+    const plan::Piece &piece = head.pieces[p];
+    forEachItem(plan::numClasses(piece, n), threads, s, [&](FusedScratch &ws, int64_t c) {
+      plan::BlockSource src(plan, piece, n, c);
+      TileArgs classArgs = args;
+      classArgs.rowBase = src.rowBase();
+      classArgs.rowStride = src.rowStride();
+      classArgs.finalize = finalize;
+      ws.blocks.resize(1);
+      const plan::BlockTiles *one = &ws.blocks[0];
+      for (int64_t b = k0; b < std::min(k1, src.numBlocks()); ++b) {
+        blockOf(src, p, static_cast<size_t>(c), b, ws, ws.blocks[0]);
+        kernel(&one, 1, classArgs, ws);
+      }
+    });
+  };
+  const int64_t numBlocks = sources.empty() ? 0 : sources.front().numBlocks();
+  if (relayouts.size() == 1 && numBlocks > 0) {
+    // Block t of every residue class (modulus m, R rows a block) holds
+    // exactly the rows [t R m, (t + 1) R m): those of m row blocks.
+    // Alternating the two keeps these rows' queries, state and output in
+    // cache from the row blocks to the classes, which finish them.
+    const int64_t m = head.pieces[relayouts[0]].modulus;
+    for (int64_t t = 0; t * m < numBlocks; ++t) {
+      rowBlocks(t * m, std::min(numBlocks, (t + 1) * m), false);
+      classBlocks(relayouts[0], t, t + 1, true);
     }
-  if (!finalized)
-    for (int64_t i = 0; i < n; ++i) {
-      float sum = s.rowSum[i];
-      float inv = sum > 0 ? 1.0f / sum : 0.0f;
-      for (int64_t x = 0; x < d; ++x)
-        o[i * d + x] = acc[i * d + x] * inv;
-    }
+  } else {
+    if (numBlocks > 0)
+      rowBlocks(0, numBlocks, relayouts.empty());
+    for (size_t r = 0; r < relayouts.size(); ++r)
+      classBlocks(relayouts[r], 0, std::numeric_limits<int64_t>::max(), r + 1 == relayouts.size());
+  }
 }
 
 } // namespace attnc::rt

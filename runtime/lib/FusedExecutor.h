@@ -19,7 +19,7 @@ namespace attnc::rt {
 
 /// Per-thread scratch for one (batch, head) slice, reused across calls.
 struct FusedScratch {
-  std::vector<float> rowMax, rowSum, acc;     ///< n, n, n * d: the online-softmax state (acc: with a relayout pass only)
+  std::vector<float> rowMax, rowSum;          ///< n, n: the online-softmax state (the output slice accumulates)
   std::vector<plan::BlockTiles> blocks;       ///< the current row block of each piece
   plan::BlockShape shape;                     ///< a block generated as it runs
   std::vector<float> qt, scores;              ///< Q^T of a block (d x 32); S^T / P^T of a tile (C x 32)
