@@ -26,6 +26,8 @@ struct FusedScratch {
   std::vector<const float *> vRows;           ///< a tile's value rows
   std::vector<const plan::BlockTiles *> built; ///< pointers to `blocks`, as the kernels take them
   std::vector<FusedScratch> helpers;          ///< the scratch of the threads that share a slice
+  std::vector<const float *> ahead;           ///< cache lines of the next block, prefetched as this one runs
+  size_t aheadNext = 0;
 };
 
 /// Computes one contiguous [n, d] slice: o = attention over head `headIndex`
