@@ -129,13 +129,20 @@ void forEachItem(int64_t count, int threads, FusedScratch &s, Body &&body) {
 /// cache misses (a 1-tile block 35% slower). K and V rows of the same
 /// indices are a guess that holds for causal bands (a block's new keys).
 void fetchAhead(FusedScratch &ws, const TileArgs &a, int64_t t0, int64_t rows) {
-  ws.ahead.clear();
+  const int64_t count = std::max<int64_t>(0, std::min(rows, t0 + a.tileRows) - t0);
+  const int64_t lines = (a.d + 15) / 16;
+  ws.ahead.resize(static_cast<size_t>(4 * count * lines));
   ws.aheadNext = 0;
-  for (int64_t t = t0; t < std::min(rows, t0 + a.tileRows); ++t) {
+  const float **out = ws.ahead.data();
+  for (int64_t t = t0; t < t0 + count; ++t) {
     const int64_t at = (a.rowBase + t * a.rowStride) * a.d;
-    for (int64_t x = 0; x < a.d; x += 16)
-      for (const float *base : {a.q, static_cast<const float *>(a.acc), a.k, a.v})
-        ws.ahead.push_back(base + at + x);
+    for (int64_t x = 0; x < a.d; x += 16) {
+      out[0] = a.q + at + x;
+      out[1] = a.acc + at + x;
+      out[2] = a.k + at + x;
+      out[3] = a.v + at + x;
+      out += 4;
+    }
   }
 }
 
