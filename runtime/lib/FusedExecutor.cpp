@@ -123,11 +123,11 @@ void forEachItem(int64_t count, int threads, FusedScratch &s, Body &&body) {
 
 /// Lists the cache lines of the Q, K, V and output rows of the block that
 /// starts at block row t0 (of `rows`) for the kernel to prefetch as it runs
-/// the current block. A block's rows are two 4 KiB pages apart at most
-/// (d = 64), the K and V rows visited a few lines at a time: the hardware
-/// prefetchers, which stop at page boundaries, leave each block starting on
-/// cache misses (a 1-tile block 35% slower). K and V rows of the same
-/// indices are a guess that holds for causal bands (a block's new keys).
+/// the current block. A block's 32 rows span two 4 KiB pages (d = 64) and
+/// are read a few lines per row at a time; the hardware prefetchers, which
+/// stop at page boundaries, left every block starting on cache misses (a
+/// block of one tile ran 1.4x slower). K and V rows of the same indices are
+/// a guess that holds for causal bands (a block's new keys).
 void fetchAhead(FusedScratch &ws, const TileArgs &a, int64_t t0, int64_t rows) {
   const int64_t count = std::max<int64_t>(0, std::min(rows, t0 + a.tileRows) - t0);
   const int64_t lines = (a.d + 15) / 16;
