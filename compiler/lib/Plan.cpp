@@ -345,7 +345,7 @@ BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_
     rest_ = piece.withoutResidue;
     modulus_ = m;
     keyClass_ = floorMod(c - piece.residue, m);
-    rows_ = (n - c + m - 1) / m;
+    rows_ = classRows(piece, n, c);
     rowBase_ = c;
     rowStride_ = m;
   }
@@ -488,6 +488,10 @@ void BlockTiles::expand(const BlockShape &shape) {
 
 int64_t numClasses(const Piece &piece, int64_t n) {
   return piece.strategy == Strategy::ResidueRelayout ? std::min(piece.modulus, n) : 1;
+}
+
+int64_t classRows(const Piece &piece, int64_t n, int64_t c) {
+  return (n - c + piece.modulus - 1) / piece.modulus;
 }
 
 namespace {

@@ -221,7 +221,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
   // values and query rows are read in place.
   auto classBlocks = [&](size_t p, bool finalize) {
     const plan::Piece &piece = head.pieces[p];
-    const int64_t classes = plan::numClasses(piece, n), m = piece.modulus;
+    const int64_t classes = plan::numClasses(piece, n);
     const int64_t sharing = std::min<int64_t>(threads, classes);
     forEachItem(classes, threads, s, [&](FusedScratch &ws, int64_t c) {
       plan::BlockSource src(plan, piece, n, c);
@@ -241,7 +241,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
           TileArgs nextArgs = classArgs;
           nextArgs.rowBase = nextClass;
           fetchAhead(ws, nextArgs, (b + 1 < end ? b + 1 : 0) * args.tileRows,
-                     (n - nextClass + m - 1) / m);
+                     plan::classRows(piece, n, nextClass));
         }
         kernel(&one, 1, classArgs, ws);
       }

@@ -138,6 +138,8 @@ private:
 
 /// The residue classes a piece is run in at length n (1 for row-tiles).
 int64_t numClasses(const Piece &piece, int64_t n);
+/// Rows of residue class c of a residue-relayout piece: the queries c, c + m, ... below n.
+int64_t classRows(const Piece &piece, int64_t n, int64_t c);
 
 /// Every block of every piece (and residue class) of one head at one n.
 struct HeadShapes {
