@@ -86,6 +86,15 @@ TEST_P(PlanCoverage, PiecesPartitionTheHeadAndTilesCoverEachPairOnce) {
               }
               EXPECT_EQ(shape.useful, blockPairs);
               useful += blockPairs;
+              // The class-major rows the executor copies the keys into.
+              plan::BlockTiles local;
+              local.expand(shape, true);
+              ASSERT_EQ(local.keys.size(), b.keys.size());
+              for (size_t key = 0; key < b.keys.size(); ++key) {
+                ASSERT_GE(local.keys[key], 0);
+                ASSERT_LT(local.keys[key], src.keyRows());
+                ASSERT_EQ(src.keyClass() + local.keys[key] * src.rowStride(), b.keys[key]);
+              }
             }
           }
         }

@@ -471,16 +471,17 @@ int64_t cardinality(const KeyRuns &runs) {
   return total;
 }
 
-void BlockTiles::expand(const BlockShape &shape) {
+void BlockTiles::expand(const BlockShape &shape, bool classLocal) {
   firstRow = shape.firstRow;
   rows = shape.rows;
   allRows = shape.allRows;
   keys.resize(static_cast<size_t>(shape.numKeys()));
   int32_t *dst = keys.data();
+  const int64_t base = classLocal ? 0 : shape.keyBase, stride = classLocal ? 1 : shape.keyStride;
   for (const KeyRun &x : shape.keys)
     for (int64_t k = 0, lo = x.lo; k < x.count; ++k, lo += x.period)
       for (int64_t u = lo; u < lo + x.len; ++u)
-        *dst++ = static_cast<int32_t>(shape.keyBase + u * shape.keyStride);
+        *dst++ = static_cast<int32_t>(base + u * stride);
   masks.assign(keys.size(), allRows);
   for (const auto &[pos, mask] : shape.partial)
     masks[static_cast<size_t>(pos)] = mask;

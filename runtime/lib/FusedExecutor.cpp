@@ -121,28 +121,44 @@ void forEachItem(int64_t count, int threads, FusedScratch &s, Body &&body) {
     t.join();
 }
 
-/// Lists the cache lines of the Q, K, V and output rows of the block that
-/// starts at block row t0 (of `rows`) for the kernel to prefetch as it runs
-/// the current block. A block's 32 rows span two 4 KiB pages (d = 64) and
-/// are read a few lines per row at a time; the hardware prefetchers, which
-/// stop at page boundaries, left every block starting on cache misses (a
-/// block of one tile ran 1.4x slower). K and V rows of the same indices are
-/// a guess that holds for causal bands (a block's new keys).
-void fetchAhead(FusedScratch &ws, const TileArgs &a, int64_t t0, int64_t rows) {
+/// Lists the cache lines of the Q and output rows (and with `keysToo` the K
+/// and V rows) of the block that starts at block row t0 (of `rows`) for the
+/// kernel to prefetch as it runs the current block. A block's 32 rows span
+/// two 4 KiB pages (d = 64) and are read a few lines per row at a time; the
+/// hardware prefetchers, which stop at page boundaries, left every block
+/// starting on cache misses (a block of one tile ran 1.4x slower). K and V
+/// rows of the same indices are a guess that holds for causal bands (a
+/// block's new keys).
+void fetchAhead(FusedScratch &ws, const TileArgs &a, int64_t t0, int64_t rows, bool keysToo) {
   const int64_t count = std::max<int64_t>(0, std::min(rows, t0 + a.tileRows) - t0);
   const int64_t lines = (a.d + 15) / 16;
-  ws.ahead.resize(static_cast<size_t>(4 * count * lines));
+  ws.ahead.resize(static_cast<size_t>((keysToo ? 4 : 2) * count * lines));
   ws.aheadNext = 0;
   const float **out = ws.ahead.data();
   for (int64_t t = t0; t < t0 + count; ++t) {
     const int64_t at = (a.rowBase + t * a.rowStride) * a.d;
     for (int64_t x = 0; x < a.d; x += 16) {
-      out[0] = a.q + at + x;
-      out[1] = a.acc + at + x;
-      out[2] = a.k + at + x;
-      out[3] = a.v + at + x;
-      out += 4;
+      *out++ = a.q + at + x;
+      *out++ = a.acc + at + x;
+      if (keysToo) {
+        *out++ = a.k + at + x;
+        *out++ = a.v + at + x;
+      }
     }
+  }
+}
+
+/// Copies rows first, first + stride, ... (`count` of them, d floats each)
+/// of `src` into consecutive rows of `dst`, prefetching a few rows ahead:
+/// every row lies on its own page when the stride is large.
+void gatherRows(const float *src, int64_t first, int64_t stride, int64_t count, int64_t d,
+                float *dst) {
+  constexpr int64_t kAhead = 8;
+  for (int64_t u = 0; u < count; ++u) {
+    if (u + kAhead < count)
+      for (int64_t x = 0; x < d; x += 16)
+        __builtin_prefetch(src + (first + (u + kAhead) * stride) * d + x, 0, 3);
+    std::memcpy(dst + u * d, src + (first + u * stride) * d, static_cast<size_t>(d) * sizeof(float));
   }
 }
 
@@ -169,13 +185,15 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
   args.everyPair = dense;
   const RunBlock kernel = blockKernel();
   // Block b of piece p, class c: from the cache, or generated now.
+  // Block b of piece p, class c: from the cache, or generated now; a class's
+  // keys as rows of its class-major copy.
   auto blockOf = [&](const plan::BlockSource &src, size_t p, size_t c, int64_t b, FusedScratch &ws,
-                     plan::BlockTiles &out) {
+                     plan::BlockTiles &out, bool classLocal = false) {
     if (cached) {
-      out.expand(cached->pieces[p][c][static_cast<size_t>(b)]);
+      out.expand(cached->pieces[p][c][static_cast<size_t>(b)], classLocal);
     } else {
       src.build(b, ws.shape);
-      out.expand(ws.shape);
+      out.expand(ws.shape, classLocal);
     }
   };
   // The row-tiles pieces (or the dense baseline's one).
@@ -211,21 +229,30 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
         ws.built[p] = &ws.blocks[p];
       }
       // The next block this thread (likely) takes; threads take turns.
-      fetchAhead(ws, blockArgs, (b + sharing) * blockArgs.tileRows, n);
+      fetchAhead(ws, blockArgs, (b + sharing) * blockArgs.tileRows, n, true);
       kernel(ws.built.data(), static_cast<int>(ws.built.size()), blockArgs, ws);
     });
   };
   // Every residue class of relayout piece p, each running all its blocks in
-  // turn (its key and value rows, m apart in memory, stay in cache from
-  // block to block): class c's rows are the queries c, c + m, ...; keys,
-  // values and query rows are read in place.
+  // turn: class c's rows are the queries c, c + m, ... (read and accumulated
+  // in place); its keys are one key class, copied first into consecutive
+  // rows. In place, a class's key rows are m d floats apart: at m d = 8192
+  // (strided, d = 64) every one maps to the same few L1 sets, and a tile's
+  // keys and values did not stay in L1 from one row group to the next.
   auto classBlocks = [&](size_t p, bool finalize) {
     const plan::Piece &piece = head.pieces[p];
     const int64_t classes = plan::numClasses(piece, n);
     const int64_t sharing = std::min<int64_t>(threads, classes);
     forEachItem(classes, threads, s, [&](FusedScratch &ws, int64_t c) {
       plan::BlockSource src(plan, piece, n, c);
+      const int64_t keyRows = src.keyRows();
+      ws.classK.resize(static_cast<size_t>(keyRows * d));
+      ws.classV.resize(static_cast<size_t>(keyRows * d));
+      gatherRows(k, src.keyClass(), src.rowStride(), keyRows, d, ws.classK.data());
+      gatherRows(v, src.keyClass(), src.rowStride(), keyRows, d, ws.classV.data());
       TileArgs classArgs = args;
+      classArgs.k = ws.classK.data();
+      classArgs.v = ws.classV.data();
       classArgs.rowBase = src.rowBase();
       classArgs.rowStride = src.rowStride();
       classArgs.finalize = finalize;
@@ -233,7 +260,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
       const plan::BlockTiles *one = &ws.blocks[0];
       const int64_t end = src.numBlocks();
       for (int64_t b = 0; b < end; ++b) {
-        blockOf(src, p, static_cast<size_t>(c), b, ws, ws.blocks[0]);
+        blockOf(src, p, static_cast<size_t>(c), b, ws, ws.blocks[0], true);
         // Next: this class's next block, else (likely) the first of the
         // class this thread takes next.
         const int64_t nextClass = b + 1 < end ? c : c + sharing;
@@ -241,7 +268,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
           TileArgs nextArgs = classArgs;
           nextArgs.rowBase = nextClass;
           fetchAhead(ws, nextArgs, (b + 1 < end ? b + 1 : 0) * args.tileRows,
-                     plan::classRows(piece, n, nextClass));
+                     plan::classRows(piece, n, nextClass), false);
         }
         kernel(&one, 1, classArgs, ws);
       }

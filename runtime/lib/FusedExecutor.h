@@ -28,6 +28,7 @@ struct FusedScratch {
   std::vector<FusedScratch> helpers;          ///< the scratch of the threads that share a slice
   std::vector<const float *> ahead;           ///< cache lines of the next block, prefetched as this one runs
   size_t aheadNext = 0;
+  std::vector<float> classK, classV;          ///< a residue class's keys and values, class-major
 };
 
 /// Computes one contiguous [n, d] slice: o = attention over head `headIndex`

@@ -100,9 +100,12 @@ struct BlockTiles {
   int64_t firstRow = 0;
   int32_t rows = 0;
   uint64_t allRows = 0;
-  std::vector<int32_t> keys;     ///< original key positions, ascending
+  std::vector<int32_t> keys;     ///< key positions, ascending (see expand)
   std::vector<uint64_t> masks;   ///< bit r of masks[k]: block row r has keys[k]
-  void expand(const BlockShape &shape);
+  /// The block's keys as original positions, or with `classLocal` as the
+  /// positions u within the key class (key = keyBase + u * keyStride): the
+  /// row of a class-major copy of the keys.
+  void expand(const BlockShape &shape, bool classLocal = false);
 };
 
 /// The row blocks of one piece at one n, generated from closed forms. For
@@ -123,6 +126,10 @@ public:
   int64_t query(int64_t t) const { return rowBase_ + t * rowStride_; }
   int64_t rowBase() const { return rowBase_; }
   int64_t rowStride() const { return rowStride_; }
+  /// Relayout: the keys of this class are keyClass() + u * rowStride(), u = 0 ..
+  /// keyRows() - 1 (every row's keys lie in that one class).
+  int64_t keyClass() const { return keyClass_; }
+  int64_t keyRows() const { return (n_ - keyClass_ + modulus_ - 1) / modulus_; }
   void build(int64_t block, BlockShape &out) const;
 
 private:
