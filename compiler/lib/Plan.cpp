@@ -344,7 +344,7 @@ BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_
     ATTNC_CHECK(0 <= c && c < numClasses(piece, n), "residue class out of range");
     rest_ = piece.withoutResidue;
     modulus_ = m;
-    keyClass_ = floorMod(c - piece.residue, m);
+    keyClass_ = plan::keyClass(piece, c);
     rows_ = classRows(piece, n, c);
     rowBase_ = c;
     rowStride_ = m;
@@ -494,6 +494,8 @@ int64_t numClasses(const Piece &piece, int64_t n) {
 int64_t classRows(const Piece &piece, int64_t n, int64_t c) {
   return (n - c + piece.modulus - 1) / piece.modulus;
 }
+
+int64_t keyClass(const Piece &piece, int64_t c) { return floorMod(c - piece.residue, piece.modulus); }
 
 namespace {
 

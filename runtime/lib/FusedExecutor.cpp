@@ -121,29 +121,29 @@ void forEachItem(int64_t count, int threads, FusedScratch &s, Body &&body) {
     t.join();
 }
 
-/// Lists the cache lines of the Q and output rows (and with `keysToo` the K
-/// and V rows) of the block that starts at block row t0 (of `rows`) for the
-/// kernel to prefetch as it runs the current block. A block's 32 rows span
-/// two 4 KiB pages (d = 64) and are read a few lines per row at a time; the
-/// hardware prefetchers, which stop at page boundaries, left every block
-/// starting on cache misses (a block of one tile ran 1.4x slower). K and V
-/// rows of the same indices are a guess that holds for causal bands (a
-/// block's new keys).
-void fetchAhead(FusedScratch &ws, const TileArgs &a, int64_t t0, int64_t rows, bool keysToo) {
+/// Lists the cache lines of the Q and output rows of the block that starts
+/// at block row t0 (of `rows`), and of the key and value rows keyFirst +
+/// t keyStride for the same t, for the kernel to prefetch as it runs the
+/// current block. A block's 32 rows span two 4 KiB pages (d = 64) and are
+/// read a few lines per row at a time; the hardware prefetchers, which stop
+/// at page boundaries, left every block starting on cache misses (a block of
+/// one tile ran 1.4x slower). Key rows of the same indices are a guess that
+/// holds for causal bands and triangles (a block's new keys).
+void fetchAhead(FusedScratch &ws, const TileArgs &a, int64_t t0, int64_t rows, int64_t keyFirst,
+                int64_t keyStride) {
   const int64_t count = std::max<int64_t>(0, std::min(rows, t0 + a.tileRows) - t0);
   const int64_t lines = (a.d + 15) / 16;
-  ws.ahead.resize(static_cast<size_t>((keysToo ? 4 : 2) * count * lines));
+  ws.ahead.resize(static_cast<size_t>(4 * count * lines));
   ws.aheadNext = 0;
   const float **out = ws.ahead.data();
   for (int64_t t = t0; t < t0 + count; ++t) {
-    const int64_t at = (a.rowBase + t * a.rowStride) * a.d;
+    const int64_t at = (a.rowBase + t * a.rowStride) * a.d, key = (keyFirst + t * keyStride) * a.d;
     for (int64_t x = 0; x < a.d; x += 16) {
-      *out++ = a.q + at + x;
-      *out++ = a.acc + at + x;
-      if (keysToo) {
-        *out++ = a.k + at + x;
-        *out++ = a.v + at + x;
-      }
+      out[0] = a.q + at + x;
+      out[1] = a.acc + at + x;
+      out[2] = a.k + key + x;
+      out[3] = a.v + key + x;
+      out += 4;
     }
   }
 }
@@ -229,46 +229,57 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
         ws.built[p] = &ws.blocks[p];
       }
       // The next block this thread (likely) takes; threads take turns.
-      fetchAhead(ws, blockArgs, (b + sharing) * blockArgs.tileRows, n, true);
+      fetchAhead(ws, blockArgs, (b + sharing) * blockArgs.tileRows, n, 0, 1);
       kernel(ws.built.data(), static_cast<int>(ws.built.size()), blockArgs, ws);
     });
   };
   // Every residue class of relayout piece p, each running all its blocks in
   // turn: class c's rows are the queries c, c + m, ... (read and accumulated
-  // in place); its keys are one key class, copied first into consecutive
-  // rows. In place, a class's key rows are m d floats apart: at m d = 8192
-  // (strided, d = 64) every one maps to the same few L1 sets, and a tile's
-  // keys and values did not stay in L1 from one row group to the next.
+  // in place); its keys are one key class, copied into consecutive rows as
+  // the blocks reach them (the next block's are prefetched). In place, a
+  // class's key rows are m d floats apart: at m d = 8192 (strided, d = 64)
+  // every one maps to the same few L1 sets, and a tile's keys and values did
+  // not stay in L1 from one row group to the next. (Copying the query and
+  // output rows as well cost more than it saved: strided 1 thread 5.5 ->
+  // 6.0 ms.)
   auto classBlocks = [&](size_t p, bool finalize) {
     const plan::Piece &piece = head.pieces[p];
     const int64_t classes = plan::numClasses(piece, n);
     const int64_t sharing = std::min<int64_t>(threads, classes);
     forEachItem(classes, threads, s, [&](FusedScratch &ws, int64_t c) {
       plan::BlockSource src(plan, piece, n, c);
-      const int64_t keyRows = src.keyRows();
-      ws.classK.resize(static_cast<size_t>(keyRows * d));
-      ws.classV.resize(static_cast<size_t>(keyRows * d));
-      gatherRows(k, src.keyClass(), src.rowStride(), keyRows, d, ws.classK.data());
-      gatherRows(v, src.keyClass(), src.rowStride(), keyRows, d, ws.classV.data());
+      const int64_t m = src.rowStride(), keyClass = src.keyClass();
+      ws.classK.resize(static_cast<size_t>(src.keyRows() * d));
+      ws.classV.resize(static_cast<size_t>(src.keyRows() * d));
+      int64_t copied = 0; // key rows [0, copied) are in classK and classV
       TileArgs classArgs = args;
       classArgs.k = ws.classK.data();
       classArgs.v = ws.classV.data();
       classArgs.rowBase = src.rowBase();
-      classArgs.rowStride = src.rowStride();
+      classArgs.rowStride = m;
       classArgs.finalize = finalize;
       ws.blocks.resize(1);
       const plan::BlockTiles *one = &ws.blocks[0];
       const int64_t end = src.numBlocks();
       for (int64_t b = 0; b < end; ++b) {
         blockOf(src, p, static_cast<size_t>(c), b, ws, ws.blocks[0], true);
+        const int64_t needed = ws.blocks[0].keys.empty() ? 0 : ws.blocks[0].keys.back() + 1;
+        if (needed > copied) {
+          gatherRows(k, keyClass + copied * m, m, needed - copied, d, ws.classK.data() + copied * d);
+          gatherRows(v, keyClass + copied * m, m, needed - copied, d, ws.classV.data() + copied * d);
+          copied = needed;
+        }
         // Next: this class's next block, else (likely) the first of the
-        // class this thread takes next.
-        const int64_t nextClass = b + 1 < end ? c : c + sharing;
+        // class this thread takes next; rows in place.
+        const bool sameClass = b + 1 < end;
+        const int64_t nextClass = sameClass ? c : c + sharing;
         if (nextClass < classes) {
-          TileArgs nextArgs = classArgs;
+          TileArgs nextArgs = args;
           nextArgs.rowBase = nextClass;
-          fetchAhead(ws, nextArgs, (b + 1 < end ? b + 1 : 0) * args.tileRows,
-                     plan::classRows(piece, n, nextClass), false);
+          nextArgs.rowStride = m;
+          const int64_t nextKeyClass = plan::keyClass(piece, nextClass);
+          fetchAhead(ws, nextArgs, (sameClass ? b + 1 : 0) * args.tileRows,
+                     plan::classRows(piece, n, nextClass), nextKeyClass, m);
         }
         kernel(&one, 1, classArgs, ws);
       }

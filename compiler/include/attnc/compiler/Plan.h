@@ -147,6 +147,8 @@ private:
 int64_t numClasses(const Piece &piece, int64_t n);
 /// Rows of residue class c of a residue-relayout piece: the queries c, c + m, ... below n.
 int64_t classRows(const Piece &piece, int64_t n, int64_t c);
+/// The key class of query class c: its rows' keys are keyClass + u m.
+int64_t keyClass(const Piece &piece, int64_t c);
 
 /// Every block of every piece (and residue class) of one head at one n.
 struct HeadShapes {
