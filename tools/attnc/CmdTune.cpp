@@ -5,8 +5,9 @@
 // block, key chunk, register tiles). One pass over each one's blocks at the
 // requested n gives its exact tile counts; a cost model (pairs computed,
 // tiles, blocks) ranks them and the best few are measured on this machine,
-// always together with the default. The fastest measured one is recorded in
-// the tuning database, where compile and the JIT find it.
+// always together with the default, in interleaved rounds. The fastest
+// measured one is recorded in the tuning database, where compile and the JIT
+// find it, unless it is within 2% of the default (then the default is).
 //
 //===----------------------------------------------------------------------===//
 #include "Common.h"
@@ -126,44 +127,73 @@ int runTune(const TuneOptions &opts) {
     nnz += ir::analyzeRows(h.set, opts.n).nnz * static_cast<int64_t>(p.headsDeclared ? h.heads.size() : heads);
   double flops = 4.0 * double(nnz) * double(opts.d) * double(opts.batch);
 
-  int total = static_cast<int>(std::count_if(candidates.begin(), candidates.end(),
-                                             [](const Candidate &c) { return c.measured; }));
-  int done = 0;
+  // Build and warm every measured candidate, then time them in rounds, one
+  // run of each per round (in a rotating order), so that the machine's drift
+  // over the minutes of a tuning run reaches every candidate alike.
+  std::vector<Candidate *> measured;
+  for (Candidate &c : candidates)
+    if (c.measured)
+      measured.push_back(&c);
+  const int total = static_cast<int>(measured.size());
+  std::vector<attnc_kernel *> kernels;
+  auto freeKernels = [&] {
+    for (attnc_kernel *k : kernels)
+      attnc_kernel_free(k);
+  };
   std::string tmp = "/tmp/attnc-tune-" + std::to_string(getpid()) + ".attnk";
-  for (Candidate &c : candidates) {
-    if (!c.measured)
-      continue;
+  for (Candidate *c : measured) {
     codegen::CodeGenOptions cg;
     cg.backend = useHalide ? codegen::Backend::Halide : codegen::Backend::Fused;
-    cg.planOptions = c.options;
-    cg.halideSchedule = c.schedule;
+    cg.planOptions = c->options;
+    cg.halideSchedule = c->schedule;
     std::string bytes, error;
     attnc_kernel *kernel = nullptr;
     if (!codegen::buildKernelFile(*lp->frontend, p, cg, bytes, error) ||
         !rt::writeFileAtomically(tmp, bytes, error) || attnc_kernel_load(tmp.c_str(), &kernel) != ATTNC_OK) {
       std::cerr << "attnc: internal error: cannot build a candidate: " << error << attnc_last_error() << "\n";
       unlink(tmp.c_str());
+      freeKernels();
       return kExitInternal;
     }
     unlink(tmp.c_str());
-    c.ms = medianRunMs(kernel, inputs, ro, opts.repeat, error);
-    attnc_kernel_free(kernel);
-    if (c.ms < 0) {
+    kernels.push_back(kernel);
+    // The first run at n builds the plan's blocks (or Halide's key lists).
+    if (medianRunMs(kernel, inputs, ro, 0, error) < 0) {
       std::cerr << "attnc: error: " << error << "\n";
+      freeKernels();
       return kExitUserError;
     }
-    std::fprintf(stderr, "[%d/%d] %-28s %8.2f ms  %7.1f GFLOP/s\n", ++done, total, c.label.c_str(), c.ms,
-                 flops / (c.ms * 1e6));
+    std::fprintf(stderr, "[%d/%d] built and warmed %s\n", static_cast<int>(kernels.size()), total,
+                 c->label.c_str());
   }
+  std::vector<std::vector<double>> times(measured.size());
+  for (int round = 0; round < opts.repeat; ++round) {
+    for (size_t k = 0; k < measured.size(); ++k) {
+      const size_t at = (k + static_cast<size_t>(round)) % measured.size();
+      times[at].push_back(timeOneRunMs(kernels[at], inputs, ro));
+    }
+    std::fprintf(stderr, "round %d/%d timed\n", round + 1, opts.repeat);
+  }
+  freeKernels();
+  for (size_t k = 0; k < measured.size(); ++k) {
+    std::sort(times[k].begin(), times[k].end());
+    measured[k]->ms = times[k][times[k].size() / 2];
+    std::printf("%-34s %8.2f ms  %7.1f GFLOP/s\n", measured[k]->label.c_str(), measured[k]->ms,
+                 flops / (measured[k]->ms * 1e6));
+  }
+  // The default stays unless a candidate beats it by more than the spread
+  // of repeated runs on a quiet machine.
+  constexpr double kMargin = 0.02;
   const Candidate *best = nullptr, *def = nullptr;
-  for (const Candidate &c : candidates) {
-    if (!c.measured)
-      continue;
-    if (!best || c.ms < best->ms)
-      best = &c;
-    if (c.isDefault)
-      def = &c;
+  for (const Candidate *c : measured) {
+    if (!best || c->ms < best->ms)
+      best = c;
+    if (c->isDefault)
+      def = c;
   }
+  const bool keptDefault = best != def && best->ms > def->ms * (1.0 - kMargin);
+  if (keptDefault)
+    best = def;
   tuning::Entry entry;
   entry.key = tuning::tuningKey(lp->frontend->sourceText(), p,
                                 codegen::hostTarget() + codegen::hostFeatureString());
@@ -178,8 +208,12 @@ int runTune(const TuneOptions &opts) {
     std::cerr << "attnc: error: " << error << "\n";
     return kExitUserError;
   }
-  std::printf("best %s: %.2f ms, %.1f GFLOP/s (default %s: %.2f ms, %.2fx)\n", best->label.c_str(),
-              best->ms, entry.gflops, def->label.c_str(), def->ms, def->ms / best->ms);
+  if (keptDefault)
+    std::printf("best %s: %.2f ms, %.1f GFLOP/s (no candidate was %.0f%% faster than the default)\n",
+                best->label.c_str(), best->ms, entry.gflops, kMargin * 100);
+  else
+    std::printf("best %s: %.2f ms, %.1f GFLOP/s (default %s: %.2f ms, %.2fx)\n", best->label.c_str(),
+                best->ms, entry.gflops, def->label.c_str(), def->ms, def->ms / best->ms);
   std::printf("recorded in %s; attnc compile and the JIT use it for this pattern (--backend %s)\n",
               tuning::databasePath().c_str(), opts.backend.c_str());
   return kExitOk;
@@ -209,7 +243,7 @@ void setupTune(CLI::App &app, int &exitCode) {
                   "always measured too)")
       ->capture_default_str()
       ->check(CLI::Range(1, 8));
-  cmd->add_option("--repeat", opts->repeat, "Timed runs per candidate (median)")
+  cmd->add_option("--repeat", opts->repeat, "Timed runs per candidate (median), in rounds that run every candidate once")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
   cmd->footer(examplesFooter({"attnc tune patterns/fixed.attn --n 16384 --d 64",

@@ -54,14 +54,19 @@ double medianRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run
   }
   if (firstMs)
     *firstMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (repeat <= 0)
+    return 0;
   std::vector<double> times;
-  for (int r = 0; r < repeat; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    attnc_run(kernel, &in.tq, &in.tk, &in.tv, &in.to, &options);
-    times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
+  for (int r = 0; r < repeat; ++r)
+    times.push_back(timeOneRunMs(kernel, in, options));
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+double timeOneRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run_options &options) {
+  auto t0 = std::chrono::steady_clock::now();
+  attnc_run(kernel, &in.tq, &in.tk, &in.tv, &in.to, &options);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 } // namespace attnc::tool

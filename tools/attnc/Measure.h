@@ -21,8 +21,13 @@ struct RandomInputs {
 
 /// One warm-up run (it builds the plan or CSR for n; its time goes to
 /// `firstMs` when given), then `repeat` timed runs; returns the median in
-/// milliseconds, or a negative value with `error` set when a run fails.
+/// milliseconds (0 when `repeat` is 0: the warm-up alone), or a negative
+/// value with `error` set when a run fails.
 double medianRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run_options &options,
                    int repeat, std::string &error, double *firstMs = nullptr);
+
+/// The time of one run in milliseconds (after a warm-up; a failing run was
+/// caught by it).
+double timeOneRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run_options &options);
 
 } // namespace attnc::tool
