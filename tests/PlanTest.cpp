@@ -165,5 +165,28 @@ TEST(Plan, SeedPatternsGetTheirDisjointPiecesAndRelayout) {
   EXPECT_LE(plan::executedOverUseful(plan::planStats(plan, 4096)), 1.35);
 }
 
+/// The rows per block picked when none is given: 64 only where the bigger
+/// blocks compute no more pairs (blocks aligned to the pattern's own).
+TEST(Plan, DefaultRowsPerBlockFollowTheExecutedPairs) {
+  auto irOf = [](const char *file) {
+    Frontend fe;
+    EXPECT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + file + ".attn"));
+    EXPECT_TRUE(fe.analyze({}));
+    return ir::canonicalizePattern(fe.patterns().front());
+  };
+  for (const char *file : {"bigbird", "full"}) {
+    ir::PatternIR ir = irOf(file);
+    EXPECT_EQ(plan::defaultTileRows(ir), 64) << file;
+    EXPECT_EQ(plan::buildPlan(ir).options.tileRows, 64) << file;
+  }
+  // A band's or block's diagonal is cut finer by 32 rows.
+  for (const char *file : {"fixed", "strided", "local", "longformer", "causal"}) {
+    ir::PatternIR ir = irOf(file);
+    EXPECT_EQ(plan::defaultTileRows(ir), 32) << file;
+    EXPECT_EQ(plan::buildPlan(ir).options.tileRows, 32) << file;
+    EXPECT_EQ(plan::buildPlan(ir, {16, 24}).options.tileRows, 16) << "a given shape is kept";
+  }
+}
+
 } // namespace
 } // namespace attnc

@@ -275,12 +275,25 @@ const char *strategyName(Strategy s) {
 
 } // namespace
 
+int64_t defaultTileRows(const ir::PatternIR &ir) {
+  constexpr int64_t kReferenceN = 4096;
+  auto executed = [&](int64_t rows) {
+    int64_t total = 0;
+    for (const HeadStats &h : planStats(buildPlan(ir, {rows, 64}), kReferenceN))
+      total += h.executed;
+    return total;
+  };
+  return double(executed(64)) <= 1.005 * double(executed(32)) ? 64 : 32;
+}
+
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
-  ATTNC_CHECK(options.tileRows >= 1 && options.tileRows <= 64, "tile rows must be in [1, 64]");
+  ATTNC_CHECK(options.tileRows >= 0 && options.tileRows <= 64, "tile rows must be in [1, 64] (0: the default)");
   ATTNC_CHECK(options.tileCols >= 1, "tile columns must be positive");
   Plan plan;
   plan.pattern = ir.name;
   plan.options = options;
+  if (plan.options.tileRows == 0)
+    plan.options.tileRows = defaultTileRows(ir);
   for (const ir::PatternIR::Head &head : ir.heads) {
     HeadPlan hp;
     hp.heads = head.heads;

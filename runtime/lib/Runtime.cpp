@@ -165,8 +165,9 @@ attnc_status buildKernelPlan(attnc_kernel &kernel) {
     auto it = kernel.file.metadata.find(key);
     return it == kernel.file.metadata.end() ? fallback : std::atoll(it->second.c_str());
   };
-  options.tileRows = get("tile_rows", options.tileRows);
-  options.tileCols = get("tile_cols", options.tileCols);
+  // (Files without them predate tuning and were built for 32 x 32 tiles.)
+  options.tileRows = get("tile_rows", 32);
+  options.tileCols = get("tile_cols", 32);
   if (options.tileRows < 1 || options.tileRows > 64 || options.tileCols < 1 || options.tileCols > 4096)
     return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tile sizes");
   kernel.plan = attnc::plan::buildPlan(kernel.ir, options);
