@@ -145,7 +145,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, CpuKernelRows, ::testing::Values("fused", "ha
                          });
 
 /// The fused kernel with other tile shapes than the default: 16-row blocks
-/// (one vector of row lanes), blocks of 7 rows, keys per tile from 5 to 128.
+/// (one vector of row lanes), blocks of 7 rows, keys per tile from 5 to 128,
+/// 64-row blocks (four vectors, or one for a piece of the first 16 rows).
 struct TileCase {
   int64_t rows, cols;
 };
@@ -180,6 +181,10 @@ const PatternCase kTilePatterns[] = {
     {"FixedSmall", "fixed", {"l=16", "c=4"}},
     {"Local", "local", {"w=5"}},
     {"Bigbird", "bigbird", {"b=8", "g=1", "r=2"}},
+    // Global rows 0 .. g - 1 attend every key: with g <= 16 their piece runs
+    // on the first 16 row lanes of a block alone (16 exactly, and one more).
+    {"LongformerG16", "longformer", {"w=3", "g=16"}},
+    {"LongformerG17", "longformer", {"w=3", "g=17"}},
 };
 
 INSTANTIATE_TEST_SUITE_P(
