@@ -276,7 +276,7 @@ const char *strategyName(Strategy s) {
 } // namespace
 
 int64_t defaultTileRows(const ir::PatternIR &ir) {
-  constexpr int64_t kReferenceN = 4096;
+  constexpr int64_t kReferenceN = 1024;
   auto executed = [&](int64_t rows) {
     int64_t total = 0;
     for (const HeadStats &h : planStats(buildPlan(ir, {rows, 64}), kReferenceN))

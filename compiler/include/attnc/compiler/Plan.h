@@ -63,7 +63,7 @@ struct Plan {
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options = {});
 
 /// The rows per block when none is given: 64 where 64-row blocks compute no
-/// more pairs than 32-row ones (within 0.5%, counted at n = 4096: blocks
+/// more pairs than 32-row ones (within 0.5%, counted at n = 1024: blocks
 /// aligned to the pattern's own blocks, as bigbird's), since a 64-row block
 /// loads each key once for twice the rows; else 32, which cuts less off a
 /// band's diagonal.
