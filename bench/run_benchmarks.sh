@@ -9,35 +9,19 @@
 # "64 128"), ATTNC_BENCH_THREADS (default 2), ATTNC_BENCH_REPEAT (default 3),
 # ATTNC_BENCH_DENSE_MAX_N (dense baseline only up to this n; default 16384).
 set -euo pipefail
-build=${1:-build}
-attnc=$build/tools/attnc/attnc
-ns=${ATTNC_BENCH_NS:-4096 16384}
-ds=${ATTNC_BENCH_DS:-64 128}
-threads=${ATTNC_BENCH_THREADS:-2}
+source "$(dirname "$0")/common.sh"
 repeat=${ATTNC_BENCH_REPEAT:-3}
 dense_max=${ATTNC_BENCH_DENSE_MAX_N:-16384}
-cases=(
-  "fixed -D l=128 -D c=8"
-  "strided -D l=128"
-  "local -D w=512"
-  "longformer"
-  "bigbird"
-)
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
-for c in "${cases[@]}"; do
-  set -- $c
-  name=$1
-  shift
-  for n in $ns; do
-    for d in $ds; do
-      backends=fused,halide,sparsifier
-      if [ "$n" -le "$dense_max" ]; then backends=$backends,dense; fi
-      "$attnc" bench "patterns/$name.attn" "$@" --n "$n" --d "$d" --batch 1 --heads 8 \
-        --threads "$threads" --repeat "$repeat" --backend "$backends" --json >> "$tmp"
-    done
-  done
-done
+bench_row() { # NAME N D [-D k=v ...]
+  local name=$1 n=$2 d=$3 backends=fused,halide,sparsifier
+  shift 3
+  if [ "$n" -le "$dense_max" ]; then backends=$backends,dense; fi
+  "$attnc" bench "patterns/$name.attn" "$@" --n "$n" --d "$d" --batch 1 --heads 8 \
+    --threads "$threads" --repeat "$repeat" --backend "$backends" --json >> "$tmp"
+}
+each_row bench_row
 python3 - "$tmp" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]

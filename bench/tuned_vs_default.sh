@@ -12,44 +12,30 @@
 # bench, default 5), ATTNC_TUNE_ROUNDS (default 3), ATTNC_TUNE_MEASURE
 # (candidates tune measures besides the default, default 3).
 set -euo pipefail
-build=${1:-build}
-attnc=$build/tools/attnc/attnc
-ns=${ATTNC_BENCH_NS:-4096 16384}
-ds=${ATTNC_BENCH_DS:-64 128}
-threads=${ATTNC_BENCH_THREADS:-2}
+source "$(dirname "$0")/common.sh"
 repeat=${ATTNC_BENCH_REPEAT:-5}
 rounds=${ATTNC_TUNE_ROUNDS:-3}
 measure=${ATTNC_TUNE_MEASURE:-3}
-cases=(
-  "fixed -D l=128 -D c=8"
-  "strided -D l=128"
-  "local -D w=512"
-  "longformer"
-  "bigbird"
-)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "| pattern | n | d | default ms | default GFLOP/s | tuned shape | tuned ms | tuned GFLOP/s | tuned / default |"
 echo "|---|---|---|---|---|---|---|---|---|"
-for c in "${cases[@]}"; do
-  set -- $c
-  name=$1
-  shift
-  for n in $ns; do
-    for d in $ds; do
-      rm -rf "$work/empty" "$work/tuned"
-      mkdir -p "$work/empty" "$work/tuned"
-      shape=$(ATTNC_CACHE_DIR="$work/tuned" "$attnc" tune "patterns/$name.attn" "$@" --n "$n" --d "$d" \
-                --threads "$threads" --measure "$measure" --repeat "$repeat" 2>/dev/null |
-              sed -n 's/^best tiles \([0-9x]*\):.*/\1/p')
-      bench=("$attnc" bench "patterns/$name.attn" "$@" --n "$n" --d "$d" --threads "$threads"
-             --repeat "$repeat" --backend fused --json)
-      : > "$work/runs"
-      for _ in $(seq "$rounds"); do
-        echo "default $(ATTNC_CACHE_DIR="$work/empty" "${bench[@]}")" >> "$work/runs"
-        echo "tuned $(ATTNC_CACHE_DIR="$work/tuned" "${bench[@]}")" >> "$work/runs"
-      done
-      python3 - "$work/runs" "$name" "$n" "$d" "$shape" <<'PY'
+tuned_row() { # NAME N D [-D k=v ...]
+  local name=$1 n=$2 d=$3 shape
+  shift 3
+  rm -rf "$work/empty" "$work/tuned"
+  mkdir -p "$work/empty" "$work/tuned"
+  shape=$(ATTNC_CACHE_DIR="$work/tuned" "$attnc" tune "patterns/$name.attn" "$@" --n "$n" --d "$d" \
+            --threads "$threads" --measure "$measure" --repeat "$repeat" 2>/dev/null |
+          sed -n 's/^best tiles \([0-9x]*\):.*/\1/p')
+  local bench=("$attnc" bench "patterns/$name.attn" "$@" --n "$n" --d "$d" --threads "$threads"
+               --repeat "$repeat" --backend fused --json)
+  : > "$work/runs"
+  for _ in $(seq "$rounds"); do
+    echo "default $(ATTNC_CACHE_DIR="$work/empty" "${bench[@]}")" >> "$work/runs"
+    echo "tuned $(ATTNC_CACHE_DIR="$work/tuned" "${bench[@]}")" >> "$work/runs"
+  done
+  python3 - "$work/runs" "$name" "$n" "$d" "$shape" <<'PY'
 import json, sys
 runs, name, n, d, shape = sys.argv[1:]
 best = {}
@@ -62,6 +48,5 @@ a, b = best["default"], best["tuned"]
 print(f"| {name} | {n} | {d} | {a['ms']:.2f} | {a['gflops']:.1f} | {shape} | {b['ms']:.2f} | "
       f"{b['gflops']:.1f} | {a['ms'] / b['ms']:.2f}x |")
 PY
-    done
-  done
-done
+}
+each_row tuned_row
