@@ -178,6 +178,8 @@ TEST(Plan, DefaultRowsPerBlockFollowTheExecutedPairs) {
     ir::PatternIR ir = irOf(file);
     EXPECT_EQ(plan::defaultTileRows(ir), 64) << file;
     EXPECT_EQ(plan::buildPlan(ir).options.tileRows, 64) << file;
+    EXPECT_EQ(plan::resolveOptions(ir, {0, 48}).tileRows, 64) << file;
+    EXPECT_EQ(plan::resolveOptions(ir, {0, 48}).tileCols, 48) << file;
   }
   // A band's or block's diagonal is cut finer by 32 rows.
   for (const char *file : {"fixed", "strided", "local", "longformer", "causal"}) {

@@ -145,8 +145,7 @@ bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions 
     file.metadata["halide_schedule"] = halide::scheduleName(options.halideSchedule);
     file.metadata["halide_target"] = halide::targetString();
   } else if (options.backend != Backend::Sparsifier) {
-    const int64_t rows = options.planOptions.tileRows ? options.planOptions.tileRows : plan::defaultTileRows(ir);
-    file.metadata["tile_rows"] = std::to_string(rows);
+    file.metadata["tile_rows"] = std::to_string(plan::resolveOptions(ir, options.planOptions).tileRows);
     file.metadata["tile_cols"] = std::to_string(options.planOptions.tileCols);
   }
   bytes = rt::encodeKernelFile(file);

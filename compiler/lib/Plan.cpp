@@ -286,14 +286,18 @@ int64_t defaultTileRows(const ir::PatternIR &ir) {
   return double(executed(64)) <= 1.005 * double(executed(32)) ? 64 : 32;
 }
 
+PlanOptions resolveOptions(const ir::PatternIR &ir, PlanOptions options) {
+  if (options.tileRows == 0)
+    options.tileRows = defaultTileRows(ir);
+  return options;
+}
+
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
   ATTNC_CHECK(options.tileRows >= 0 && options.tileRows <= 64, "tile rows must be in [1, 64] (0: the default)");
   ATTNC_CHECK(options.tileCols >= 1, "tile columns must be positive");
   Plan plan;
   plan.pattern = ir.name;
-  plan.options = options;
-  if (plan.options.tileRows == 0)
-    plan.options.tileRows = defaultTileRows(ir);
+  plan.options = resolveOptions(ir, options);
   for (const ir::PatternIR::Head &head : ir.heads) {
     HeadPlan hp;
     hp.heads = head.heads;

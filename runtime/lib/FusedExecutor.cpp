@@ -184,7 +184,6 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
                 s.rowMax.data(), s.rowSum.data(), o};
   args.everyPair = dense;
   const RunBlock kernel = blockKernel();
-  // Block b of piece p, class c: from the cache, or generated now.
   // Block b of piece p, class c: from the cache, or generated now; a class's
   // keys as rows of its class-major copy.
   auto blockOf = [&](const plan::BlockSource &src, size_t p, size_t c, int64_t b, FusedScratch &ws,

@@ -76,7 +76,7 @@ int runBench(const BenchOptions &opts) {
   // runtime does on its first run at n (timed here), and kept when they fit
   // the runtime's cache, else generated again inside each run.
   // (The kernel records its rows per block, picked at compile time.)
-  const plan::PlanOptions defaults{plan::defaultTileRows(lp->ir), plan::PlanOptions{}.tileCols};
+  const plan::PlanOptions defaults = plan::resolveOptions(lp->ir, {});
   auto t0 = std::chrono::steady_clock::now();
   plan::Plan plan = plan::buildPlan(lp->ir, defaults);
   std::vector<plan::HeadShapes> shapes; // what the runtime builds on the first run at n

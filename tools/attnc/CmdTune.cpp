@@ -50,7 +50,7 @@ struct Candidate {
 
 std::vector<Candidate> fusedCandidates(const ir::PatternIR &ir, const TuneOptions &opts) {
   std::vector<Candidate> candidates;
-  const plan::PlanOptions defaults{plan::defaultTileRows(ir), plan::PlanOptions{}.tileCols};
+  const plan::PlanOptions defaults = plan::resolveOptions(ir, {});
   for (int64_t rows : {16, 32, 64})
     for (int64_t cols : {16, 24, 32, 48, 64, 128}) {
       Candidate c;

@@ -59,8 +59,11 @@ struct Plan {
   std::vector<HeadPlan> heads;
 };
 
-/// `options` with a tile row count picked where it is 0.
+/// The plan with `options` (resolved by resolveOptions).
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options = {});
+
+/// `options` with the rows per block picked (defaultTileRows) where they are 0.
+PlanOptions resolveOptions(const ir::PatternIR &ir, PlanOptions options);
 
 /// The rows per block when none is given: 64 where 64-row blocks compute no
 /// more pairs than 32-row ones (within 0.5%, counted at n = 1024: blocks
