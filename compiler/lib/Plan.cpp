@@ -504,6 +504,15 @@ void BlockTiles::expand(const BlockShape &shape, bool classLocal) {
     masks[static_cast<size_t>(pos)] = mask;
 }
 
+void BlockTiles::assignRange(const BlockTiles &all, size_t begin, size_t end) {
+  firstRow = all.firstRow;
+  rows = all.rows;
+  allRows = all.allRows;
+  const auto b = static_cast<std::ptrdiff_t>(begin), e = static_cast<std::ptrdiff_t>(end);
+  keys.assign(all.keys.begin() + b, all.keys.begin() + e);
+  masks.assign(all.masks.begin() + b, all.masks.begin() + e);
+}
+
 int64_t numClasses(const Piece &piece, int64_t n) {
   return piece.strategy == Strategy::ResidueRelayout ? std::min(piece.modulus, n) : 1;
 }

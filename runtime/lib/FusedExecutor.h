@@ -17,6 +17,13 @@
 
 namespace attnc::rt {
 
+/// A row block's keys that run later than the block (see runFusedHead).
+struct Waiting {
+  std::vector<plan::BlockTiles> pieces; ///< per split piece: the keys past the block's rows
+  std::vector<size_t> next;             ///< per piece: how many of them have run
+  std::vector<plan::BlockTiles> parts;  ///< per piece: the stretch that runs now
+};
+
 /// Per-thread scratch for one (batch, head) slice, reused across calls.
 struct FusedScratch {
   std::vector<float> rowMax, rowSum;          ///< n, n: the online-softmax state (the output slice accumulates)
@@ -29,6 +36,7 @@ struct FusedScratch {
   std::vector<const float *> ahead;           ///< cache lines of the next block, prefetched as this one runs
   size_t aheadNext = 0;
   std::vector<float> classK, classV;          ///< a residue class's keys and values, class-major
+  std::vector<Waiting> waiting;               ///< row blocks' keys that run later
 };
 
 /// Computes one contiguous [n, d] slice: o = attention over head `headIndex`

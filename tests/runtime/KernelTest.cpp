@@ -343,6 +343,36 @@ TEST_P(CpuKernelRows, LongRaggedSequencesMatchTheReference) {
   }
 }
 
+/// Global rows (a block with at least half of all keys in a piece) run their
+/// keys past their own rows later, 16 blocks at a time, when one thread runs
+/// the slice: with stretches before the last block (n = 2500: 79 blocks of
+/// 32, 40 of 64), and with keys that all ran before it (the rows' last call
+/// then only normalises them).
+TEST(FusedWaitingKeys, GlobalRowsMatchTheReference) {
+  attnc_run_options one{0.0f, 1};
+  for (const PatternCase &pc : {PatternCase{"Longformer", "longformer", {"w=40", "g=3"}},
+                                PatternCase{"Bigbird", "bigbird", {}}}) {
+    KernelPtr kernel = compile(pc);
+    ASSERT_TRUE(kernel);
+    expectSliceMatchesOracle(pc, kernel.get(), 2500, 64, 51, &one);
+    expectSliceMatchesOracle(pc, kernel.get(), 2500, 33, 52, &one);
+  }
+  const char *source = "pattern early { attend { j : j == i } | { j : i < 3 && j < n / 2 + 40 } }";
+  KernelPtr kernel = compileSource(source, "fused");
+  ASSERT_TRUE(kernel);
+  for (int64_t n : {2048, 1100}) {
+    const int64_t d = 16;
+    std::vector<float> q = randomFloats(n * d, 61, 1), k = randomFloats(n * d, 62, 1),
+                       v = randomFloats(n * d, 63, 1), o(n * d, -7.0f);
+    attnc_tensor tq = view(q, 1, 1, n, d), tk = view(k, 1, 1, n, d), tv = view(v, 1, 1, n, d),
+                 to = view(o, 1, 1, n, d);
+    ASSERT_EQ(attnc_run(kernel.get(), &tq, &tk, &tv, &to, &one), ATTNC_OK) << attnc_last_error();
+    std::vector<float> ref = referenceFromSource(source, {}, q, k, v, 1, 1, n, d);
+    for (int64_t x = 0; x < n * d; ++x)
+      ASSERT_NEAR(o[x], ref[x], 1e-4) << "n = " << n << ", element " << x;
+  }
+}
+
 /// bf16 of a float, rounded to nearest even (written here, not taken from
 /// the runtime), and back.
 uint16_t toBf16(float f) {

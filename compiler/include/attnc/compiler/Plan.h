@@ -117,6 +117,8 @@ struct BlockTiles {
   /// positions u within the key class (key = keyBase + u * keyStride): the
   /// row of a class-major copy of the keys.
   void expand(const BlockShape &shape, bool classLocal = false);
+  /// The rows of `all` with its keys [begin, end) (and their masks).
+  void assignRange(const BlockTiles &all, size_t begin, size_t end);
 };
 
 /// The row blocks of one piece at one n, generated from closed forms. For
