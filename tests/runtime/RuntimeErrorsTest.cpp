@@ -229,6 +229,10 @@ TEST_F(RuntimeErrors, FusedKernelWithBadTileSizesIsCorrupt) {
   EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
   file.metadata["tile_rows"] = "64";
   EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
+  // A file without them predates tuning: its tiles were 32 x 32.
+  file.metadata.erase("tile_rows");
+  file.metadata.erase("tile_cols");
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
 }
 
 TEST_F(RuntimeErrors, HalideKernelWhoseCodeLacksItsEntryPointsIsCorrupt) {
