@@ -148,8 +148,82 @@ INSTANTIATE_TEST_SUITE_P(
         PlanCase{"key_range_large", {}, 61, "pattern p { attend { (i % 3) * 1000000000000 - 1000000000000 .. n - 1 } }"},
         // Random blocks of 5 rows: row blocks inside one draw the same keys,
         // the others straddle two draws.
-        PlanCase{"random_blocks", {}, 71, "pattern p { attend random_blocks(5, 2, 7) | { j : j == i } }"}),
+        PlanCase{"random_blocks", {}, 71, "pattern p { attend random_blocks(5, 2, 7) | { j : j == i } }"},
+        // Rows conditions true on a prefix or a suffix (decided from a
+        // block's first and last rows).
+        PlanCase{"row_if_suffix", {}, 90, "pattern p { attend { j : j < 3 } | { j : !(i < 37) } }"},
+        PlanCase{"row_if_shifted", {}, 90, "pattern p { attend { j : j < 3 } | { j : 50 > i + 7 } }"},
+        // Translation-invariant pieces with enough blocks for moved copies:
+        // periods 11, 6 and 1 against rows per block 7, 32 and 64.
+        PlanCase{"block_diag_11_long", {}, 400, "pattern p { causal attend { j : j / 11 == i / 11 } }"},
+        PlanCase{"stripe_long", {}, 400, "pattern p { causal attend { j : j % 6 < 2 } | { j : i - j <= 7 } }"},
+        PlanCase{"key_range_long", {}, 300, "pattern p { attend { i - 9 .. i + 3 } - { j : (i - j) % 4 == 0 } }"},
+        PlanCase{"residue_band_long", {}, 400, "pattern p { causal attend { j : (i - j) % 3 == 0 && i - j > 20 } }"}),
     [](const ::testing::TestParamInfo<PlanCase> &info) { return std::string(info.param.file); });
+
+/// Blocks moved from a translation-invariant piece's references are the
+/// blocks built directly, at lengths past the oracle's reach: every block
+/// of every piece and class of every library pattern, ragged n, three block
+/// heights.
+TEST(Plan, MovedBlocksEqualDirectlyBuiltOnes) {
+  int moved = 0;
+  for (const char *file : {"fixed", "strided", "local", "longformer", "bigbird", "causal", "full", "dilated",
+                           "axial", "fixed_subblocks", "strided_multihead", "fixed_multihead"}) {
+    Frontend fe;
+    ASSERT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + file + ".attn"));
+    ASSERT_TRUE(fe.analyze({}));
+    ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
+    for (int64_t rows : {7, 32, 64}) {
+      plan::Plan plan = plan::buildPlan(ir, {rows, 64});
+      for (int64_t n : {1000, 4099}) {
+        plan::BlockShape a, b;
+        plan::BlockTiles ta, tb;
+        for (const plan::HeadPlan &hp : plan.heads)
+          for (const plan::Piece &piece : hp.pieces)
+            for (int64_t c = 0; c < plan::numClasses(piece, n); ++c) {
+              plan::BlockSource fast(plan, piece, n, c), slow(plan, piece, n, c, false);
+              ASSERT_EQ(slow.references(), 0);
+              moved += fast.references() > 0;
+              for (int64_t k = 0; k < fast.numBlocks(); ++k) {
+                fast.build(k, a);
+                slow.build(k, b);
+                ta.expand(a);
+                tb.expand(b);
+                ASSERT_TRUE(ta.keys == tb.keys && ta.masks == tb.masks && a.useful == b.useful &&
+                            ta.firstRow == tb.firstRow && ta.rows == tb.rows)
+                    << file << " n=" << n << " rows=" << rows << " class " << c << " block " << k;
+              }
+            }
+      }
+    }
+  }
+  EXPECT_GT(moved, 100) << "bands, blocks and residue classes are moved, not rebuilt";
+}
+
+TEST(Plan, TranslationPeriods) {
+  auto periods = [](const char *text) {
+    Frontend fe;
+    EXPECT_TRUE(fe.parseString("p.attn", text));
+    EXPECT_TRUE(fe.analyze({}));
+    std::vector<int64_t> out;
+    for (const plan::Piece &piece : plan::buildPlan(ir::canonicalizePattern(fe.patterns().front()), {32, 64})
+                                        .heads[0]
+                                        .pieces)
+      out.push_back(piece.period);
+    return out;
+  };
+  EXPECT_EQ(periods("pattern p { causal attend { j : i - j <= 9 } }"), std::vector<int64_t>{1});
+  EXPECT_EQ(periods("pattern p { causal attend { j : j / 128 == i / 128 } | { j : j % 128 >= 120 } }"),
+            (std::vector<int64_t>{128, 128}));
+  // Strided: the band, and the residue piece's rows without their class.
+  EXPECT_EQ(periods("pattern p { causal attend { max(0, i - 8) .. i } | { j : (i - j) % 8 == 0 } }"),
+            (std::vector<int64_t>{1, 1}));
+  // Global tokens and rows, random blocks, a predicate: not translates.
+  EXPECT_EQ(periods("pattern p { attend { j : abs(i - j) <= 4 } | { j : j < 2 } | { j : i < 2 } }"),
+            (std::vector<int64_t>{1, 0, 0}));
+  EXPECT_EQ(periods("pattern p { attend random_blocks(8, 2, 1) }"), std::vector<int64_t>{0});
+  EXPECT_EQ(periods("pattern p { attend { j : (i * j) % 7 == 1 } }"), std::vector<int64_t>{0});
+}
 
 TEST(Plan, SeedPatternsGetTheirDisjointPiecesAndRelayout) {
   Frontend fe;

@@ -24,11 +24,22 @@ void normalize(IntervalSet &s) {
 
 IntervalSet unite(const IntervalSet &a, const IntervalSet &b) {
   IntervalSet out;
-  out.reserve(a.size() + b.size());
-  std::merge(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out),
-             [](const Interval &x, const Interval &y) { return x.lo < y.lo; });
-  normalize(out);
+  uniteInto(a, b, out);
   return out;
+}
+
+void uniteInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out) {
+  // One merge by first key, joining what overlaps or touches as it goes
+  // (both inputs are normalised, so the output is too).
+  out.clear();
+  size_t x = 0, y = 0;
+  while (x < a.size() || y < b.size()) {
+    const Interval next = y == b.size() || (x < a.size() && a[x].lo < b[y].lo) ? a[x++] : b[y++];
+    if (!out.empty() && next.lo <= out.back().hi)
+      out.back().hi = std::max(out.back().hi, next.hi);
+    else
+      out.push_back(next);
+  }
 }
 
 IntervalSet intersect(const IntervalSet &a, const IntervalSet &b) {

@@ -4,6 +4,8 @@
 #include "attnc/compiler/RowEvaluator.h"
 
 #include <algorithm>
+#include <bit>
+#include <numeric>
 #include <atomic>
 #include <thread>
 #include <functional>
@@ -22,6 +24,37 @@ const ir::SetNode *findResidue(const ir::SetNode &s) {
       if (c->kind == ir::Gen::Residue)
         return c.get();
   return nullptr;
+}
+
+/// Whether a term is i + c for a c that mentions neither i nor j.
+bool movesWithRow(const Term &t) {
+  auto fixed = [](const TermRef &x) { return !x->uses(kUsesI) && !x->uses(kUsesJ); };
+  switch (t.op()) {
+  case Op::VarI:
+    return true;
+  case Op::Add:
+    return (movesWithRow(*t.arg(0)) && fixed(t.arg(1))) || (fixed(t.arg(0)) && movesWithRow(*t.arg(1)));
+  case Op::Sub:
+    return movesWithRow(*t.arg(0)) && fixed(t.arg(1));
+  default:
+    return false;
+  }
+}
+
+/// Whether a condition on the row is true on a prefix or a suffix of any row
+/// range: a comparison of i + c with a value that does not depend on i.
+bool monotoneInRow(const Term &cond) {
+  switch (cond.op()) {
+  case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: {
+    auto fixed = [](const TermRef &x) { return !x->uses(kUsesI) && !x->uses(kUsesJ); };
+    return (movesWithRow(*cond.arg(0)) && fixed(cond.arg(1))) ||
+           (fixed(cond.arg(0)) && movesWithRow(*cond.arg(1)));
+  }
+  case Op::Not:
+    return monotoneInRow(*cond.arg(0));
+  default:
+    return false;
+  }
 }
 
 /// Keys that every row of a block has (`lower`) and keys that some row of it
@@ -83,11 +116,11 @@ public:
       return out;
     }
     case ir::Gen::Stripe:
-      return both(ir::RowEvaluator(s, n_).row(a, lo, hi)); // the same for every row
+      return both(rowOf(s, a, lo, hi)); // the same for every row
     case ir::Gen::Random:
       // Rows of one query block (of the generator's size) draw the same keys.
       if (floorDiv(a, s->modulus) == floorDiv(b, s->modulus))
-        return both(ir::RowEvaluator(s, n_).row(a, lo, hi));
+        return both(rowOf(s, a, lo, hi));
       return perRow(s, a, b, lo, hi);
     case ir::Gen::KeyRange: {
       // [lo(i), hi(i)]: from the ranges of the two terms over the rows.
@@ -109,10 +142,16 @@ public:
     }
     case ir::Gen::RowIf: {
       bool any = false, every = true;
-      for (int64_t i = a; i <= b; ++i) {
-        bool in = evalBool(*s->cond, Env{i, 0, n_, 0});
-        any = any || in;
-        every = every && in;
+      if (monotoneInRow(*s->cond)) { // true on a prefix or a suffix of the rows: look at the ends
+        const bool first = evalBool(*s->cond, Env{a, 0, n_, 0}), last = evalBool(*s->cond, Env{b, 0, n_, 0});
+        any = first || last;
+        every = first && last;
+      } else {
+        for (int64_t i = a; i <= b && !(any && !every); ++i) { // until the rows are mixed
+          bool in = evalBool(*s->cond, Env{i, 0, n_, 0});
+          any = any || in;
+          every = every && in;
+        }
       }
       if (every)
         return both({{lo, hi}});
@@ -190,12 +229,20 @@ private:
   Bounds perRow(const ir::SetRef &s, int64_t a, int64_t b, int64_t lo, int64_t hi) const {
     ir::RowEvaluator eval(s, n_);
     Bounds out;
+    IntervalSet row;
     for (int64_t i = a; i <= b; ++i) {
-      IntervalSet row = eval.row(i, lo, hi);
+      eval.rowIn(i, lo, hi, row);
       out.lower = i == a ? row : intersect(out.lower, row);
       out.upper.insert(out.upper.end(), row.begin(), row.end());
     }
     normalize(out.upper);
+    return out;
+  }
+
+  /// Row i's keys inside [lo, hi) (which may reach past [0, n): see buildIn).
+  IntervalSet rowOf(const ir::SetRef &s, int64_t i, int64_t lo, int64_t hi) const {
+    IntervalSet out;
+    ir::RowEvaluator(s, n_).rowIn(i, lo, hi, out);
     return out;
   }
 
@@ -221,13 +268,15 @@ private:
 /// keys (`own[r]`, disjoint from `common`), all in key coordinates.
 void fillShape(IntervalSet common, const std::vector<IntervalSet> &own, BlockShape &out) {
   const int32_t rows = out.rows;
-  thread_local IntervalSet others; // per thread and reused, as below
+  thread_local IntervalSet others, merged; // per thread and reused, as below
   others.clear();
   for (int32_t r = 0; r < rows; ++r) {
     out.useful += cardinality(own[r]);
-    others.insert(others.end(), own[r].begin(), own[r].end());
+    if (own[r].empty())
+      continue;
+    uniteInto(others, own[r], merged); // rows are sorted: merges, not a sort of them all
+    others.swap(merged);
   }
-  normalize(others);
   out.partial.clear();
   if (others.empty()) {
     out.keys = compressRuns(common);
@@ -241,8 +290,11 @@ void fillShape(IntervalSet common, const std::vector<IntervalSet> &own, BlockSha
   start.assign(others.size() + 1, 0);
   for (size_t x = 0; x < others.size(); ++x)
     start[x + 1] = start[x] + others[x].size();
+  // Row r's bit flips at each end of its intervals (one interval of `own[r]`
+  // is one run of ranks); the masks are the running XOR: O(intervals + keys),
+  // not O(pairs).
   thread_local std::vector<uint64_t> masks;
-  masks.assign(static_cast<size_t>(start.back()), 0);
+  masks.assign(static_cast<size_t>(start.back()) + 1, 0);
   auto rankOf = [&](int64_t key) {
     size_t x = std::upper_bound(others.begin(), others.end(), key,
                                 [](int64_t k, const Interval &iv) { return k < iv.lo; }) -
@@ -251,10 +303,13 @@ void fillShape(IntervalSet common, const std::vector<IntervalSet> &own, BlockSha
   };
   for (int32_t r = 0; r < rows; ++r)
     for (const Interval &x : own[r]) {
-      int64_t first = rankOf(x.lo);
-      for (int64_t k = 0; k < x.size(); ++k)
-        masks[static_cast<size_t>(first + k)] |= uint64_t{1} << r;
+      const int64_t first = rankOf(x.lo);
+      masks[static_cast<size_t>(first)] ^= uint64_t{1} << r;
+      masks[static_cast<size_t>(first + x.size())] ^= uint64_t{1} << r;
     }
+  uint64_t running = 0;
+  for (uint64_t &m : masks)
+    m = running ^= m;
   // Their positions in the compacted list: keys of `common` before them count too.
   size_t c = 0;
   int64_t commonBefore = 0;
@@ -266,6 +321,35 @@ void fillShape(IntervalSet common, const std::vector<IntervalSet> &own, BlockSha
       if (m != out.allRows)
         out.partial.push_back({static_cast<int32_t>(commonBefore + start[x] + k), m});
     }
+  }
+}
+
+/// Piece::period of a set: the lcm of what each generator allows, 0 for a
+/// generator that does not move with the rows (or a period past `limit`).
+int64_t translationPeriod(const ir::SetNode &s, int64_t limit) {
+  switch (s.kind) {
+  case ir::Gen::All: case ir::Gen::None: case ir::Gen::Band: case ir::Gen::Residue:
+    return 1; // they depend on i - j only
+  case ir::Gen::BlockDiag: case ir::Gen::Stripe:
+    return s.modulus;
+  case ir::Gen::KeyRange:
+    return (!s.loTerm || movesWithRow(*s.loTerm)) && (!s.hiTerm || movesWithRow(*s.hiTerm)) ? 1 : 0;
+  case ir::Gen::RowIf:
+    return s.cond->uses(kUsesI) ? 0 : 1;
+  case ir::Gen::Union: case ir::Gen::Intersect: case ir::Gen::Difference: {
+    int64_t p = 1;
+    for (const ir::SetRef &c : s.children) {
+      const int64_t q = translationPeriod(*c, limit);
+      if (q == 0)
+        return 0;
+      p = std::lcm(p, q);
+      if (p > limit)
+        return 0;
+    }
+    return p;
+  }
+  default: // List, Random, Predicate
+    return 0;
   }
 }
 
@@ -343,6 +427,8 @@ Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
       }
       piece.withoutResidue = rest;
       piece.set = pieceSet;
+      constexpr int64_t kMaxPeriod = int64_t{1} << 20;
+      piece.period = translationPeriod(rest ? *rest : *pieceSet, kMaxPeriod);
       earlier.push_back(part);
       hp.pieces.push_back(piece);
     }
@@ -354,7 +440,8 @@ Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
 BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
     : set_(std::move(set)), n_(n), R_(R), rows_(n) {}
 
-BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass)
+BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass,
+                         bool translates)
     : BlockSource(piece.set, n, plan.options.tileRows) {
   if (piece.strategy == Strategy::ResidueRelayout) {
     const int64_t m = piece.modulus, c = residueClass;
@@ -366,6 +453,24 @@ BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_
     rowBase_ = c;
     rowStride_ = m;
   }
+  // References: P blocks whose moves by P R rows (R m queries apart in a
+  // class) are moves of the piece by multiples of its period. Built with
+  // keys in [-2n, 3n): a move by less than n then brings every key of
+  // [0, n) from inside that window. Worth it from a few copies on; key
+  // positions must fit int32.
+  if (!translates || piece.period == 0 || 5 * n >= (int64_t{1} << 31))
+    return;
+  const int64_t step = R_ * rowStride_; // queries between a block and the next
+  const int64_t P = std::lcm(step, piece.period) / step;
+  if (numBlocks() < 2 * P + 2)
+    return;
+  auto refs = std::make_shared<std::vector<Reference>>();
+  BlockShape shape;
+  for (int64_t b = 0; b < P; ++b) {
+    buildIn(b, shape, -2 * n, 3 * n);
+    refs->emplace_back(shape);
+  }
+  refs_ = std::move(refs);
 }
 
 BlockSource BlockSource::dense(const Plan &plan, const HeadPlan &head, int64_t n) {
@@ -377,7 +482,115 @@ BlockSource BlockSource::dense(const Plan &plan, const HeadPlan &head, int64_t n
   return src;
 }
 
+namespace {
+
+/// Keys of `runs` (ascending) below x, in O(runs).
+int64_t keysBelow(const KeyRuns &runs, int64_t x) {
+  int64_t total = 0;
+  for (const KeyRun &r : runs) {
+    if (x <= r.lo)
+      break;
+    // Intervals that start below x: all but the last are whole (period > len).
+    const int64_t started = r.count == 1 ? 1 : std::min(r.count, floorDiv(x - r.lo - 1, r.period) + 1);
+    const int64_t lastStart = r.lo + (started - 1) * r.period;
+    total += (started - 1) * r.len + std::min(r.len, x - lastStart);
+  }
+  return total;
+}
+
+/// The runs' keys inside [lo, hi) into `out`: whole intervals stay one run,
+/// an interval cut by lo or hi becomes a run of its own.
+void clipRuns(const KeyRuns &runs, int64_t lo, int64_t hi, KeyRuns &out) {
+  out.clear();
+  for (const KeyRun &r : runs) {
+    const int64_t period = r.count == 1 ? 1 : r.period;
+    // Intervals k in [first, last] meet [lo, hi).
+    int64_t first = std::max<int64_t>(0, floorDiv(lo - r.lo - r.len, period) + 1);
+    int64_t last = std::min(r.count - 1, floorDiv(hi - 1 - r.lo, period));
+    if (first > last)
+      continue;
+    auto start = [&](int64_t k) { return r.lo + k * period; };
+    KeyRun head{}, tail{};
+    bool cutHead = start(first) < lo, cutTail = start(last) + r.len > hi;
+    if (first == last && (cutHead || cutTail)) {
+      const int64_t a = std::max(lo, start(first)), b = std::min(hi, start(first) + r.len);
+      out.push_back({a, b - a, 0, 1});
+      continue;
+    }
+    if (cutHead)
+      head = {lo, start(first) + r.len - lo, 0, 1}, ++first;
+    if (cutTail)
+      tail = {start(last), hi - start(last), 0, 1}, --last;
+    if (cutHead)
+      out.push_back(head);
+    if (first <= last)
+      out.push_back({start(first), r.len, last > first ? r.period : 0, last - first + 1});
+    if (cutTail)
+      out.push_back(tail);
+  }
+}
+
+} // namespace
+
+/// A reference block and, per partial position, the pairs its rows lack
+/// before it (the useful pairs of any clipped copy, without a popcount per
+/// key).
+struct BlockSource::Reference {
+  BlockShape shape;
+  std::vector<int64_t> missingBefore; ///< [k]: rows lacking keys at partial entries < k
+  explicit Reference(BlockShape s) : shape(std::move(s)) {
+    missingBefore.assign(shape.partial.size() + 1, 0);
+    for (size_t k = 0; k < shape.partial.size(); ++k)
+      missingBefore[k + 1] = missingBefore[k] + shape.rows - std::popcount(shape.partial[k].second);
+  }
+};
+
+namespace {
+
+/// `ref` moved by `shift` rows and keys (in its own coordinates: a class's
+/// rows and keys for relayout) and clipped to keys [0, keyLimit). Clipping
+/// drops a prefix and a suffix of the sorted keys, so partial positions
+/// only move down by the keys dropped in front.
+void translateBlock(const BlockSource::Reference &reference, int64_t shift, int64_t keyLimit,
+                    BlockShape &out) {
+  const BlockShape &ref = reference.shape;
+  out.firstRow = ref.firstRow + shift;
+  out.rows = ref.rows;
+  out.allRows = ref.allRows;
+  out.keyBase = ref.keyBase;
+  out.keyStride = ref.keyStride;
+  thread_local KeyRuns moved;
+  moved = ref.keys;
+  for (KeyRun &r : moved)
+    r.lo += shift;
+  const int64_t front = keysBelow(moved, 0), end = keysBelow(moved, keyLimit);
+  clipRuns(moved, 0, keyLimit, out.keys);
+  auto pos = [](const std::pair<int32_t, uint64_t> &e, int64_t p) { return e.first < p; };
+  auto from = std::lower_bound(ref.partial.begin(), ref.partial.end(), front, pos);
+  auto to = std::lower_bound(from, ref.partial.end(), end, pos);
+  out.partial.assign(from, to);
+  for (auto &entry : out.partial)
+    entry.first = static_cast<int32_t>(entry.first - front);
+  out.useful = int64_t{out.rows} * (end - front) -
+               (reference.missingBefore[static_cast<size_t>(to - ref.partial.begin())] -
+                reference.missingBefore[static_cast<size_t>(from - ref.partial.begin())]);
+}
+
+} // namespace
+
+int64_t BlockSource::references() const { return refs_ ? static_cast<int64_t>(refs_->size()) : 0; }
+
 void BlockSource::build(int64_t block, BlockShape &out) const {
+  const int64_t P = references();
+  if (P > 0 && (block + 1) * R_ <= rows_) { // a full block: move its reference
+    const int64_t ref = block % P, limit = rest_ ? keyRows() : n_;
+    translateBlock((*refs_)[static_cast<size_t>(ref)], (block - ref) * R_, limit, out);
+    return;
+  }
+  buildIn(block, out, 0, n_);
+}
+
+void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi) const {
   const int64_t t0 = block * R_;
   out.firstRow = t0;
   out.rows = static_cast<int32_t>(std::min(R_, rows_ - t0));
@@ -400,7 +613,7 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
     const int64_t m = modulus_;
     ir::RowEvaluator eval(rest_, n_);
     for (int32_t r = 0; r < out.rows; ++r) {
-      eval.row(query(t0 + r), 0, n_, part);
+      eval.rowIn(query(t0 + r), lo, hi, part);
       for (const Interval &x : part) {
         int64_t first = floorDiv(x.lo - keyClass_ + m - 1, m);
         int64_t last = floorDiv(x.hi - keyClass_ + m - 1, m); // exclusive
@@ -446,14 +659,14 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
   }
   // Keys every row has need no per-row work; rows are evaluated only where
   // the bounds disagree.
-  Bounds bd = BlockBounds(n_).eval(set_, t0, t0 + out.rows - 1, 0, n_);
+  Bounds bd = BlockBounds(n_).eval(set_, t0, t0 + out.rows - 1, lo, hi);
   // Exact bounds (the usual case: bands, stripes, blocks) leave no row to
   // evaluate; comparing them is cheaper than subtracting.
   IntervalSet unsure = bd.exact ? IntervalSet{} : subtract(bd.upper, bd.lower);
   if (!unsure.empty())
     for (int32_t r = 0; r < out.rows; ++r)
       for (const Interval &x : unsure) {
-        eval.row(t0 + r, x.lo, x.hi, part);
+        eval.rowIn(t0 + r, x.lo, x.hi, part);
         own[r].insert(own[r].end(), part.begin(), part.end());
       }
   if (bd.exact)
@@ -673,6 +886,12 @@ std::string printPlan(const Plan &plan, int64_t n) {
       else
         os << " (row blocks of " << plan.options.tileRows << ", the block's keys compacted, chunks of "
            << plan.options.tileCols << ")";
+      if (piece.period > 0) {
+        const int64_t step = plan.options.tileRows * (piece.strategy == Strategy::ResidueRelayout ? piece.modulus : 1);
+        const int64_t refs = std::lcm(step, piece.period) / step;
+        os << "\n    translation period " << piece.period << ": full blocks are " << refs << " reference block"
+           << (refs == 1 ? "" : "s") << " moved along the diagonal";
+      }
       if (n > 0) {
         const PieceStats &st = stats[h].pieces[p];
         int64_t useful = st.useful, executed = st.executed, tiles = st.tiles, partial = st.partial;

@@ -76,8 +76,10 @@ IntervalSet RowEvaluator::row(int64_t i, int64_t lo, int64_t hi) const {
 }
 
 void RowEvaluator::row(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const {
-  lo = std::max<int64_t>(lo, 0);
-  hi = std::min(hi, n_);
+  rowIn(i, std::max<int64_t>(lo, 0), std::min(hi, n_), out);
+}
+
+void RowEvaluator::rowIn(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const {
   switch (form_) {
   case Form::OneInterval: // the common cases, in closed form
     out.clear();

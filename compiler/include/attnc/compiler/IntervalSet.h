@@ -27,6 +27,7 @@ IntervalSet unite(const IntervalSet &a, const IntervalSet &b);
 IntervalSet intersect(const IntervalSet &a, const IntervalSet &b);
 IntervalSet subtract(const IntervalSet &a, const IntervalSet &b);
 /// The same into `out` (cleared first, its capacity reused; not a or b).
+void uniteInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out);
 void intersectInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out);
 void subtractInto(const IntervalSet &a, const IntervalSet &b, IntervalSet &out);
 /// a = a minus [w.lo, w.hi), in place: moves only the intervals after w

@@ -25,6 +25,7 @@
 #include "attnc/compiler/PatternIR.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,12 @@ struct Piece {
   /// row lies in one residue class, so the row's keys are that class within
   /// this set's intervals: O(intervals) instead of O(keys) to enumerate.
   ir::SetRef withoutResidue;
+  /// The smallest p >= 1 such that moving every row and key by p maps the
+  /// piece onto itself (row-tiles: its set; relayout: withoutResidue), or 0
+  /// when the plan cannot tell (a constant key range, random blocks, a
+  /// predicate). A band has p = 1, a block-diagonal or stripe its size:
+  /// blocks of such a piece are translates of one another away from 0 and n.
+  int64_t period = 0;
 };
 
 struct HeadPlan {
@@ -128,9 +135,16 @@ struct BlockTiles {
 /// not O(rows x intervals). For residue relayout, class c's rows are the
 /// queries c, c + m, c + 2m, ... (row t is query c + t m). The dense
 /// baseline's blocks take every key [0, n) with the pattern as masks.
+///
+/// A translation-invariant piece (Piece::period) with enough blocks builds
+/// its first blocks once with keys past [0, n) as well (the references);
+/// every other full block is a reference moved by a multiple of the period
+/// and clipped to [0, n): O(runs + partial keys), no row is evaluated.
+/// `translates = false` builds every block directly (tests compare both).
 class BlockSource {
 public:
-  BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass = 0);
+  BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass = 0,
+              bool translates = true);
   /// The dense baseline: every key of every row of a head's set.
   static BlockSource dense(const Plan &plan, const HeadPlan &head, int64_t n);
 
@@ -144,9 +158,19 @@ public:
   int64_t keyClass() const { return keyClass_; }
   int64_t keyRows() const { return (n_ - keyClass_ + modulus_ - 1) / modulus_; }
   void build(int64_t block, BlockShape &out) const;
+  /// How many references build() moves blocks from (0: it builds each block).
+  int64_t references() const;
 
 private:
   BlockSource(ir::SetRef set, int64_t n, int64_t R);
+  /// build() with keys (row-tiles) or the set's keys before the class is
+  /// taken (relayout) inside [lo, hi) instead of [0, n).
+  void buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi) const;
+public:
+  struct Reference;
+
+private:
+  std::shared_ptr<const std::vector<Reference>> refs_; ///< blocks 0 .. P-1, keys past [0, n) too
   ir::SetRef set_;        ///< row-tiles / dense: the piece's set
   ir::SetRef rest_;       ///< residue relayout: the piece without its residue factor
   int64_t n_ = 0, R_ = 32;

@@ -24,6 +24,10 @@ public:
   /// The same into `out`, reusing its capacity: evaluating many rows this
   /// way allocates nothing in steady state.
   void row(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const;
+  /// Keys of row i inside [lo, hi), which may reach past [0, n): the keys a
+  /// translation-invariant set's generators give there (a band continues
+  /// below 0), for blocks that are moved into [0, n) afterwards.
+  void rowIn(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const;
 
 private:
   /// Keys of row i of `s` inside [lo, hi) into `out`; `depth` picks the
