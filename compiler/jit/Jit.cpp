@@ -84,7 +84,7 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
   codegen::applyTuning(cacheDir(options) + "/tuning.db", fe.sourceText(), *pattern, cg);
   keyText += '\0';
   keyText += "tiles=" + std::to_string(cg.planOptions.tileRows) + "x" +
-             std::to_string(cg.planOptions.tileCols);
+             std::to_string(cg.planOptions.tileCols) + ";tuned=" + tuning::formatTunedTiles(cg.tunedTiles);
   if (cg.backend == codegen::Backend::Halide)
     keyText += "halide=" + halide::scheduleName(cg.halideSchedule) + '\0' + halide::generatorStamp();
   bool useCache = !(options && options->no_cache);

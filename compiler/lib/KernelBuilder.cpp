@@ -97,17 +97,22 @@ std::string applyTuning(const std::string &dbPath, std::string_view source, cons
                         CodeGenOptions &options) {
   if (options.backend != Backend::Fused && options.backend != Backend::Halide)
     return {};
-  auto tuned = tuning::lookup(dbPath, tuning::tuningKey(source, pattern, hostTarget() + hostFeatureString()),
-                              backendName(options.backend));
-  if (!tuned)
-    return {};
-  if (options.backend == Backend::Halide) {
-    if (!halide::parseScheduleName(tuned->schedule, options.halideSchedule))
+  const std::string key = tuning::tuningKey(source, pattern, hostTarget() + hostFeatureString());
+  if (options.backend == Backend::Halide) { // one schedule's code: the last one tuned
+    auto tuned = tuning::lookup(dbPath, key, backendName(options.backend));
+    if (!tuned || !halide::parseScheduleName(tuned->schedule, options.halideSchedule))
       return {};
     return "Halide schedule " + tuned->schedule;
   }
-  options.planOptions = tuned->options;
-  return "tiles " + std::to_string(tuned->options.tileRows) + "x" + std::to_string(tuned->options.tileCols);
+  // The runtime picks a call's shape by its head dimension.
+  std::string used;
+  options.tunedTiles.clear();
+  for (const tuning::Entry &e : tuning::lookupAll(dbPath, key, backendName(options.backend))) {
+    options.tunedTiles.push_back({e.d, e.options});
+    used += (used.empty() ? "tiles " : ", ") + std::to_string(e.options.tileRows) + "x" +
+            std::to_string(e.options.tileCols) + " at d=" + std::to_string(e.d);
+  }
+  return used;
 }
 
 bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions &options,
@@ -147,6 +152,8 @@ bool buildKernelFile(Frontend &fe, const Pattern &pattern, const CodeGenOptions 
   } else if (options.backend != Backend::Sparsifier) {
     file.metadata["tile_rows"] = std::to_string(plan::resolveOptions(ir, options.planOptions).tileRows);
     file.metadata["tile_cols"] = std::to_string(options.planOptions.tileCols);
+    if (options.backend == Backend::Fused && !options.tunedTiles.empty())
+      file.metadata["tuned_tiles"] = tuning::formatTunedTiles(options.tunedTiles);
   }
   bytes = rt::encodeKernelFile(file);
   return true;

@@ -3,7 +3,9 @@
 
 #include "attnc/runtime/KernelFile.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -93,6 +95,46 @@ std::optional<Entry> lookup(const std::string &path, const std::string &key, con
     if (e.key == key && e.backend == backend)
       found = e;
   return found;
+}
+
+std::vector<Entry> lookupAll(const std::string &path, const std::string &key, const std::string &backend) {
+  std::vector<Entry> out;
+  for (const Entry &e : readAll(path)) {
+    if (e.key != key || e.backend != backend)
+      continue;
+    auto same = std::find_if(out.begin(), out.end(), [&](const Entry &x) { return x.d == e.d; });
+    if (same != out.end())
+      *same = e;
+    else
+      out.push_back(e);
+  }
+  std::sort(out.begin(), out.end(), [](const Entry &a, const Entry &b) { return a.d < b.d; });
+  return out;
+}
+
+std::string formatTunedTiles(const TunedTiles &tiles) {
+  std::string out;
+  for (const auto &[d, t] : tiles)
+    out += (out.empty() ? "" : ",") + std::to_string(d) + ":" + std::to_string(t.tileRows) + "x" +
+           std::to_string(t.tileCols);
+  return out;
+}
+
+bool parseTunedTiles(const std::string &text, TunedTiles &out) {
+  out.clear();
+  if (!text.empty() && text.back() == ',')
+    return false;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    long long d = 0, rows = 0, cols = 0;
+    int used = 0;
+    if (std::sscanf(item.c_str(), "%lld:%lldx%lld%n", &d, &rows, &cols, &used) != 3 ||
+        used != static_cast<int>(item.size()) || d < 1 || rows < 1 || rows > 64 || cols < 1 || cols > 4096)
+      return false;
+    out.push_back({d, plan::PlanOptions{rows, cols}});
+  }
+  return true;
 }
 
 bool record(const std::string &path, const Entry &entry, std::string &error) {

@@ -15,6 +15,7 @@
 #include "attnc/compiler/Csr.h"
 #include "attnc/compiler/Driver.h"
 #include "attnc/compiler/Plan.h"
+#include "attnc/compiler/Tuning.h"
 #include "attnc/runtime/Internal.h"
 #include "attnc/runtime/KernelAbi.h"
 #include "attnc/runtime/KernelFile.h"
@@ -53,6 +54,7 @@ attnc_status fail(attnc_status status, std::string message) {
 /// fusedCacheBytes() (otherwise the executor generates them as it runs).
 struct Structure {
   int64_t n = 0;
+  const attnc::plan::Plan *plan = nullptr; ///< the plan its fused row blocks are of
   std::vector<attnc::ir::Csr> sets;
   std::vector<attnc::plan::HeadShapes> blocks; ///< empty: generated as it runs
   std::vector<std::vector<attnc::rt::HalideBlocks>> halideBlocks; ///< [set][piece]
@@ -80,6 +82,8 @@ struct attnc_kernel {
   bool halide = false; ///< Halide code in the file, reading the plan's row blocks
   attnc::rt::HalideCode halideCode;
   attnc::plan::Plan plan;
+  /// Fused: plans of the tile shapes tuned per head dimension (tuned_tiles).
+  std::vector<std::pair<int64_t, attnc::plan::Plan>> tunedPlans;
   void *library = nullptr;
   int memfd = -1;
 
@@ -94,17 +98,27 @@ struct attnc_kernel {
       close(memfd);
   }
 
-  /// The CSR of every set at length n, built once per n.
-  attnc_status structure(int64_t n, std::shared_ptr<const Structure> &out) {
+  /// The plan a call with head dimension d runs: d's tuned shape if any.
+  const attnc::plan::Plan &planFor(int64_t d) const {
+    for (const auto &[tunedD, p] : tunedPlans)
+      if (tunedD == d)
+        return p;
+    return plan;
+  }
+
+  /// The CSR of every set at length n, or the row blocks of `plan` at n,
+  /// built once per n (and plan).
+  attnc_status structure(int64_t n, const attnc::plan::Plan &plan, std::shared_ptr<const Structure> &out) {
     std::lock_guard<std::mutex> lock(cacheMutex);
     for (auto it = cache.begin(); it != cache.end(); ++it)
-      if ((*it)->n == n) {
+      if ((*it)->n == n && (*it)->plan == &plan) {
         cache.splice(cache.begin(), cache, it);
         out = cache.front();
         return ATTNC_OK;
       }
     auto s = std::make_shared<Structure>();
     s->n = n;
+    s->plan = &plan;
     if (fused || halide) {
       if (n > std::numeric_limits<int32_t>::max())
         return fail(ATTNC_ERROR_SHAPE, "sequence length " + std::to_string(n) + " does not fit 32-bit keys");
@@ -171,6 +185,13 @@ attnc_status buildKernelPlan(attnc_kernel &kernel) {
   if (options.tileRows < 1 || options.tileRows > 64 || options.tileCols < 1 || options.tileCols > 4096)
     return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tile sizes");
   kernel.plan = attnc::plan::buildPlan(kernel.ir, options);
+  if (auto tuned = kernel.file.metadata.find("tuned_tiles"); tuned != kernel.file.metadata.end()) {
+    attnc::tuning::TunedTiles tiles;
+    if (!attnc::tuning::parseTunedTiles(tuned->second, tiles))
+      return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tuned_tiles '" + tuned->second + "'");
+    for (const auto &[d, t] : tiles)
+      kernel.tunedPlans.push_back({d, attnc::plan::buildPlan(kernel.ir, t)});
+  }
   return ATTNC_OK;
 }
 
@@ -433,8 +454,9 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
     return s;
   try {
     const int64_t batch = q->shape[0], heads = q->shape[1], n = q->shape[2], d = q->shape[3];
+    const attnc::plan::Plan &plan = kernel->dense ? kernel->plan : kernel->planFor(d);
     std::shared_ptr<const Structure> structure;
-    if (attnc_status s = const_cast<attnc_kernel *>(kernel)->structure(n, structure); s != ATTNC_OK)
+    if (attnc_status s = const_cast<attnc_kernel *>(kernel)->structure(n, plan, structure); s != ATTNC_OK)
       return s;
     float scale = options && options->scale != 0.0f ? options->scale
                                                     : 1.0f / std::sqrt(static_cast<float>(d));
@@ -457,7 +479,7 @@ attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const 
           os.assign(static_cast<size_t>(n * d), 0.0f);
         float *out = outDirect ? static_cast<float *>(o->data) + sliceOffset(*o, b, h) : os.data();
         if (kernel->fused) {
-          attnc::rt::runFusedHead(kernel->plan, set, kernel->dense,
+          attnc::rt::runFusedHead(plan, set, kernel->dense,
                                   structure->blocks.empty() ? nullptr : &structure->blocks[set], n, d,
                                   inputSlice(*q, b, h, qs), inputSlice(*k, b, h, ks),
                                   inputSlice(*v, b, h, vs), out, scale, fusedScratch,

@@ -246,10 +246,44 @@ TEST(Tuning, JitUsesTheTunedTileShape) {
   attnc_jit_options options{nullptr, 0, nullptr, dir.path().c_str(), 0, nullptr};
   attnc_kernel *k = nullptr;
   ASSERT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_OK);
-  EXPECT_STREQ(attnc_kernel_metadata(k, "tile_cols"), "48");
-  // And the tuned kernel still computes the right thing.
-  expectMatchesOracle(k, "fixed", {}, 300, 8, 1);
+  // The default tiles stay the kernel's; d = 64 runs on its tuned shape.
+  EXPECT_STREQ(attnc_kernel_metadata(k, "tile_cols"), "64");
+  EXPECT_STREQ(attnc_kernel_metadata(k, "tuned_tiles"), "64:32x48");
   attnc_kernel_free(k);
+  // A second head dimension tuned: both shapes recorded, a new kernel (the
+  // cache key changed), each d and an untuned one computing the right thing.
+  e.d = 8;
+  e.options = {16, 24};
+  ASSERT_TRUE(tuning::record(dir.path() + "/tuning.db", e, error)) << error;
+  ASSERT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_OK);
+  EXPECT_STREQ(attnc_kernel_metadata(k, "tuned_tiles"), "8:16x24,64:32x48");
+  expectMatchesOracle(k, "fixed", {}, 300, 8, 1);
+  expectMatchesOracle(k, "fixed", {}, 300, 64, 2);
+  expectMatchesOracle(k, "fixed", {}, 301, 16, 3);
+  attnc_kernel_free(k);
+}
+
+TEST(Tuning, EveryHeadDimensionKeepsItsLastWinner) {
+  ScratchDir dir;
+  std::string db = dir.path() + "/tuning.db", error;
+  tuning::Entry e;
+  e.key = "local-5";
+  for (auto [d, rows] : {std::pair{128, 64}, {64, 32}, {128, 16}}) {
+    e.d = d;
+    e.options = {rows, 64};
+    ASSERT_TRUE(tuning::record(db, e, error)) << error;
+  }
+  std::vector<tuning::Entry> all = tuning::lookupAll(db, "local-5");
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].d, 64);
+  EXPECT_EQ(all[0].options.tileRows, 32);
+  EXPECT_EQ(all[1].d, 128);
+  EXPECT_EQ(all[1].options.tileRows, 16);
+  EXPECT_TRUE(tuning::lookupAll(db, "local-5", "halide").empty());
+  tuning::TunedTiles tiles;
+  ASSERT_TRUE(tuning::parseTunedTiles("64:32x128,128:64x64", tiles));
+  EXPECT_EQ(tuning::formatTunedTiles(tiles), "64:32x128,128:64x64");
+  EXPECT_TRUE(tuning::parseTunedTiles("", tiles) && tiles.empty());
 }
 
 TEST(Tuning, EachBackendKeepsItsOwnWinner) {

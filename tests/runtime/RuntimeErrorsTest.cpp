@@ -233,6 +233,14 @@ TEST_F(RuntimeErrors, FusedKernelWithBadTileSizesIsCorrupt) {
   file.metadata.erase("tile_rows");
   file.metadata.erase("tile_cols");
   EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
+  // Shapes tuned per head dimension: each must be a valid shape.
+  file.metadata["tuned_tiles"] = "64:32x128,128:64x64";
+  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
+  for (const char *bad : {"64:65x32", "64:32x", "64-32x32", "0:32x32", "64:32x32,", "64:32x32;128:32x32"}) {
+    file.metadata["tuned_tiles"] = bad;
+    EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL) << bad;
+    EXPECT_NE(std::string(attnc_last_error()).find("tuned_tiles"), std::string::npos) << attnc_last_error();
+  }
 }
 
 TEST_F(RuntimeErrors, HalideKernelWhoseCodeLacksItsEntryPointsIsCorrupt) {

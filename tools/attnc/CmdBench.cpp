@@ -15,6 +15,7 @@
 #include "attnc/compiler/CodeGen.h"
 #include "attnc/compiler/Analysis.h"
 #include "attnc/compiler/Plan.h"
+#include "attnc/compiler/Tuning.h"
 
 #include <algorithm>
 #include <chrono>
@@ -125,6 +126,11 @@ int runBench(const BenchOptions &opts) {
       tiles.tileRows = std::atoll(r);
     if (const char *c = attnc_kernel_metadata(kernel, "tile_cols"))
       tiles.tileCols = std::atoll(c);
+    tuning::TunedTiles tuned; // the runtime runs this d on its tuned shape
+    if (const char *t = attnc_kernel_metadata(kernel, "tuned_tiles"); t && tuning::parseTunedTiles(t, tuned))
+      for (const auto &[d, shape] : tuned)
+        if (d == opts.d)
+          tiles = shape;
     attnc_kernel_free(kernel);
     if (row.ms < 0) {
       rows.push_back(row);

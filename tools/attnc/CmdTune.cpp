@@ -214,8 +214,12 @@ int runTune(const TuneOptions &opts) {
   else
     std::printf("best %s: %.2f ms, %.1f GFLOP/s (default %s: %.2f ms, %.2fx)\n", best->label.c_str(),
                 best->ms, entry.gflops, def->label.c_str(), def->ms, def->ms / best->ms);
-  std::printf("recorded in %s; attnc compile and the JIT use it for this pattern (--backend %s)\n",
-              tuning::databasePath().c_str(), opts.backend.c_str());
+  if (opts.backend == "fused")
+    std::printf("recorded in %s; attnc compile and the JIT use it for this pattern at d = %lld (--backend fused)\n",
+                tuning::databasePath().c_str(), static_cast<long long>(opts.d));
+  else
+    std::printf("recorded in %s; attnc compile and the JIT use it for this pattern (--backend %s)\n",
+                tuning::databasePath().c_str(), opts.backend.c_str());
   return kExitOk;
 }
 } // namespace

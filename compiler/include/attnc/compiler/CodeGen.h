@@ -50,6 +50,8 @@ struct CodeGenOptions {
   bool link = true;
   /// Fused and dense backends: the tile shape recorded in the kernel.
   plan::PlanOptions planOptions;
+  /// Fused backend: shapes tuned per head dimension (metadata tuned_tiles).
+  std::vector<std::pair<int64_t, plan::PlanOptions>> tunedTiles;
   /// Halide backend: the schedule template's parameters.
   halide::Schedule halideSchedule;
 };

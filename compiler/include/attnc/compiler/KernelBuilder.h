@@ -15,8 +15,9 @@ const char *compilerVersion();
 std::string paramString(const Pattern &pattern);
 
 /// Applies the winner that `attnc tune` recorded in the database at `dbPath`
-/// for this pattern, host and `options.backend` (fused: tile shape; halide:
-/// schedule). Returns a description of what was applied, or "" when nothing
+/// for this pattern, host and `options.backend` (fused: the tile shape tuned
+/// at each head dimension, chosen per call by the runtime; halide: the
+/// schedule last tuned). Returns a description of what was applied, or "" when nothing
 /// was recorded (or the entry is unusable) and `options` is unchanged.
 std::string applyTuning(const std::string &dbPath, std::string_view source, const Pattern &pattern,
                         CodeGenOptions &options);

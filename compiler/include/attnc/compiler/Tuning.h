@@ -10,8 +10,9 @@
 //   KEY d=64 tile_rows=64 tile_cols=24 gflops=301.0 backend=halide schedule=r64-k24-s4x6-o6
 //
 // (a line without `backend` is the fused backend's). Each backend has its
-// own winner per key and d.
-// and is rewritten atomically. A malformed line is ignored.
+// own winner per key and d; the file is rewritten atomically. A malformed
+// line is ignored. A fused kernel records every d's winner (TunedTiles); a
+// halide kernel's code is compiled for one schedule, the last one tuned.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -45,7 +46,20 @@ std::string tuningKey(std::string_view source, const Pattern &pattern, const std
 /// The recorded entry for `key` and `backend` (the last one written), if any.
 std::optional<Entry> lookup(const std::string &path, const std::string &key,
                             const std::string &backend = "fused");
+/// Every head dimension's entry for `key` and `backend` (the last written
+/// for each d), by ascending d.
+std::vector<Entry> lookupAll(const std::string &path, const std::string &key,
+                             const std::string &backend = "fused");
 /// Records `entry`, replacing an entry with the same key, d and backend.
 bool record(const std::string &path, const Entry &entry, std::string &error);
+
+/// The fused backend's tuned tile shapes per head dimension, as a kernel
+/// file records them (metadata `tuned_tiles`, "64:32x128,128:64x64"): the
+/// runtime runs a call with head dimension d on d's shape, and on the
+/// kernel's default tiles (`tile_rows`, `tile_cols`) for any other d.
+using TunedTiles = std::vector<std::pair<int64_t, plan::PlanOptions>>;
+std::string formatTunedTiles(const TunedTiles &tiles);
+/// False on malformed text or a shape outside 1..64 rows, 1..4096 keys.
+bool parseTunedTiles(const std::string &text, TunedTiles &out);
 
 } // namespace attnc::tuning
