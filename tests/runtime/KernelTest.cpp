@@ -58,9 +58,10 @@ void PrintTo(const Shape &s, std::ostream *os) {
 }
 
 // Ragged n (not a multiple of the 32-row blocks) with every head dimension
-// the tile kernels specialise (16, 32, 64, 128) and odd ones (4, 8, 33).
-const Shape kShapes[] = {{1, 1, 4},   {2, 37, 16}, {1, 100, 33}, {2, 130, 8},
-                         {1, 77, 32}, {1, 70, 64}, {1, 45, 128}};
+// the tile kernels specialise (16, 32, 64, 128; 80 and 96 are slices of 64
+// and 16 or 32 columns) and odd ones (4, 8, 33).
+const Shape kShapes[] = {{1, 1, 4},   {2, 37, 16}, {1, 100, 33}, {2, 130, 8}, {1, 77, 32},
+                         {1, 70, 64}, {1, 45, 128}, {1, 53, 80}, {1, 40, 96}};
 
 /// One cache directory for the whole suite: each pattern compiles once.
 ScratchDir &cacheDir() {
@@ -192,7 +193,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::ValuesIn(kTilePatterns),
                        ::testing::Values(TileCase{16, 32}, TileCase{16, 16}, TileCase{7, 5},
                                          TileCase{32, 128}, TileCase{64, 32}, TileCase{48, 24}),
-                       ::testing::Values(Shape{1, 130, 64}, Shape{2, 45, 33})),
+                       ::testing::Values(Shape{1, 130, 64}, Shape{2, 45, 33}, Shape{1, 41, 256})),
     [](const ::testing::TestParamInfo<FusedTileShapes::ParamType> &info) {
       const TileCase &t = std::get<1>(info.param);
       const Shape &s = std::get<2>(info.param);
