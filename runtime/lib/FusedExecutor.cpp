@@ -204,7 +204,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
   } else {
     for (size_t p = 0; p < head.pieces.size(); ++p)
       if (head.pieces[p].strategy == plan::Strategy::RowTiles) {
-        sources.emplace_back(plan, head.pieces[p], n);
+        sources.emplace_back(plan, head.pieces[p], n, 0, !cached); // (references only to generate)
         pieceOf.push_back(p);
       }
   }
@@ -302,7 +302,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
     const int64_t classes = plan::numClasses(piece, n);
     const int64_t sharing = std::min<int64_t>(threads, classes);
     forEachItem(classes, threads, s, [&](FusedScratch &ws, int64_t c) {
-      plan::BlockSource src(plan, piece, n, c);
+      plan::BlockSource src(plan, piece, n, c, !cached);
       const int64_t m = src.rowStride(), keyClass = src.keyClass();
       ws.classK.resize(static_cast<size_t>(src.keyRows() * d));
       ws.classV.resize(static_cast<size_t>(src.keyRows() * d));
