@@ -853,31 +853,6 @@ bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
   return true;
 }
 
-bool expandShapes(const Plan &plan, bool dense, size_t maxBytes, std::vector<HeadShapes> &shapes) {
-  size_t bytes = 0;
-  for (const HeadShapes &h : shapes)
-    for (const auto &classes : h.pieces)
-      for (const auto &blocks : classes)
-        for (const BlockShape &b : blocks)
-          bytes += sizeof(BlockTiles) + static_cast<size_t>(b.numKeys()) * (sizeof(int32_t) + sizeof(uint64_t));
-  if (bytes > maxBytes)
-    return false;
-  for (size_t h = 0; h < shapes.size(); ++h) {
-    HeadShapes &hs = shapes[h];
-    hs.tiles.resize(hs.pieces.size());
-    for (size_t p = 0; p < hs.pieces.size(); ++p) {
-      const bool classLocal = !dense && plan.heads[h].pieces[p].strategy == Strategy::ResidueRelayout;
-      hs.tiles[p].resize(hs.pieces[p].size());
-      for (size_t c = 0; c < hs.pieces[p].size(); ++c) {
-        hs.tiles[p][c].resize(hs.pieces[p][c].size());
-        for (size_t b = 0; b < hs.pieces[p][c].size(); ++b)
-          hs.tiles[p][c][b].expand(hs.pieces[p][c][b], classLocal);
-      }
-    }
-  }
-  return true;
-}
-
 double executedOverUseful(const std::vector<HeadStats> &stats) {
   int64_t useful = 0, executed = 0;
   for (const HeadStats &h : stats) {

@@ -195,10 +195,6 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
       out.expand(ws.shape, classLocal);
     }
   };
-  // Block b of piece p, class c as the runtime keeps it expanded, if it does.
-  auto keptTiles = [&](size_t p, size_t c, int64_t b) -> const plan::BlockTiles * {
-    return cached && !cached->tiles.empty() ? &cached->tiles[p][c][static_cast<size_t>(b)] : nullptr;
-  };
   // The row-tiles pieces (or the dense baseline's one).
   std::vector<plan::BlockSource> sources;
   std::vector<size_t> pieceOf;
@@ -262,10 +258,6 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
       ws.blocks.resize(sources.size());
       ws.built.resize(sources.size());
       for (size_t p = 0; p < sources.size(); ++p) {
-        if (const plan::BlockTiles *kept = keptTiles(pieceOf[p], 0, b)) {
-          ws.built[p] = kept;
-          continue;
-        }
         blockOf(sources[p], pieceOf[p], 0, b, ws, ws.blocks[p]);
         ws.built[p] = &ws.blocks[p];
       }
@@ -273,21 +265,15 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
       if (sharing == 1 && !dense && static_cast<int64_t>(waiting.size()) < kMaxWaiting) {
         Waiting *w = nullptr;
         const int32_t bound = static_cast<int32_t>(std::min<int64_t>(n, (b + 1) * R));
-        for (size_t p = 0; p < sources.size(); ++p) {
-          const plan::BlockTiles &seen = *ws.built[p];
-          auto cut = std::lower_bound(seen.keys.begin(), seen.keys.end(), bound);
-          if (2 * static_cast<int64_t>(seen.keys.size()) < n || cut == seen.keys.end())
+        for (plan::BlockTiles &t : ws.blocks) {
+          auto cut = std::lower_bound(t.keys.begin(), t.keys.end(), bound);
+          if (2 * static_cast<int64_t>(t.keys.size()) < n || cut == t.keys.end())
             continue;
-          const size_t at = static_cast<size_t>(cut - seen.keys.begin());
-          if (ws.built[p] != &ws.blocks[p]) { // a kept block: cut a copy
-            ws.blocks[p] = seen;
-            ws.built[p] = &ws.blocks[p];
-          }
-          plan::BlockTiles &t = ws.blocks[p];
           if (!w) {
             w = &waiting.emplace_back();
             thisArgs.finalize = false; // the waiting keys' last run does
           }
+          const size_t at = static_cast<size_t>(cut - t.keys.begin());
           w->pieces.emplace_back().assignRange(t, at, t.keys.size());
           t.keys.resize(at);
           t.masks.resize(at);
@@ -328,14 +314,11 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
       classArgs.rowStride = m;
       classArgs.finalize = finalize;
       ws.blocks.resize(1);
+      const plan::BlockTiles *one = &ws.blocks[0];
       const int64_t end = src.numBlocks();
       for (int64_t b = 0; b < end; ++b) {
-        const plan::BlockTiles *one = keptTiles(p, static_cast<size_t>(c), b);
-        if (!one) {
-          blockOf(src, p, static_cast<size_t>(c), b, ws, ws.blocks[0], true);
-          one = &ws.blocks[0];
-        }
-        const int64_t needed = one->keys.empty() ? 0 : one->keys.back() + 1;
+        blockOf(src, p, static_cast<size_t>(c), b, ws, ws.blocks[0], true);
+        const int64_t needed = ws.blocks[0].keys.empty() ? 0 : ws.blocks[0].keys.back() + 1;
         if (needed > copied) {
           gatherRows(k, keyClass + copied * m, m, needed - copied, d, ws.classK.data() + copied * d);
           gatherRows(v, keyClass + copied * m, m, needed - copied, d, ws.classV.data() + copied * d);

@@ -70,17 +70,6 @@ size_t fusedCacheBytes() {
   return bytes;
 }
 
-/// Per n and kernel, the same row blocks expanded as the tile kernels read
-/// them (12 bytes a key): 32 MiB, or $ATTNC_FUSED_TILES_MB; runs expand the
-/// blocks that are not kept.
-size_t fusedTilesBytes() {
-  static const size_t bytes = [] {
-    const char *env = std::getenv("ATTNC_FUSED_TILES_MB");
-    return (env && *env ? static_cast<size_t>(std::strtoull(env, nullptr, 10)) : size_t{32}) << 20;
-  }();
-  return bytes;
-}
-
 } // namespace
 
 struct attnc_kernel {
@@ -135,8 +124,8 @@ struct attnc_kernel {
         return fail(ATTNC_ERROR_SHAPE, "sequence length " + std::to_string(n) + " does not fit 32-bit keys");
       if (halide)
         s->halideBlocks = attnc::rt::buildHalideBlocks(plan, n);
-      else if (attnc::plan::buildShapes(plan, n, dense, fusedCacheBytes(), s->blocks))
-        attnc::plan::expandShapes(plan, dense, fusedTilesBytes(), s->blocks); // runs then skip expanding
+      else
+        attnc::plan::buildShapes(plan, n, dense, fusedCacheBytes(), s->blocks);
     } else {
       for (const auto &head : ir.heads) {
         attnc::ir::Csr csr;

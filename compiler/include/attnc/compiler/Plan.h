@@ -190,9 +190,6 @@ int64_t keyClass(const Piece &piece, int64_t c);
 /// Every block of every piece (and residue class) of one head at one n.
 struct HeadShapes {
   std::vector<std::vector<std::vector<BlockShape>>> pieces; ///< [piece][class][block]
-  /// The same blocks expanded as the tile kernels read them (class-local keys
-  /// for residue relayout), when expandShapes kept them; else empty.
-  std::vector<std::vector<std::vector<BlockTiles>>> tiles;
 };
 
 /// The blocks of every head at n (the dense baseline's with `dense`), or
@@ -201,11 +198,6 @@ struct HeadShapes {
 /// runs otherwise.
 bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
                  std::vector<HeadShapes> &out);
-
-/// Expands every block of `shapes` (buildShapes' output) into `tiles`, so
-/// that runs read them instead of expanding each block again, or leaves
-/// them empty and returns false when they would take more than `maxBytes`.
-bool expandShapes(const Plan &plan, bool dense, size_t maxBytes, std::vector<HeadShapes> &shapes);
 
 /// Useful and executed pairs and tile counts of a plan at one n, from one
 /// pass over every block (what `emit --stage plan`, bench and tune report).
