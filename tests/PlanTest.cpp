@@ -158,7 +158,8 @@ INSTANTIATE_TEST_SUITE_P(
         PlanCase{"block_diag_11_long", {}, 400, "pattern p { causal attend { j : j / 11 == i / 11 } }"},
         PlanCase{"stripe_long", {}, 400, "pattern p { causal attend { j : j % 6 < 2 } | { j : i - j <= 7 } }"},
         PlanCase{"key_range_long", {}, 300, "pattern p { attend { i - 9 .. i + 3 } - { j : (i - j) % 4 == 0 } }"},
-        PlanCase{"residue_band_long", {}, 400, "pattern p { causal attend { j : (i - j) % 3 == 0 && i - j > 20 } }"}),
+        PlanCase{"residue_band_long", {}, 400, "pattern p { causal attend { j : (i - j) % 3 == 0 && i - j > 20 } }"},
+        PlanCase{"residue_offset_long", {}, 301, "pattern p { attend { j : (i - j) % 4 == 3 && abs(i - j) < 90 } }"}),
     [](const ::testing::TestParamInfo<PlanCase> &info) { return std::string(info.param.file); });
 
 /// Blocks moved from a translation-invariant piece's references are the
