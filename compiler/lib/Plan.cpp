@@ -26,9 +26,11 @@ const ir::SetNode *findResidue(const ir::SetNode &s) {
   return nullptr;
 }
 
-/// Whether a term is i + c for a c that mentions neither i nor j.
+/// Whether a term mentions neither i nor j (the same for every row and key).
+bool fixed(const TermRef &t) { return !t->uses(kUsesI) && !t->uses(kUsesJ); }
+
+/// Whether a term is i + c for a fixed c.
 bool movesWithRow(const Term &t) {
-  auto fixed = [](const TermRef &x) { return !x->uses(kUsesI) && !x->uses(kUsesJ); };
   switch (t.op()) {
   case Op::VarI:
     return true;
@@ -45,11 +47,9 @@ bool movesWithRow(const Term &t) {
 /// range: a comparison of i + c with a value that does not depend on i.
 bool monotoneInRow(const Term &cond) {
   switch (cond.op()) {
-  case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: {
-    auto fixed = [](const TermRef &x) { return !x->uses(kUsesI) && !x->uses(kUsesJ); };
+  case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
     return (movesWithRow(*cond.arg(0)) && fixed(cond.arg(1))) ||
            (fixed(cond.arg(0)) && movesWithRow(*cond.arg(1)));
-  }
   case Op::Not:
     return monotoneInRow(*cond.arg(0));
   default:
@@ -458,11 +458,8 @@ BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_
   // keys in [-2n, 3n): a move by less than n then brings every key of
   // [0, n) from inside that window. Worth it from a few copies on; key
   // positions must fit int32.
-  if (!translates || piece.period == 0 || 5 * n >= (int64_t{1} << 31))
-    return;
-  const int64_t step = R_ * rowStride_; // queries between a block and the next
-  const int64_t P = std::lcm(step, piece.period) / step;
-  if (numBlocks() < 2 * P + 2)
+  const int64_t P = referenceBlocks(plan, piece);
+  if (!translates || P == 0 || 5 * n >= (int64_t{1} << 31) || numBlocks() < 2 * P + 2)
     return;
   auto refs = std::make_shared<std::vector<Reference>>();
   BlockShape shape;
@@ -577,6 +574,15 @@ void translateBlock(const BlockSource::Reference &reference, int64_t shift, int6
 }
 
 } // namespace
+
+int64_t referenceBlocks(const Plan &plan, const Piece &piece) {
+  if (piece.period == 0)
+    return 0;
+  // Queries between a block and the next: R, or R m within a residue class.
+  const int64_t step =
+      plan.options.tileRows * (piece.strategy == Strategy::ResidueRelayout ? piece.modulus : 1);
+  return std::lcm(step, piece.period) / step;
+}
 
 int64_t BlockSource::references() const { return refs_ ? static_cast<int64_t>(refs_->size()) : 0; }
 
@@ -886,9 +892,7 @@ std::string printPlan(const Plan &plan, int64_t n) {
       else
         os << " (row blocks of " << plan.options.tileRows << ", the block's keys compacted, chunks of "
            << plan.options.tileCols << ")";
-      if (piece.period > 0) {
-        const int64_t step = plan.options.tileRows * (piece.strategy == Strategy::ResidueRelayout ? piece.modulus : 1);
-        const int64_t refs = std::lcm(step, piece.period) / step;
+      if (const int64_t refs = referenceBlocks(plan, piece)) {
         os << "\n    translation period " << piece.period << ": full blocks are " << refs << " reference block"
            << (refs == 1 ? "" : "s") << " moved along the diagonal";
       }

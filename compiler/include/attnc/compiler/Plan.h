@@ -180,6 +180,11 @@ private:
   bool dense_ = false;
 };
 
+/// The blocks of `piece` that the rest are moves of (lcm(step, period) /
+/// step for a step of R queries, R m in a residue class), or 0 when its
+/// period is unknown.
+int64_t referenceBlocks(const Plan &plan, const Piece &piece);
+
 /// The residue classes a piece is run in at length n (1 for row-tiles).
 int64_t numClasses(const Piece &piece, int64_t n);
 /// Rows of residue class c of a residue-relayout piece: the queries c, c + m, ... below n.
