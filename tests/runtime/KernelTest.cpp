@@ -201,6 +201,29 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(t.cols) + "_N" + std::to_string(s.n) + "_D" + std::to_string(s.d);
     });
 
+// At d = 64, Q K^T reads a group of consecutive keys (a full group of
+// 24 / 12 / 6 keys for 16- / 32- / 64-row blocks, or 2/3 of one) from one
+// row pointer. Fixed's stripes make runs of c consecutive keys: c around 2/3
+// of a group and around a full one, with a ragged n and partial blocks.
+const PatternCase kRunPatterns[] = {
+    {"FixedRunsC3", "fixed", {"l=32", "c=3"}},   {"FixedRunsC4", "fixed", {"l=32", "c=4"}},
+    {"FixedRunsC7", "fixed", {"l=32", "c=7"}},   {"FixedRunsC8", "fixed", {"l=32", "c=8"}},
+    {"FixedRunsC9", "fixed", {"l=32", "c=9"}},   {"FixedRunsC12", "fixed", {"l=32", "c=12"}},
+    {"FixedRunsC13", "fixed", {"l=32", "c=13"}}, {"FixedRunsC17", "fixed", {"l=32", "c=17"}},
+};
+
+INSTANTIATE_TEST_SUITE_P(
+    KeyRuns, FusedTileShapes,
+    ::testing::Combine(::testing::ValuesIn(kRunPatterns),
+                       ::testing::Values(TileCase{16, 32}, TileCase{32, 64}, TileCase{64, 32}),
+                       ::testing::Values(Shape{1, 300, 64}, Shape{2, 257, 64})),
+    [](const ::testing::TestParamInfo<FusedTileShapes::ParamType> &info) {
+      const TileCase &t = std::get<1>(info.param);
+      const Shape &s = std::get<2>(info.param);
+      return std::string(std::get<0>(info.param).label) + "_" + std::to_string(t.rows) + "x" +
+             std::to_string(t.cols) + "_N" + std::to_string(s.n);
+    });
+
 /// Compiles source text (not a library file) with the JIT.
 KernelPtr compileSource(const char *source, const char *backend) {
   attnc_jit_options options{nullptr, 0, nullptr, cacheDir().path().c_str(), 0, backend};
