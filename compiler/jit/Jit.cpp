@@ -85,8 +85,10 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
   keyText += '\0';
   keyText += "tiles=" + std::to_string(cg.planOptions.tileRows) + "x" +
              std::to_string(cg.planOptions.tileCols) + ";tuned=" + tuning::formatTunedTiles(cg.tunedTiles);
-  if (cg.backend == codegen::Backend::Halide)
+  if (cg.backend == codegen::Backend::Halide) {
+    keyText += '\0';
     keyText += "halide=" + halide::scheduleName(cg.halideSchedule) + '\0' + halide::generatorStamp();
+  }
   bool useCache = !(options && options->no_cache);
   std::string dir = cacheDir(options);
   std::string path = dir + "/" + pattern->name + "-" + rt::fnv1aHex(keyText) + ".attnk";

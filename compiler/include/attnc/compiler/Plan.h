@@ -160,16 +160,15 @@ public:
   void build(int64_t block, BlockShape &out) const;
   /// How many references build() moves blocks from (0: it builds each block).
   int64_t references() const;
+  /// A reference block (defined in Plan.cpp, whose helpers move it).
+  struct Reference;
 
 private:
   BlockSource(ir::SetRef set, int64_t n, int64_t R);
   /// build() with keys (row-tiles) or the set's keys before the class is
   /// taken (relayout) inside [lo, hi) instead of [0, n).
   void buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi) const;
-public:
-  struct Reference;
 
-private:
   std::shared_ptr<const std::vector<Reference>> refs_; ///< blocks 0 .. P-1, keys past [0, n) too
   ir::SetRef set_;        ///< row-tiles / dense: the piece's set
   ir::SetRef rest_;       ///< residue relayout: the piece without its residue factor
