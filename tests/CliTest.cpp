@@ -9,8 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "CliSupport.h"
 
-#include "attnc/compiler/Driver.h"
-#include "attnc/compiler/Oracle.h"
+#include "attnc/frontend/Driver.h"
+#include "support/Oracle.h"
 
 #include <gtest/gtest.h>
 

@@ -9,11 +9,11 @@
 // own Sema term, so grouping heads by equal sets is checked too.
 //
 //===----------------------------------------------------------------------===//
-#include "attnc/compiler/Analysis.h"
-#include "attnc/compiler/Canonicalize.h"
-#include "attnc/compiler/Driver.h"
-#include "attnc/compiler/Oracle.h"
-#include "attnc/compiler/RowEvaluator.h"
+#include "attnc/analysis/Analysis.h"
+#include "attnc/frontend/Canonicalize.h"
+#include "attnc/frontend/Driver.h"
+#include "support/Oracle.h"
+#include "attnc/plan/RowEvaluator.h"
 
 #include <gtest/gtest.h>
 

@@ -20,7 +20,7 @@
 // while it fails, and fails once it passes, so that the mark is removed.
 //
 //===----------------------------------------------------------------------===//
-#include "attnc/compiler/Driver.h"
+#include "attnc/frontend/Driver.h"
 
 #include <gtest/gtest.h>
 

@@ -5,8 +5,8 @@
 // against plain boolean vectors.
 //
 //===----------------------------------------------------------------------===//
-#include "attnc/compiler/IntervalSet.h"
-#include "attnc/compiler/Plan.h"
+#include "attnc/plan/IntervalSet.h"
+#include "attnc/plan/Plan.h"
 
 #include <gtest/gtest.h>
 

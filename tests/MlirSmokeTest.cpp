@@ -1,4 +1,4 @@
-#include "attnc/compiler/MlirSmoke.h"
+#include "attnc/codegen/MlirSmoke.h"
 
 #include <gtest/gtest.h>
 

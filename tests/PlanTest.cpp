@@ -7,11 +7,11 @@
 // executed >= useful.
 //
 //===----------------------------------------------------------------------===//
-#include "attnc/compiler/Canonicalize.h"
-#include "attnc/compiler/Driver.h"
-#include "attnc/compiler/Oracle.h"
-#include "attnc/compiler/Plan.h"
-#include "attnc/compiler/RowEvaluator.h"
+#include "attnc/frontend/Canonicalize.h"
+#include "attnc/frontend/Driver.h"
+#include "support/Oracle.h"
+#include "attnc/plan/Plan.h"
+#include "attnc/plan/RowEvaluator.h"
 
 #include <gtest/gtest.h>
 

@@ -13,10 +13,10 @@
 // per-row closed forms, which are first checked against the pair counts.
 //
 //===----------------------------------------------------------------------===//
-#include "attnc/compiler/Analysis.h"
-#include "attnc/compiler/Canonicalize.h"
-#include "attnc/compiler/Driver.h"
-#include "attnc/compiler/RowEvaluator.h"
+#include "attnc/analysis/Analysis.h"
+#include "attnc/frontend/Canonicalize.h"
+#include "attnc/frontend/Driver.h"
+#include "attnc/plan/RowEvaluator.h"
 
 #include <gtest/gtest.h>
 

@@ -173,9 +173,4 @@ void DiagnosticEngine::print(std::ostream &os, bool color) const {
   }
 }
 
-void internalError(const char *file, int line, const std::string &what) {
-  throw InternalError{std::string("internal error at ") + file + ":" +
-                      std::to_string(line) + ": " + what};
-}
-
 } // namespace attnc::dsl

@@ -10,7 +10,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "attnc/compiler/Plan.h"
+#include "attnc/plan/Plan.h"
 
 #include <cstdint>
 #include <vector>

@@ -1,7 +1,7 @@
 //===- HalideExecutor.cpp - Running the halide backend's compiled code ----===//
 #include "HalideExecutor.h"
 
-#include "attnc/runtime/KernelAbi.h"
+#include "attnc/format/KernelAbi.h"
 
 #include "HalideRuntime.h"
 

@@ -11,17 +11,17 @@
 #include "attnc/attnc.h"
 #include "attnc/attnc.hpp"
 
-#include "attnc/compiler/Canonicalize.h"
-#include "attnc/compiler/Csr.h"
-#include "attnc/compiler/Driver.h"
-#include "attnc/compiler/Plan.h"
-#include "attnc/compiler/Tuning.h"
+#include "attnc/format/KernelAbi.h"
+#include "attnc/format/KernelFile.h"
+#include "attnc/plan/Csr.h"
+#include "attnc/plan/IrText.h"
+#include "attnc/plan/Plan.h"
 #include "attnc/runtime/Internal.h"
-#include "attnc/runtime/KernelAbi.h"
-#include "attnc/runtime/KernelFile.h"
+#include "attnc/support/Check.h"
 
 #include "FusedExecutor.h"
 #include "HalideExecutor.h"
+#include "attnc/support/Files.h"
 
 #include <algorithm>
 #include <atomic>
@@ -39,6 +39,8 @@
 #include <thread>
 #include <unistd.h>
 #include <vector>
+
+static_assert(ATTNC_ABI_VERSION == attnc::format::kAbiVersion, "attnc.h and the kernel format disagree");
 
 namespace {
 
@@ -73,7 +75,7 @@ size_t fusedCacheBytes() {
 } // namespace
 
 struct attnc_kernel {
-  attnc::rt::KernelFile file;
+  attnc::format::KernelFile file;
   attnc::ir::PatternIR ir;
   std::vector<int64_t> headToSet; ///< head index -> distinct set index
   std::vector<attnc_head_fn> entries;
@@ -146,25 +148,14 @@ struct attnc_kernel {
 namespace {
 
 attnc_status rebuildPattern(attnc_kernel &kernel) {
-  const auto &meta = kernel.file.metadata;
-  auto get = [&](const char *key) -> std::string {
-    auto it = meta.find(key);
-    return it == meta.end() ? std::string() : it->second;
-  };
-  attnc::SemaOptions options;
+  if (kernel.file.ir.empty())
+    return fail(ATTNC_ERROR_ABI_MISMATCH,
+                "this kernel file (format " + std::to_string(kernel.file.formatVersion) +
+                    ") carries no pattern IR, which this runtime builds its plan from; recompile it "
+                    "with this attnc (attnc compile)");
   std::string error;
-  if (!attnc::parseDefineList(get("params"), options.defines, error))
-    return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has a bad parameter: " + error);
-  attnc::Frontend fe;
-  bool ok = fe.parseString(get("pattern") + ".attn", kernel.file.source) && fe.analyze(options);
-  const attnc::Pattern *p = ok ? fe.select(get("pattern")) : nullptr;
-  if (!p) {
-    std::string diags;
-    for (const auto &d : fe.diags().diagnostics())
-      diags += fe.diags().format(d);
-    return fail(ATTNC_ERROR_CORRUPT_KERNEL, "the pattern embedded in the kernel does not check:\n" + diags);
-  }
-  kernel.ir = attnc::ir::canonicalizePattern(*p);
+  if (!attnc::ir::readIr(kernel.file.ir, kernel.ir, error))
+    return fail(ATTNC_ERROR_CORRUPT_KERNEL, "the kernel's pattern IR is malformed: " + error);
   kernel.headToSet.assign(static_cast<size_t>(kernel.ir.numHeads), 0);
   for (size_t k = 0; k < kernel.ir.heads.size(); ++k)
     for (int64_t h : kernel.ir.heads[k].heads)
@@ -186,8 +177,8 @@ attnc_status buildKernelPlan(attnc_kernel &kernel) {
     return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tile sizes");
   kernel.plan = attnc::plan::buildPlan(kernel.ir, options);
   if (auto tuned = kernel.file.metadata.find("tuned_tiles"); tuned != kernel.file.metadata.end()) {
-    attnc::tuning::TunedTiles tiles;
-    if (!attnc::tuning::parseTunedTiles(tuned->second, tiles))
+    attnc::plan::TunedTiles tiles;
+    if (!attnc::plan::parseTunedTiles(tuned->second, tiles))
       return fail(ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tuned_tiles '" + tuned->second + "'");
     for (const auto &[d, t] : tiles)
       kernel.tunedPlans.push_back({d, attnc::plan::buildPlan(kernel.ir, t)});
@@ -405,10 +396,10 @@ attnc_status attnc_kernel_load(const char *path, attnc_kernel **out) {
   *out = nullptr;
   try {
     std::string bytes, error;
-    if (!attnc::rt::readFileBytes(path, bytes, error))
+    if (!attnc::support::readFileBytes(path, bytes, error))
       return fail(ATTNC_ERROR_IO, error);
     auto kernel = std::make_unique<attnc_kernel>();
-    if (!attnc::rt::decodeKernelFile(bytes, kernel->file, error))
+    if (!attnc::format::decodeKernelFile(bytes, kernel->file, error))
       return fail(ATTNC_ERROR_CORRUPT_KERNEL, std::string(path) + ": " + error);
     if (kernel->file.abiVersion != ATTNC_ABI_VERSION)
       return fail(ATTNC_ERROR_ABI_MISMATCH,
@@ -423,7 +414,7 @@ attnc_status attnc_kernel_load(const char *path, attnc_kernel **out) {
     return ATTNC_OK;
   } catch (const std::bad_alloc &) {
     return fail(ATTNC_ERROR_OUT_OF_MEMORY, "out of memory while loading a kernel");
-  } catch (const attnc::dsl::InternalError &e) {
+  } catch (const attnc::InternalError &e) {
     return fail(ATTNC_ERROR_INTERNAL, e.message);
   } catch (const std::exception &e) {
     return fail(ATTNC_ERROR_INTERNAL, std::string("internal error: ") + e.what());

@@ -2,9 +2,9 @@
 #include "TestSupport.h"
 
 #include "attnc/attnc_jit.h"
-#include "attnc/compiler/CodeGen.h"
-#include "attnc/compiler/Driver.h"
-#include "attnc/compiler/Tuning.h"
+#include "attnc/codegen/CodeGen.h"
+#include "attnc/frontend/Driver.h"
+#include "attnc/tuning/Tuning.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include "TestSupport.h"
 
 #include "attnc/attnc_jit.h"
-#include "attnc/compiler/Driver.h"
+#include "attnc/frontend/Driver.h"
 #include "attnc/compiler/KernelBuilder.h"
 
 #include <gtest/gtest.h>

@@ -3,9 +3,9 @@
 
 #include "attnc/attnc.h"
 #include "attnc/attnc.hpp"
-#include "attnc/compiler/Driver.h"
+#include "attnc/frontend/Driver.h"
 #include "attnc/compiler/KernelBuilder.h"
-#include "attnc/runtime/KernelFile.h"
+#include "attnc/format/KernelFile.h"
 
 #include <gtest/gtest.h>
 
@@ -86,28 +86,50 @@ TEST_F(RuntimeErrors, FlippedByteFailsTheChecksum) {
 }
 
 TEST_F(RuntimeErrors, OtherAbiVersionIsRefused) {
-  rt::KernelFile file;
+  format::KernelFile file;
   std::string error;
-  ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error)) << error;
+  ASSERT_TRUE(format::decodeKernelFile(fixedKernelBytes(), file, error)) << error;
   file.abiVersion = ATTNC_ABI_VERSION + 1;
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_ABI_MISMATCH);
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_ABI_MISMATCH);
   EXPECT_NE(std::string(attnc_last_error()).find("ABI version"), std::string::npos);
 }
 
 TEST_F(RuntimeErrors, CodeThatIsNotASharedObjectIsCorrupt) {
-  rt::KernelFile file;
+  format::KernelFile file;
   std::string error;
-  ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error));
+  ASSERT_TRUE(format::decodeKernelFile(fixedKernelBytes(), file, error));
   file.code = "\x7f" "ELF but not really";
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
 }
 
-TEST_F(RuntimeErrors, EmbeddedPatternThatDoesNotCheckIsCorrupt) {
-  rt::KernelFile file;
+TEST_F(RuntimeErrors, EmbeddedIrThatDoesNotParseIsCorrupt) {
+  format::KernelFile file;
   std::string error;
-  ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error));
+  ASSERT_TRUE(format::decodeKernelFile(fixedKernelBytes(), file, error));
+  file.ir = "attnc-ir 1\npattern fixed heads=1 declared=0 causal=1\nhead 0 (stripe 128 127 120)\n";
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_NE(std::string(attnc_last_error()).find("pattern IR is malformed"), std::string::npos)
+      << attnc_last_error();
+}
+
+TEST_F(RuntimeErrors, TheSourceIsNotWhatTheRuntimeRuns) {
+  // The runtime builds its plan from the IR: a source that does not even
+  // parse (the runtime has no parser) changes nothing.
+  format::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(format::decodeKernelFile(fixedKernelBytes(), file, error));
   file.source = "pattern fixed { attend { j : j < } }";
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
+}
+
+TEST_F(RuntimeErrors, AFileWithoutIrAsksToBeRecompiled) {
+  // Format 1 files carried only the source.
+  format::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(format::decodeKernelFile(fixedKernelBytes(), file, error));
+  file.ir.clear();
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_ABI_MISMATCH);
+  EXPECT_NE(std::string(attnc_last_error()).find("recompile"), std::string::npos) << attnc_last_error();
 }
 
 TEST_F(RuntimeErrors, NullArgumentsAreRejected) {
@@ -208,78 +230,76 @@ TEST_F(RunErrors, WrongHeadCountForADeclaredPatternIsRejected) {
   EXPECT_NE(std::string(attnc_last_error()).find("3 heads"), std::string::npos);
 }
 
-TEST_F(RuntimeErrors, MalformedParameterMetadataIsCorrupt) {
-  rt::KernelFile file;
+TEST_F(RuntimeErrors, IrWithAHeadOutOfRangeIsCorrupt) {
+  format::KernelFile file;
   std::string error;
-  ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error));
-  file.metadata["params"] = "l=16,c=x";
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
-  EXPECT_NE(std::string(attnc_last_error()).find("bad parameter"), std::string::npos);
-  file.metadata["params"] = "l=16,w=3"; // a parameter the pattern does not have
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  ASSERT_TRUE(format::decodeKernelFile(fixedKernelBytes(), file, error));
+  file.ir = "attnc-ir 1\npattern fixed heads=2 declared=1 causal=1\nhead 0 2 (all)\n";
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_NE(std::string(attnc_last_error()).find("bad head index"), std::string::npos) << attnc_last_error();
 }
 
 TEST_F(RuntimeErrors, FusedKernelWithBadTileSizesIsCorrupt) {
-  rt::KernelFile file;
+  format::KernelFile file;
   std::string error;
-  ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error));
+  ASSERT_TRUE(format::decodeKernelFile(fixedKernelBytes(), file, error));
   file.metadata["backend"] = "fused";
   file.metadata["tile_rows"] = "65"; // masks hold 64 rows
   file.code.clear();
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
   file.metadata["tile_rows"] = "64";
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
   // A file without them predates tuning: its tiles were 32 x 32.
   file.metadata.erase("tile_rows");
   file.metadata.erase("tile_cols");
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
   // Shapes tuned per head dimension: each must be a valid shape.
   file.metadata["tuned_tiles"] = "64:32x128,128:64x64";
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
   for (const char *bad : {"64:65x32", "64:32x", "64-32x32", "0:32x32", "64:32x32,", "64:32x32;128:32x32"}) {
     file.metadata["tuned_tiles"] = bad;
-    EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL) << bad;
+    EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL) << bad;
     EXPECT_NE(std::string(attnc_last_error()).find("tuned_tiles"), std::string::npos) << attnc_last_error();
   }
 }
 
 TEST_F(RuntimeErrors, HalideKernelWhoseCodeLacksItsEntryPointsIsCorrupt) {
-  rt::KernelFile file;
+  format::KernelFile file;
   std::string error;
-  ASSERT_TRUE(rt::decodeKernelFile(fixedKernelBytes(), file, error)); // the sparsifier's code
+  ASSERT_TRUE(format::decodeKernelFile(fixedKernelBytes(), file, error)); // the sparsifier's code
   file.metadata["backend"] = "halide";
   file.metadata["tile_rows"] = "64";
   file.metadata["tile_cols"] = "24";
   file.metadata["halide_schedule"] = "r64-k24-s4x6-o6";
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
   EXPECT_NE(std::string(attnc_last_error()).find("attnc_halide_d32"), std::string::npos) << attnc_last_error();
   file.code.clear();
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
   EXPECT_NE(std::string(attnc_last_error()).find("no code section"), std::string::npos) << attnc_last_error();
 }
 
 TEST_F(RuntimeErrors, HalideScheduleThatDisagreesWithTheTilesIsCorrupt) {
-  rt::KernelFile file;
+  format::KernelFile file;
   std::string error;
-  ASSERT_TRUE(rt::decodeKernelFile(halideKernelBytes(), file, error)) << error;
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
+  ASSERT_TRUE(format::decodeKernelFile(halideKernelBytes(), file, error)) << error;
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_OK) << attnc_last_error();
   file.metadata["tile_rows"] = "32";
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
   EXPECT_NE(std::string(attnc_last_error()).find("halide schedule"), std::string::npos) << attnc_last_error();
   file.metadata.erase("halide_schedule");
-  EXPECT_EQ(load(rt::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
 }
 
 TEST_F(RuntimeErrors, HalideCodeThatRejectsItsBuffersIsAnErrorNotACrash) {
   // Consistent metadata for 32-row blocks, code compiled for 64: the Halide
   // code's own checks refuse the output buffer and the run reports it.
-  rt::KernelFile file;
+  format::KernelFile file;
   std::string error;
-  ASSERT_TRUE(rt::decodeKernelFile(halideKernelBytes(), file, error)) << error;
+  ASSERT_TRUE(format::decodeKernelFile(halideKernelBytes(), file, error)) << error;
   file.metadata["tile_rows"] = "32";
   file.metadata["halide_schedule"] = "r32-k24-s4x6-o6";
   attnc_kernel *k = nullptr;
-  ASSERT_EQ(attnc_kernel_load(write("k.attnk", rt::encodeKernelFile(file)).c_str(), &k), ATTNC_OK)
+  ASSERT_EQ(attnc_kernel_load(write("k.attnk", format::encodeKernelFile(file)).c_str(), &k), ATTNC_OK)
       << attnc_last_error();
   int64_t n = 100, d = 32;
   std::vector<float> x = randomFloats(n * d, 7, 1), o(n * d);

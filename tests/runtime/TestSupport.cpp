@@ -2,8 +2,8 @@
 #include "TestSupport.h"
 
 #include "attnc/attnc.hpp"
-#include "attnc/compiler/Driver.h"
-#include "attnc/compiler/Oracle.h"
+#include "attnc/frontend/Driver.h"
+#include "support/Oracle.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "Common.h"
 
-#include "attnc/compiler/Analysis.h"
+#include "attnc/analysis/Analysis.h"
 
 #include <chrono>
 #include <cstdio>

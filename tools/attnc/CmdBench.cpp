@@ -12,10 +12,10 @@
 
 #include "attnc/attnc.h"
 #include "attnc/attnc_jit.h"
-#include "attnc/compiler/CodeGen.h"
-#include "attnc/compiler/Analysis.h"
-#include "attnc/compiler/Plan.h"
-#include "attnc/compiler/Tuning.h"
+#include "attnc/codegen/CodeGen.h"
+#include "attnc/analysis/Analysis.h"
+#include "attnc/plan/Plan.h"
+#include "attnc/tuning/Tuning.h"
 
 #include <algorithm>
 #include <chrono>

@@ -2,8 +2,9 @@
 #include "Common.h"
 
 #include "attnc/compiler/KernelBuilder.h"
-#include "attnc/compiler/Tuning.h"
-#include "attnc/runtime/KernelFile.h"
+#include "attnc/tuning/Tuning.h"
+#include "attnc/format/KernelFile.h"
+#include "attnc/support/Files.h"
 
 #include <chrono>
 #include <iostream>
@@ -40,7 +41,7 @@ int runCompile(const CompileOptions &opts) {
     std::cerr << "attnc: internal error: code generation failed: " << error << "\n";
     return kExitInternal;
   }
-  if (!rt::writeFileAtomically(opts.output, bytes, error)) {
+  if (!support::writeFileAtomically(opts.output, bytes, error)) {
     std::cerr << "attnc: error: " << error << "\n";
     return kExitUserError;
   }

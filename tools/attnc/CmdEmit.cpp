@@ -1,11 +1,11 @@
 //===- CmdEmit.cpp - attnc emit -------------------------------------------===//
 #include "Common.h"
 
-#include "attnc/compiler/CodeGen.h"
-#include "attnc/compiler/HalideGen.h"
+#include "attnc/codegen/CodeGen.h"
+#include "attnc/codegen/HalideGen.h"
 #include "attnc/compiler/KernelBuilder.h"
-#include "attnc/compiler/Plan.h"
-#include "attnc/compiler/Tuning.h"
+#include "attnc/plan/Plan.h"
+#include "attnc/tuning/Tuning.h"
 
 #include <algorithm>
 #include <fstream>
@@ -34,9 +34,14 @@ int runEmit(const EmitOptions &opts) {
   case Stage::Ast:
     text = dsl::printAst(lp->frontend->module(), lp->frontend->sources());
     break;
-  case Stage::Ir:
-    text = ir::printPatternIR(lp->ir, &lp->frontend->sources());
+  case Stage::Ir: {
+    const dsl::SourceManager &sources = lp->frontend->sources();
+    text = ir::printPatternIR(lp->ir, [&](SourceRange r) {
+      auto [line, col] = sources.lineAndColumn(r.begin);
+      return std::string(sources.name(r.begin.buffer)) + ":" + std::to_string(line) + ":" + std::to_string(col);
+    });
     break;
+  }
   case Stage::Plan:
     text = plan::printPlan(plan::buildPlan(lp->ir), opts.n);
     break;

@@ -11,10 +11,10 @@
 #include "attnc/attnc.h"
 #include "attnc/attnc.hpp"
 #include "attnc/attnc_jit.h"
-#include "attnc/compiler/CodeGen.h"
-#include "attnc/compiler/Canonicalize.h"
-#include "attnc/compiler/Csr.h"
-#include "attnc/compiler/Reference.h"
+#include "attnc/codegen/CodeGen.h"
+#include "attnc/frontend/Canonicalize.h"
+#include "attnc/plan/Csr.h"
+#include "attnc/reference/Reference.h"
 
 #include <chrono>
 #include <cmath>

@@ -14,12 +14,13 @@
 #include "Measure.h"
 
 #include "attnc/attnc.h"
-#include "attnc/compiler/Analysis.h"
-#include "attnc/compiler/HalideGen.h"
+#include "attnc/analysis/Analysis.h"
+#include "attnc/codegen/HalideGen.h"
 #include "attnc/compiler/KernelBuilder.h"
-#include "attnc/compiler/Plan.h"
-#include "attnc/compiler/Tuning.h"
-#include "attnc/runtime/KernelFile.h"
+#include "attnc/plan/Plan.h"
+#include "attnc/tuning/Tuning.h"
+#include "attnc/format/KernelFile.h"
+#include "attnc/support/Files.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -149,7 +150,7 @@ int runTune(const TuneOptions &opts) {
     std::string bytes, error;
     attnc_kernel *kernel = nullptr;
     if (!codegen::buildKernelFile(*lp->frontend, p, cg, bytes, error) ||
-        !rt::writeFileAtomically(tmp, bytes, error) || attnc_kernel_load(tmp.c_str(), &kernel) != ATTNC_OK) {
+        !support::writeFileAtomically(tmp, bytes, error) || attnc_kernel_load(tmp.c_str(), &kernel) != ATTNC_OK) {
       std::cerr << "attnc: internal error: cannot build a candidate: " << error << attnc_last_error() << "\n";
       unlink(tmp.c_str());
       freeKernels();

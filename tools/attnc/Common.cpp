@@ -1,7 +1,7 @@
 //===- Common.cpp - Shared pieces of the attnc subcommands ----------------===//
 #include "Common.h"
 
-#include "attnc/compiler/Canonicalize.h"
+#include "attnc/frontend/Canonicalize.h"
 
 #include <cstdio>
 #include <cstdlib>

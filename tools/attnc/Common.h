@@ -1,8 +1,8 @@
 //===- Common.h - Shared pieces of the attnc subcommands ------------------===//
 #pragma once
 
-#include "attnc/compiler/Driver.h"
-#include "attnc/compiler/PatternIR.h"
+#include "attnc/frontend/Driver.h"
+#include "attnc/plan/PatternIR.h"
 
 #include <CLI/CLI.hpp>
 

@@ -1,7 +1,7 @@
 //===- Npy.cpp - Reading and writing NumPy .npy files (float32) -----------===//
 #include "Npy.h"
 
-#include "attnc/runtime/KernelFile.h"
+#include "attnc/support/Files.h"
 
 #include <cctype>
 #include <cstring>
@@ -138,7 +138,7 @@ bool parseNpy(const std::string &bytes, NpyArray &out, std::string &error) {
 
 bool readNpy(const std::string &path, NpyArray &out, std::string &error) {
   std::string bytes;
-  if (!rt::readFileBytes(path, bytes, error))
+  if (!support::readFileBytes(path, bytes, error))
     return false;
   if (!parseNpy(bytes, out, error)) {
     error = path + ": " + error;
@@ -169,7 +169,7 @@ std::string encodeNpy(const NpyArray &array) {
 }
 
 bool writeNpy(const std::string &path, const NpyArray &array, std::string &error) {
-  return rt::writeFileAtomically(path, encodeNpy(array), error);
+  return support::writeFileAtomically(path, encodeNpy(array), error);
 }
 
 } // namespace attnc::tool

@@ -1,7 +1,7 @@
 //===- Picture.cpp - Drawing a pattern: ASCII, SVG and PNG ----------------===//
 #include "Picture.h"
 
-#include "attnc/compiler/RowEvaluator.h"
+#include "attnc/plan/RowEvaluator.h"
 
 #include <zlib.h>
 

@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "attnc/compiler/PatternIR.h"
+#include "attnc/plan/PatternIR.h"
 
 #include <cstdint>
 #include <optional>

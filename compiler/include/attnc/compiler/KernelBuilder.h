@@ -1,8 +1,8 @@
 //===- KernelBuilder.h - A checked pattern to kernel-file bytes -----------===//
 #pragma once
 
-#include "attnc/compiler/CodeGen.h"
-#include "attnc/compiler/Driver.h"
+#include "attnc/codegen/CodeGen.h"
+#include "attnc/frontend/Driver.h"
 
 #include <string>
 

@@ -14,6 +14,9 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "attnc/support/Check.h"
+#include "attnc/support/SourceRange.h"
+
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -23,27 +26,8 @@
 
 namespace attnc::dsl {
 
-/// A byte position inside one buffer of a SourceManager. `buffer == 0` means
-/// "no location" (e.g. a value that came from the command line).
-struct SourceLoc {
-  uint32_t buffer = 0;
-  uint32_t offset = 0;
-  bool isValid() const { return buffer != 0; }
-};
-
-/// A half-open byte range [begin, end) inside one buffer.
-struct SourceRange {
-  SourceLoc begin;
-  SourceLoc end;
-  bool isValid() const { return begin.isValid(); }
-  static SourceRange merge(SourceRange a, SourceRange b) {
-    if (!a.isValid())
-      return b;
-    if (!b.isValid())
-      return a;
-    return {a.begin, b.end};
-  }
-};
+using attnc::SourceLoc;
+using attnc::SourceRange;
 
 /// Owns the text of every buffer that diagnostics may point into.
 class SourceManager {
@@ -110,19 +94,7 @@ private:
   unsigned warnings_ = 0;
 };
 
-/// Raised by `ATTNC_CHECK` when an internal invariant is broken. Tools turn it
-/// into "internal error" and exit code 3.
-struct InternalError {
-  std::string message;
-};
-
-[[noreturn]] void internalError(const char *file, int line, const std::string &what);
+using attnc::InternalError;
+using attnc::internalError;
 
 } // namespace attnc::dsl
-
-/// An assertion that stays on in release builds.
-#define ATTNC_CHECK(cond, what)                                                \
-  do {                                                                         \
-    if (!(cond))                                                               \
-      ::attnc::dsl::internalError(__FILE__, __LINE__, (what));                 \
-  } while (false)

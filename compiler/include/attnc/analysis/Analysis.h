@@ -1,0 +1,74 @@
+//===- Analysis.h - What a pattern is: counts, rows, tiles, reachability --===//
+//
+// Every analysis works from the closed-form row sets of a RowEvaluator, so it
+// costs O(intervals + tiles), never O(n^2) (except for rows of a generic
+// predicate, which must examine keys). The brute-force oracle in Oracle.h
+// computes the same numbers by enumerating every (i, j); tests compare them.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/plan/PatternIR.h"
+
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace attnc::ir {
+
+struct RowStats {
+  int64_t n = 0;
+  int64_t nnz = 0;
+  int64_t minRow = 0, maxRow = 0;
+  double mean = 0;                 ///< nnz / n
+  int64_t emptyRows = 0;
+  std::optional<int64_t> emptyWitness;               ///< First empty row.
+  int64_t leaks = 0;                                 ///< Pairs with j > i.
+  std::optional<std::pair<int64_t, int64_t>> leakWitness; ///< First (i, j) with j > i.
+};
+
+/// Tiles are blockRows x blockCols rectangles from (0, 0), clipped at n. A
+/// clipped edge tile is full when every pair of it inside [0, n)^2 is in the
+/// set and empty when none is.
+struct TileStats {
+  int64_t blockRows = 0, blockCols = 0;
+  int64_t full = 0, partial = 0, empty = 0;
+  /// Pairs a tile-granular kernel computes: the area of every non-empty tile.
+  int64_t executedPairs = 0;
+  /// executedPairs / nnz (1 when nnz == 0).
+  double waste = 1;
+};
+
+RowStats analyzeRows(const SetRef &set, int64_t n);
+TileStats analyzeTiles(const SetRef &set, int64_t n, int64_t blockRows, int64_t blockCols);
+
+/// The Sparse Transformer's criterion 2: the smallest p such that from every
+/// query i every key j <= i is reachable in at most p attention steps, where
+/// one step from row r may go to any key of r in any head.
+struct Connectivity {
+  /// Smallest such p; unset when some j <= i is never reachable.
+  std::optional<int64_t> p;
+  /// When p is unset: a query and a key it does not reach.
+  std::optional<std::pair<int64_t, int64_t>> unreachableWitness;
+  /// True when the search stopped at maxSteps with the witness still
+  /// unreached (so p > maxSteps); false when the witness is never reachable.
+  bool gaveUp = false;
+  /// Rows whose reachability was computed, and whether that was every row.
+  int64_t rowsChecked = 0;
+  bool exact = true;
+};
+
+struct ConnectivityOptions {
+  /// Every row is checked when n <= this (or n <= sampleRows); otherwise a
+  /// deterministic sample (the first rows, evenly spaced rows and the last
+  /// rows) is.
+  int64_t exactUpTo = 4096;
+  int64_t sampleRows = 512;
+  /// Steps after which the search gives up (reports the pair still missing).
+  int64_t maxSteps = 64;
+};
+
+Connectivity analyzeConnectivity(const std::vector<SetRef> &heads, int64_t n,
+                                 const ConnectivityOptions &options = {});
+
+} // namespace attnc::ir

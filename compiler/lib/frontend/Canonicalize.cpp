@@ -1,0 +1,430 @@
+//===- Canonicalize.cpp - Terms to canonical generators -------------------===//
+//
+// Order of attempts for a comparison that mentions j: abs() splitting, then
+// `X % m` forms (stripe / residue), then `X / l` forms (block ranges), then
+// linear forms c*j + R (bands / key ranges), then the predicate fallback.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/frontend/Canonicalize.h"
+
+#include <optional>
+
+namespace attnc::ir {
+namespace {
+
+using T = TermRef;
+
+T mk(Op op, std::vector<T> args, SourceRange loc = {}) { return Term::make(op, std::move(args), loc); }
+T cst(int64_t v) { return Term::constant(v); }
+
+/// term == cj * j + rest, with rest j-free.
+struct Linear {
+  int64_t cj;
+  T rest;
+};
+
+std::optional<Linear> linearize(const T &t) {
+  if (!t->uses(kUsesJ))
+    return Linear{0, t};
+  switch (t->op()) {
+  case Op::VarJ:
+    return Linear{1, cst(0)};
+  case Op::Add:
+  case Op::Sub: {
+    auto a = linearize(t->arg(0)), b = linearize(t->arg(1));
+    if (!a || !b)
+      return std::nullopt;
+    if (t->op() == Op::Add)
+      return Linear{a->cj + b->cj, mk(Op::Add, {a->rest, b->rest})};
+    return Linear{a->cj - b->cj, mk(Op::Sub, {a->rest, b->rest})};
+  }
+  case Op::Neg: {
+    auto a = linearize(t->arg(0));
+    if (!a)
+      return std::nullopt;
+    return Linear{-a->cj, mk(Op::Neg, {a->rest})};
+  }
+  case Op::Mul: {
+    for (int k = 0; k < 2; ++k) {
+      const T &c = t->arg(k);
+      if (c->op() != Op::Const)
+        continue;
+      auto a = linearize(t->arg(1 - k));
+      if (!a)
+        return std::nullopt;
+      return Linear{a->cj * c->value(), mk(Op::Mul, {c, a->rest})};
+    }
+    return std::nullopt;
+  }
+  default:
+    return std::nullopt;
+  }
+}
+
+/// An affine form ci*i + cn*n + c0 of a j-free term, when it has one.
+struct Affine {
+  int64_t ci = 0, cn = 0, c0 = 0;
+};
+
+std::optional<Affine> affineOf(const T &t) {
+  switch (t->op()) {
+  case Op::Const: return Affine{0, 0, t->value()};
+  case Op::VarI: return Affine{1, 0, 0};
+  case Op::VarN: return Affine{0, 1, 0};
+  case Op::Add:
+  case Op::Sub: {
+    auto a = affineOf(t->arg(0)), b = affineOf(t->arg(1));
+    if (!a || !b)
+      return std::nullopt;
+    int64_t s = t->op() == Op::Add ? 1 : -1;
+    return Affine{a->ci + s * b->ci, a->cn + s * b->cn, a->c0 + s * b->c0};
+  }
+  case Op::Neg: {
+    auto a = affineOf(t->arg(0));
+    if (!a)
+      return std::nullopt;
+    return Affine{-a->ci, -a->cn, -a->c0};
+  }
+  case Op::Mul:
+    for (int k = 0; k < 2; ++k)
+      if (t->arg(k)->op() == Op::Const) {
+        auto a = affineOf(t->arg(1 - k));
+        if (!a)
+          return std::nullopt;
+        int64_t c = t->arg(k)->value();
+        return Affine{a->ci * c, a->cn * c, a->c0 * c};
+      }
+    return std::nullopt;
+  default:
+    return std::nullopt;
+  }
+}
+
+/// Rebuilds an affine term in the canonical order `ci*i + cn*n + c0`, so that
+/// the IR prints `i - 128` instead of `-(0 - i + 128)`.
+T tidy(const T &t) {
+  auto a = affineOf(t);
+  if (!a)
+    return t;
+  T out = cst(0);
+  auto addScaled = [&](int64_t c, Op var) {
+    if (c == 0)
+      return;
+    T v = Term::var(var);
+    if (c == 1)
+      out = mk(Op::Add, {out, v});
+    else if (c == -1)
+      out = mk(Op::Sub, {out, v});
+    else
+      out = mk(Op::Add, {out, mk(Op::Mul, {cst(c), v})});
+  };
+  addScaled(a->ci, Op::VarI);
+  addScaled(a->cn, Op::VarN);
+  if (a->c0 > 0)
+    out = mk(Op::Add, {out, cst(a->c0)});
+  else if (a->c0 < 0)
+    out = mk(Op::Sub, {out, cst(-a->c0)});
+  return out;
+}
+
+Op flip(Op op) {
+  switch (op) {
+  case Op::Lt: return Op::Gt;
+  case Op::Le: return Op::Ge;
+  case Op::Gt: return Op::Lt;
+  case Op::Ge: return Op::Le;
+  default: return op;
+  }
+}
+
+/// Builds the key range for `j OP bound` (bound j-free).
+SetRef keyBound(Op op, const T &bound, SourceRange loc) {
+  T b = tidy(bound);
+  switch (op) {
+  case Op::Le: return SetNode::keyRange(nullptr, b, loc);
+  case Op::Lt: return SetNode::keyRange(nullptr, tidy(mk(Op::Sub, {b, cst(1)})), loc);
+  case Op::Ge: return SetNode::keyRange(b, nullptr, loc);
+  case Op::Gt: return SetNode::keyRange(tidy(mk(Op::Add, {b, cst(1)})), nullptr, loc);
+  case Op::Eq: return SetNode::keyRange(b, b, loc);
+  case Op::Ne: return SetNode::difference(SetNode::all(loc), SetNode::keyRange(b, b, loc), loc);
+  default: ATTNC_CHECK(false, "not a comparison");
+  }
+  return nullptr;
+}
+
+/// Turns key ranges whose bounds are i + const into bands.
+SetRef classifyRange(SetRef s) {
+  if (s->kind != Gen::KeyRange)
+    return s;
+  // Keys are clipped to [0, n) anyway: max(0, X) as a lower bound is X.
+  if (s->loTerm && s->loTerm->op() == Op::Max) {
+    std::vector<T> kept;
+    for (const T &a : s->loTerm->args())
+      if (!(a->op() == Op::Const && a->value() <= 0))
+        kept.push_back(a);
+    if (kept.size() != s->loTerm->args().size())
+      s = SetNode::keyRange(kept.empty()     ? nullptr
+                            : kept.size() == 1 ? tidy(kept[0])
+                                               : mk(Op::Max, kept),
+                            s->hiTerm, s->loc);
+    if (s->kind != Gen::KeyRange)
+      return s;
+  }
+  auto offset = [](const T &t, int64_t &out) {
+    if (!t) {
+      out = kUnbounded;
+      return true;
+    }
+    auto a = affineOf(t);
+    if (!a || a->ci != 1 || a->cn != 0)
+      return false;
+    out = a->c0;
+    return true;
+  };
+  int64_t lo, hi;
+  if (offset(s->loTerm, lo) && offset(s->hiTerm, hi))
+    return SetNode::band(lo, hi, s->loc);
+  return s;
+}
+
+/// Solves c*j + R OP 0 (c != 0) for j.
+SetRef solveLinear(Op op, Linear lin, SourceRange loc) {
+  if (lin.cj < 0) {
+    lin.cj = -lin.cj;
+    lin.rest = mk(Op::Neg, {lin.rest});
+    op = flip(op);
+  }
+  T negR = mk(Op::Neg, {lin.rest});
+  T c = cst(lin.cj);
+  auto fdiv = [&](T x) { return mk(Op::Div, {std::move(x), c}); };
+  SetRef out;
+  switch (op) {
+  case Op::Le: out = keyBound(Op::Le, fdiv(negR), loc); break;
+  case Op::Lt: out = keyBound(Op::Le, fdiv(mk(Op::Sub, {negR, cst(1)})), loc); break;
+  case Op::Ge: out = keyBound(Op::Ge, mk(Op::Neg, {fdiv(lin.rest)}), loc); break;
+  case Op::Gt: out = keyBound(Op::Ge, mk(Op::Neg, {fdiv(mk(Op::Sub, {lin.rest, cst(1)}))}), loc); break;
+  case Op::Eq:
+  case Op::Ne: {
+    SetRef at = keyBound(Op::Eq, fdiv(negR), loc);
+    if (lin.cj != 1)
+      at = SetNode::intersect(
+          {at, SetNode::rowIf(mk(Op::Eq, {mk(Op::Mod, {negR, c}), cst(0)}), loc)}, loc);
+    out = op == Op::Eq ? at : SetNode::difference(SetNode::all(loc), at, loc);
+    break;
+  }
+  default:
+    ATTNC_CHECK(false, "not a comparison");
+  }
+  return classifyRange(out);
+}
+
+/// Residues x in [0, m) with x OP b; empty (second < first) when there is
+/// none. Both ends must lie in [0, m): the caller shifts the range and
+/// reduces it modulo m, so an end outside would wrap onto a real residue.
+std::pair<int64_t, int64_t> residueRange(Op op, int64_t b, int64_t m) {
+  switch (op) {
+  case Op::Eq:
+    if (b < 0 || b >= m)
+      return {0, -1}; // 'j % 5 == 7' never holds
+    return {b, b};
+  case Op::Le: return {0, std::min(b, m - 1)};
+  case Op::Lt: return {0, std::min(b - 1, m - 1)};
+  case Op::Ge: return {std::max<int64_t>(b, 0), m - 1};
+  case Op::Gt: return {std::max<int64_t>(b + 1, 0), m - 1};
+  default: ATTNC_CHECK(false, "no residue range for this operator");
+  }
+  return {0, -1};
+}
+
+SetRef canonCondition(const T &p);
+
+/// `X % m OP B` with X = cj*j + R, cj = +-1, B j-free.
+std::optional<SetRef> tryModulo(Op op, const T &modTerm, const T &other, SourceRange loc) {
+  const T &x = modTerm->arg(0);
+  const T &m = modTerm->arg(1);
+  if (m->op() != Op::Const || other->uses(kUsesJ))
+    return std::nullopt;
+  int64_t mod = m->value();
+  auto lin = linearize(x);
+  if (!lin || (lin->cj != 1 && lin->cj != -1))
+    return std::nullopt;
+  if (op == Op::Ne) {
+    auto eq = tryModulo(Op::Eq, modTerm, other, loc);
+    if (!eq)
+      return std::nullopt;
+    return SetNode::difference(SetNode::all(loc), *eq, loc);
+  }
+  auto restAffine = affineOf(lin->rest);
+  // Stripe: (cj*j + c) % m OP b with c, b constants.
+  if (restAffine && restAffine->ci == 0 && restAffine->cn == 0 && other->op() == Op::Const) {
+    auto [s, e] = residueRange(op, other->value(), mod);
+    if (e < s)
+      return SetNode::none(loc);
+    int64_t c = restAffine->c0;
+    if (lin->cj == 1) // j % m in [s - c, e - c]
+      return SetNode::stripe(mod, s - c, e - c, loc);
+    return SetNode::stripe(mod, c - e, c - s, loc); // (c - j) % m in [s, e]
+  }
+  // Residue: (i - j + c) % m == b  or  (j - i + c) % m == b.
+  if (op == Op::Eq && restAffine && restAffine->cn == 0 && restAffine->ci == -lin->cj &&
+      other->op() == Op::Const) {
+    int64_t c = restAffine->c0, b = other->value();
+    if (b < 0 || b >= mod)
+      return SetNode::none(loc);
+    return SetNode::residueClass(mod, lin->cj == -1 ? b - c : c - b, loc);
+  }
+  // Residue: X % m == Y % m  ==>  (X - Y) % m == 0.
+  if (op == Op::Eq && other->op() == Op::Mod && other->arg(1)->op() == Op::Const &&
+      other->arg(1)->value() == mod) {
+    T diff = mk(Op::Mod, {mk(Op::Sub, {x, other->arg(0)}), m});
+    auto r = tryModulo(Op::Eq, diff, cst(0), loc);
+    if (r)
+      return r;
+  }
+  return std::nullopt;
+}
+
+/// `X / l OP F` with X = j + c, F j-free: q = X / l is bounded, then j is.
+std::optional<SetRef> tryDivision(Op op, const T &divTerm, const T &other, SourceRange loc) {
+  const T &x = divTerm->arg(0);
+  const T &l = divTerm->arg(1);
+  if (l->uses(kUsesJ) || other->uses(kUsesJ))
+    return std::nullopt;
+  auto lin = linearize(x);
+  if (!lin || lin->cj != 1)
+    return std::nullopt;
+  if (op == Op::Eq && l->op() == Op::Const && other->op() == Op::Div &&
+      other->arg(0)->op() == Op::VarI && structurallyEqual(*other->arg(1), *l) &&
+      lin->rest->op() == Op::Const && lin->rest->value() == 0)
+    return SetNode::blockDiag(l->value(), loc);
+  // j + R >= l*F  and  j + R <= l*F + l - 1.
+  T first = mk(Op::Sub, {mk(Op::Mul, {l, other}), lin->rest});
+  T last = mk(Op::Sub, {mk(Op::Sub, {mk(Op::Add, {mk(Op::Mul, {l, other}), l}), cst(1)}), lin->rest});
+  T lastBefore = mk(Op::Sub, {mk(Op::Sub, {mk(Op::Mul, {l, other}), cst(1)}), lin->rest});
+  T firstAfter = mk(Op::Sub, {mk(Op::Add, {mk(Op::Mul, {l, other}), l}), lin->rest});
+  SetRef out;
+  switch (op) {
+  case Op::Eq: out = SetNode::keyRange(tidy(first), tidy(last), loc); break;
+  case Op::Ne:
+    out = SetNode::difference(SetNode::all(loc), SetNode::keyRange(tidy(first), tidy(last), loc), loc);
+    break;
+  case Op::Le: out = SetNode::keyRange(nullptr, tidy(last), loc); break;
+  case Op::Lt: out = SetNode::keyRange(nullptr, tidy(lastBefore), loc); break;
+  case Op::Ge: out = SetNode::keyRange(tidy(first), nullptr, loc); break;
+  case Op::Gt: out = SetNode::keyRange(tidy(firstAfter), nullptr, loc); break;
+  default: return std::nullopt;
+  }
+  return classifyRange(out);
+}
+
+SetRef canonCompare(const T &p) {
+  SourceRange loc = p->loc();
+  Op op = p->op();
+  T a = p->arg(0), b = p->arg(1);
+  if (!a->uses(kUsesJ)) { // keep the j side on the left
+    std::swap(a, b);
+    op = flip(op);
+  }
+  // abs(X) OP B
+  if (a->op() == Op::Abs && !b->uses(kUsesJ)) {
+    T x = a->arg(0);
+    T negB = mk(Op::Neg, {b});
+    switch (op) {
+    case Op::Le:
+    case Op::Lt:
+      return canonCondition(mk(Op::And, {mk(op, {x, b}, loc), mk(flip(op), {x, negB}, loc)}, loc));
+    case Op::Ge:
+    case Op::Gt:
+      return canonCondition(mk(Op::Or, {mk(op, {x, b}, loc), mk(flip(op), {x, negB}, loc)}, loc));
+    case Op::Eq:
+      return canonCondition(mk(Op::And, {mk(Op::Ge, {b, cst(0)}, loc),
+                                         mk(Op::Or, {mk(Op::Eq, {x, b}, loc), mk(Op::Eq, {x, negB}, loc)}, loc)},
+                               loc));
+    default:
+      break;
+    }
+  }
+  if (a->op() == Op::Mod && !b->uses(kUsesJ) ) {
+    if (auto s = tryModulo(op, a, b, loc))
+      return *s;
+  }
+  if (op == Op::Eq && a->op() == Op::Mod && b->op() == Op::Mod) {
+    if (auto s = tryModulo(op, a, b, loc))
+      return *s;
+  }
+  if (a->op() == Op::Div && !b->uses(kUsesJ)) {
+    if (auto s = tryDivision(op, a, b, loc))
+      return *s;
+  }
+  if (auto lin = linearize(mk(Op::Sub, {a, b})); lin && lin->cj != 0)
+    return solveLinear(op, *lin, loc);
+  return SetNode::predicate(p, loc);
+}
+
+SetRef canonCondition(const T &p) {
+  SourceRange loc = p->loc();
+  if (!p->uses(kUsesJ))
+    return SetNode::rowIf(p, loc);
+  switch (p->op()) {
+  case Op::And:
+    return SetNode::intersect({canonCondition(p->arg(0)), canonCondition(p->arg(1))}, loc);
+  case Op::Or:
+    return SetNode::unite({canonCondition(p->arg(0)), canonCondition(p->arg(1))}, loc);
+  case Op::Not:
+    return SetNode::difference(SetNode::all(loc), canonCondition(p->arg(0)), loc);
+  case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
+    return canonCompare(p);
+  case Op::In:
+    if (p->arg(0)->op() == Op::VarJ)
+      return canonicalizeSet(p->arg(1));
+    return SetNode::predicate(p, loc);
+  default:
+    return SetNode::predicate(p, loc);
+  }
+}
+
+} // namespace
+
+SetRef canonicalizeSet(const TermRef &set) {
+  SourceRange loc = set->loc();
+  switch (set->op()) {
+  case Op::Builder:
+    return canonCondition(set->arg(0));
+  case Op::Range:
+    return classifyRange(SetNode::keyRange(tidy(set->arg(0)), tidy(set->arg(1)), loc));
+  case Op::List: {
+    std::vector<TermRef> elems;
+    for (const TermRef &e : set->args())
+      elems.push_back(tidy(e));
+    return SetNode::list(std::move(elems), loc);
+  }
+  case Op::Union:
+    return SetNode::unite({canonicalizeSet(set->arg(0)), canonicalizeSet(set->arg(1))}, loc);
+  case Op::Intersect:
+    return SetNode::intersect({canonicalizeSet(set->arg(0)), canonicalizeSet(set->arg(1))}, loc);
+  case Op::Difference:
+    return SetNode::difference(canonicalizeSet(set->arg(0)), canonicalizeSet(set->arg(1)), loc);
+  case Op::RandomBlocks:
+    ATTNC_CHECK(set->arg(0)->isConst() && set->arg(1)->isConst() && set->arg(2)->isConst(),
+                "random_blocks arguments must be constant after head substitution");
+    return SetNode::random(set->arg(0)->value(), set->arg(1)->value(), set->arg(2)->value(), loc);
+  default:
+    ATTNC_CHECK(false, "canonicalizeSet on a non-set term");
+  }
+  return nullptr;
+}
+
+PatternIR canonicalizePattern(const Pattern &pattern) {
+  PatternIR ir;
+  ir.name = pattern.name;
+  ir.numHeads = pattern.numHeads();
+  ir.headsDeclared = pattern.headsDeclared;
+  ir.causal = pattern.causal;
+  for (const ParamValue &p : pattern.params)
+    ir.params.push_back({p.name, p.value});
+  for (const Pattern::Group &g : pattern.distinctHeads())
+    ir.heads.push_back({g.heads, canonicalizeSet(g.set), g.set});
+  return ir;
+}
+
+} // namespace attnc::ir

@@ -1,0 +1,812 @@
+//===- Sema.cpp - From the AST to a resolved, checked Pattern -------------===//
+//
+// Two walks over a pattern's statements: the first fixes the parameters
+// (defaults, then -D overrides), `causal` and `heads`; the second checks
+// `require`s and lowers `let`s and sets to Terms, in statement order (a let
+// is visible after its definition only).
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/frontend/Sema.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace attnc {
+
+using namespace dsl;
+
+bool parseDefine(const std::string &text, Define &out, std::string &error) {
+  size_t eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    error = "expected 'name=value' in -D '" + text + "'";
+    return false;
+  }
+  out.name = text.substr(0, eq);
+  std::string value = text.substr(eq + 1);
+  for (char c : out.name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) {
+      error = "invalid parameter name '" + out.name + "' in -D '" + text + "'";
+      return false;
+    }
+  try {
+    size_t used = 0;
+    out.value = std::stoll(value, &used, 10);
+    if (used != value.size() || value.empty())
+      throw std::invalid_argument("trailing");
+  } catch (...) {
+    error = "value of -D " + out.name + " must be an integer, got '" + value + "'";
+    return false;
+  }
+  return true;
+}
+
+bool parseDefineList(const std::string &text, std::vector<Define> &out, std::string &error) {
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos)
+      end = text.size();
+    Define d;
+    if (!parseDefine(text.substr(begin, end - begin), d, error))
+      return false;
+    out.push_back(d);
+    begin = end + 1;
+  }
+  return true;
+}
+
+const ParamValue *Pattern::param(const std::string &name) const {
+  for (const ParamValue &p : params)
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+
+std::vector<Pattern::Group> Pattern::distinctHeads() const {
+  std::vector<Group> groups;
+  for (int64_t h = 0; h < numHeads(); ++h) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group &g) {
+      return structurallyEqual(*g.set, *heads[h]);
+    });
+    if (it == groups.end())
+      groups.push_back({{h}, heads[h]});
+    else
+      it->heads.push_back(h);
+  }
+  return groups;
+}
+
+namespace {
+
+unsigned editDistance(const std::string &a, const std::string &b) {
+  std::vector<unsigned> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t k = 0; k <= b.size(); ++k)
+    prev[k] = static_cast<unsigned>(k);
+  for (size_t x = 1; x <= a.size(); ++x) {
+    cur[0] = static_cast<unsigned>(x);
+    for (size_t y = 1; y <= b.size(); ++y)
+      cur[y] = std::min({prev[y] + 1, cur[y - 1] + 1, prev[y - 1] + (a[x - 1] != b[y - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+const char *typeName(Type t) {
+  switch (t) {
+  case Type::Int: return "an integer";
+  case Type::Bool: return "a condition";
+  case Type::Set: return "a set";
+  }
+  return "?";
+}
+
+/// What a name in scope stands for.
+struct Binding {
+  enum Kind { Param, Let } kind;
+  TermRef term;          ///< Param: its constant (null when its default failed); Let: its value
+  SourceRange decl;
+  bool used = false;
+};
+
+class PatternSema {
+public:
+  PatternSema(const PatternDecl &decl, const SourceManager &sources, DiagnosticEngine &diags,
+              const SemaOptions &options, std::set<std::string> &definesUsed)
+      : decl_(decl), sources_(sources), diags_(diags), options_(options),
+        definesUsed_(definesUsed) {}
+
+  std::optional<Pattern> run() {
+    unsigned errorsBefore = diags_.errorCount();
+    pattern_.name = decl_.name;
+    pattern_.loc = decl_.nameRange;
+    collectParams();
+    collectHeadsAndCausal();
+    lowerBody();
+    checkPendingDivisors();
+    for (const auto &[name, b] : scope_)
+      if (b.kind == Binding::Let && !b.used)
+        diags_.warning(b.decl, "unused let '" + name + "'");
+    if (diags_.errorCount() != errorsBefore)
+      return std::nullopt;
+    assembleHeads();
+    if (diags_.errorCount() != errorsBefore)
+      return std::nullopt;
+    return std::move(pattern_);
+  }
+
+private:
+  // ---- Parameters, heads, causal -------------------------------------
+  void collectParams() {
+    for (const Stmt &s : decl_.body) {
+      if (s.kind != StmtKind::Param)
+        continue;
+      if (isReserved(s.name, s.nameRange))
+        continue;
+      if (auto it = scope_.find(s.name); it != scope_.end()) {
+        diags_.error(s.nameRange, "redefinition of parameter '" + s.name + "'");
+        diags_.note(it->second.decl, "previous definition is here");
+        continue;
+      }
+      TermRef value = lowerConstant(*s.value, "a parameter default");
+      if (!value) {
+        // The parameter is declared all the same: a -D naming it is not
+        // unknown, a redefinition is one, and a use is not reported again
+        // (the binding has no value; lowerName returns nullptr quietly).
+        for (const Define &d : options_.defines)
+          if (d.name == s.name)
+            definesUsed_.insert(d.name);
+        scope_[s.name] = {Binding::Param, nullptr, s.nameRange, true};
+        continue;
+      }
+      ParamValue p{s.name, value->value(), s.nameRange, false};
+      for (const Define &d : options_.defines)
+        if (d.name == s.name) {
+          p.value = d.value;
+          p.fromDefine = true;
+          definesUsed_.insert(d.name);
+        }
+      scope_[s.name] = {Binding::Param, Term::constant(p.value, s.nameRange), s.nameRange, true};
+      pattern_.params.push_back(p);
+    }
+  }
+
+  void collectHeadsAndCausal() {
+    for (const Stmt &s : decl_.body) {
+      if (s.kind == StmtKind::Causal) {
+        if (pattern_.causal) {
+          diags_.warning(s.range, "duplicate 'causal'");
+          diags_.note(pattern_.causalLoc, "first 'causal' is here");
+        }
+        pattern_.causal = true;
+        pattern_.causalLoc = s.range;
+      } else if (s.kind == StmtKind::Heads) {
+        if (headsStmt_) {
+          diags_.error(s.range, "duplicate 'heads' statement");
+          diags_.note(headsStmt_->range, "previous 'heads' is here");
+          continue;
+        }
+        headsStmt_ = &s;
+        TermRef count = lowerConstant(*s.value, "'heads'");
+        if (!count)
+          continue;
+        if (count->value() < 1) {
+          diags_.error(s.value->range, "head count must be at least 1, got '" +
+                                           std::string(sources_.slice(s.value->range)) +
+                                           "' which is " + std::to_string(count->value()));
+          noteParams(*s.value);
+          continue;
+        }
+        declaredHeads_ = count->value();
+      }
+    }
+  }
+
+  bool isReserved(const std::string &name, SourceRange where) {
+    static const std::set<std::string> kReserved = {"i", "j", "h", "n", "abs", "min", "max",
+                                                     "random_blocks"};
+    if (kReserved.count(name)) {
+      diags_.error(where, "'" + name + "' is reserved and cannot be redefined");
+      return true;
+    }
+    return false;
+  }
+
+  /// Notes the value of every parameter an expression mentions.
+  void noteParams(const Expr &e) {
+    std::vector<std::string> seen;
+    collectNames(e, seen);
+    for (const std::string &name : seen) {
+      const ParamValue *p = nullptr;
+      for (const ParamValue &q : pattern_.params)
+        if (q.name == name)
+          p = &q;
+      if (!p)
+        continue;
+      if (p->fromDefine)
+        diags_.note(p->decl, "'" + name + "' is " + std::to_string(p->value) + " (set by -D " +
+                                 name + "=" + std::to_string(p->value) + ")");
+      else
+        diags_.note(p->decl, "'" + name + "' is " + std::to_string(p->value) + " here");
+    }
+  }
+
+  static void collectNames(const Expr &e, std::vector<std::string> &out) {
+    if (e.kind == ExprKind::Name && std::find(out.begin(), out.end(), e.name) == out.end())
+      out.push_back(e.name);
+    for (const ExprPtr &c : e.operands)
+      collectNames(*c, out);
+  }
+
+  /// Lowers an expression that must be an integer depending on parameters only.
+  TermRef lowerConstant(const Expr &e, const std::string &context) {
+    TermRef t = lower(e);
+    if (!t)
+      return nullptr;
+    if (!expectType(t, Type::Int, e))
+      return nullptr;
+    if (!onlyParams(t, context))
+      return nullptr;
+    ATTNC_CHECK(t->op() == Op::Const, "parameter expression did not fold");
+    return t;
+  }
+
+  bool onlyParams(const TermRef &t, const std::string &context) {
+    static const std::pair<VarMask, const char *> kVars[] = {
+        {kUsesI, "i"}, {kUsesJ, "j"}, {kUsesN, "n"}, {kUsesH, "h"}};
+    for (auto [mask, name] : kVars)
+      if (t->uses(mask)) {
+        diags_.error(findVar(*t, mask), std::string("'") + name + "' cannot be used in " + context +
+                                            ", which may depend on parameters only");
+        return false;
+      }
+    return true;
+  }
+
+  static SourceRange findVar(const Term &t, VarMask mask) {
+    static const std::pair<VarMask, Op> kOps[] = {
+        {kUsesI, Op::VarI}, {kUsesJ, Op::VarJ}, {kUsesN, Op::VarN}, {kUsesH, Op::VarH}};
+    for (auto [m, op] : kOps)
+      if (m == mask && t.op() == op)
+        return t.loc();
+    for (const TermRef &a : t.args())
+      if (a->uses(mask) || (a->op() == Op::Builder && mask == kUsesJ)) {
+        SourceRange r = findVar(*a, mask);
+        if (r.isValid())
+          return r;
+      }
+    return t.loc();
+  }
+
+  /// The location of the first node with operator `op`, or an invalid range.
+  static SourceRange findOp(const Term &t, Op op) {
+    if (t.op() == op)
+      return t.loc();
+    for (const TermRef &a : t.args())
+      if (SourceRange r = findOp(*a, op); r.isValid())
+        return r;
+    return {};
+  }
+
+  bool expectType(const TermRef &t, Type want, const Expr &e) {
+    if (t->type() == want)
+      return true;
+    diags_.error(e.range, std::string("expected ") + typeName(want) + ", got " +
+                              typeName(t->type()) + " '" + std::string(sources_.slice(e.range)) +
+                              "'");
+    if (want == Type::Set && t->type() == Type::Bool)
+      diags_.note(e.range, "wrap a condition on j in a set-builder: '{ j : " +
+                               std::string(sources_.slice(e.range)) + " }'");
+    return false;
+  }
+
+  // ---- Statements that produce terms ----------------------------------
+  void lowerBody() {
+    for (const Stmt &s : decl_.body) {
+      switch (s.kind) {
+      case StmtKind::Require:
+        checkRequire(s);
+        break;
+      case StmtKind::Let: {
+        if (isReserved(s.name, s.nameRange))
+          break;
+        if (auto it = scope_.find(s.name); it != scope_.end()) {
+          diags_.error(s.nameRange, "redefinition of '" + s.name + "'");
+          diags_.note(it->second.decl, "previous definition is here");
+          break;
+        }
+        TermRef t = lower(*s.value);
+        if (t)
+          scope_[s.name] = {Binding::Let, t, s.nameRange, usedBeforeLet_.count(s.name) != 0};
+        else
+          poisoned_.insert(s.name);
+        break;
+      }
+      case StmtKind::Attend: {
+        if (defaultSet_) {
+          diags_.error(s.range, "pattern '" + decl_.name + "' already has an 'attend' statement");
+          diags_.note(defaultStmt_->range, "previous 'attend' is here");
+          break;
+        }
+        TermRef t = lowerSet(*s.value);
+        defaultStmt_ = &s;
+        defaultSet_ = t ? t : Term::make(Op::List, {});
+        break;
+      }
+      case StmtKind::HeadAttends:
+        lowerHeadAttends(s);
+        break;
+      default:
+        break;
+      }
+    }
+    if (!defaultStmt_ && !sawHeadStatement_)
+      diags_.error(decl_.nameRange, "pattern '" + decl_.name +
+                                        "' attends nothing: add 'attend SET' or 'head K attends SET'");
+  }
+
+  TermRef lowerSet(const Expr &e) {
+    TermRef t = lower(e);
+    if (!t || !expectType(t, Type::Set, e))
+      return nullptr;
+    return t;
+  }
+
+  void checkRequire(const Stmt &s) {
+    TermRef t = lower(*s.value);
+    if (!t)
+      return;
+    if (!expectType(t, Type::Bool, *s.value) || !onlyParams(t, "a 'require'"))
+      return;
+    if (t->op() != Op::BoolConst) {
+      // Only `x in S` stays unfolded: a set's keys are clipped to [0, n),
+      // so Term::make cannot fold membership without n. A requirement has no
+      // n; it asks whether x is a key of S for a sequence long enough to hold
+      // it, which is evaluating with n unbounded. random_blocks has no such
+      // reading: its blocks depend on the query and on n.
+      if (SourceRange at = findOp(*t, Op::RandomBlocks); at.isValid()) {
+        diags_.error(at, "'random_blocks' cannot be used in a 'require': its keys depend on the "
+                         "query and on n");
+        return;
+      }
+      Env env;
+      env.n = std::numeric_limits<int64_t>::max();
+      t = Term::boolean(evalBool(*t, env), t->loc());
+    }
+    if (t->value())
+      return;
+    std::string text(sources_.slice(s.value->range));
+    if (s.message.empty())
+      diags_.error(s.value->range, "requirement '" + text + "' does not hold");
+    else
+      diags_.error(s.value->range, "requirement '" + text + "' does not hold: " + s.message);
+    noteParams(*s.value);
+  }
+
+  void lowerHeadAttends(const Stmt &s) {
+    sawHeadStatement_ = true;
+    TermRef index = lowerConstant(*s.head, "a head index");
+    TermRef set = lowerSet(*s.value);
+    if (!index) {
+      headStatementFailed_ = true;
+      return;
+    }
+    int64_t k = index->value();
+    if (k < 0 || (declaredHeads_ && k >= *declaredHeads_)) {
+      std::string range = declaredHeads_ ? "; pattern '" + decl_.name + "' has " +
+                                               std::to_string(*declaredHeads_) + " heads (0 to " +
+                                               std::to_string(*declaredHeads_ - 1) + ")"
+                                         : "; head indices start at 0";
+      diags_.error(s.head->range, "head index " + std::to_string(k) + " is out of range" + range);
+      if (declaredHeads_)
+        diags_.note(headsStmt_->range, "head count declared here");
+      headStatementFailed_ = true;
+      return;
+    }
+    for (const auto &[prevIndex, prev] : headStmts_)
+      if (prevIndex == k) {
+        diags_.error(s.head->range, "head " + std::to_string(k) + " is given a set twice");
+        diags_.note(prev->range, "previous set for head " + std::to_string(k) + " is here");
+        headStatementFailed_ = true;
+        return;
+      }
+    headStmts_.push_back({k, &s});
+    headSets_[k] = set ? set : Term::make(Op::List, {});
+  }
+
+  void assembleHeads() {
+    pattern_.headsDeclared = declaredHeads_.has_value() || !headStmts_.empty();
+    int64_t count = 1;
+    if (declaredHeads_) {
+      count = *declaredHeads_;
+    } else if (!headStmts_.empty()) {
+      for (const auto &[k, stmt] : headStmts_)
+        count = std::max(count, k + 1);
+    }
+    for (int64_t k = 0; k < count; ++k) {
+      TermRef set = headSets_.count(k) ? headSets_[k] : defaultSet_;
+      if (!set) {
+        if (headStatementFailed_)
+          continue; // a failed 'head' statement was already reported
+        diags_.error(decl_.nameRange, "head " + std::to_string(k) + " of pattern '" + decl_.name +
+                                          "' has no set");
+        diags_.note(decl_.nameRange, "give it one with 'head " + std::to_string(k) +
+                                         " attends ...' or add a default 'attend ...'");
+        continue;
+      }
+      if (set->uses(kUsesH) && !declaredHeads_ && headStmts_.empty() && k == 0)
+        diags_.warning(findVar(*set, kUsesH),
+                       "'h' is always 0: pattern '" + decl_.name + "' declares no 'heads'");
+      TermRef head = substituteHead(set, k);
+      if (pattern_.causal) {
+        SourceRange at = pattern_.causalLoc;
+        TermRef causal = Term::make(
+            Op::Builder, {Term::make(Op::Le, {Term::var(Op::VarJ, at), Term::var(Op::VarI, at)}, at)},
+            at);
+        head = Term::make(Op::Intersect, {head, causal}, at);
+      }
+      pattern_.heads.push_back(head);
+    }
+  }
+
+  // ---- Expressions -----------------------------------------------------
+  TermRef lower(const Expr &e) {
+    switch (e.kind) {
+    case ExprKind::Int:
+      return Term::constant(e.intValue, e.range);
+    case ExprKind::Bool:
+      return Term::boolean(e.boolValue, e.range);
+    case ExprKind::Name:
+      return lowerName(e);
+    case ExprKind::Unary: {
+      TermRef a = lower(*e.operands[0]);
+      if (!a)
+        return nullptr;
+      Type want = e.unaryOp == UnaryOp::Neg ? Type::Int : Type::Bool;
+      if (a->type() != want) {
+        diags_.error(e.range, std::string("operator '") + spelling(e.unaryOp) + "' needs " +
+                                  typeName(want) + " operand, got " + typeName(a->type()));
+        return nullptr;
+      }
+      return Term::make(e.unaryOp == UnaryOp::Neg ? Op::Neg : Op::Not, {a}, e.range);
+    }
+    case ExprKind::Binary:
+      return lowerBinary(e);
+    case ExprKind::Compare:
+      return lowerCompare(e);
+    case ExprKind::In: {
+      TermRef x = lower(*e.operands[0]);
+      TermRef s = lower(*e.operands[1]);
+      if (!x || !s || !expectType(x, Type::Int, *e.operands[0]) ||
+          !expectType(s, Type::Set, *e.operands[1]))
+        return nullptr;
+      return Term::make(Op::In, {x, s}, e.range);
+    }
+    case ExprKind::Call:
+      return lowerCall(e);
+    case ExprKind::SetBuilder: {
+      if (e.name != "j") {
+        diags_.error(e.nameRange, "the set-builder variable must be 'j' (the key), got '" + e.name +
+                                      "'");
+        return nullptr;
+      }
+      TermRef p = lower(*e.operands[0]);
+      if (!p || !expectType(p, Type::Bool, *e.operands[0]))
+        return nullptr;
+      return Term::make(Op::Builder, {p}, e.range);
+    }
+    case ExprKind::SetRange:
+    case ExprKind::SetList: {
+      std::vector<TermRef> elems;
+      for (const ExprPtr &c : e.operands) {
+        TermRef t = lower(*c);
+        if (!t || !expectType(t, Type::Int, *c))
+          return nullptr;
+        if (t->uses(kUsesJ)) {
+          diags_.error(findVar(*t, kUsesJ),
+                       "set bounds and elements cannot depend on the key 'j'; use a set-builder "
+                       "'{ j : ... }'");
+          return nullptr;
+        }
+        elems.push_back(t);
+      }
+      return Term::make(e.kind == ExprKind::SetRange ? Op::Range : Op::List, std::move(elems),
+                        e.range);
+    }
+    }
+    return nullptr;
+  }
+
+  TermRef lowerName(const Expr &e) {
+    static const std::pair<const char *, Op> kVars[] = {
+        {"i", Op::VarI}, {"j", Op::VarJ}, {"n", Op::VarN}, {"h", Op::VarH}};
+    for (auto [name, op] : kVars)
+      if (e.name == name)
+        return Term::var(op, e.range);
+    if (auto it = scope_.find(e.name); it != scope_.end()) {
+      it->second.used = true;
+      if (!it->second.term)
+        return nullptr; // A parameter whose default has an error, reported there.
+      return relocate(it->second.term, e.range);
+    }
+    if (poisoned_.count(e.name))
+      return nullptr; // Its definition already has an error.
+    std::string best;
+    unsigned bestDistance = 3;
+    for (const auto &[name, b] : scope_) {
+      unsigned d = editDistance(name, e.name);
+      if (d < bestDistance)
+        bestDistance = d, best = name;
+    }
+    for (const char *builtin : {"i", "j", "n", "h"})
+      if (editDistance(builtin, e.name) == 0)
+        best = builtin;
+    bool later = std::any_of(decl_.body.begin(), decl_.body.end(), [&](const Stmt &s) {
+      return s.kind == StmtKind::Let && s.name == e.name;
+    });
+    if (later) {
+      usedBeforeLet_.insert(e.name);
+      diags_.error(e.range, "'" + e.name + "' is used before its 'let'");
+    }
+    else if (!best.empty())
+      diags_.error(e.range, "use of undeclared name '" + e.name + "'; did you mean '" + best + "'?");
+    else
+      diags_.error(e.range, "use of undeclared name '" + e.name + "'");
+    return nullptr;
+  }
+
+  /// A let's value keeps its own locations; a parameter takes the use's.
+  static TermRef relocate(const TermRef &t, SourceRange use) {
+    if (t->op() == Op::Const)
+      return Term::constant(t->value(), use);
+    return t;
+  }
+
+  TermRef lowerBinary(const Expr &e) {
+    TermRef a = lower(*e.operands[0]);
+    TermRef b = lower(*e.operands[1]);
+    if (!a || !b)
+      return nullptr;
+    Op op;
+    Type want;
+    switch (e.binaryOp) {
+    case BinaryOp::Add: op = Op::Add; want = Type::Int; break;
+    case BinaryOp::Sub:
+      if (a->type() == Type::Set || b->type() == Type::Set) {
+        op = Op::Difference;
+        want = Type::Set;
+      } else {
+        op = Op::Sub;
+        want = Type::Int;
+      }
+      break;
+    case BinaryOp::Mul: op = Op::Mul; want = Type::Int; break;
+    case BinaryOp::Div: op = Op::Div; want = Type::Int; break;
+    case BinaryOp::Mod: op = Op::Mod; want = Type::Int; break;
+    case BinaryOp::And: op = Op::And; want = Type::Bool; break;
+    case BinaryOp::Or: op = Op::Or; want = Type::Bool; break;
+    case BinaryOp::Union: op = Op::Union; want = Type::Set; break;
+    case BinaryOp::Intersect: op = Op::Intersect; want = Type::Set; break;
+    }
+    for (int k = 0; k < 2; ++k) {
+      const TermRef &t = k == 0 ? a : b;
+      if (t->type() != want) {
+        std::string hint;
+        if (want == Type::Set && t->type() == Type::Bool)
+          hint = "; use '&&' / '||' for conditions and '&' / '|' for sets";
+        if (want == Type::Bool && t->type() == Type::Set)
+          hint = "; use '&' / '|' to combine sets";
+        diags_.error(e.operands[k]->range,
+                     std::string("operator '") + spelling(e.binaryOp) + "' needs " + typeName(want) +
+                         " on both sides, got " + typeName(t->type()) + " '" +
+                         std::string(sources_.slice(e.operands[k]->range)) + "'" + hint);
+        return nullptr;
+      }
+    }
+    if (op == Op::Div || op == Op::Mod) {
+      if (!checkDivisor(b, *e.operands[1], op == Op::Mod))
+        return nullptr;
+    }
+    return Term::make(op, {a, b}, e.range);
+  }
+
+  bool checkDivisor(const TermRef &d, const Expr &e, bool modulo) {
+    if (d->op() == Op::Const) {
+      if (d->value() >= 1)
+        return true;
+      const char *what = modulo ? "modulus" : "divisor";
+      std::string text(sources_.slice(e.range));
+      std::string got = text == std::to_string(d->value())
+                            ? "got " + text
+                            : "got '" + text + "' which is " + std::to_string(d->value());
+      diags_.error(e.range, std::string(what) + " must be a positive integer, " + got);
+      noteParams(e);
+      return false;
+    }
+    if (d->uses(kUsesH) && !declaredHeads_) {
+      // Without 'heads' the head count is max K + 1 over the 'head K
+      // attends' statements, and some of them may come later: h's range is
+      // known only after the whole body (checkPendingDivisors).
+      pendingDivisors_.push_back({d, &e, modulo});
+      return true;
+    }
+    return divisorInRange(d, e, modulo, declaredHeads_.value_or(1));
+  }
+
+  /// The range-analysis half of checkDivisor, for h in [0, numHeads).
+  bool divisorInRange(const TermRef &d, const Expr &e, bool modulo, int64_t numHeads) {
+    ValueRange r = rangeOf(*d, numHeads);
+    if (r.lo >= 1)
+      return true;
+    std::string text(sources_.slice(e.range));
+    diags_.error(e.range, std::string(modulo ? "modulus" : "divisor") + " '" + text +
+                              "' can be zero or negative; it must be at least 1 for every i, j "
+                              "in [0, n)");
+    diags_.note(e.range, "write 'max(1, " + text + ")' if that is what you mean");
+    return false;
+  }
+
+  /// Checks the divisors deferred by checkDivisor, now that every 'head K
+  /// attends' statement has been seen. The terms that hold them were built
+  /// already; an error here keeps run() from assembling the heads.
+  void checkPendingDivisors() {
+    int64_t count = 1;
+    for (const auto &[k, stmt] : headStmts_)
+      count = std::max(count, k + 1);
+    for (const PendingDivisor &p : pendingDivisors_)
+      divisorInRange(p.divisor, *p.expr, p.modulo, count);
+  }
+
+  TermRef lowerCompare(const Expr &e) {
+    std::vector<TermRef> terms;
+    for (const ExprPtr &c : e.operands) {
+      TermRef t = lower(*c);
+      if (!t || !expectType(t, Type::Int, *c))
+        return nullptr;
+      terms.push_back(t);
+    }
+    TermRef result;
+    for (size_t k = 0; k < e.compareOps.size(); ++k) {
+      Op op;
+      switch (e.compareOps[k]) {
+      case CompareOp::Eq: op = Op::Eq; break;
+      case CompareOp::Ne: op = Op::Ne; break;
+      case CompareOp::Lt: op = Op::Lt; break;
+      case CompareOp::Le: op = Op::Le; break;
+      case CompareOp::Gt: op = Op::Gt; break;
+      case CompareOp::Ge: op = Op::Ge; break;
+      }
+      SourceRange r =
+          SourceRange::merge(e.operands[k]->outerRange(), e.operands[k + 1]->outerRange());
+      TermRef cmp = Term::make(op, {terms[k], terms[k + 1]}, r);
+      result = result ? Term::make(Op::And, {result, cmp}, e.range) : cmp;
+    }
+    return result;
+  }
+
+  TermRef lowerCall(const Expr &e) {
+    struct Builtin {
+      const char *name;
+      Op op;
+      size_t minArgs, maxArgs;
+    };
+    static const Builtin kBuiltins[] = {{"abs", Op::Abs, 1, 1},
+                                        {"min", Op::Min, 2, SIZE_MAX},
+                                        {"max", Op::Max, 2, SIZE_MAX},
+                                        {"random_blocks", Op::RandomBlocks, 3, 3}};
+    const Builtin *fn = nullptr;
+    for (const Builtin &b : kBuiltins)
+      if (e.name == b.name)
+        fn = &b;
+    if (!fn) {
+      diags_.error(e.nameRange, "unknown function '" + e.name +
+                                    "'; available: abs, min, max, random_blocks");
+      return nullptr;
+    }
+    size_t count = e.operands.size();
+    if (count < fn->minArgs || count > fn->maxArgs) {
+      std::string want = fn->minArgs == fn->maxArgs ? std::to_string(fn->minArgs)
+                                                    : "at least " + std::to_string(fn->minArgs);
+      diags_.error(e.range, "'" + e.name + "' takes " + want + " argument" +
+                                (fn->minArgs == 1 && fn->maxArgs == 1 ? "" : "s") + ", got " +
+                                std::to_string(count));
+      return nullptr;
+    }
+    std::vector<TermRef> args;
+    for (const ExprPtr &c : e.operands) {
+      TermRef t = lower(*c);
+      if (!t || !expectType(t, Type::Int, *c))
+        return nullptr;
+      args.push_back(t);
+    }
+    if (fn->op == Op::RandomBlocks) {
+      static const char *kArgNames[] = {"block size", "block count", "seed"};
+      for (size_t k = 0; k < 3; ++k) {
+        for (auto [mask, name] : {std::pair{kUsesI, "i"}, {kUsesJ, "j"}, {kUsesN, "n"}})
+          if (args[k]->uses(mask)) {
+            diags_.error(findVar(*args[k], mask),
+                         std::string("the ") + kArgNames[k] + " of 'random_blocks' cannot use '" +
+                             name + "'; it may depend on parameters and 'h' only");
+            return nullptr;
+          }
+      }
+      if (!checkDivisor(args[0], *e.operands[0], false))
+        return nullptr;
+      if (args[1]->op() == Op::Const && args[1]->value() < 0) {
+        diags_.error(e.operands[1]->range, "the block count of 'random_blocks' must not be "
+                                           "negative, got " + std::to_string(args[1]->value()));
+        return nullptr;
+      }
+    }
+    return Term::make(fn->op, std::move(args), e.range);
+  }
+
+  const PatternDecl &decl_;
+  const SourceManager &sources_;
+  DiagnosticEngine &diags_;
+  const SemaOptions &options_;
+  std::set<std::string> &definesUsed_;
+  Pattern pattern_;
+  std::map<std::string, Binding> scope_;
+  std::set<std::string> poisoned_;
+  const Stmt *headsStmt_ = nullptr;
+  std::optional<int64_t> declaredHeads_;
+  const Stmt *defaultStmt_ = nullptr;
+  TermRef defaultSet_;
+  std::vector<std::pair<int64_t, const Stmt *>> headStmts_;
+  bool sawHeadStatement_ = false;
+  bool headStatementFailed_ = false;
+  std::set<std::string> usedBeforeLet_;
+  std::map<int64_t, TermRef> headSets_;
+  struct PendingDivisor {
+    TermRef divisor;
+    const Expr *expr;
+    bool modulo;
+  };
+  std::vector<PendingDivisor> pendingDivisors_;
+};
+
+} // namespace
+
+std::vector<Pattern> analyzeModule(const Module &module, const SourceManager &sources,
+                                   DiagnosticEngine &diags, const SemaOptions &options) {
+  std::vector<Pattern> out;
+  if (module.patterns.empty()) {
+    diags.error({{module.buffer, 0}, {module.buffer, 0}},
+                "no pattern defined; a file needs at least one 'pattern NAME { ... }'");
+    return out;
+  }
+  std::set<std::string> definesUsed;
+  std::map<std::string, const PatternDecl *> names;
+  for (const PatternDecl &decl : module.patterns) {
+    if (decl.name.empty())
+      continue; // The parser reported it.
+    if (auto it = names.find(decl.name); it != names.end()) {
+      diags.error(decl.nameRange, "redefinition of pattern '" + decl.name + "'");
+      diags.note(it->second->nameRange, "previous definition is here");
+      continue;
+    }
+    names[decl.name] = &decl;
+    if (auto p = PatternSema(decl, sources, diags, options, definesUsed).run())
+      out.push_back(std::move(*p));
+  }
+  for (const Define &d : options.defines)
+    if (!definesUsed.count(d.name)) {
+      // Each name once, in the order of first declaration: patterns of one
+      // file often share parameter names.
+      std::string known;
+      std::set<std::string> listed;
+      for (const PatternDecl &decl : module.patterns)
+        for (const Stmt &s : decl.body)
+          if (s.kind == StmtKind::Param && listed.insert(s.name).second)
+            known += (known.empty() ? "" : ", ") + s.name;
+      diags.error({}, "unknown parameter '" + d.name + "' in -D " + d.name + "=" +
+                          std::to_string(d.value) +
+                          (known.empty() ? "; the file declares no parameters"
+                                         : "; the file declares: " + known));
+    }
+  return out;
+}
+
+} // namespace attnc

@@ -1,0 +1,128 @@
+//===- Tuning.cpp - The autotuner's database of measured tile shapes ------===//
+#include "attnc/tuning/Tuning.h"
+
+#include "attnc/support/Hash.h"
+#include "attnc/support/Files.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <vector>
+
+namespace attnc::tuning {
+
+std::string cacheDirectory() {
+  if (const char *env = std::getenv("ATTNC_CACHE_DIR"); env && *env)
+    return env;
+  const char *home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/attnc";
+}
+
+std::string databasePath() { return cacheDirectory() + "/tuning.db"; }
+
+std::string tuningKey(std::string_view source, const Pattern &pattern, const std::string &host) {
+  std::string text(source);
+  text += '\0' + pattern.name;
+  for (const ParamValue &p : pattern.params)
+    text += '\0' + p.name + "=" + std::to_string(p.value);
+  text += std::string("\0f32\0", 5) + host;
+  return pattern.name + "-" + support::fnv1aHex(text);
+}
+
+namespace {
+bool parseLine(const std::string &line, Entry &e) {
+  std::istringstream words(line);
+  std::string word;
+  if (!(words >> e.key))
+    return false;
+  int found = 0;
+  while (words >> word) {
+    size_t eq = word.find('=');
+    if (eq == std::string::npos)
+      return false;
+    std::string name = word.substr(0, eq), value = word.substr(eq + 1);
+    if (name == "backend" || name == "schedule") {
+      (name == "backend" ? e.backend : e.schedule) = value;
+      continue;
+    }
+    char *end = nullptr;
+    double v = std::strtod(value.c_str(), &end);
+    if (end == value.c_str() || *end)
+      return false;
+    if (name == "d")
+      e.d = static_cast<int64_t>(v), ++found;
+    else if (name == "tile_rows")
+      e.options.tileRows = static_cast<int64_t>(v), ++found;
+    else if (name == "tile_cols")
+      e.options.tileCols = static_cast<int64_t>(v), ++found;
+    else if (name == "gflops")
+      e.gflops = v, ++found;
+  }
+  return found == 4 && (e.backend == "fused" || (e.backend == "halide" && !e.schedule.empty())) &&
+         e.options.tileRows >= 1 && e.options.tileRows <= 64 &&
+         e.options.tileCols >= 1 && e.options.tileCols <= 4096;
+}
+
+std::vector<Entry> readAll(const std::string &path) {
+  std::vector<Entry> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    Entry e;
+    if (parseLine(line, e))
+      out.push_back(e);
+  }
+  return out;
+}
+
+void writeLine(std::ostream &os, const Entry &e) {
+  os << e.key << " d=" << e.d << " tile_rows=" << e.options.tileRows << " tile_cols=" << e.options.tileCols
+     << " gflops=" << e.gflops;
+  if (e.backend != "fused")
+    os << " backend=" << e.backend << " schedule=" << e.schedule;
+  os << "\n";
+}
+
+} // namespace
+
+std::optional<Entry> lookup(const std::string &path, const std::string &key, const std::string &backend) {
+  std::optional<Entry> found;
+  for (const Entry &e : readAll(path))
+    if (e.key == key && e.backend == backend)
+      found = e;
+  return found;
+}
+
+std::vector<Entry> lookupAll(const std::string &path, const std::string &key, const std::string &backend) {
+  std::vector<Entry> out;
+  for (const Entry &e : readAll(path)) {
+    if (e.key != key || e.backend != backend)
+      continue;
+    auto same = std::find_if(out.begin(), out.end(), [&](const Entry &x) { return x.d == e.d; });
+    if (same != out.end())
+      *same = e;
+    else
+      out.push_back(e);
+  }
+  std::sort(out.begin(), out.end(), [](const Entry &a, const Entry &b) { return a.d < b.d; });
+  return out;
+}
+
+bool record(const std::string &path, const Entry &entry, std::string &error) {
+  std::vector<Entry> all = readAll(path);
+  std::ostringstream os;
+  for (const Entry &e : all)
+    if (!(e.key == entry.key && e.d == entry.d && e.backend == entry.backend))
+      writeLine(os, e);
+  writeLine(os, entry);
+  if (!support::makeDirectories(path.substr(0, path.rfind('/')), error))
+    return false;
+  return support::writeFileAtomically(path, os.str(), error);
+}
+
+} // namespace attnc::tuning

@@ -1,0 +1,111 @@
+//===- PatternIR.h - Canonical generators of a head's key set -------------===//
+//
+// The pattern IR: per head, a small immutable tree whose leaves are canonical
+// generators, each with a closed form for "the keys of row i":
+//
+//   band          i + lo <= j <= i + hi          (lo/hi may be unbounded)
+//   block-diag    j / l == i / l
+//   key-range     lo(i, n) <= j <= hi(i, n)       (any j-free bounds)
+//   stripe        j % m in [lo, hi]               (0 <= lo <= hi < m)
+//   residue       (i - j) % m == r
+//   row-if        cond(i, n) ? every key : none   (global rows: i < g)
+//   list          explicit keys e(i, n)
+//   random        random_blocks(block, count, seed)
+//   predicate     generic cond(i, j, n), evaluated per key (the slow fallback)
+//
+// combined with union, intersect and difference. Arithmetic is the Term
+// arithmetic (floor '/', non-negative '%'). Every set is clipped to
+// [0, n); n need not be a multiple of any block or modulus. The tree is
+// symbolic in n: bind n with a RowEvaluator.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/plan/IntervalSet.h"
+#include "attnc/plan/Term.h"
+
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attnc::ir {
+
+constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::min();
+
+enum class Gen {
+  All, None, Band, BlockDiag, KeyRange, Stripe, Residue, RowIf, List, Random, Predicate,
+  Union, Intersect, Difference,
+};
+
+const char *genName(Gen g);
+
+class SetNode;
+using SetRef = std::shared_ptr<const SetNode>;
+
+/// One node of the canonical tree. Fields that a kind does not use are zero
+/// or null. Build only through the `make*` functions, which validate fields.
+class SetNode {
+public:
+  Gen kind;
+  SourceRange loc;
+  int64_t lo = 0, hi = 0;  ///< Band: offsets (kUnbounded = none); Stripe: residues
+  int64_t modulus = 0;     ///< BlockDiag l, Stripe m, Residue m, Random block
+  int64_t residue = 0;     ///< Residue r
+  int64_t count = 0;       ///< Random: blocks per query block
+  int64_t seed = 0;        ///< Random
+  TermRef loTerm, hiTerm;  ///< KeyRange bounds (inclusive; null = unbounded)
+  TermRef cond;            ///< RowIf (uses i, n), Predicate (uses i, j, n)
+  std::vector<TermRef> elems;    ///< List
+  std::vector<SetRef> children;  ///< Union, Intersect (>= 2), Difference (2)
+
+  static SetRef all(SourceRange loc = {});
+  static SetRef none(SourceRange loc = {});
+  static SetRef band(int64_t lo, int64_t hi, SourceRange loc);
+  static SetRef blockDiag(int64_t l, SourceRange loc);
+  static SetRef keyRange(TermRef lo, TermRef hi, SourceRange loc);
+  /// j % m in [lo, hi]; a range that wraps or covers every residue is split
+  /// or widened, so this may return a union, All or None.
+  static SetRef stripe(int64_t m, int64_t lo, int64_t hi, SourceRange loc);
+  static SetRef residueClass(int64_t m, int64_t r, SourceRange loc);
+  static SetRef rowIf(TermRef cond, SourceRange loc);
+  static SetRef list(std::vector<TermRef> elems, SourceRange loc);
+  static SetRef random(int64_t block, int64_t count, int64_t seed, SourceRange loc);
+  static SetRef predicate(TermRef cond, SourceRange loc);
+  /// Flattens nested unions/intersections and drops All/None identities.
+  static SetRef unite(std::vector<SetRef> children, SourceRange loc);
+  static SetRef intersect(std::vector<SetRef> children, SourceRange loc);
+  static SetRef difference(SetRef a, SetRef b, SourceRange loc);
+
+private:
+  explicit SetNode(Gen kind, SourceRange loc) : kind(kind), loc(loc) {}
+};
+
+/// The canonical IR of a whole pattern: one tree per distinct head set.
+struct PatternIR {
+  struct Head {
+    std::vector<int64_t> heads; ///< The heads that share this set.
+    SetRef set;
+    TermRef term;               ///< The Sema term it was built from (the oracle's input).
+  };
+  std::string name;
+  int64_t numHeads = 1;
+  bool headsDeclared = false; ///< false: the one set serves any head count
+  bool causal = false;
+  std::vector<std::pair<std::string, int64_t>> params;
+  std::vector<Head> heads;
+};
+
+/// One line per node, indented; each with its location when `where` is given.
+/// Renders a node's location ("fixed.attn:7:35"); the front end supplies it.
+using LocationPrinter = std::function<std::string(SourceRange)>;
+
+std::string printSet(const SetNode &set, const LocationPrinter &where = {},
+                     int indent = 0);
+std::string printPatternIR(const PatternIR &ir, const LocationPrinter &where = {});
+
+/// Whether any leaf of the tree is a Predicate (the per-element fallback).
+bool hasPredicate(const SetNode &set);
+
+} // namespace attnc::ir

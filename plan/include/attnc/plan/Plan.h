@@ -1,0 +1,235 @@
+//===- Plan.h - Disjoint pieces, layouts and tiles of a pattern -----------===//
+//
+// The fused backend's plan (target-independent). Each distinct head set is
+// split into DISJOINT pieces (for a set `(A | B | C) & R`: A & R, then
+// (B & R) - A, then (C & R) - A - B), so that every pair is computed once and
+// the pieces merge exactly through one online-softmax state per row (the
+// log-sum-exp merge). Each piece gets a strategy:
+//
+//   row-tiles          rows in blocks of R; the union of the block's keys is
+//                      compacted into one key list and cut into chunks of C
+//                      keys; a chunk is a tile, full (no mask) or partial (a
+//                      per-row bit mask)
+//   residue-relayout   a piece that includes (i - j) % m == r: queries and
+//                      keys are gathered by residue class i % m, where the
+//                      piece becomes a dense band, then tiled as above
+//
+// A Plan is symbolic in n. A BlockSource generates each row block's keys
+// from the closed forms in O(its intervals); the runtime keeps them per n
+// when they fit a memory budget and generates them as it runs otherwise.
+// Nothing is compiled per n, and nothing is O(n^2).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/plan/PatternIR.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attnc::plan {
+
+enum class Strategy { RowTiles, ResidueRelayout };
+
+struct Piece {
+  ir::SetRef set;          ///< disjoint from the head's other pieces
+  Strategy strategy = Strategy::RowTiles;
+  int64_t modulus = 0;     ///< residue-relayout: m
+  int64_t residue = 0;     ///< residue-relayout: r in (i - j) % m == r
+  /// residue-relayout: the piece without its residue factor. Every key of a
+  /// row lies in one residue class, so the row's keys are that class within
+  /// this set's intervals: O(intervals) instead of O(keys) to enumerate.
+  ir::SetRef withoutResidue;
+  /// The smallest p >= 1 such that moving every row and key by p maps the
+  /// piece onto itself (row-tiles: its set; relayout: withoutResidue), or 0
+  /// when the plan cannot tell (a constant key range, random blocks, a
+  /// predicate). A band has p = 1, a block-diagonal or stripe its size:
+  /// blocks of such a piece are translates of one another away from 0 and n.
+  int64_t period = 0;
+};
+
+struct HeadPlan {
+  std::vector<int64_t> heads;
+  std::vector<Piece> pieces;
+};
+
+struct PlanOptions {
+  int64_t tileRows = 0;    ///< R (at most 64: masks are 64-bit); 0: buildPlan picks (defaultTileRows)
+  int64_t tileCols = 64;   ///< C
+};
+
+struct Plan {
+  std::string pattern;
+  PlanOptions options;
+  std::vector<HeadPlan> heads;
+};
+
+/// Tile shapes tuned per head dimension, as a kernel file records them
+/// (metadata `tuned_tiles`, "64:32x128,128:64x64"): the runtime runs a call
+/// with head dimension d on d's shape, and on the kernel's default tiles
+/// (`tile_rows`, `tile_cols`) for any other d.
+using TunedTiles = std::vector<std::pair<int64_t, PlanOptions>>;
+std::string formatTunedTiles(const TunedTiles &tiles);
+/// False on malformed text or a shape outside 1..64 rows, 1..4096 keys.
+bool parseTunedTiles(const std::string &text, TunedTiles &out);
+
+/// The plan with `options` (resolved by resolveOptions).
+Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options = {});
+
+/// `options` with the rows per block picked (defaultTileRows) where they are 0.
+PlanOptions resolveOptions(const ir::PatternIR &ir, PlanOptions options);
+
+/// The rows per block when none is given: 64 where 64-row blocks compute no
+/// more pairs than 32-row ones (within 0.5%, counted at n = 1024: blocks
+/// aligned to the pattern's own blocks, as bigbird's), since a 64-row block
+/// loads each key once for twice the rows; else 32, which cuts less off a
+/// band's diagonal.
+int64_t defaultTileRows(const ir::PatternIR &ir);
+
+/// `count` intervals [lo + k period, lo + k period + len), k = 0 .. count-1:
+/// a stripe's keys up to a block (one interval per period of it) are one
+/// run, so a block of *fixed* or *strided* is O(1) to store, not O(n / l).
+struct KeyRun {
+  int64_t lo = 0, len = 0, period = 0, count = 1;
+  bool operator==(const KeyRun &o) const {
+    return lo == o.lo && len == o.len && period == o.period && count == o.count;
+  }
+};
+using KeyRuns = std::vector<KeyRun>;
+/// The runs of a (normalised) interval set: equal intervals equally spaced
+/// become one run. One pass.
+KeyRuns compressRuns(const IntervalSet &s);
+int64_t cardinality(const KeyRuns &runs);
+
+/// One row block of a piece at one n, compactly: the union of the block's
+/// rows' keys as runs of intervals, and the rows that have each key only
+/// where that is not every row. O(runs + partial keys), not O(keys).
+struct BlockShape {
+  int64_t firstRow = 0;          ///< first row in the piece's row space (a class's for relayout)
+  int32_t rows = 0;              ///< at most R
+  uint64_t allRows = 0;          ///< the mask with every row of the block
+  KeyRuns keys;                  ///< key k is keyBase + u * keyStride for u in these intervals
+  int64_t keyBase = 0, keyStride = 1;
+  /// (position in the compacted key list, bit r: block row r has it), for
+  /// the positions that not every row has; ascending.
+  std::vector<std::pair<int32_t, uint64_t>> partial;
+  int64_t useful = 0;            ///< pairs in the block
+  int64_t numKeys() const { return cardinality(keys); }
+  size_t bytes() const;          ///< object and heap size of a compact copy, for cache budgets
+};
+
+/// A block as the tile kernels read it: every key, ascending, with its row
+/// mask. The executor cuts `keys` into tiles of C consecutive entries; a
+/// tile whose masks are all `allRows` is full (no masking).
+struct BlockTiles {
+  int64_t firstRow = 0;
+  int32_t rows = 0;
+  uint64_t allRows = 0;
+  std::vector<int32_t> keys;     ///< key positions, ascending (see expand)
+  std::vector<uint64_t> masks;   ///< bit r of masks[k]: block row r has keys[k]
+  /// The block's keys as original positions, or with `classLocal` as the
+  /// positions u within the key class (key = keyBase + u * keyStride): the
+  /// row of a class-major copy of the keys.
+  void expand(const BlockShape &shape, bool classLocal = false);
+  /// The rows of `all` with its keys [begin, end) (and their masks).
+  void assignRange(const BlockTiles &all, size_t begin, size_t end);
+};
+
+/// The row blocks of one piece at one n, generated from closed forms. For
+/// row-tiles, a block's keys come from bounds on the whole block: keys that
+/// every row has (no per-row work) and keys that some row may have (only
+/// there are rows evaluated one by one), so a block costs O(its intervals),
+/// not O(rows x intervals). For residue relayout, class c's rows are the
+/// queries c, c + m, c + 2m, ... (row t is query c + t m). The dense
+/// baseline's blocks take every key [0, n) with the pattern as masks.
+///
+/// A translation-invariant piece (Piece::period) with enough blocks builds
+/// its first blocks once with keys past [0, n) as well (the references);
+/// every other full block is a reference moved by a multiple of the period
+/// and clipped to [0, n): O(runs + partial keys), no row is evaluated.
+/// `translates = false` builds every block directly (tests compare both).
+class BlockSource {
+public:
+  BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass = 0,
+              bool translates = true);
+  /// The dense baseline: every key of every row of a head's set.
+  static BlockSource dense(const Plan &plan, const HeadPlan &head, int64_t n);
+
+  int64_t numBlocks() const { return (rows_ + R_ - 1) / R_; }
+  /// Query of row t of this source's row space.
+  int64_t query(int64_t t) const { return rowBase_ + t * rowStride_; }
+  int64_t rowBase() const { return rowBase_; }
+  int64_t rowStride() const { return rowStride_; }
+  /// Relayout: the keys of this class are keyClass() + u * rowStride(), u = 0 ..
+  /// keyRows() - 1 (every row's keys lie in that one class).
+  int64_t keyClass() const { return keyClass_; }
+  int64_t keyRows() const { return (n_ - keyClass_ + modulus_ - 1) / modulus_; }
+  void build(int64_t block, BlockShape &out) const;
+  /// How many references build() moves blocks from (0: it builds each block).
+  int64_t references() const;
+  /// A reference block (defined in Plan.cpp, whose helpers move it).
+  struct Reference;
+
+private:
+  BlockSource(ir::SetRef set, int64_t n, int64_t R);
+  /// build() with keys (row-tiles) or the set's keys before the class is
+  /// taken (relayout) inside [lo, hi) instead of [0, n).
+  void buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi) const;
+
+  std::shared_ptr<const std::vector<Reference>> refs_; ///< blocks 0 .. P-1, keys past [0, n) too
+  ir::SetRef set_;        ///< row-tiles / dense: the piece's set
+  ir::SetRef rest_;       ///< residue relayout: the piece without its residue factor
+  int64_t n_ = 0, R_ = 32;
+  int64_t rows_ = 0;      ///< rows in this source's row space
+  int64_t rowBase_ = 0, rowStride_ = 1;
+  int64_t modulus_ = 1, keyClass_ = 0; ///< relayout: keys are keyClass + u m
+  bool dense_ = false;
+};
+
+/// The blocks of `piece` that the rest are moves of (lcm(step, period) /
+/// step for a step of R queries, R m in a residue class), or 0 when its
+/// period is unknown.
+int64_t referenceBlocks(const Plan &plan, const Piece &piece);
+
+/// The residue classes a piece is run in at length n (1 for row-tiles).
+int64_t numClasses(const Piece &piece, int64_t n);
+/// Rows of residue class c of a residue-relayout piece: the queries c, c + m, ... below n.
+int64_t classRows(const Piece &piece, int64_t n, int64_t c);
+/// The key class of query class c: its rows' keys are keyClass + u m.
+int64_t keyClass(const Piece &piece, int64_t c);
+
+/// Every block of every piece (and residue class) of one head at one n.
+struct HeadShapes {
+  std::vector<std::vector<std::vector<BlockShape>>> pieces; ///< [piece][class][block]
+};
+
+/// The blocks of every head at n (the dense baseline's with `dense`), or
+/// false (and `out` empty) as soon as they would take more than `maxBytes`:
+/// the runtime caches them per n when they fit and generates blocks as it
+/// runs otherwise.
+bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
+                 std::vector<HeadShapes> &out);
+
+/// Useful and executed pairs and tile counts of a plan at one n, from one
+/// pass over every block (what `emit --stage plan`, bench and tune report).
+struct PieceStats {
+  int64_t useful = 0, executed = 0, tiles = 0, partial = 0, blocks = 0;
+  int64_t bytes = 0; ///< what its BlockShapes take (buildShapes' budget)
+};
+struct HeadStats {
+  std::vector<PieceStats> pieces;
+  int64_t useful = 0, executed = 0;
+};
+std::vector<HeadStats> planStats(const Plan &plan, int64_t n);
+/// The dense baseline's: every key of every row block.
+std::vector<HeadStats> denseStats(const Plan &plan, int64_t n);
+/// executed / useful over every head (1 when nothing is useful).
+double executedOverUseful(const std::vector<HeadStats> &stats);
+
+/// `attnc emit --stage plan`: the pieces, strategies and tiles; with n > 0,
+/// also the executed/useful work per piece at that n.
+std::string printPlan(const Plan &plan, int64_t n = 0);
+
+} // namespace attnc::plan

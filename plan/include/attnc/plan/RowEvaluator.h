@@ -1,0 +1,48 @@
+//===- RowEvaluator.h - Closed-form key sets for a bound sequence length --===//
+//
+// Binds n and produces, for any query row i, its keys as an IntervalSet in
+// O(number of intervals) for every generator but `predicate`, which costs
+// O(keys examined) and is only evaluated inside the intervals its
+// intersection siblings leave. Never materialises an n x n mask.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/plan/PatternIR.h"
+
+namespace attnc::ir {
+
+class RowEvaluator {
+public:
+  RowEvaluator(SetRef set, int64_t n);
+
+  int64_t n() const { return n_; }
+  /// Keys of query row i (0 <= i < n), clipped to [0, n).
+  IntervalSet row(int64_t i) const;
+  /// Keys of query row i inside [lo, hi).
+  IntervalSet row(int64_t i, int64_t lo, int64_t hi) const;
+  /// The same into `out`, reusing its capacity: evaluating many rows this
+  /// way allocates nothing in steady state.
+  void row(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const;
+  /// Keys of row i inside [lo, hi), which may reach past [0, n): the keys a
+  /// translation-invariant set's generators give there (a band continues
+  /// below 0), for blocks that are moved into [0, n) afterwards.
+  void rowIn(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const;
+
+private:
+  /// Keys of row i of `s` inside [lo, hi) into `out`; `depth` picks the
+  /// per-thread scratch sets of this level of the tree.
+  void eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out,
+            int depth) const;
+  void evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out,
+                     int depth) const;
+
+  SetRef set_;
+  int64_t n_;
+  /// Rows computed in closed form, without interval lists: one interval
+  /// (intersections of bands, blocks, key ranges), or one such set minus
+  /// another; General evaluates the tree.
+  enum class Form { General, OneInterval, IntervalMinusInterval } form_ = Form::General;
+};
+
+} // namespace attnc::ir

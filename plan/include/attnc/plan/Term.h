@@ -1,0 +1,131 @@
+//===- Term.h - Typed, resolved expressions of a pattern ------------------===//
+//
+// Sema turns the AST into Terms: immutable, typed expression trees in which
+// parameters are constants, `let`s are inlined and names are resolved. The
+// only free variables left are the query i, the key j, the sequence length n
+// and (before per-head substitution) the head index h.
+//
+// Arithmetic is on int64 with FLOOR division and a NON-NEGATIVE modulo:
+// a / m = floor(a / m) and a % m = a - m * floor(a / m), in [0, m) for m > 0.
+// Sema guarantees every divisor is >= 1 for every value its variables can take
+// (i, j in [0, n), n >= 1); evaluating a division by a value < 1 is an
+// internal error.
+//
+// A Set term denotes, for every query i, a set of keys j; it is always
+// clipped to [0, n). `x in S` means x is in S's key set for the current i.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/support/Check.h"
+#include "attnc/support/SourceRange.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnc {
+
+enum class Type { Int, Bool, Set };
+
+enum class Op {
+  // Int-valued.
+  Const, VarI, VarJ, VarN, VarH, Add, Sub, Mul, Div, Mod, Neg, Abs, Min, Max,
+  // Bool-valued.
+  BoolConst, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Not, In,
+  // Set-valued.
+  Builder,      ///< { j : args[0] }
+  Range,        ///< { args[0] .. args[1] } inclusive
+  List,         ///< { args... }
+  Union, Intersect, Difference,
+  RandomBlocks, ///< random_blocks(block, count, seed): see randomBlocksOf()
+};
+
+/// Which variables a term mentions.
+enum VarMask : unsigned { kUsesI = 1, kUsesJ = 2, kUsesN = 4, kUsesH = 8 };
+
+class Term;
+using TermRef = std::shared_ptr<const Term>;
+
+/// An immutable node. Build only through the `make` functions, which check
+/// operand types and fold constants.
+class Term {
+public:
+  Op op() const { return op_; }
+  Type type() const { return type_; }
+  /// Value of Const / BoolConst (0 or 1).
+  int64_t value() const { return value_; }
+  const std::vector<TermRef> &args() const { return args_; }
+  const TermRef &arg(size_t k) const { return args_[k]; }
+  SourceRange loc() const { return loc_; }
+  /// Bit set of VarMask.
+  unsigned vars() const { return vars_; }
+  bool uses(VarMask v) const { return (vars_ & v) != 0; }
+  bool isConst() const { return op_ == Op::Const || op_ == Op::BoolConst; }
+
+  static TermRef constant(int64_t v, SourceRange loc = {});
+  static TermRef boolean(bool v, SourceRange loc = {});
+  static TermRef var(Op which, SourceRange loc = {});
+  /// Builds an operation node, folding it if every operand is constant.
+  static TermRef make(Op op, std::vector<TermRef> args, SourceRange loc = {});
+
+private:
+  Term(Op op, Type type, int64_t value, std::vector<TermRef> args, SourceRange loc);
+  Op op_;
+  Type type_;
+  int64_t value_;
+  std::vector<TermRef> args_;
+  SourceRange loc_;
+  unsigned vars_ = 0;
+};
+
+/// Result type of an operator.
+Type resultType(Op op);
+/// Floor division and non-negative modulo (m >= 1).
+int64_t floorDiv(int64_t a, int64_t m);
+int64_t floorMod(int64_t a, int64_t m);
+
+/// Values of the free variables.
+struct Env {
+  int64_t i = 0, j = 0, n = 1, h = 0;
+};
+
+int64_t evalInt(const Term &t, const Env &env);
+bool evalBool(const Term &t, const Env &env);
+/// Membership of key `env.j` in the set term `t` for query `env.i`, including
+/// the implicit clip to [0, n). This is the brute-force oracle's primitive.
+bool contains(const Term &t, const Env &env);
+
+/// The key blocks chosen by random_blocks for query block `queryBlock`:
+/// `count` distinct blocks among [0, numBlocks), sorted, determined by `seed`
+/// and `queryBlock` only (a splitmix64 stream). All blocks when count >=
+/// numBlocks.
+std::vector<int64_t> randomBlocksOf(int64_t seed, int64_t queryBlock, int64_t count,
+                                    int64_t numBlocks);
+
+/// Replaces h by a constant and refolds.
+TermRef substituteHead(const TermRef &t, int64_t head);
+/// Structural equality, ignoring source locations.
+bool structurallyEqual(const Term &a, const Term &b);
+/// Source-like rendering: `j / 128 == i / 128`.
+std::string printTerm(const Term &t);
+
+/// Conservative integer range of an Int term given i, j in [0, n), n >= 1 and
+/// h in [0, numHeads). Sums and constant multiples of i, j and n are bounded
+/// together (`n - i` is at least 1); everything else by interval arithmetic.
+struct ValueRange {
+  int64_t lo, hi; ///< inclusive; INT64_MIN / INT64_MAX stand for unbounded
+};
+ValueRange rangeOf(const Term &t, int64_t numHeads);
+
+/// The values an Int term of i and n takes over the rows i in [first, last]
+/// at a fixed n, or a superset of them, by interval arithmetic (saturating
+/// at INT64_MIN / INT64_MAX); nullopt for terms that read j or h or divide by
+/// anything but a positive constant. Division and remainder by a constant are
+/// exact when the rows stay within one period of it. The plan bounds a row
+/// block's key ranges with it.
+std::optional<ValueRange> rangeOverRows(const Term &t, int64_t first, int64_t last, int64_t n);
+
+} // namespace attnc

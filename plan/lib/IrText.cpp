@@ -1,0 +1,467 @@
+//===- IrText.cpp - The canonical pattern IR as stable text ---------------===//
+//
+// Writing walks the tree once. Reading is a recursive-descent parser over
+// tokens '(' ')' and atoms, bounded in depth so that hostile text cannot
+// overflow the stack, and it rebuilds nodes through the checked make*
+// functions after validating their fields itself.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/plan/IrText.h"
+
+#include <charconv>
+#include <sstream>
+
+namespace attnc::ir {
+
+namespace {
+
+constexpr int kMaxDepth = 256;
+
+struct OpName {
+  Op op;
+  const char *name;
+};
+constexpr OpName kOps[] = {
+    {Op::Add, "add"},         {Op::Sub, "sub"},       {Op::Mul, "mul"},
+    {Op::Div, "div"},         {Op::Mod, "mod"},       {Op::Neg, "neg"},
+    {Op::Abs, "abs"},         {Op::Min, "min"},       {Op::Max, "max"},
+    {Op::Eq, "eq"},           {Op::Ne, "ne"},         {Op::Lt, "lt"},
+    {Op::Le, "le"},           {Op::Gt, "gt"},         {Op::Ge, "ge"},
+    {Op::And, "and"},         {Op::Or, "or"},         {Op::Not, "not"},
+    {Op::In, "in"},           {Op::Builder, "builder"}, {Op::Range, "range"},
+    {Op::List, "set"},        {Op::Union, "set-union"}, {Op::Intersect, "set-intersect"},
+    {Op::Difference, "set-difference"}, {Op::RandomBlocks, "random-blocks"},
+};
+
+const char *opName(Op op) {
+  for (const OpName &o : kOps)
+    if (o.op == op)
+      return o.name;
+  return nullptr;
+}
+
+void writeTerm(const Term &t, std::ostringstream &os) {
+  switch (t.op()) {
+  case Op::Const: os << t.value(); return;
+  case Op::BoolConst: os << (t.value() ? "#t" : "#f"); return;
+  case Op::VarI: os << 'i'; return;
+  case Op::VarJ: os << 'j'; return;
+  case Op::VarN: os << 'n'; return;
+  case Op::VarH: os << 'h'; return;
+  default: break;
+  }
+  const char *name = opName(t.op());
+  ATTNC_CHECK(name, "a term operator without a text name");
+  os << '(' << name;
+  for (const TermRef &a : t.args()) {
+    os << ' ';
+    writeTerm(*a, os);
+  }
+  os << ')';
+}
+
+void writeBound(int64_t v, std::ostringstream &os) {
+  if (v == kUnbounded)
+    os << '-';
+  else
+    os << v;
+}
+
+void writeSet(const SetNode &s, std::ostringstream &os) {
+  os << '(' << genName(s.kind);
+  switch (s.kind) {
+  case Gen::Band:
+    os << ' ';
+    writeBound(s.lo, os);
+    os << ' ';
+    writeBound(s.hi, os);
+    break;
+  case Gen::BlockDiag: os << ' ' << s.modulus; break;
+  case Gen::KeyRange:
+    for (const TermRef &b : {s.loTerm, s.hiTerm}) {
+      os << ' ';
+      if (b)
+        writeTerm(*b, os);
+      else
+        os << '_';
+    }
+    break;
+  case Gen::Stripe: os << ' ' << s.modulus << ' ' << s.lo << ' ' << s.hi; break;
+  case Gen::Residue: os << ' ' << s.modulus << ' ' << s.residue; break;
+  case Gen::RowIf:
+  case Gen::Predicate:
+    os << ' ';
+    writeTerm(*s.cond, os);
+    break;
+  case Gen::List:
+    for (const TermRef &e : s.elems) {
+      os << ' ';
+      writeTerm(*e, os);
+    }
+    break;
+  case Gen::Random: os << ' ' << s.modulus << ' ' << s.count << ' ' << s.seed; break;
+  default: break;
+  }
+  for (const SetRef &c : s.children) {
+    os << ' ';
+    writeSet(*c, os);
+  }
+  os << ')';
+}
+
+/// Tokens of one line: '(' ')' and atoms separated by spaces.
+class Reader {
+public:
+  explicit Reader(std::string_view text) : text_(text) {}
+
+  bool atEnd() {
+    skipSpace();
+    return pos_ == text_.size();
+  }
+  bool peekOpen() {
+    skipSpace();
+    return pos_ < text_.size() && text_[pos_] == '(';
+  }
+  bool peekClose() {
+    skipSpace();
+    return pos_ < text_.size() && text_[pos_] == ')';
+  }
+  bool open() { return eat('('); }
+  bool close() { return eat(')'); }
+  std::string_view atom() {
+    skipSpace();
+    size_t start = pos_;
+    while (pos_ < text_.size() && text_[pos_] != ' ' && text_[pos_] != '(' && text_[pos_] != ')')
+      ++pos_;
+    return text_.substr(start, pos_ - start);
+  }
+  bool integer(int64_t &v) { return parseInt(atom(), v); }
+  static bool parseInt(std::string_view a, int64_t &v) {
+    auto [end, ec] = std::from_chars(a.data(), a.data() + a.size(), v);
+    return ec == std::errc() && end == a.data() + a.size() && !a.empty();
+  }
+
+private:
+  void skipSpace() {
+    while (pos_ < text_.size() && text_[pos_] == ' ')
+      ++pos_;
+  }
+  bool eat(char c) {
+    skipSpace();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  std::string_view text_;
+  size_t pos_ = 0;
+};
+
+struct Parser {
+  Reader in;
+  std::string error;
+  int64_t numHeads = 1;
+
+  bool fail(std::string message) {
+    if (error.empty())
+      error = std::move(message);
+    return false;
+  }
+
+  bool operandOk(Op op, size_t k, Type type) {
+    Type want = Type::Int;
+    switch (op) {
+    case Op::And: case Op::Or: case Op::Not: case Op::Builder: want = Type::Bool; break;
+    case Op::Union: case Op::Intersect: case Op::Difference: want = Type::Set; break;
+    case Op::In: want = k == 0 ? Type::Int : Type::Set; break;
+    default: break;
+    }
+    return type == want;
+  }
+
+  TermRef term(int depth) {
+    if (depth > kMaxDepth)
+      return fail("terms nest deeper than " + std::to_string(kMaxDepth)), nullptr;
+    if (!in.peekOpen()) {
+      std::string_view a = in.atom();
+      int64_t v = 0;
+      if (a == "#t" || a == "#f")
+        return Term::boolean(a == "#t");
+      if (a == "i") return Term::var(Op::VarI);
+      if (a == "j") return Term::var(Op::VarJ);
+      if (a == "n") return Term::var(Op::VarN);
+      if (a == "h") return Term::var(Op::VarH);
+      if (Reader::parseInt(a, v))
+        return Term::constant(v);
+      return fail("bad term '" + std::string(a) + "'"), nullptr;
+    }
+    in.open();
+    std::string_view name = in.atom();
+    const OpName *op = nullptr;
+    for (const OpName &o : kOps)
+      if (name == o.name)
+        op = &o;
+    if (!op)
+      return fail("unknown term operator '" + std::string(name) + "'"), nullptr;
+    std::vector<TermRef> args;
+    while (!in.peekClose()) {
+      if (in.atEnd())
+        return fail("unclosed '(" + std::string(name) + "'"), nullptr;
+      TermRef a = term(depth + 1);
+      if (!a)
+        return nullptr;
+      if (!operandOk(op->op, args.size(), a->type()))
+        return fail("operand " + std::to_string(args.size() + 1) + " of '" + std::string(name) + "' has the wrong type"),
+               nullptr;
+      args.push_back(std::move(a));
+    }
+    in.close();
+    size_t want = 2;
+    switch (op->op) {
+    case Op::Neg: case Op::Abs: case Op::Not: case Op::Builder: want = 1; break;
+    case Op::RandomBlocks: want = 3; break;
+    case Op::Min: case Op::Max: case Op::List: want = 0; break; // variadic
+    default: break;
+    }
+    if (want ? args.size() != want : (op->op != Op::List && args.empty()))
+      return fail("'" + std::string(name) + "' has " + std::to_string(args.size()) + " operands"), nullptr;
+    if ((op->op == Op::Div || op->op == Op::Mod) && rangeOf(*args[1], numHeads).lo < 1)
+      return fail("a divisor that can be less than 1: " + printTerm(*args[1])), nullptr;
+    return Term::make(op->op, std::move(args));
+  }
+
+  /// A j-free integer term (key-range bounds, list elements).
+  TermRef rowTerm(int depth, const char *what) {
+    TermRef t = term(depth);
+    if (t && (t->type() != Type::Int || t->uses(kUsesJ)))
+      return fail(std::string(what) + " must be a j-free integer"), nullptr;
+    return t;
+  }
+
+  bool bound(int64_t &v) {
+    std::string_view a = in.atom();
+    if (a == "-") {
+      v = kUnbounded;
+      return true;
+    }
+    return Reader::parseInt(a, v) && v != kUnbounded ? true : fail("bad band bound '" + std::string(a) + "'");
+  }
+
+  SetRef set(int depth) {
+    if (depth > kMaxDepth)
+      return fail("sets nest deeper than " + std::to_string(kMaxDepth)), nullptr;
+    if (!in.open())
+      return fail("expected '(' before a set"), nullptr;
+    std::string_view name = in.atom();
+    std::optional<Gen> kind;
+    for (int g = 0; g <= static_cast<int>(Gen::Difference); ++g)
+      if (name == genName(static_cast<Gen>(g)))
+        kind = static_cast<Gen>(g);
+    if (!kind)
+      return fail("unknown set generator '" + std::string(name) + "'"), nullptr;
+    SetRef out;
+    int64_t a = 0, b = 0, c = 0;
+    switch (*kind) {
+    case Gen::All: out = SetNode::all(); break;
+    case Gen::None: out = SetNode::none(); break;
+    case Gen::Band:
+      if (!bound(a) || !bound(b))
+        return nullptr;
+      out = SetNode::band(a, b, {});
+      break;
+    case Gen::BlockDiag:
+      if (!in.integer(a) || a < 1)
+        return fail("block-diag needs a size >= 1"), nullptr;
+      out = SetNode::blockDiag(a, {});
+      break;
+    case Gen::KeyRange: {
+      TermRef bounds[2];
+      for (TermRef &t : bounds) {
+        if (!in.peekOpen() && !in.peekClose()) {
+          // An atom: '_' (no bound) or a term atom.
+          Reader save = in;
+          if (in.atom() == "_")
+            continue;
+          in = save;
+        }
+        if (!(t = rowTerm(depth + 1, "a key-range bound")))
+          return nullptr;
+      }
+      out = SetNode::keyRange(bounds[0], bounds[1], {});
+      break;
+    }
+    case Gen::Stripe:
+      if (!in.integer(a) || !in.integer(b) || !in.integer(c) || a < 1 || b < 0 || b > c || c >= a)
+        return fail("a stripe needs m >= 1 and 0 <= lo <= hi < m"), nullptr;
+      out = SetNode::stripe(a, b, c, {});
+      break;
+    case Gen::Residue:
+      if (!in.integer(a) || !in.integer(b) || a < 1 || b < 0 || b >= a)
+        return fail("a residue class needs m >= 1 and 0 <= r < m"), nullptr;
+      out = SetNode::residueClass(a, b, {});
+      break;
+    case Gen::RowIf:
+    case Gen::Predicate: {
+      TermRef cond = term(depth + 1);
+      if (!cond)
+        return nullptr;
+      if (cond->type() != Type::Bool || (*kind == Gen::RowIf && cond->uses(kUsesJ)))
+        return fail(std::string(name) + " needs a condition" + (*kind == Gen::RowIf ? " without j" : "")),
+               nullptr;
+      out = *kind == Gen::RowIf ? SetNode::rowIf(cond, {}) : SetNode::predicate(cond, {});
+      break;
+    }
+    case Gen::List: {
+      std::vector<TermRef> elems;
+      while (!in.peekClose() && !in.atEnd()) {
+        TermRef e = rowTerm(depth + 1, "a list element");
+        if (!e)
+          return nullptr;
+        elems.push_back(std::move(e));
+      }
+      out = SetNode::list(std::move(elems), {});
+      break;
+    }
+    case Gen::Random:
+      if (!in.integer(a) || !in.integer(b) || !in.integer(c) || a < 1 || b < 0)
+        return fail("random blocks need block >= 1 and count >= 0"), nullptr;
+      out = SetNode::random(a, b, c, {});
+      break;
+    case Gen::Union:
+    case Gen::Intersect:
+    case Gen::Difference: {
+      std::vector<SetRef> children;
+      while (in.peekOpen()) {
+        SetRef child = set(depth + 1);
+        if (!child)
+          return nullptr;
+        children.push_back(std::move(child));
+      }
+      if (*kind == Gen::Difference ? children.size() != 2 : children.size() < 2)
+        return fail(std::string(name) + " has " + std::to_string(children.size()) + " operands"), nullptr;
+      if (*kind == Gen::Difference)
+        out = SetNode::difference(children[0], children[1], {});
+      else if (*kind == Gen::Union)
+        out = SetNode::unite(std::move(children), {});
+      else
+        out = SetNode::intersect(std::move(children), {});
+      break;
+    }
+    }
+    if (!in.close())
+      return fail("expected ')' after a " + std::string(name) + " set"), nullptr;
+    return out;
+  }
+};
+
+bool fieldInt(std::string_view field, std::string_view key, int64_t &v) {
+  return field.substr(0, key.size()) == key && Reader::parseInt(field.substr(key.size()), v);
+}
+
+} // namespace
+
+std::string writeIr(const PatternIR &ir) {
+  std::ostringstream os;
+  os << "attnc-ir 1\n";
+  os << "pattern " << ir.name << " heads=" << ir.numHeads << " declared=" << ir.headsDeclared
+     << " causal=" << ir.causal << "\n";
+  for (const auto &[name, value] : ir.params)
+    os << "param " << name << ' ' << value << "\n";
+  for (const PatternIR::Head &h : ir.heads) {
+    os << "head";
+    for (int64_t k : h.heads)
+      os << ' ' << k;
+    os << ' ';
+    writeSet(*h.set, os);
+    os << "\n";
+  }
+  return os.str();
+}
+
+bool readIr(std::string_view text, PatternIR &out, std::string &error) {
+  out = PatternIR{};
+  size_t lineNo = 0;
+  bool sawPattern = false;
+  auto fail = [&](const std::string &message) {
+    error = "pattern IR line " + std::to_string(lineNo) + ": " + message;
+    return false;
+  };
+  try {
+    while (!text.empty()) {
+      size_t eol = text.find('\n');
+      std::string_view line = text.substr(0, eol);
+      text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
+      ++lineNo;
+      if (line.empty())
+        continue;
+      Reader words(line);
+      std::string_view kind = words.atom();
+      if (lineNo == 1) {
+        if (line != "attnc-ir 1")
+          return fail("expected 'attnc-ir 1', got '" + std::string(line.substr(0, 40)) + "'");
+        continue;
+      }
+      if (kind == "pattern") {
+        out.name = std::string(words.atom());
+        int64_t heads = 0, declared = 0, causal = 0;
+        if (out.name.empty() || !fieldInt(words.atom(), "heads=", heads) ||
+            !fieldInt(words.atom(), "declared=", declared) || !fieldInt(words.atom(), "causal=", causal) ||
+            heads < 1 || heads > (int64_t{1} << 20) || declared < 0 || declared > 1 || causal < 0 || causal > 1)
+          return fail("malformed pattern line");
+        out.numHeads = heads;
+        out.headsDeclared = declared;
+        out.causal = causal;
+        sawPattern = true;
+      } else if (kind == "param") {
+        std::string name(words.atom());
+        int64_t value = 0;
+        if (name.empty() || !words.integer(value))
+          return fail("malformed param line");
+        out.params.push_back({name, value});
+      } else if (kind == "head") {
+        if (!sawPattern)
+          return fail("a head before the pattern line");
+        PatternIR::Head head;
+        while (!words.peekOpen()) {
+          int64_t h = 0;
+          if (!words.integer(h) || h < 0 || h >= out.numHeads)
+            return fail("bad head index");
+          head.heads.push_back(h);
+        }
+        Parser p{words, {}, out.numHeads};
+        head.set = p.set(0);
+        if (!head.set)
+          return fail(p.error);
+        if (!p.in.atEnd())
+          return fail("trailing text after a head's set");
+        if (head.heads.empty())
+          return fail("a head set that serves no head");
+        out.heads.push_back(std::move(head));
+      } else {
+        return fail("unknown line '" + std::string(kind) + "'");
+      }
+    }
+  } catch (const InternalError &e) {
+    return fail("inconsistent IR: " + e.message);
+  }
+  if (!sawPattern || out.heads.empty()) {
+    error = "pattern IR has no pattern or no head set";
+    return false;
+  }
+  // Every head, when heads are declared, is served by exactly one set.
+  if (out.headsDeclared) {
+    std::vector<int> served(static_cast<size_t>(out.numHeads), 0);
+    for (const PatternIR::Head &h : out.heads)
+      for (int64_t k : h.heads)
+        ++served[static_cast<size_t>(k)];
+    for (int count : served)
+      if (count != 1) {
+        error = "pattern IR: a declared head is served by " + std::to_string(count) + " sets";
+        return false;
+      }
+  }
+  return true;
+}
+
+} // namespace attnc::ir

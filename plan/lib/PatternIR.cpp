@@ -1,0 +1,315 @@
+//===- PatternIR.cpp - Canonical generators of a head's key set -----------===//
+#include "attnc/plan/PatternIR.h"
+
+#include <sstream>
+
+namespace attnc::ir {
+
+const char *genName(Gen g) {
+  switch (g) {
+  case Gen::All: return "all";
+  case Gen::None: return "none";
+  case Gen::Band: return "band";
+  case Gen::BlockDiag: return "block-diag";
+  case Gen::KeyRange: return "key-range";
+  case Gen::Stripe: return "stripe";
+  case Gen::Residue: return "residue";
+  case Gen::RowIf: return "row-if";
+  case Gen::List: return "list";
+  case Gen::Random: return "random";
+  case Gen::Predicate: return "predicate";
+  case Gen::Union: return "union";
+  case Gen::Intersect: return "intersect";
+  case Gen::Difference: return "difference";
+  }
+  return "?";
+}
+
+SetRef SetNode::all(SourceRange loc) { return SetRef(new SetNode(Gen::All, loc)); }
+SetRef SetNode::none(SourceRange loc) { return SetRef(new SetNode(Gen::None, loc)); }
+
+SetRef SetNode::band(int64_t lo, int64_t hi, SourceRange loc) {
+  if (lo != kUnbounded && hi != kUnbounded && lo > hi)
+    return none(loc);
+  if (lo == kUnbounded && hi == kUnbounded)
+    return all(loc);
+  auto s = new SetNode(Gen::Band, loc);
+  s->lo = lo;
+  s->hi = hi;
+  return SetRef(s);
+}
+
+SetRef SetNode::blockDiag(int64_t l, SourceRange loc) {
+  ATTNC_CHECK(l >= 1, "block-diag needs l >= 1");
+  if (l == 1)
+    return band(0, 0, loc);
+  auto s = new SetNode(Gen::BlockDiag, loc);
+  s->modulus = l;
+  return SetRef(s);
+}
+
+SetRef SetNode::keyRange(TermRef lo, TermRef hi, SourceRange loc) {
+  ATTNC_CHECK((!lo || lo->type() == Type::Int) && (!hi || hi->type() == Type::Int),
+              "key-range bounds must be integers");
+  ATTNC_CHECK((!lo || !lo->uses(kUsesJ)) && (!hi || !hi->uses(kUsesJ)),
+              "key-range bounds must not use j");
+  if (!lo && !hi)
+    return all(loc);
+  auto s = new SetNode(Gen::KeyRange, loc);
+  s->loTerm = std::move(lo);
+  s->hiTerm = std::move(hi);
+  return SetRef(s);
+}
+
+SetRef SetNode::stripe(int64_t m, int64_t lo, int64_t hi, SourceRange loc) {
+  ATTNC_CHECK(m >= 1, "stripe needs m >= 1");
+  if (hi < lo)
+    return none(loc);
+  if (hi - lo + 1 >= m)
+    return all(loc);
+  lo = floorMod(lo, m);
+  hi = floorMod(hi, m);
+  if (lo > hi) // wraps around m
+    return unite({stripe(m, lo, m - 1, loc), stripe(m, 0, hi, loc)}, loc);
+  if (m == 1)
+    return all(loc);
+  auto s = new SetNode(Gen::Stripe, loc);
+  s->modulus = m;
+  s->lo = lo;
+  s->hi = hi;
+  return SetRef(s);
+}
+
+SetRef SetNode::residueClass(int64_t m, int64_t r, SourceRange loc) {
+  ATTNC_CHECK(m >= 1, "residue needs m >= 1");
+  if (m == 1)
+    return all(loc);
+  auto s = new SetNode(Gen::Residue, loc);
+  s->modulus = m;
+  s->residue = floorMod(r, m);
+  return SetRef(s);
+}
+
+SetRef SetNode::rowIf(TermRef cond, SourceRange loc) {
+  ATTNC_CHECK(cond->type() == Type::Bool && !cond->uses(kUsesJ), "row-if needs a j-free condition");
+  if (cond->op() == Op::BoolConst)
+    return cond->value() ? all(loc) : none(loc);
+  auto s = new SetNode(Gen::RowIf, loc);
+  s->cond = std::move(cond);
+  return SetRef(s);
+}
+
+SetRef SetNode::list(std::vector<TermRef> elems, SourceRange loc) {
+  if (elems.empty())
+    return none(loc);
+  for (const TermRef &e : elems)
+    ATTNC_CHECK(e->type() == Type::Int && !e->uses(kUsesJ), "list elements must be j-free integers");
+  auto s = new SetNode(Gen::List, loc);
+  s->elems = std::move(elems);
+  return SetRef(s);
+}
+
+SetRef SetNode::random(int64_t block, int64_t count, int64_t seed, SourceRange loc) {
+  ATTNC_CHECK(block >= 1, "random blocks need block >= 1");
+  if (count <= 0)
+    return none(loc);
+  auto s = new SetNode(Gen::Random, loc);
+  s->modulus = block;
+  s->count = count;
+  s->seed = seed;
+  return SetRef(s);
+}
+
+SetRef SetNode::predicate(TermRef cond, SourceRange loc) {
+  ATTNC_CHECK(cond->type() == Type::Bool, "predicate must be a condition");
+  if (cond->op() == Op::BoolConst)
+    return cond->value() ? all(loc) : none(loc);
+  if (!cond->uses(kUsesJ))
+    return rowIf(std::move(cond), loc);
+  auto s = new SetNode(Gen::Predicate, loc);
+  s->cond = std::move(cond);
+  return SetRef(s);
+}
+
+static int64_t tighterLo(int64_t a, int64_t b) {
+  return a == kUnbounded ? b : b == kUnbounded ? a : std::max(a, b);
+}
+static int64_t tighterHi(int64_t a, int64_t b) {
+  return a == kUnbounded ? b : b == kUnbounded ? a : std::min(a, b);
+}
+
+/// Inside an intersection: stripes of one modulus intersect into one stripe,
+/// and a key range bounded only below meets one bounded only above.
+static std::vector<SetRef> mergeStripesAndRanges(std::vector<SetRef> in) {
+  std::vector<SetRef> out;
+  for (SetRef &c : in) {
+    bool merged = false;
+    for (SetRef &prev : out) {
+      if (c->kind == Gen::Stripe && prev->kind == Gen::Stripe && c->modulus == prev->modulus) {
+        prev = SetNode::stripe(c->modulus, std::max(c->lo, prev->lo), std::min(c->hi, prev->hi),
+                               prev->loc);
+        merged = true;
+      } else if (c->kind == Gen::KeyRange && prev->kind == Gen::KeyRange &&
+                 (!c->loTerm || !prev->loTerm) && (!c->hiTerm || !prev->hiTerm)) {
+        prev = SetNode::keyRange(c->loTerm ? c->loTerm : prev->loTerm,
+                                 c->hiTerm ? c->hiTerm : prev->hiTerm, prev->loc);
+        merged = true;
+      }
+      if (merged)
+        break;
+    }
+    if (!merged)
+      out.push_back(std::move(c));
+  }
+  return out;
+}
+
+/// Flattens same-kind children and drops identities. Returns the absorbing
+/// element if a child is one; otherwise leaves the operands in `flat`.
+static SetRef flatten(Gen kind, std::vector<SetRef> children, std::vector<SetRef> &flat) {
+  Gen identity = kind == Gen::Union ? Gen::None : Gen::All;
+  Gen absorbing = kind == Gen::Union ? Gen::All : Gen::None;
+  for (SetRef &c : children) {
+    if (c->kind == absorbing)
+      return c;
+    if (c->kind == identity)
+      continue;
+    if (c->kind == kind)
+      flat.insert(flat.end(), c->children.begin(), c->children.end());
+    else
+      flat.push_back(std::move(c));
+  }
+  if (kind == Gen::Intersect) {
+    // Bands intersect into one band.
+    std::vector<SetRef> merged;
+    SetRef bandSoFar;
+    for (SetRef &c : flat) {
+      if (c->kind != Gen::Band)
+        merged.push_back(std::move(c));
+      else if (!bandSoFar)
+        bandSoFar = c;
+      else
+        bandSoFar = SetNode::band(tighterLo(bandSoFar->lo, c->lo), tighterHi(bandSoFar->hi, c->hi),
+                                  bandSoFar->loc);
+    }
+    if (bandSoFar) {
+      if (bandSoFar->kind == Gen::None)
+        return bandSoFar;
+      merged.push_back(bandSoFar);
+    }
+    flat = mergeStripesAndRanges(std::move(merged));
+    for (const SetRef &c : flat)
+      if (c->kind == Gen::None)
+        return c;
+  }
+  return nullptr;
+}
+
+SetRef SetNode::unite(std::vector<SetRef> children, SourceRange loc) {
+  std::vector<SetRef> flat;
+  if (SetRef absorbed = flatten(Gen::Union, std::move(children), flat))
+    return absorbed;
+  if (flat.empty())
+    return none(loc);
+  if (flat.size() == 1)
+    return flat.front();
+  auto s = new SetNode(Gen::Union, loc);
+  s->children = std::move(flat);
+  return SetRef(s);
+}
+
+SetRef SetNode::intersect(std::vector<SetRef> children, SourceRange loc) {
+  std::vector<SetRef> flat;
+  if (SetRef absorbed = flatten(Gen::Intersect, std::move(children), flat))
+    return absorbed;
+  if (flat.empty())
+    return all(loc);
+  if (flat.size() == 1)
+    return flat.front();
+  auto s = new SetNode(Gen::Intersect, loc);
+  s->children = std::move(flat);
+  return SetRef(s);
+}
+
+SetRef SetNode::difference(SetRef a, SetRef b, SourceRange loc) {
+  if (a->kind == Gen::None || b->kind == Gen::All)
+    return none(loc);
+  if (b->kind == Gen::None)
+    return a;
+  auto s = new SetNode(Gen::Difference, loc);
+  s->children = {std::move(a), std::move(b)};
+  return SetRef(s);
+}
+
+bool hasPredicate(const SetNode &set) {
+  if (set.kind == Gen::Predicate)
+    return true;
+  for (const SetRef &c : set.children)
+    if (hasPredicate(*c))
+      return true;
+  return false;
+}
+
+static std::string bound(int64_t v) { return v == kUnbounded ? "inf" : std::to_string(v); }
+
+std::string printSet(const SetNode &s, const LocationPrinter &where, int indent) {
+  std::ostringstream os;
+  os << std::string(indent, ' ') << genName(s.kind);
+  switch (s.kind) {
+  case Gen::Band:
+    os << " j - i in [" << (s.lo == kUnbounded ? "-inf" : std::to_string(s.lo)) << ", "
+       << bound(s.hi) << "]";
+    break;
+  case Gen::BlockDiag:
+    os << " j / " << s.modulus << " == i / " << s.modulus;
+    break;
+  case Gen::KeyRange:
+    os << " " << (s.loTerm ? printTerm(*s.loTerm) : "-inf") << " <= j <= "
+       << (s.hiTerm ? printTerm(*s.hiTerm) : "inf");
+    break;
+  case Gen::Stripe:
+    os << " j % " << s.modulus << " in [" << s.lo << ", " << s.hi << "]";
+    break;
+  case Gen::Residue:
+    os << " (i - j) % " << s.modulus << " == " << s.residue;
+    break;
+  case Gen::RowIf:
+  case Gen::Predicate:
+    os << " " << printTerm(*s.cond);
+    break;
+  case Gen::List:
+    os << " {";
+    for (size_t k = 0; k < s.elems.size(); ++k)
+      os << (k ? ", " : " ") << printTerm(*s.elems[k]);
+    os << " }";
+    break;
+  case Gen::Random:
+    os << " block=" << s.modulus << " count=" << s.count << " seed=" << s.seed;
+    break;
+  default:
+    break;
+  }
+  if (where && s.loc.isValid())
+    os << "  @" << where(s.loc);
+  os << "\n";
+  for (const SetRef &c : s.children)
+    os << printSet(*c, where, indent + 2);
+  return os.str();
+}
+
+std::string printPatternIR(const PatternIR &ir, const LocationPrinter &where) {
+  std::ostringstream os;
+  os << "pattern " << ir.name << " heads=" << ir.numHeads << (ir.causal ? " causal" : "");
+  for (const auto &[name, value] : ir.params)
+    os << " " << name << "=" << value;
+  os << "\n";
+  for (const PatternIR::Head &h : ir.heads) {
+    os << "head";
+    for (int64_t k : h.heads)
+      os << " " << k;
+    os << ":\n" << printSet(*h.set, where, 2);
+  }
+  return os.str();
+}
+
+} // namespace attnc::ir

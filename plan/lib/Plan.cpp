@@ -1,0 +1,947 @@
+//===- Plan.cpp - Disjoint pieces, layouts and tiles of a pattern ---------===//
+#include "attnc/plan/Plan.h"
+
+#include "attnc/plan/RowEvaluator.h"
+
+#include <algorithm>
+#include <bit>
+#include <numeric>
+#include <atomic>
+#include <thread>
+#include <functional>
+#include <sstream>
+
+namespace attnc::plan {
+
+namespace {
+
+/// The residue generator a piece is built on, if any.
+const ir::SetNode *findResidue(const ir::SetNode &s) {
+  if (s.kind == ir::Gen::Residue)
+    return &s;
+  if (s.kind == ir::Gen::Intersect)
+    for (const ir::SetRef &c : s.children)
+      if (c->kind == ir::Gen::Residue)
+        return c.get();
+  return nullptr;
+}
+
+/// Whether a term mentions neither i nor j (the same for every row and key).
+bool fixed(const TermRef &t) { return !t->uses(kUsesI) && !t->uses(kUsesJ); }
+
+/// Whether a term is i + c for a fixed c.
+bool movesWithRow(const Term &t) {
+  switch (t.op()) {
+  case Op::VarI:
+    return true;
+  case Op::Add:
+    return (movesWithRow(*t.arg(0)) && fixed(t.arg(1))) || (fixed(t.arg(0)) && movesWithRow(*t.arg(1)));
+  case Op::Sub:
+    return movesWithRow(*t.arg(0)) && fixed(t.arg(1));
+  default:
+    return false;
+  }
+}
+
+/// Whether a condition on the row is true on a prefix or a suffix of any row
+/// range: a comparison of i + c with a value that does not depend on i.
+bool monotoneInRow(const Term &cond) {
+  switch (cond.op()) {
+  case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
+    return (movesWithRow(*cond.arg(0)) && fixed(cond.arg(1))) ||
+           (fixed(cond.arg(0)) && movesWithRow(*cond.arg(1)));
+  case Op::Not:
+    return monotoneInRow(*cond.arg(0));
+  default:
+    return false;
+  }
+}
+
+/// Keys that every row of a block has (`lower`) and keys that some row of it
+/// may have (`upper`), inside a window [lo, hi): lower ⊆ each row ⊆ upper.
+struct Bounds {
+  IntervalSet upper, lower;
+  bool exact = false; ///< every row has the same keys: `lower` is not kept (it is `upper`)
+  const IntervalSet &low() const { return exact ? upper : lower; }
+  /// Makes `lower` explicit (before changing one side only).
+  void split() {
+    if (exact)
+      lower = upper;
+    exact = false;
+  }
+};
+
+/// Bounds of a set over the rows [a, b] in closed form for the generators
+/// whose rows move with i predictably (band, block-diag, stripe, row-if,
+/// every combinator); rows are evaluated one by one only for the others.
+class BlockBounds {
+public:
+  explicit BlockBounds(int64_t n) : n_(n) {}
+
+  Bounds eval(const ir::SetRef &s, int64_t a, int64_t b, int64_t lo, int64_t hi) const {
+    Bounds out;
+    if (lo >= hi) {
+      out.exact = true;
+      return out;
+    }
+    auto both = [&](IntervalSet x) {
+      out.upper = std::move(x);
+      out.exact = true;
+      return out;
+    };
+    switch (s->kind) {
+    case ir::Gen::All:
+      return both({{lo, hi}});
+    case ir::Gen::None:
+      return both({});
+    case ir::Gen::Band: {
+      // Row i has [i + lo', i + hi']: the block's union is [a + lo', b + hi'],
+      // its intersection [b + lo', a + hi'].
+      auto span = [&](int64_t first, int64_t last) {
+        int64_t x = s->lo == ir::kUnbounded ? lo : std::max(lo, first + s->lo);
+        int64_t y = s->hi == ir::kUnbounded ? hi : std::min(hi, last + s->hi + 1);
+        return x < y ? IntervalSet{{x, y}} : IntervalSet{};
+      };
+      out.upper = span(a, b);
+      out.lower = span(b, a);
+      out.exact = out.upper == out.lower;
+      return out;
+    }
+    case ir::Gen::BlockDiag: {
+      int64_t first = floorDiv(a, s->modulus), last = floorDiv(b, s->modulus);
+      IntervalSet span = clip({{first * s->modulus, (last + 1) * s->modulus}}, lo, hi);
+      if (first == last)
+        return both(span);
+      out.upper = std::move(span);
+      return out;
+    }
+    case ir::Gen::Stripe:
+      return both(rowOf(s, a, lo, hi)); // the same for every row
+    case ir::Gen::Random:
+      // Rows of one query block (of the generator's size) draw the same keys.
+      if (floorDiv(a, s->modulus) == floorDiv(b, s->modulus))
+        return both(rowOf(s, a, lo, hi));
+      return perRow(s, a, b, lo, hi);
+    case ir::Gen::KeyRange: {
+      // [lo(i), hi(i)]: from the ranges of the two terms over the rows.
+      std::optional<ValueRange> first = ValueRange{lo, lo}, last = ValueRange{hi - 1, hi - 1};
+      if (s->loTerm)
+        first = rangeOverRows(*s->loTerm, a, b, n_);
+      if (s->hiTerm)
+        last = rangeOverRows(*s->hiTerm, a, b, n_);
+      if (!first || !last)
+        return perRow(s, a, b, lo, hi);
+      auto span = [&](int64_t from, int64_t to) { // keys [from, to], clipped (no overflow)
+        int64_t x = std::max(lo, from), y = to >= hi ? hi : std::max(lo, to + 1);
+        return x < y ? IntervalSet{{x, y}} : IntervalSet{};
+      };
+      out.upper = span(first->lo, last->hi);
+      out.lower = span(first->hi, last->lo);
+      out.exact = out.upper == out.lower;
+      return out;
+    }
+    case ir::Gen::RowIf: {
+      bool any = false, every = true;
+      if (monotoneInRow(*s->cond)) { // true on a prefix or a suffix of the rows: look at the ends
+        const bool first = evalBool(*s->cond, Env{a, 0, n_, 0}), last = evalBool(*s->cond, Env{b, 0, n_, 0});
+        any = first || last;
+        every = first && last;
+      } else {
+        for (int64_t i = a; i <= b && !(any && !every); ++i) { // until the rows are mixed
+          bool in = evalBool(*s->cond, Env{i, 0, n_, 0});
+          any = any || in;
+          every = every && in;
+        }
+      }
+      if (every)
+        return both({{lo, hi}});
+      if (any)
+        out.upper = {{lo, hi}};
+      out.exact = !any;
+      return out;
+    }
+    case ir::Gen::Union: {
+      out.exact = true;
+      for (const ir::SetRef &c : s->children) {
+        Bounds part = eval(c, a, b, lo, hi);
+        if (out.exact && !part.exact)
+          out.split();
+        out.upper.insert(out.upper.end(), part.upper.begin(), part.upper.end());
+        if (!out.exact)
+          out.lower.insert(out.lower.end(), part.low().begin(), part.low().end());
+      }
+      normalize(out.upper);
+      if (!out.exact)
+        normalize(out.lower);
+      return out;
+    }
+    case ir::Gen::Intersect: {
+      out.upper = {{lo, hi}};
+      out.exact = true;
+      IntervalSet tmp;
+      for (const ir::SetRef &c : byCost(s->children)) {
+        if (out.upper.empty())
+          break;
+        // A child evaluated inside one interval is its own intersection with it.
+        const bool window = out.upper.size() == 1;
+        Bounds part = eval(c, a, b, out.upper.front().lo, out.upper.back().hi);
+        if (out.exact && !part.exact)
+          out.split();
+        if (!out.exact) {
+          intersectInto(out.lower, part.low(), tmp);
+          out.lower.swap(tmp);
+        }
+        if (window) {
+          out.upper = std::move(part.upper);
+        } else {
+          intersectInto(out.upper, part.upper, tmp);
+          out.upper.swap(tmp);
+        }
+      }
+      return out; // each child's lower is inside its upper, so theirs are too
+    }
+    case ir::Gen::Difference: {
+      Bounds x = eval(s->children[0], a, b, lo, hi);
+      if (x.upper.empty())
+        return both({});
+      Bounds y = eval(s->children[1], a, b, x.upper.front().lo, x.upper.back().hi);
+      out.exact = x.exact && y.exact;
+      // Usually y is one interval (a block, a band): cut it out in place.
+      auto minus = [](IntervalSet a, const IntervalSet &b) {
+        if (b.size() > 1)
+          return subtract(a, b);
+        if (b.size() == 1)
+          subtractInPlace(a, b[0]);
+        return a; // nothing to take out: a as it is (often, when y lies past x's keys)
+      };
+      if (!out.exact)
+        out.lower = minus(x.exact ? x.upper : std::move(x.lower), y.upper);
+      out.upper = minus(std::move(x.upper), y.low());
+      return out;
+    }
+    default:
+      return perRow(s, a, b, lo, hi);
+    }
+  }
+
+private:
+  /// Exact: the union and the intersection of the rows.
+  Bounds perRow(const ir::SetRef &s, int64_t a, int64_t b, int64_t lo, int64_t hi) const {
+    ir::RowEvaluator eval(s, n_);
+    Bounds out;
+    IntervalSet row;
+    for (int64_t i = a; i <= b; ++i) {
+      eval.rowIn(i, lo, hi, row);
+      out.lower = i == a ? row : intersect(out.lower, row);
+      out.upper.insert(out.upper.end(), row.begin(), row.end());
+    }
+    normalize(out.upper);
+    return out;
+  }
+
+  /// Row i's keys inside [lo, hi) (which may reach past [0, n): see buildIn).
+  IntervalSet rowOf(const ir::SetRef &s, int64_t i, int64_t lo, int64_t hi) const {
+    IntervalSet out;
+    ir::RowEvaluator(s, n_).rowIn(i, lo, hi, out);
+    return out;
+  }
+
+  /// Narrow, cheap generators first so that the rest see a small window.
+  static std::vector<ir::SetRef> byCost(std::vector<ir::SetRef> c) {
+    auto rank = [](ir::Gen g) {
+      switch (g) {
+      case ir::Gen::Band: case ir::Gen::BlockDiag: case ir::Gen::KeyRange: return 0;
+      case ir::Gen::RowIf: return 1;
+      case ir::Gen::Predicate: return 3;
+      default: return 2;
+      }
+    };
+    std::stable_sort(c.begin(), c.end(),
+                     [&](const ir::SetRef &x, const ir::SetRef &y) { return rank(x->kind) < rank(y->kind); });
+    return c;
+  }
+
+  int64_t n_;
+};
+
+/// Fills a block from the keys every row has (`common`) and each row's other
+/// keys (`own[r]`, disjoint from `common`), all in key coordinates.
+void fillShape(IntervalSet common, const std::vector<IntervalSet> &own, BlockShape &out) {
+  const int32_t rows = out.rows;
+  thread_local IntervalSet others, merged; // per thread and reused, as below
+  others.clear();
+  for (int32_t r = 0; r < rows; ++r) {
+    out.useful += cardinality(own[r]);
+    if (own[r].empty())
+      continue;
+    uniteInto(others, own[r], merged); // rows are sorted: merges, not a sort of them all
+    others.swap(merged);
+  }
+  out.partial.clear();
+  if (others.empty()) {
+    out.keys = compressRuns(common);
+    out.useful += int64_t{rows} * cardinality(out.keys); // O(runs)
+    return;
+  }
+  out.useful += int64_t{rows} * cardinality(common);
+  out.keys = compressRuns(unite(common, others));
+  // Row masks of the keys outside `common`, indexed by rank in `others`.
+  thread_local std::vector<int64_t> start; // rank of each interval's first key
+  start.assign(others.size() + 1, 0);
+  for (size_t x = 0; x < others.size(); ++x)
+    start[x + 1] = start[x] + others[x].size();
+  // Row r's bit flips at each end of its intervals (one interval of `own[r]`
+  // is one run of ranks); the masks are the running XOR: O(intervals + keys),
+  // not O(pairs).
+  thread_local std::vector<uint64_t> masks;
+  masks.assign(static_cast<size_t>(start.back()) + 1, 0);
+  auto rankOf = [&](int64_t key) {
+    size_t x = std::upper_bound(others.begin(), others.end(), key,
+                                [](int64_t k, const Interval &iv) { return k < iv.lo; }) -
+               others.begin() - 1;
+    return start[x] + (key - others[x].lo);
+  };
+  for (int32_t r = 0; r < rows; ++r)
+    for (const Interval &x : own[r]) {
+      const int64_t first = rankOf(x.lo);
+      masks[static_cast<size_t>(first)] ^= uint64_t{1} << r;
+      masks[static_cast<size_t>(first + x.size())] ^= uint64_t{1} << r;
+    }
+  uint64_t running = 0;
+  for (uint64_t &m : masks)
+    m = running ^= m;
+  // Their positions in the compacted list: keys of `common` before them count too.
+  size_t c = 0;
+  int64_t commonBefore = 0;
+  for (size_t x = 0; x < others.size(); ++x) {
+    while (c < common.size() && common[c].lo < others[x].lo)
+      commonBefore += common[c++].size();
+    for (int64_t k = 0; k < others[x].size(); ++k) {
+      uint64_t m = masks[static_cast<size_t>(start[x] + k)];
+      if (m != out.allRows)
+        out.partial.push_back({static_cast<int32_t>(commonBefore + start[x] + k), m});
+    }
+  }
+}
+
+/// Piece::period of a set: the lcm of what each generator allows, 0 for a
+/// generator that does not move with the rows (or a period past `limit`).
+int64_t translationPeriod(const ir::SetNode &s, int64_t limit) {
+  switch (s.kind) {
+  case ir::Gen::All: case ir::Gen::None: case ir::Gen::Band: case ir::Gen::Residue:
+    return 1; // they depend on i - j only
+  case ir::Gen::BlockDiag: case ir::Gen::Stripe:
+    return s.modulus;
+  case ir::Gen::KeyRange:
+    return (!s.loTerm || movesWithRow(*s.loTerm)) && (!s.hiTerm || movesWithRow(*s.hiTerm)) ? 1 : 0;
+  case ir::Gen::RowIf:
+    return s.cond->uses(kUsesI) ? 0 : 1;
+  case ir::Gen::Union: case ir::Gen::Intersect: case ir::Gen::Difference: {
+    int64_t p = 1;
+    for (const ir::SetRef &c : s.children) {
+      const int64_t q = translationPeriod(*c, limit);
+      if (q == 0)
+        return 0;
+      p = std::lcm(p, q);
+      if (p > limit)
+        return 0;
+    }
+    return p;
+  }
+  default: // List, Random, Predicate
+    return 0;
+  }
+}
+
+const char *strategyName(Strategy s) {
+  return s == Strategy::RowTiles ? "row-tiles" : "residue-relayout";
+}
+
+} // namespace
+
+int64_t defaultTileRows(const ir::PatternIR &ir) {
+  constexpr int64_t kReferenceN = 1024;
+  auto executed = [&](int64_t rows) {
+    int64_t total = 0;
+    for (const HeadStats &h : planStats(buildPlan(ir, {rows, 64}), kReferenceN))
+      total += h.executed;
+    return total;
+  };
+  return double(executed(64)) <= 1.005 * double(executed(32)) ? 64 : 32;
+}
+
+PlanOptions resolveOptions(const ir::PatternIR &ir, PlanOptions options) {
+  if (options.tileRows == 0)
+    options.tileRows = defaultTileRows(ir);
+  return options;
+}
+
+Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
+  ATTNC_CHECK(options.tileRows >= 0 && options.tileRows <= 64, "tile rows must be in [1, 64] (0: the default)");
+  ATTNC_CHECK(options.tileCols >= 1, "tile columns must be positive");
+  Plan plan;
+  plan.pattern = ir.name;
+  plan.options = resolveOptions(ir, options);
+  for (const ir::PatternIR::Head &head : ir.heads) {
+    HeadPlan hp;
+    hp.heads = head.heads;
+    const ir::SetRef &s = head.set;
+    std::vector<ir::SetRef> parts, rest;
+    if (s->kind == ir::Gen::Union) {
+      parts = s->children;
+    } else if (s->kind == ir::Gen::Intersect) {
+      for (const ir::SetRef &c : s->children) {
+        if (c->kind == ir::Gen::Union && parts.empty())
+          parts = c->children;
+        else
+          rest.push_back(c);
+      }
+    }
+    if (parts.empty()) {
+      parts = {s};
+      rest.clear();
+    }
+    std::vector<ir::SetRef> earlier;
+    for (const ir::SetRef &part : parts) {
+      std::vector<ir::SetRef> conj{part};
+      conj.insert(conj.end(), rest.begin(), rest.end());
+      ir::SetRef pieceSet = ir::SetNode::intersect(conj, part->loc);
+      Piece piece;
+      ir::SetRef rest = nullptr;
+      if (const ir::SetNode *res = findResidue(*pieceSet)) {
+        piece.strategy = Strategy::ResidueRelayout;
+        piece.modulus = res->modulus;
+        piece.residue = res->residue;
+        std::vector<ir::SetRef> others;
+        if (pieceSet->kind == ir::Gen::Intersect)
+          for (const ir::SetRef &c : pieceSet->children)
+            if (c.get() != res)
+              others.push_back(c);
+        rest = ir::SetNode::intersect(others, part->loc);
+      }
+      if (!earlier.empty()) {
+        ir::SetRef before = ir::SetNode::unite(earlier, part->loc);
+        pieceSet = ir::SetNode::difference(pieceSet, before, part->loc);
+        if (rest)
+          rest = ir::SetNode::difference(rest, before, part->loc);
+      }
+      piece.withoutResidue = rest;
+      piece.set = pieceSet;
+      constexpr int64_t kMaxPeriod = int64_t{1} << 20;
+      piece.period = translationPeriod(rest ? *rest : *pieceSet, kMaxPeriod);
+      earlier.push_back(part);
+      hp.pieces.push_back(piece);
+    }
+    plan.heads.push_back(std::move(hp));
+  }
+  return plan;
+}
+
+BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
+    : set_(std::move(set)), n_(n), R_(R), rows_(n) {}
+
+BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass,
+                         bool translates)
+    : BlockSource(piece.set, n, plan.options.tileRows) {
+  if (piece.strategy == Strategy::ResidueRelayout) {
+    const int64_t m = piece.modulus, c = residueClass;
+    ATTNC_CHECK(0 <= c && c < numClasses(piece, n), "residue class out of range");
+    rest_ = piece.withoutResidue;
+    modulus_ = m;
+    keyClass_ = plan::keyClass(piece, c);
+    rows_ = classRows(piece, n, c);
+    rowBase_ = c;
+    rowStride_ = m;
+  }
+  // References: P blocks whose moves by P R rows (R m queries apart in a
+  // class) are moves of the piece by multiples of its period. Built with
+  // keys in [-2n, 3n): a move by less than n then brings every key of
+  // [0, n) from inside that window. Worth it from a few copies on; key
+  // positions must fit int32.
+  const int64_t P = referenceBlocks(plan, piece);
+  if (!translates || P == 0 || 5 * n >= (int64_t{1} << 31) || numBlocks() < 2 * P + 2)
+    return;
+  auto refs = std::make_shared<std::vector<Reference>>();
+  BlockShape shape;
+  for (int64_t b = 0; b < P; ++b) {
+    buildIn(b, shape, -2 * n, 3 * n);
+    refs->emplace_back(shape);
+  }
+  refs_ = std::move(refs);
+}
+
+BlockSource BlockSource::dense(const Plan &plan, const HeadPlan &head, int64_t n) {
+  std::vector<ir::SetRef> sets;
+  for (const Piece &p : head.pieces)
+    sets.push_back(p.set);
+  BlockSource src(ir::SetNode::unite(sets, {}), n, plan.options.tileRows);
+  src.dense_ = true;
+  return src;
+}
+
+namespace {
+
+/// Keys of `runs` (ascending) below x, in O(runs).
+int64_t keysBelow(const KeyRuns &runs, int64_t x) {
+  int64_t total = 0;
+  for (const KeyRun &r : runs) {
+    if (x <= r.lo)
+      break;
+    // Intervals that start below x: all but the last are whole (period > len).
+    const int64_t started = r.count == 1 ? 1 : std::min(r.count, floorDiv(x - r.lo - 1, r.period) + 1);
+    const int64_t lastStart = r.lo + (started - 1) * r.period;
+    total += (started - 1) * r.len + std::min(r.len, x - lastStart);
+  }
+  return total;
+}
+
+/// The runs' keys inside [lo, hi) into `out`: whole intervals stay one run,
+/// an interval cut by lo or hi becomes a run of its own.
+void clipRuns(const KeyRuns &runs, int64_t lo, int64_t hi, KeyRuns &out) {
+  out.clear();
+  for (const KeyRun &r : runs) {
+    const int64_t period = r.count == 1 ? 1 : r.period;
+    // Intervals k in [first, last] meet [lo, hi).
+    int64_t first = std::max<int64_t>(0, floorDiv(lo - r.lo - r.len, period) + 1);
+    int64_t last = std::min(r.count - 1, floorDiv(hi - 1 - r.lo, period));
+    if (first > last)
+      continue;
+    auto start = [&](int64_t k) { return r.lo + k * period; };
+    KeyRun head{}, tail{};
+    bool cutHead = start(first) < lo, cutTail = start(last) + r.len > hi;
+    if (first == last && (cutHead || cutTail)) {
+      const int64_t a = std::max(lo, start(first)), b = std::min(hi, start(first) + r.len);
+      out.push_back({a, b - a, 0, 1});
+      continue;
+    }
+    if (cutHead)
+      head = {lo, start(first) + r.len - lo, 0, 1}, ++first;
+    if (cutTail)
+      tail = {start(last), hi - start(last), 0, 1}, --last;
+    if (cutHead)
+      out.push_back(head);
+    if (first <= last)
+      out.push_back({start(first), r.len, last > first ? r.period : 0, last - first + 1});
+    if (cutTail)
+      out.push_back(tail);
+  }
+}
+
+} // namespace
+
+/// A reference block and, per partial position, the pairs its rows lack
+/// before it (the useful pairs of any clipped copy, without a popcount per
+/// key).
+struct BlockSource::Reference {
+  BlockShape shape;
+  std::vector<int64_t> missingBefore; ///< [k]: rows lacking keys at partial entries < k
+  explicit Reference(BlockShape s) : shape(std::move(s)) {
+    missingBefore.assign(shape.partial.size() + 1, 0);
+    for (size_t k = 0; k < shape.partial.size(); ++k)
+      missingBefore[k + 1] = missingBefore[k] + shape.rows - std::popcount(shape.partial[k].second);
+  }
+};
+
+namespace {
+
+/// `ref` moved by `shift` rows and keys (in its own coordinates: a class's
+/// rows and keys for relayout) and clipped to keys [0, keyLimit). Clipping
+/// drops a prefix and a suffix of the sorted keys, so partial positions
+/// only move down by the keys dropped in front.
+void translateBlock(const BlockSource::Reference &reference, int64_t shift, int64_t keyLimit,
+                    BlockShape &out) {
+  const BlockShape &ref = reference.shape;
+  out.firstRow = ref.firstRow + shift;
+  out.rows = ref.rows;
+  out.allRows = ref.allRows;
+  out.keyBase = ref.keyBase;
+  out.keyStride = ref.keyStride;
+  thread_local KeyRuns moved;
+  moved = ref.keys;
+  for (KeyRun &r : moved)
+    r.lo += shift;
+  const int64_t front = keysBelow(moved, 0), end = keysBelow(moved, keyLimit);
+  clipRuns(moved, 0, keyLimit, out.keys);
+  auto pos = [](const std::pair<int32_t, uint64_t> &e, int64_t p) { return e.first < p; };
+  auto from = std::lower_bound(ref.partial.begin(), ref.partial.end(), front, pos);
+  auto to = std::lower_bound(from, ref.partial.end(), end, pos);
+  out.partial.assign(from, to);
+  for (auto &entry : out.partial)
+    entry.first = static_cast<int32_t>(entry.first - front);
+  out.useful = int64_t{out.rows} * (end - front) -
+               (reference.missingBefore[static_cast<size_t>(to - ref.partial.begin())] -
+                reference.missingBefore[static_cast<size_t>(from - ref.partial.begin())]);
+}
+
+} // namespace
+
+int64_t referenceBlocks(const Plan &plan, const Piece &piece) {
+  if (piece.period == 0)
+    return 0;
+  // Queries between a block and the next: R, or R m within a residue class.
+  const int64_t step =
+      plan.options.tileRows * (piece.strategy == Strategy::ResidueRelayout ? piece.modulus : 1);
+  return std::lcm(step, piece.period) / step;
+}
+
+int64_t BlockSource::references() const { return refs_ ? static_cast<int64_t>(refs_->size()) : 0; }
+
+void BlockSource::build(int64_t block, BlockShape &out) const {
+  const int64_t P = references();
+  if (P > 0 && (block + 1) * R_ <= rows_) { // a full block: move its reference
+    const int64_t ref = block % P, limit = rest_ ? keyRows() : n_;
+    translateBlock((*refs_)[static_cast<size_t>(ref)], (block - ref) * R_, limit, out);
+    return;
+  }
+  buildIn(block, out, 0, n_);
+}
+
+void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi) const {
+  const int64_t t0 = block * R_;
+  out.firstRow = t0;
+  out.rows = static_cast<int32_t>(std::min(R_, rows_ - t0));
+  out.allRows = out.rows == 64 ? ~uint64_t{0} : ((uint64_t{1} << out.rows) - 1);
+  out.useful = 0;
+  out.keyBase = 0;
+  out.keyStride = 1;
+  // Each row's own keys, per thread and reused: generating blocks in a loop
+  // allocates little more than the shapes themselves.
+  thread_local std::vector<IntervalSet> own;
+  if (own.size() < static_cast<size_t>(out.rows))
+    own.resize(static_cast<size_t>(out.rows));
+  for (int32_t r = 0; r < out.rows; ++r)
+    own[r].clear();
+  thread_local IntervalSet part;
+  if (rest_) {
+    // Relayout: row t is query c + t m; its keys are j = keyClass + u m
+    // inside the intervals of the piece without its residue factor, so work
+    // in u.
+    const int64_t m = modulus_;
+    ir::RowEvaluator eval(rest_, n_);
+    for (int32_t r = 0; r < out.rows; ++r) {
+      eval.rowIn(query(t0 + r), lo, hi, part);
+      for (const Interval &x : part) {
+        int64_t first = floorDiv(x.lo - keyClass_ + m - 1, m);
+        int64_t last = floorDiv(x.hi - keyClass_ + m - 1, m); // exclusive
+        if (first < last)
+          own[r].push_back({first, last});
+      }
+      normalize(own[r]);
+    }
+    // Keys every row has need no mask.
+    thread_local IntervalSet common;
+    common = own[0];
+    for (int32_t r = 1; r < out.rows && !common.empty(); ++r) {
+      intersectInto(common, own[r], part);
+      common.swap(part);
+    }
+    if (!common.empty())
+      for (int32_t r = 0; r < out.rows; ++r) {
+        subtractInto(own[r], common, part);
+        own[r].swap(part);
+      }
+    fillShape(common, own, out);
+    out.keyBase = keyClass_;
+    out.keyStride = m;
+    return;
+  }
+  ir::RowEvaluator eval(set_, n_);
+  if (dense_) {
+    for (int32_t r = 0; r < out.rows; ++r) {
+      own[r] = eval.row(t0 + r);
+      out.useful += cardinality(own[r]);
+    }
+    out.keys = {{0, n_, n_, 1}}; // every key, the pattern only as masks
+    out.partial.clear();
+    std::vector<uint64_t> masks(static_cast<size_t>(n_), 0);
+    for (int32_t r = 0; r < out.rows; ++r)
+      for (const Interval &x : own[r])
+        for (int64_t k = x.lo; k < x.hi; ++k)
+          masks[static_cast<size_t>(k)] |= uint64_t{1} << r;
+    for (int64_t k = 0; k < n_; ++k)
+      if (masks[static_cast<size_t>(k)] != out.allRows)
+        out.partial.push_back({static_cast<int32_t>(k), masks[static_cast<size_t>(k)]});
+    return;
+  }
+  // Keys every row has need no per-row work; rows are evaluated only where
+  // the bounds disagree.
+  Bounds bd = BlockBounds(n_).eval(set_, t0, t0 + out.rows - 1, lo, hi);
+  // Exact bounds (the usual case: bands, stripes, blocks) leave no row to
+  // evaluate; comparing them is cheaper than subtracting.
+  IntervalSet unsure = bd.exact ? IntervalSet{} : subtract(bd.upper, bd.lower);
+  if (!unsure.empty())
+    for (int32_t r = 0; r < out.rows; ++r)
+      for (const Interval &x : unsure) {
+        eval.rowIn(t0 + r, x.lo, x.hi, part);
+        own[r].insert(own[r].end(), part.begin(), part.end());
+      }
+  if (bd.exact)
+    bd.lower = std::move(bd.upper);
+  fillShape(std::move(bd.lower), own, out);
+}
+
+size_t BlockShape::bytes() const {
+  return sizeof(BlockShape) + keys.size() * sizeof(KeyRun) + partial.size() * sizeof(partial[0]);
+}
+
+KeyRuns compressRuns(const IntervalSet &s) {
+  KeyRuns out;
+  for (size_t k = 0; k < s.size();) {
+    KeyRun run{s[k].lo, s[k].size(), 0, 1};
+    if (k + 1 < s.size() && s[k + 1].size() == run.len) {
+      run.period = s[k + 1].lo - s[k].lo;
+      while (k + run.count < s.size() && s[k + run.count].size() == run.len &&
+             s[k + run.count].lo - s[k + run.count - 1].lo == run.period)
+        ++run.count;
+    }
+    out.push_back(run);
+    k += static_cast<size_t>(run.count);
+  }
+  return out;
+}
+
+int64_t cardinality(const KeyRuns &runs) {
+  int64_t total = 0;
+  for (const KeyRun &x : runs)
+    total += x.len * x.count;
+  return total;
+}
+
+void BlockTiles::expand(const BlockShape &shape, bool classLocal) {
+  firstRow = shape.firstRow;
+  rows = shape.rows;
+  allRows = shape.allRows;
+  keys.resize(static_cast<size_t>(shape.numKeys()));
+  int32_t *dst = keys.data();
+  const int64_t base = classLocal ? 0 : shape.keyBase, stride = classLocal ? 1 : shape.keyStride;
+  for (const KeyRun &x : shape.keys)
+    for (int64_t k = 0, lo = x.lo; k < x.count; ++k, lo += x.period)
+      for (int64_t u = lo; u < lo + x.len; ++u)
+        *dst++ = static_cast<int32_t>(base + u * stride);
+  masks.assign(keys.size(), allRows);
+  for (const auto &[pos, mask] : shape.partial)
+    masks[static_cast<size_t>(pos)] = mask;
+}
+
+void BlockTiles::assignRange(const BlockTiles &all, size_t begin, size_t end) {
+  firstRow = all.firstRow;
+  rows = all.rows;
+  allRows = all.allRows;
+  const auto b = static_cast<std::ptrdiff_t>(begin), e = static_cast<std::ptrdiff_t>(end);
+  keys.assign(all.keys.begin() + b, all.keys.begin() + e);
+  masks.assign(all.masks.begin() + b, all.masks.begin() + e);
+}
+
+int64_t numClasses(const Piece &piece, int64_t n) {
+  return piece.strategy == Strategy::ResidueRelayout ? std::min(piece.modulus, n) : 1;
+}
+
+int64_t classRows(const Piece &piece, int64_t n, int64_t c) {
+  return (n - c + piece.modulus - 1) / piece.modulus;
+}
+
+int64_t keyClass(const Piece &piece, int64_t c) { return floorMod(c - piece.residue, piece.modulus); }
+
+namespace {
+
+/// Adds one block's pairs and tiles to `st` (tiles of C keys, as the executor cuts them).
+void countBlock(const BlockShape &b, int64_t C, PieceStats &st) {
+  st.useful += b.useful;
+  st.bytes += static_cast<int64_t>(b.bytes());
+  ++st.blocks;
+  const int64_t keys = b.numKeys();
+  st.tiles += (keys + C - 1) / C;
+  st.executed += int64_t{b.rows} * keys;
+  int64_t lastTile = -1;
+  for (const auto &entry : b.partial)
+    if (entry.first / C != lastTile) {
+      lastTile = entry.first / C;
+      ++st.partial;
+    }
+}
+
+void addUp(HeadStats &h) {
+  for (const PieceStats &p : h.pieces) {
+    h.useful += p.useful;
+    h.executed += p.executed;
+  }
+}
+
+/// Calls fn(piece, class, source) for every block source of a head: each
+/// piece and residue class, or the dense baseline's one (piece 0, class 0).
+/// Stops and returns false when fn does.
+template <class Fn>
+bool forEachSource(const Plan &plan, const HeadPlan &hp, int64_t n, bool dense, Fn fn) {
+  if (dense)
+    return fn(size_t{0}, int64_t{0}, BlockSource::dense(plan, hp, n));
+  for (size_t p = 0; p < hp.pieces.size(); ++p)
+    for (int64_t c = 0; c < numClasses(hp.pieces[p], n); ++c)
+      if (!fn(p, c, BlockSource(plan, hp.pieces[p], n, c)))
+        return false;
+  return true;
+}
+
+std::vector<HeadStats> stats(const Plan &plan, int64_t n, bool dense) {
+  std::vector<HeadStats> out;
+  BlockShape b;
+  for (const HeadPlan &hp : plan.heads) {
+    HeadStats &h = out.emplace_back();
+    h.pieces.resize(dense ? 1 : hp.pieces.size());
+    forEachSource(plan, hp, n, dense, [&](size_t p, int64_t, const BlockSource &src) {
+      for (int64_t k = 0; k < src.numBlocks(); ++k) {
+        src.build(k, b);
+        countBlock(b, plan.options.tileCols, h.pieces[p]);
+      }
+      return true;
+    });
+    addUp(h);
+  }
+  return out;
+}
+
+} // namespace
+
+std::vector<HeadStats> planStats(const Plan &plan, int64_t n) { return stats(plan, n, false); }
+
+std::vector<HeadStats> denseStats(const Plan &plan, int64_t n) { return stats(plan, n, true); }
+
+bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
+                 std::vector<HeadShapes> &out) {
+  // Lay out every source's blocks first, then generate them on every core.
+  struct Job {
+    size_t head, piece, cls;
+    BlockSource src;
+  };
+  std::vector<Job> jobs;
+  out.clear();
+  for (const HeadPlan &hp : plan.heads) {
+    HeadShapes &h = out.emplace_back();
+    h.pieces.resize(dense ? 1 : hp.pieces.size());
+    forEachSource(plan, hp, n, dense, [&](size_t p, int64_t, const BlockSource &src) {
+      h.pieces[p].emplace_back(static_cast<size_t>(src.numBlocks()));
+      jobs.push_back({out.size() - 1, p, h.pieces[p].size() - 1, src});
+      return true;
+    });
+  }
+  std::vector<std::pair<std::vector<BlockShape> *, const BlockSource *>> work;
+  for (const Job &j : jobs)
+    work.push_back({&out[j.head].pieces[j.piece][j.cls], &j.src});
+  std::vector<std::pair<size_t, int64_t>> blocks; // (work item, block)
+  for (size_t w = 0; w < work.size(); ++w)
+    for (int64_t k = 0; k < work[w].second->numBlocks(); ++k)
+      blocks.push_back({w, k});
+  std::atomic<size_t> bytes{0}, nextBlock{0};
+  std::atomic<bool> over{false};
+  auto worker = [&] {
+    constexpr size_t kChunk = 16;
+    for (size_t first; !over && (first = nextBlock.fetch_add(kChunk)) < blocks.size();)
+      for (size_t x = first; x < std::min(first + kChunk, blocks.size()) && !over; ++x) {
+        auto [w, k] = blocks[x];
+        BlockShape &shape = (*work[w].first)[static_cast<size_t>(k)];
+        work[w].second->build(k, shape);
+        shape.partial.shrink_to_fit(); // kept for every run at this n: no slack
+        if (bytes.fetch_add(shape.bytes()) + shape.bytes() > maxBytes)
+          over = true;
+      }
+  };
+  unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(),
+                                           static_cast<unsigned>(blocks.size() / 256 + 1)));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t)
+    pool.emplace_back(worker);
+  worker();
+  for (std::thread &t : pool)
+    t.join();
+  if (over) {
+    out.clear();
+    return false;
+  }
+  return true;
+}
+
+double executedOverUseful(const std::vector<HeadStats> &stats) {
+  int64_t useful = 0, executed = 0;
+  for (const HeadStats &h : stats) {
+    useful += h.useful;
+    executed += h.executed;
+  }
+  return useful ? double(executed) / double(useful) : 1.0;
+}
+
+std::string printPlan(const Plan &plan, int64_t n) {
+  std::ostringstream os;
+  os << "plan " << plan.pattern << " tiles=" << plan.options.tileRows << "x" << plan.options.tileCols
+     << "\n";
+  std::vector<HeadStats> stats;
+  if (n > 0)
+    stats = planStats(plan, n);
+  for (size_t h = 0; h < plan.heads.size(); ++h) {
+    const HeadPlan &hp = plan.heads[h];
+    os << "head";
+    for (int64_t k : hp.heads)
+      os << " " << k;
+    os << ": " << hp.pieces.size() << (hp.pieces.size() == 1 ? " piece" : " disjoint pieces")
+       << ", merged by log-sum-exp (one online-softmax state per row)\n";
+    for (size_t p = 0; p < hp.pieces.size(); ++p) {
+      const Piece &piece = hp.pieces[p];
+      os << "  piece " << p << ": " << strategyName(piece.strategy);
+      if (piece.strategy == Strategy::ResidueRelayout)
+        os << " m=" << piece.modulus << " r=" << piece.residue
+           << " (gather rows and keys by class i % " << piece.modulus
+           << ": the piece becomes a dense band per class, then scatter back)";
+      else
+        os << " (row blocks of " << plan.options.tileRows << ", the block's keys compacted, chunks of "
+           << plan.options.tileCols << ")";
+      if (const int64_t refs = referenceBlocks(plan, piece)) {
+        os << "\n    translation period " << piece.period << ": full blocks are " << refs << " reference block"
+           << (refs == 1 ? "" : "s") << " moved along the diagonal";
+      }
+      if (n > 0) {
+        const PieceStats &st = stats[h].pieces[p];
+        int64_t useful = st.useful, executed = st.executed, tiles = st.tiles, partial = st.partial;
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "\n    at n=%lld: useful %lld, executed %lld (%.3fx), tiles %lld (%lld partial)",
+                      static_cast<long long>(n), static_cast<long long>(useful),
+                      static_cast<long long>(executed), useful ? double(executed) / double(useful) : 1.0,
+                      static_cast<long long>(tiles), static_cast<long long>(partial));
+        os << buf;
+      }
+      os << "\n" << ir::printSet(*piece.set, {}, 4);
+    }
+    if (n > 0) {
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "  total at n=%lld: executed/useful = %.3f\n",
+                    static_cast<long long>(n),
+                    stats[h].useful ? double(stats[h].executed) / double(stats[h].useful) : 1.0);
+      os << buf;
+    }
+  }
+  return os.str();
+}
+
+std::string formatTunedTiles(const TunedTiles &tiles) {
+  std::string out;
+  for (const auto &[d, t] : tiles)
+    out += (out.empty() ? "" : ",") + std::to_string(d) + ":" + std::to_string(t.tileRows) + "x" +
+           std::to_string(t.tileCols);
+  return out;
+}
+
+bool parseTunedTiles(const std::string &text, TunedTiles &out) {
+  out.clear();
+  if (!text.empty() && text.back() == ',')
+    return false;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    long long d = 0, rows = 0, cols = 0;
+    int used = 0;
+    if (std::sscanf(item.c_str(), "%lld:%lldx%lld%n", &d, &rows, &cols, &used) != 3 ||
+        used != static_cast<int>(item.size()) || d < 1 || rows < 1 || rows > 64 || cols < 1 || cols > 4096)
+      return false;
+    out.push_back({d, PlanOptions{rows, cols}});
+  }
+  return true;
+}
+
+} // namespace attnc::plan
