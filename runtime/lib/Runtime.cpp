@@ -388,24 +388,20 @@ int threadCount(const attnc_run_options *options, int64_t tasks) {
 
 } // namespace
 
-extern "C" {
+namespace {
 
-attnc_status attnc_kernel_load(const char *path, attnc_kernel **out) {
-  if (!path || !out)
-    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_kernel_load: null argument");
-  *out = nullptr;
+/// Decodes, checks and loads a kernel file's bytes; `origin` names them in messages.
+attnc_status loadKernel(const std::string &bytes, const std::string &origin, attnc_kernel **out) {
   try {
-    std::string bytes, error;
-    if (!attnc::support::readFileBytes(path, bytes, error))
-      return fail(ATTNC_ERROR_IO, error);
+    std::string error;
     auto kernel = std::make_unique<attnc_kernel>();
     if (!attnc::format::decodeKernelFile(bytes, kernel->file, error))
-      return fail(ATTNC_ERROR_CORRUPT_KERNEL, std::string(path) + ": " + error);
+      return fail(ATTNC_ERROR_CORRUPT_KERNEL, origin + ": " + error);
     if (kernel->file.abiVersion != ATTNC_ABI_VERSION)
       return fail(ATTNC_ERROR_ABI_MISMATCH,
-                  std::string(path) + " was built for ABI version " +
-                      std::to_string(kernel->file.abiVersion) + "; this runtime implements " +
-                      std::to_string(ATTNC_ABI_VERSION) + "; recompile it with this attnc");
+                  origin + " was built for ABI version " + std::to_string(kernel->file.abiVersion) +
+                      "; this runtime implements " + std::to_string(ATTNC_ABI_VERSION) +
+                      "; recompile it with this attnc");
     if (attnc_status s = rebuildPattern(*kernel); s != ATTNC_OK)
       return s;
     if (attnc_status s = loadCode(*kernel); s != ATTNC_OK)
@@ -418,6 +414,35 @@ attnc_status attnc_kernel_load(const char *path, attnc_kernel **out) {
     return fail(ATTNC_ERROR_INTERNAL, e.message);
   } catch (const std::exception &e) {
     return fail(ATTNC_ERROR_INTERNAL, std::string("internal error: ") + e.what());
+  }
+}
+
+} // namespace
+
+extern "C" {
+
+attnc_status attnc_kernel_load(const char *path, attnc_kernel **out) {
+  if (!path || !out)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_kernel_load: null argument");
+  *out = nullptr;
+  try {
+    std::string bytes, error;
+    if (!attnc::support::readFileBytes(path, bytes, error))
+      return fail(ATTNC_ERROR_IO, error);
+    return loadKernel(bytes, path, out);
+  } catch (const std::bad_alloc &) {
+    return fail(ATTNC_ERROR_OUT_OF_MEMORY, "out of memory while loading a kernel");
+  }
+}
+
+attnc_status attnc_kernel_load_memory(const void *bytes, size_t size, attnc_kernel **out) {
+  if (!bytes || !out)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_kernel_load_memory: null argument");
+  *out = nullptr;
+  try {
+    return loadKernel(std::string(static_cast<const char *>(bytes), size), "kernel in memory", out);
+  } catch (const std::bad_alloc &) {
+    return fail(ATTNC_ERROR_OUT_OF_MEMORY, "out of memory while loading a kernel");
   }
 }
 

@@ -335,3 +335,23 @@ TEST_F(RunErrors, CppWrapperThrowsWithTheCodeAndMessage) {
 
 } // namespace
 } // namespace attnc::test
+
+namespace attnc::test {
+namespace {
+
+TEST(KernelLoadMemory, LoadsTheBytesOfAKernelFileAndRejectsCorruptOnes) {
+  std::string bytes = fixedKernelBytes();
+  attnc_kernel *k = nullptr;
+  ASSERT_EQ(attnc_kernel_load_memory(bytes.data(), bytes.size(), &k), ATTNC_OK) << attnc_last_error();
+  EXPECT_STREQ(attnc_kernel_metadata(k, "pattern"), "fixed");
+  attnc_kernel_free(k);
+  bytes[bytes.size() / 2] ^= 0x5a;
+  EXPECT_EQ(attnc_kernel_load_memory(bytes.data(), bytes.size(), &k), ATTNC_ERROR_CORRUPT_KERNEL);
+  EXPECT_EQ(k, nullptr);
+  EXPECT_NE(std::string(attnc_last_error()).find("kernel in memory"), std::string::npos) << attnc_last_error();
+  EXPECT_EQ(attnc_kernel_load_memory(nullptr, 10, &k), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attnc_kernel_load_memory(bytes.data(), 0, &k), ATTNC_ERROR_CORRUPT_KERNEL);
+}
+
+} // namespace
+} // namespace attnc::test

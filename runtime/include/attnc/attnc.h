@@ -78,6 +78,13 @@ typedef struct attnc_kernel attnc_kernel;
 /** Loads a kernel file. On success *out owns the kernel. */
 ATTNC_API attnc_status attnc_kernel_load(const char *path, attnc_kernel **out);
 
+/**
+ * Loads a kernel from the bytes of a kernel file in memory (what
+ * attnc_kernel_load reads from disk; the JIT hands its kernels over this
+ * way). The bytes are copied: the caller may free them on return.
+ */
+ATTNC_API attnc_status attnc_kernel_load_memory(const void *bytes, size_t size, attnc_kernel **out);
+
 /** Frees a kernel (null is allowed). */
 ATTNC_API void attnc_kernel_free(attnc_kernel *kernel);
 

@@ -87,6 +87,12 @@ public:
     check(attnc_kernel_load(path.c_str(), &handle));
     return Kernel(handle);
   }
+  /// From the bytes of a kernel file in memory.
+  static Kernel loadMemory(const void *bytes, size_t size) {
+    attnc_kernel *handle = nullptr;
+    check(attnc_kernel_load_memory(bytes, size, &handle));
+    return Kernel(handle);
+  }
 
   /// A metadata value ("" when absent).
   std::string metadata(const char *key) const {
