@@ -1,15 +1,15 @@
 //===- Jit.cpp - Compile patterns from a host program, with a disk cache --===//
 //
-// Order: parse and check the pattern (diagnostics become the error message),
-// compute the cache key, try the cached file, and only on a miss (or a
-// corrupt entry) run the code generator and publish the result atomically.
+// Order: parse, then compiler::prepare (check, canonicalise, the cache key:
+// what determines the kernel), try the cached entry, and only on a miss (or
+// a corrupt entry) compiler::build and publish the bytes atomically. The
+// kernel is always loaded from the bytes in memory, never written and read
+// back; a cache directory that cannot be written is no error.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/attnc_jit.h"
 
-#include "attnc/frontend/Canonicalize.h"
-#include "attnc/compiler/KernelBuilder.h"
-#include "attnc/codegen/LowerToMlir.h"
+#include "attnc/compiler/Compile.h"
 #include "attnc/tuning/Tuning.h"
 #include "attnc/runtime/Internal.h"
 #include "attnc/format/KernelFile.h"
@@ -44,8 +44,8 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
   if (!out)
     return jitFail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_jit: 'out' is null");
   *out = nullptr;
-  SemaOptions sema;
-  if (options)
+  compiler::CompileRequest request;
+  if (options) {
     for (int32_t k = 0; k < options->num_defines; ++k) {
       Define d;
       std::string error;
@@ -53,82 +53,62 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
         return jitFail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_jit: define " + std::to_string(k) + " is null");
       if (!parseDefine(options->defines[k], d, error))
         return jitFail(ATTNC_ERROR_INVALID_ARGUMENT, error);
-      sema.defines.push_back(d);
+      request.defines.push_back(d);
     }
-  const Pattern *pattern = nullptr;
-  if (!fe.diags().hasErrors() && fe.analyze(sema))
-    pattern = fe.select(options && options->pattern ? options->pattern : "");
-  if (!pattern) {
+    if (options->pattern)
+      request.pattern = options->pattern;
+    if (options->backend && *options->backend) {
+      std::string b = options->backend;
+      auto parsed = codegen::parseBackend(b);
+      if (!parsed)
+        return jitFail(ATTNC_ERROR_INVALID_ARGUMENT,
+                       "unknown backend '" + b + "'; available: fused, halide, sparsifier, dense");
+      request.options.backend = *parsed;
+    }
+  }
+  const std::string dir = cacheDir(options);
+  // A tile shape or Halide schedule measured by `attnc tune` for this
+  // pattern and machine.
+  request.tuningDatabase = dir + "/tuning.db";
+  compiler::Compilation compilation;
+  std::string error;
+  if (!compiler::prepare(fe, request, compilation, error)) {
+    if (!error.empty())
+      return jitFail(ATTNC_ERROR_UNSUPPORTED, error);
     std::string message;
     for (const auto &d : fe.diags().diagnostics())
       message += fe.diags().format(d);
     return jitFail(ATTNC_ERROR_COMPILE, message.empty() ? "the pattern does not check" : message);
   }
-
-  codegen::CodeGenOptions cg;
-  if (options && options->backend && *options->backend) {
-    std::string b = options->backend;
-    if (auto parsed = codegen::parseBackend(b))
-      cg.backend = *parsed;
-    else
-      return jitFail(ATTNC_ERROR_INVALID_ARGUMENT,
-                     "unknown backend '" + b + "'; available: fused, halide, sparsifier, dense");
-  }
-  std::string keyText = std::string(fe.sourceText()) + '\0' + pattern->name + '\0' +
-                        codegen::paramString(*pattern) + '\0' + codegen::backendName(cg.backend) + '\0' +
-                        codegen::compilerVersion() + '\0' + codegen::hostTarget() + '\0' +
-                        codegen::hostFeatureString() + '\0' + std::to_string(ATTNC_ABI_VERSION) +
-                        '\0' +
-                        // The generated MLIR: a change in the lowering is a new kernel.
-                        codegen::lowerToMlir(ir::canonicalizePattern(*pattern), fe.sources());
-  // A tile shape or Halide schedule measured by `attnc tune` for this
-  // pattern and machine.
-  codegen::applyTuning(cacheDir(options) + "/tuning.db", fe.sourceText(), *pattern, cg);
-  keyText += '\0';
-  keyText += "tiles=" + std::to_string(cg.planOptions.tileRows) + "x" +
-             std::to_string(cg.planOptions.tileCols) + ";tuned=" + tuning::formatTunedTiles(cg.tunedTiles);
-  if (cg.backend == codegen::Backend::Halide) {
-    keyText += '\0';
-    keyText += "halide=" + halide::scheduleName(cg.halideSchedule) + '\0' + halide::generatorStamp();
-  }
-  bool useCache = !(options && options->no_cache);
-  std::string dir = cacheDir(options);
-  std::string path = dir + "/" + pattern->name + "-" + support::fnv1aHex(keyText) + ".attnk";
+  const bool useCache = !(options && options->no_cache);
+  const std::string path =
+      dir + "/" + compilation.pattern->name + "-" + support::fnv1aHex(compilation.cacheKey) + ".attnk";
   bool rebuilding = false;
   if (useCache) {
-    struct stat st;
-    if (stat(path.c_str(), &st) == 0) {
-      attnc_status s = attnc_kernel_load(path.c_str(), out);
+    std::string bytes, ignored;
+    if (support::readFileBytes(path, bytes, ignored)) {
+      attnc_status s = attnc_kernel_load_memory(bytes.data(), bytes.size(), out);
       if (s == ATTNC_OK) {
         ++cacheHits;
         return ATTNC_OK;
       }
-      if (s != ATTNC_ERROR_CORRUPT_KERNEL && s != ATTNC_ERROR_ABI_MISMATCH && s != ATTNC_ERROR_IO)
+      if (s != ATTNC_ERROR_CORRUPT_KERNEL && s != ATTNC_ERROR_ABI_MISMATCH)
         return s;
-      rebuilding = true; // fall through: rebuild over the bad entry
+      rebuilding = true; // rebuild over the bad entry
     }
   }
-  std::string bytes, error;
-  if (!codegen::buildKernelFile(fe, *pattern, cg, bytes, error))
+  format::KernelFile file;
+  if (!compiler::build(fe, compilation, file, error))
     return jitFail(ATTNC_ERROR_COMPILE, error);
   ++cacheMisses;
   if (rebuilding)
     ++cacheRebuilt;
-  if (!useCache) {
-    char tmpl[] = "/tmp/attnc-jit-XXXXXX";
-    int fd = mkstemp(tmpl);
-    if (fd < 0)
-      return jitFail(ATTNC_ERROR_IO, std::string("cannot create a temporary file: ") + std::strerror(errno));
-    close(fd);
-    if (!support::writeFileAtomically(tmpl, bytes, error))
-      return jitFail(ATTNC_ERROR_IO, error);
-    attnc_status s = attnc_kernel_load(tmpl, out);
-    unlink(tmpl);
-    return s;
-  }
-  if (!support::makeDirectories(dir, error) || !support::writeFileAtomically(path, bytes, error))
-    return jitFail(ATTNC_ERROR_IO, error);
-  return attnc_kernel_load(path.c_str(), out);
+  const std::string bytes = format::encodeKernelFile(file);
+  // A cache that cannot be written (read-only, not a directory) only costs
+  // the next process a compilation: the kernel is loaded from memory.
+  if (useCache && support::makeDirectories(dir, error))
+    support::writeFileAtomically(path, bytes, error);
+  return attnc_kernel_load_memory(bytes.data(), bytes.size(), out);
 }
 
 } // namespace

@@ -55,6 +55,36 @@ TEST(JitCache, SecondCompileIsAHit) {
   EXPECT_EQ(cacheFiles(dir.path()).size(), 1u);
 }
 
+TEST(JitCache, AFusedKernelIsKeyedByItsIrNotItsSourceText) {
+  // Comments and spelling do not change the canonical IR, so the second
+  // source is the same fused kernel: a hit, one entry.
+  ScratchDir dir;
+  attnc_jit_options options{nullptr, 0, nullptr, dir.path().c_str(), 0, "fused"};
+  const char *a = "pattern w { attend { j : i - 4 <= j && j <= i } }";
+  const char *b = "# the same window\npattern w {\n  attend { j : j >= i - 4 && j <= i }  # keys\n}\n";
+  Stats before = stats();
+  attnc_kernel *k = nullptr;
+  ASSERT_EQ(attnc_jit_compile_string(a, "a.attn", &options, &k), ATTNC_OK) << attnc_last_error();
+  attnc_kernel_free(k);
+  ASSERT_EQ(attnc_jit_compile_string(b, "b.attn", &options, &k), ATTNC_OK) << attnc_last_error();
+  // The entry is the kernel as first compiled: its metadata names that source.
+  EXPECT_STREQ(attnc_kernel_metadata(k, "source"), a);
+  attnc_kernel_free(k);
+  Stats after = stats();
+  EXPECT_EQ(after.misses - before.misses, 1);
+  EXPECT_EQ(after.hits - before.hits, 1);
+  EXPECT_EQ(cacheFiles(dir.path()).size(), 1u);
+}
+
+TEST(JitCache, ACacheDirectoryThatIsAFileCompilesInMemory) {
+  ScratchDir dir;
+  const std::string file = dir.path() + "/not-a-directory";
+  { std::ofstream(file) << "x"; }
+  ASSERT_EQ(compileFixed(file), ATTNC_OK) << attnc_last_error();
+  ASSERT_EQ(compileFixed(dir.path() + "/not-a-directory/below"), ATTNC_OK) << attnc_last_error();
+  EXPECT_EQ(cacheFiles(dir.path()).size(), 1u); // the file, nothing else
+}
+
 TEST(JitCache, OtherParametersAreAMiss) {
   ScratchDir dir;
   Stats before = stats();

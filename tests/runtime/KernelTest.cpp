@@ -12,7 +12,7 @@
 
 #include "attnc/attnc_jit.h"
 #include "attnc/frontend/Driver.h"
-#include "attnc/compiler/KernelBuilder.h"
+#include "attnc/compiler/Compile.h"
 
 #include <gtest/gtest.h>
 

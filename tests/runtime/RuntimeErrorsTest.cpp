@@ -4,7 +4,7 @@
 #include "attnc/attnc.h"
 #include "attnc/attnc.hpp"
 #include "attnc/frontend/Driver.h"
-#include "attnc/compiler/KernelBuilder.h"
+#include "attnc/compiler/Compile.h"
 #include "attnc/format/KernelFile.h"
 
 #include <gtest/gtest.h>

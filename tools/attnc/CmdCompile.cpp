@@ -1,7 +1,7 @@
 //===- CmdCompile.cpp - attnc compile -------------------------------------===//
 #include "Common.h"
 
-#include "attnc/compiler/KernelBuilder.h"
+#include "attnc/compiler/Compile.h"
 #include "attnc/tuning/Tuning.h"
 #include "attnc/format/KernelFile.h"
 #include "attnc/support/Files.h"
@@ -30,17 +30,23 @@ int runCompile(const CompileOptions &opts) {
   if (!lp)
     return exitCode;
   auto start = std::chrono::steady_clock::now();
-  std::string bytes, error;
-  codegen::CodeGenOptions cg;
-  cg.backend = codegen::parseBackend(opts.backend).value_or(codegen::Backend::Fused);
-  if (std::string tuned = codegen::applyTuning(tuning::databasePath(), lp->frontend->sourceText(),
-                                               *lp->pattern, cg);
-      !tuned.empty())
-    std::cerr << "using tuned " << tuned << " from " << tuning::databasePath() << "\n";
-  if (!codegen::buildKernelFile(*lp->frontend, *lp->pattern, cg, bytes, error)) {
+  compiler::CompileRequest request;
+  request.options.backend = codegen::parseBackend(opts.backend).value_or(codegen::Backend::Fused);
+  request.tuningDatabase = tuning::databasePath();
+  compiler::Compilation compilation;
+  format::KernelFile file;
+  std::string error;
+  if (!compiler::prepare(*lp->frontend, *lp->pattern, request, compilation, error)) {
+    std::cerr << "attnc: error: " << error << "\n";
+    return kExitUserError;
+  }
+  if (!compilation.tuning.empty())
+    std::cerr << "using tuned " << compilation.tuning << " from " << tuning::databasePath() << "\n";
+  if (!compiler::build(*lp->frontend, compilation, file, error)) {
     std::cerr << "attnc: internal error: code generation failed: " << error << "\n";
     return kExitInternal;
   }
+  const std::string bytes = format::encodeKernelFile(file);
   if (!support::writeFileAtomically(opts.output, bytes, error)) {
     std::cerr << "attnc: error: " << error << "\n";
     return kExitUserError;

@@ -3,7 +3,7 @@
 
 #include "attnc/codegen/CodeGen.h"
 #include "attnc/codegen/HalideGen.h"
-#include "attnc/compiler/KernelBuilder.h"
+#include "attnc/compiler/Compile.h"
 #include "attnc/plan/Plan.h"
 #include "attnc/tuning/Tuning.h"
 

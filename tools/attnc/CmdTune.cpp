@@ -16,7 +16,7 @@
 #include "attnc/attnc.h"
 #include "attnc/analysis/Analysis.h"
 #include "attnc/codegen/HalideGen.h"
-#include "attnc/compiler/KernelBuilder.h"
+#include "attnc/compiler/Compile.h"
 #include "attnc/plan/Plan.h"
 #include "attnc/tuning/Tuning.h"
 #include "attnc/format/KernelFile.h"

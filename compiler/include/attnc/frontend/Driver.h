@@ -46,6 +46,7 @@ public:
   const dsl::Module &module() const { return module_; }
   const std::vector<Pattern> &patterns() const { return patterns_; }
   dsl::SourceManager &sources() { return sources_; }
+  const dsl::SourceManager &sources() const { return sources_; }
   dsl::DiagnosticEngine &diags() { return diags_; }
   /// Text of the parsed buffer (for hashing into kernel metadata).
   std::string_view sourceText() const { return sources_.text(module_.buffer); }
