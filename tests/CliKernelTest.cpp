@@ -81,6 +81,7 @@ TEST(CliRun, KernelFileRejectsDefines) {
   EXPECT_EQ(r.exitCode, 2) << r.err;
 }
 
+#if ATTNC_HAVE_MLIR && ATTNC_HAVE_HALIDE
 TEST(CliBench, ReportsEveryBackendSideBySide) {
   ScratchDir dir;
   CommandResult r = attnc("bench " + libraryPattern("strided") +
@@ -107,7 +108,9 @@ TEST(CliBench, ReportsEveryBackendSideBySide) {
   EXPECT_NEAR(doc["results"].array[3]["executed_over_useful"].number, 200.0 * 200.0 / double(nnz),
               1e-3);
 }
+#endif
 
+#if ATTNC_HAVE_MLIR
 TEST(CliBench, RunsBf16TensorsAndRejectsOtherTypes) {
   ScratchDir dir;
   std::string env = "ATTNC_CACHE_DIR=" + dir.path();
@@ -125,7 +128,9 @@ TEST(CliBench, RunsBf16TensorsAndRejectsOtherTypes) {
   EXPECT_EQ(bad.exitCode, 2) << bad.out;
   EXPECT_NE(bad.err.find("f16 not in {f32,bf16}"), std::string::npos) << bad.err;
 }
+#endif
 
+#if ATTNC_HAVE_HALIDE
 TEST(CliRun, HalideKernelFileRunsAndChecks) {
   ScratchDir dir;
   std::string env = "ATTNC_CACHE_DIR=" + dir.path();
@@ -140,7 +145,9 @@ TEST(CliRun, HalideKernelFileRunsAndChecks) {
   EXPECT_EQ(r.exitCode, 0) << r.err;
   EXPECT_NE(r.out.find("max abs error"), std::string::npos) << r.out;
 }
+#endif
 
+#if ATTNC_HAVE_HALIDE
 TEST(CliCompile, HalideWithoutItsCodeGeneratorFailsClearly) {
   // The Halide code generator is a module opened on first use; when it
   // cannot be opened, a halide compile says so (and the other backends do
@@ -163,7 +170,9 @@ TEST(CliCompile, HalideWithoutItsCodeGeneratorFailsClearly) {
       attnc("compile " + libraryPattern("strided") + " -D l=8 -o " + dir.file("f.attnk"), env);
   EXPECT_EQ(fused.exitCode, 0) << fused.err;
 }
+#endif
 
+#if ATTNC_HAVE_HALIDE
 TEST(CliTune, HalideScheduleIsRecordedAndUsedByCompile) {
   ScratchDir dir;
   std::string env = "ATTNC_CACHE_DIR=" + dir.path();
@@ -187,6 +196,7 @@ TEST(CliTune, HalideScheduleIsRecordedAndUsedByCompile) {
   ASSERT_EQ(fused.exitCode, 0) << fused.err;
   EXPECT_EQ(fused.err.find("using tuned"), std::string::npos) << fused.err;
 }
+#endif
 
 TEST(CliTune, RecordedShapeIsUsedByCompileForTheSameInstanceOnly) {
   ScratchDir dir;
@@ -207,6 +217,46 @@ TEST(CliTune, RecordedShapeIsUsedByCompileForTheSameInstanceOnly) {
   EXPECT_EQ(other.exitCode, 0) << other.err;
   EXPECT_EQ(other.err.find("using tuned tiles"), std::string::npos) << other.err;
 }
+
+} // namespace
+} // namespace attnc::test
+
+namespace attnc::test {
+namespace {
+
+#if !ATTNC_HAVE_MLIR || !ATTNC_HAVE_HALIDE
+// A build without MLIR or Halide says which backend is missing and what it
+// needs, with exit code 1, where a full build would use it.
+TEST(CliBackendsNotBuilt, AreReportedWithTheOptionThatBuildsThem) {
+  ScratchDir dir;
+  std::string env = "ATTNC_CACHE_DIR=" + dir.path();
+  for (const char *backend : {"sparsifier", "halide"}) {
+    if (std::string(backend) == "sparsifier" ? ATTNC_HAVE_MLIR : ATTNC_HAVE_HALIDE)
+      continue;
+    CommandResult c = attnc("compile " + libraryPattern("fixed") + " --backend " + backend + " -o " +
+                                dir.file("k.attnk"),
+                            env);
+    EXPECT_EQ(c.exitCode, 1) << c.err;
+    EXPECT_NE(c.err.find(std::string("the ") + backend + " backend is not built into this attnc"),
+              std::string::npos)
+        << c.err;
+    EXPECT_NE(c.err.find("-DATTNC_WITH_"), std::string::npos) << c.err;
+    CommandResult b = attnc("bench " + libraryPattern("fixed") + " --n 64 --d 16 --heads 1 --repeat 1 --backend " +
+                                backend,
+                            env);
+    EXPECT_NE(b.out.find("not built into this attnc"), std::string::npos) << b.out << b.err;
+  }
+#if !ATTNC_HAVE_MLIR
+  CommandResult e = attnc("emit " + libraryPattern("fixed") + " --stage mlir", env);
+  EXPECT_EQ(e.exitCode, 1) << e.err;
+  EXPECT_NE(e.err.find("--stage mlir: the sparsifier backend is not built"), std::string::npos) << e.err;
+#endif
+  // By default bench compares the backends this build has, and succeeds.
+  CommandResult d = attnc("bench " + libraryPattern("fixed") + " --n 64 --d 16 --heads 1 --repeat 1", env);
+  EXPECT_EQ(d.exitCode, 0) << d.err;
+  EXPECT_EQ(d.out.find("not built"), std::string::npos) << d.out;
+}
+#endif
 
 } // namespace
 } // namespace attnc::test

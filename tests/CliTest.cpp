@@ -556,6 +556,7 @@ TEST(CliEmit, AstAndIrOfEveryLibraryPatternExitZero) {
     }
 }
 
+#if ATTNC_HAVE_HALIDE
 TEST(CliEmit, HalideStageIsTheScheduledLoopNest) {
   CommandResult r = attnc("emit " + libraryPattern("fixed") + " --stage halide --d 64");
   ASSERT_EQ(r.exitCode, 0) << r.err;
@@ -571,6 +572,7 @@ TEST(CliEmit, HalideStageIsTheScheduledLoopNest) {
   EXPECT_EQ(bad.exitCode, 2);
   EXPECT_NE(bad.err.find("not a valid schedule"), std::string::npos) << bad.err;
 }
+#endif
 
 TEST(CliEmit, UnknownStageIsAUsageError) {
   EXPECT_EQ(attnc("emit " + libraryPattern("fixed") + " --stage bogus").exitCode, 2);

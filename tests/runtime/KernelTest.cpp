@@ -131,7 +131,7 @@ TEST_P(CpuKernel, StaysAccurateWithLargeMagnitudes) {
 INSTANTIATE_TEST_SUITE_P(
     LibraryPatterns, CpuKernel,
     ::testing::Combine(::testing::ValuesIn(kPatterns), ::testing::ValuesIn(kShapes),
-                       ::testing::Values("fused", "halide", "sparsifier", "dense")),
+                       ::testing::ValuesIn(builtBackends({"fused", "halide", "sparsifier", "dense"}))),
     [](const ::testing::TestParamInfo<CpuKernel::ParamType> &info) {
       const Shape &s = std::get<1>(info.param);
       return std::string(std::get<2>(info.param)) + "_" + std::get<0>(info.param).label + "_B" +
@@ -140,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 class CpuKernelRows : public ::testing::TestWithParam<const char *> {};
 
-INSTANTIATE_TEST_SUITE_P(Backends, CpuKernelRows, ::testing::Values("fused", "halide", "sparsifier"),
+INSTANTIATE_TEST_SUITE_P(Backends, CpuKernelRows, ::testing::ValuesIn(builtBackends({"fused", "halide", "sparsifier"})),
                          [](const ::testing::TestParamInfo<const char *> &info) {
                            return std::string(info.param);
                          });

@@ -2,6 +2,7 @@
 #include "TestSupport.h"
 
 #include "attnc/attnc.hpp"
+#include "attnc/compiler/Compile.h"
 #include "attnc/frontend/Driver.h"
 #include "support/Oracle.h"
 
@@ -102,6 +103,14 @@ attnc_tensor view(std::vector<float> &data, int64_t batch, int64_t heads, int64_
 
 std::string patternPath(const std::string &name) {
   return std::string(ATTNC_SOURCE_DIR) + "/patterns/" + name + ".attn";
+}
+
+std::vector<const char *> builtBackends(std::initializer_list<const char *> all) {
+  std::vector<const char *> out;
+  for (const char *name : all)
+    if (compiler::backendUnavailable(*codegen::parseBackend(name)).empty())
+      out.push_back(name);
+  return out;
 }
 
 } // namespace attnc::test

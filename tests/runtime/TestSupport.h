@@ -6,6 +6,7 @@
 #include "attnc/attnc.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,9 @@ attnc_tensor view(std::vector<float> &data, int64_t batch, int64_t heads, int64_
 
 /// The path of a library pattern.
 std::string patternPath(const std::string &name);
+
+/// The backends of `all` that this build has (ATTNC_WITH_MLIR / _HALIDE):
+/// the suites run every backend the build can run, and no other.
+std::vector<const char *> builtBackends(std::initializer_list<const char *> all);
 
 } // namespace attnc::test

@@ -13,6 +13,7 @@
 #include "attnc/attnc.h"
 #include "attnc/attnc_jit.h"
 #include "attnc/codegen/CodeGen.h"
+#include "attnc/compiler/Compile.h"
 #include "attnc/analysis/Analysis.h"
 #include "attnc/plan/Plan.h"
 #include "attnc/tuning/Tuning.h"
@@ -101,6 +102,14 @@ int runBench(const BenchOptions &opts) {
   for (const std::string &d : opts.pattern.defines)
     defs.push_back(d.c_str());
   std::vector<std::string> backends = opts.backends;
+  if (!opts.backendsGiven) {
+    // By default, the backends this attnc was built with.
+    backends.erase(std::remove_if(backends.begin(), backends.end(),
+                                  [](const std::string &b) {
+                                    return !compiler::backendUnavailable(*codegen::parseBackend(b)).empty();
+                                  }),
+                   backends.end());
+  }
   if (!opts.backendsGiven && opts.n > 32768) {
     // The dense baseline computes n^2 pairs per head: minutes at this size.
     backends.erase(std::remove(backends.begin(), backends.end(), "dense"), backends.end());
@@ -207,8 +216,8 @@ void setupBench(CLI::App &app, int &exitCode) {
       ->check(CLI::PositiveNumber);
   CLI::Option *backendOption =
       cmd->add_option("--backend", opts->backends,
-                      "Backends to compare: fused, halide, sparsifier, dense (dense is skipped "
-                      "above n = 32768 unless named here)")
+                      "Backends to compare: fused, halide, sparsifier, dense (by default those "
+                      "built into this attnc; dense is skipped above n = 32768 unless named here)")
           ->delimiter(',')
           ->capture_default_str()
           ->check(CLI::IsMember(codegen::backendNames()));

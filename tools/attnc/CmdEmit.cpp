@@ -46,6 +46,10 @@ int runEmit(const EmitOptions &opts) {
     text = plan::printPlan(plan::buildPlan(lp->ir), opts.n);
     break;
   case Stage::Halide: {
+    if (std::string why = compiler::backendUnavailable(codegen::Backend::Halide); !why.empty()) {
+      std::cerr << "attnc: error: --stage halide: " << why << "\n";
+      return kExitUserError;
+    }
     // The schedule: --schedule, else a tuned one, else the default.
     codegen::CodeGenOptions cg;
     cg.backend = codegen::Backend::Halide;
@@ -73,6 +77,7 @@ int runEmit(const EmitOptions &opts) {
   case Stage::Mlir:
   case Stage::Llvm:
   case Stage::Asm: {
+#if ATTNC_HAVE_MLIR
     codegen::CodeGenOptions cg;
     cg.stopAfter = stage;
     cg.link = false;
@@ -84,6 +89,11 @@ int runEmit(const EmitOptions &opts) {
     }
     text = stage == Stage::Mlir ? result.mlir : stage == Stage::Llvm ? result.llvmIr : result.assembly;
     break;
+#else
+    std::cerr << "attnc: error: --stage " << stageName(stage) << ": "
+              << compiler::backendUnavailable(codegen::Backend::Sparsifier) << "\n";
+    return kExitUserError;
+#endif
   }
   }
   if (opts.output.empty() || opts.output == "-") {
