@@ -1,29 +1,13 @@
 //===- PatternIR.cpp - Canonical generators of a head's key set -----------===//
 #include "attnc/plan/PatternIR.h"
 
+#include "attnc/plan/Generators.h"
+
 #include <sstream>
 
 namespace attnc::ir {
 
-const char *genName(Gen g) {
-  switch (g) {
-  case Gen::All: return "all";
-  case Gen::None: return "none";
-  case Gen::Band: return "band";
-  case Gen::BlockDiag: return "block-diag";
-  case Gen::KeyRange: return "key-range";
-  case Gen::Stripe: return "stripe";
-  case Gen::Residue: return "residue";
-  case Gen::RowIf: return "row-if";
-  case Gen::List: return "list";
-  case Gen::Random: return "random";
-  case Gen::Predicate: return "predicate";
-  case Gen::Union: return "union";
-  case Gen::Intersect: return "intersect";
-  case Gen::Difference: return "difference";
-  }
-  return "?";
-}
+const char *genName(Gen g) { return traits(g).name; }
 
 SetRef SetNode::all(SourceRange loc) { return SetRef(new SetNode(Gen::All, loc)); }
 SetRef SetNode::none(SourceRange loc) { return SetRef(new SetNode(Gen::None, loc)); }

@@ -1,6 +1,7 @@
 //===- Plan.cpp - Disjoint pieces, layouts and tiles of a pattern ---------===//
 #include "attnc/plan/Plan.h"
 
+#include "attnc/plan/Generators.h"
 #include "attnc/plan/RowEvaluator.h"
 
 #include <algorithm>
@@ -24,37 +25,6 @@ const ir::SetNode *findResidue(const ir::SetNode &s) {
       if (c->kind == ir::Gen::Residue)
         return c.get();
   return nullptr;
-}
-
-/// Whether a term mentions neither i nor j (the same for every row and key).
-bool fixed(const TermRef &t) { return !t->uses(kUsesI) && !t->uses(kUsesJ); }
-
-/// Whether a term is i + c for a fixed c.
-bool movesWithRow(const Term &t) {
-  switch (t.op()) {
-  case Op::VarI:
-    return true;
-  case Op::Add:
-    return (movesWithRow(*t.arg(0)) && fixed(t.arg(1))) || (fixed(t.arg(0)) && movesWithRow(*t.arg(1)));
-  case Op::Sub:
-    return movesWithRow(*t.arg(0)) && fixed(t.arg(1));
-  default:
-    return false;
-  }
-}
-
-/// Whether a condition on the row is true on a prefix or a suffix of any row
-/// range: a comparison of i + c with a value that does not depend on i.
-bool monotoneInRow(const Term &cond) {
-  switch (cond.op()) {
-  case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
-    return (movesWithRow(*cond.arg(0)) && fixed(cond.arg(1))) ||
-           (fixed(cond.arg(0)) && movesWithRow(*cond.arg(1)));
-  case Op::Not:
-    return monotoneInRow(*cond.arg(0));
-  default:
-    return false;
-  }
 }
 
 /// Keys that every row of a block has (`lower`) and keys that some row of it
@@ -89,39 +59,21 @@ public:
       out.exact = true;
       return out;
     };
-    switch (s->kind) {
-    case ir::Gen::All:
-      return both({{lo, hi}});
-    case ir::Gen::None:
-      return both({});
-    case ir::Gen::Band: {
-      // Row i has [i + lo', i + hi']: the block's union is [a + lo', b + hi'],
-      // its intersection [b + lo', a + hi'].
-      auto span = [&](int64_t first, int64_t last) {
-        int64_t x = s->lo == ir::kUnbounded ? lo : std::max(lo, first + s->lo);
-        int64_t y = s->hi == ir::kUnbounded ? hi : std::min(hi, last + s->hi + 1);
-        return x < y ? IntervalSet{{x, y}} : IntervalSet{};
-      };
-      out.upper = span(a, b);
-      out.lower = span(b, a);
+    if (ir::traits(s->kind).sliding) {
+      // Row i has [lo(i), hi(i)) with neither end decreasing: the block's
+      // union is [lo(a), hi(b)), its intersection [lo(b), hi(a)).
+      int64_t firstLo = lo, firstHi = hi, lastLo = lo, lastHi = hi;
+      ir::narrowToRow(*s, a, n_, firstLo, firstHi);
+      ir::narrowToRow(*s, b, n_, lastLo, lastHi);
+      auto span = [](int64_t x, int64_t y) { return x < y ? IntervalSet{{x, y}} : IntervalSet{}; };
+      out.upper = span(firstLo, lastHi);
+      out.lower = span(lastLo, firstHi);
       out.exact = out.upper == out.lower;
       return out;
     }
-    case ir::Gen::BlockDiag: {
-      int64_t first = floorDiv(a, s->modulus), last = floorDiv(b, s->modulus);
-      IntervalSet span = clip({{first * s->modulus, (last + 1) * s->modulus}}, lo, hi);
-      if (first == last)
-        return both(span);
-      out.upper = std::move(span);
-      return out;
-    }
-    case ir::Gen::Stripe:
-      return both(rowOf(s, a, lo, hi)); // the same for every row
-    case ir::Gen::Random:
-      // Rows of one query block (of the generator's size) draw the same keys.
-      if (floorDiv(a, s->modulus) == floorDiv(b, s->modulus))
-        return both(rowOf(s, a, lo, hi));
-      return perRow(s, a, b, lo, hi);
+    if (ir::sameKeysOnRows(*s, a, b)) // a stripe, or random blocks of one query block
+      return both(rowOf(s, a, lo, hi));
+    switch (s->kind) {
     case ir::Gen::KeyRange: {
       // [lo(i), hi(i)]: from the ranges of the two terms over the rows.
       std::optional<ValueRange> first = ValueRange{lo, lo}, last = ValueRange{hi - 1, hi - 1};
@@ -142,7 +94,7 @@ public:
     }
     case ir::Gen::RowIf: {
       bool any = false, every = true;
-      if (monotoneInRow(*s->cond)) { // true on a prefix or a suffix of the rows: look at the ends
+      if (ir::monotoneInRow(*s->cond)) { // true on a prefix or a suffix of the rows: look at the ends
         const bool first = evalBool(*s->cond, Env{a, 0, n_, 0}), last = evalBool(*s->cond, Env{b, 0, n_, 0});
         any = first || last;
         every = first && last;
@@ -179,9 +131,9 @@ public:
       out.upper = {{lo, hi}};
       out.exact = true;
       IntervalSet tmp;
-      for (const ir::SetRef &c : byCost(s->children)) {
-        if (out.upper.empty())
-          break;
+      const ir::CostOrder order(*s);
+      for (size_t k = 0; k < order.size() && !out.upper.empty(); ++k) {
+        const ir::SetRef &c = order[k];
         // A child evaluated inside one interval is its own intersection with it.
         const bool window = out.upper.size() == 1;
         Bounds part = eval(c, a, b, out.upper.front().lo, out.upper.back().hi);
@@ -246,21 +198,6 @@ private:
     return out;
   }
 
-  /// Narrow, cheap generators first so that the rest see a small window.
-  static std::vector<ir::SetRef> byCost(std::vector<ir::SetRef> c) {
-    auto rank = [](ir::Gen g) {
-      switch (g) {
-      case ir::Gen::Band: case ir::Gen::BlockDiag: case ir::Gen::KeyRange: return 0;
-      case ir::Gen::RowIf: return 1;
-      case ir::Gen::Predicate: return 3;
-      default: return 2;
-      }
-    };
-    std::stable_sort(c.begin(), c.end(),
-                     [&](const ir::SetRef &x, const ir::SetRef &y) { return rank(x->kind) < rank(y->kind); });
-    return c;
-  }
-
   int64_t n_;
 };
 
@@ -321,35 +258,6 @@ void fillShape(IntervalSet common, const std::vector<IntervalSet> &own, BlockSha
       if (m != out.allRows)
         out.partial.push_back({static_cast<int32_t>(commonBefore + start[x] + k), m});
     }
-  }
-}
-
-/// Piece::period of a set: the lcm of what each generator allows, 0 for a
-/// generator that does not move with the rows (or a period past `limit`).
-int64_t translationPeriod(const ir::SetNode &s, int64_t limit) {
-  switch (s.kind) {
-  case ir::Gen::All: case ir::Gen::None: case ir::Gen::Band: case ir::Gen::Residue:
-    return 1; // they depend on i - j only
-  case ir::Gen::BlockDiag: case ir::Gen::Stripe:
-    return s.modulus;
-  case ir::Gen::KeyRange:
-    return (!s.loTerm || movesWithRow(*s.loTerm)) && (!s.hiTerm || movesWithRow(*s.hiTerm)) ? 1 : 0;
-  case ir::Gen::RowIf:
-    return s.cond->uses(kUsesI) ? 0 : 1;
-  case ir::Gen::Union: case ir::Gen::Intersect: case ir::Gen::Difference: {
-    int64_t p = 1;
-    for (const ir::SetRef &c : s.children) {
-      const int64_t q = translationPeriod(*c, limit);
-      if (q == 0)
-        return 0;
-      p = std::lcm(p, q);
-      if (p > limit)
-        return 0;
-    }
-    return p;
-  }
-  default: // List, Random, Predicate
-    return 0;
   }
 }
 
@@ -428,7 +336,7 @@ Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
       piece.withoutResidue = rest;
       piece.set = pieceSet;
       constexpr int64_t kMaxPeriod = int64_t{1} << 20;
-      piece.period = translationPeriod(rest ? *rest : *pieceSet, kMaxPeriod);
+      piece.period = ir::period(rest ? *rest : *pieceSet, kMaxPeriod);
       earlier.push_back(part);
       hp.pieces.push_back(piece);
     }

@@ -1,62 +1,12 @@
 //===- RowEvaluator.cpp - Closed-form key sets for a bound length ---------===//
 #include "attnc/plan/RowEvaluator.h"
 
+#include "attnc/plan/Generators.h"
+
 #include <algorithm>
 #include <deque>
-#include <span>
 
 namespace attnc::ir {
-
-namespace {
-
-/// Whether every row of `s` is one interval: single-interval generators and
-/// intersections of them (a causal window, a block under `causal`, ...).
-bool oneIntervalPerRow(const SetNode &s) {
-  switch (s.kind) {
-  case Gen::All: case Gen::Band: case Gen::BlockDiag: case Gen::KeyRange:
-    return true;
-  case Gen::Intersect:
-    return std::all_of(s.children.begin(), s.children.end(),
-                       [](const SetRef &c) { return oneIntervalPerRow(*c); });
-  default:
-    return false;
-  }
-}
-
-/// Narrows [lo, hi) to row i of a set that oneIntervalPerRow accepts (it
-/// may become empty): no interval list, no allocation.
-void narrow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi) {
-  switch (s.kind) {
-  case Gen::Band:
-    if (s.lo != kUnbounded)
-      lo = std::max(lo, i + s.lo);
-    if (s.hi != kUnbounded)
-      hi = std::min(hi, i + s.hi + 1);
-    break;
-  case Gen::BlockDiag: {
-    int64_t start = floorDiv(i, s.modulus) * s.modulus;
-    lo = std::max(lo, start);
-    hi = std::min(hi, start + s.modulus);
-    break;
-  }
-  case Gen::KeyRange: {
-    Env env{i, 0, n, 0};
-    if (s.loTerm)
-      lo = std::max(lo, evalInt(*s.loTerm, env));
-    if (s.hiTerm)
-      hi = std::min(hi, evalInt(*s.hiTerm, env) + 1);
-    break;
-  }
-  case Gen::Intersect:
-    for (const SetRef &c : s.children)
-      narrow(*c, i, n, lo, hi);
-    break;
-  default: // All
-    break;
-  }
-}
-
-} // namespace
 
 RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) {
   ATTNC_CHECK(n >= 1, "sequence length must be at least 1");
@@ -83,15 +33,15 @@ void RowEvaluator::rowIn(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) co
   switch (form_) {
   case Form::OneInterval: // the common cases, in closed form
     out.clear();
-    narrow(*set_, i, n_, lo, hi);
+    narrowToRow(*set_, i, n_, lo, hi);
     if (lo < hi)
       out.push_back({lo, hi});
     return;
   case Form::IntervalMinusInterval: { // a window minus a band, say: at most two intervals
     out.clear();
     int64_t cutLo = lo, cutHi = hi;
-    narrow(*set_->children[0], i, n_, lo, hi);
-    narrow(*set_->children[1], i, n_, cutLo, cutHi);
+    narrowToRow(*set_->children[0], i, n_, lo, hi);
+    narrowToRow(*set_->children[1], i, n_, cutLo, cutHi);
     if (cutLo >= cutHi) // nothing to cut out
       cutLo = cutHi = hi;
     if (lo < std::min(hi, cutLo))
@@ -118,44 +68,14 @@ IntervalSet &scratch(int depth, int which) {
 }
 } // namespace
 
-/// Evaluation cost class: cheap, narrow generators run first inside an
-/// intersection so that the expensive ones see a small window.
-static int costRank(Gen g) {
-  switch (g) {
-  case Gen::RowIf: return 0;
-  case Gen::Band: case Gen::BlockDiag: case Gen::KeyRange: return 1;
-  case Gen::List: case Gen::Random: return 2;
-  case Gen::Stripe: case Gen::Residue: return 3;
-  case Gen::Predicate: return 5;
-  default: return 4;
-  }
-}
-
 void RowEvaluator::evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi,
                                  IntervalSet &out, int depth) const {
-  // Children in cost order (on the stack for the usual handful).
-  constexpr size_t kInline = 8;
-  const SetNode *inlineOrder[kInline];
-  std::vector<const SetNode *> heapOrder;
-  const SetNode **order = inlineOrder;
-  if (s.children.size() > kInline) {
-    heapOrder.resize(s.children.size());
-    order = heapOrder.data();
-  }
-  const size_t count = s.children.size();
-  for (size_t k = 0; k < count; ++k) { // a stable insertion sort: no buffer
-    const SetNode *c = s.children[k].get();
-    size_t at = k;
-    for (; at > 0 && costRank(order[at - 1]->kind) > costRank(c->kind); --at)
-      order[at] = order[at - 1];
-    order[at] = c;
-  }
+  const CostOrder order(s);
   IntervalSet &part = scratch(depth, 0), &next = scratch(depth, 1);
   out.assign(1, {lo, hi});
-  for (const SetNode *c : std::span(order, count)) {
-    if (out.empty())
-      break;
-    if (c->kind == Gen::Predicate) {
+  for (size_t k = 0; k < order.size() && !out.empty(); ++k) {
+    const SetNode *c = order[k].get();
+    if (traits(c->kind).perKey) {
       // Examine only the keys that survived so far.
       next.clear();
       for (const Interval &x : out) {
@@ -185,7 +105,7 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
     break;
   case Gen::Band: case Gen::BlockDiag: case Gen::KeyRange: {
     int64_t a = lo, b = hi;
-    narrow(s, i, n_, a, b);
+    narrowToRow(s, i, n_, a, b);
     if (a < b)
       out.push_back({a, b});
     break;

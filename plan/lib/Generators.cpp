@@ -1,0 +1,131 @@
+//===- Generators.cpp - What each generator of the pattern IR promises ---===//
+#include "attnc/plan/Generators.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace attnc::ir {
+
+static_assert(
+    [] {
+      for (size_t k = 0; k < kGenTraits.size(); ++k)
+        if (kGenTraits[k].kind != static_cast<Gen>(k))
+          return false;
+      return true;
+    }(),
+    "kGenTraits must list the generators in the order of Gen");
+
+bool oneIntervalPerRow(const SetNode &s) {
+  if (s.kind == Gen::Intersect)
+    return std::all_of(s.children.begin(), s.children.end(),
+                       [](const SetRef &c) { return oneIntervalPerRow(*c); });
+  return traits(s.kind).oneInterval;
+}
+
+void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi) {
+  switch (s.kind) {
+  case Gen::Band:
+    if (s.lo != kUnbounded)
+      lo = std::max(lo, i + s.lo);
+    if (s.hi != kUnbounded)
+      hi = std::min(hi, i + s.hi + 1);
+    break;
+  case Gen::BlockDiag: {
+    int64_t start = floorDiv(i, s.modulus) * s.modulus;
+    lo = std::max(lo, start);
+    hi = std::min(hi, start + s.modulus);
+    break;
+  }
+  case Gen::KeyRange: {
+    Env env{i, 0, n, 0};
+    if (s.loTerm)
+      lo = std::max(lo, evalInt(*s.loTerm, env));
+    if (s.hiTerm)
+      hi = std::min(hi, evalInt(*s.hiTerm, env) + 1);
+    break;
+  }
+  case Gen::Intersect:
+    for (const SetRef &c : s.children)
+      narrowToRow(*c, i, n, lo, hi);
+    break;
+  case Gen::All:
+    break;
+  default:
+    ATTNC_CHECK(false, "narrowToRow needs a set that oneIntervalPerRow accepts");
+  }
+}
+
+bool sameKeysOnRows(const SetNode &s, int64_t a, int64_t b) {
+  switch (traits(s.kind).sameKeys) {
+  case SameKeys::EveryRow:
+    return true;
+  case SameKeys::BlockOfRows:
+    return floorDiv(a, s.modulus) == floorDiv(b, s.modulus);
+  case SameKeys::Unknown:
+    return false;
+  }
+  return false;
+}
+
+namespace {
+
+/// Whether a term mentions neither i nor j (the same for every row and key).
+bool fixed(const TermRef &t) { return !t->uses(kUsesI) && !t->uses(kUsesJ); }
+
+/// Whether a term is i + c for a fixed c.
+bool movesWithRow(const Term &t) {
+  switch (t.op()) {
+  case Op::VarI:
+    return true;
+  case Op::Add:
+    return (movesWithRow(*t.arg(0)) && fixed(t.arg(1))) || (fixed(t.arg(0)) && movesWithRow(*t.arg(1)));
+  case Op::Sub:
+    return movesWithRow(*t.arg(0)) && fixed(t.arg(1));
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
+bool monotoneInRow(const Term &cond) {
+  switch (cond.op()) {
+  case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
+    return (movesWithRow(*cond.arg(0)) && fixed(cond.arg(1))) ||
+           (fixed(cond.arg(0)) && movesWithRow(*cond.arg(1)));
+  case Op::Not:
+    return monotoneInRow(*cond.arg(0));
+  default:
+    return false;
+  }
+}
+
+int64_t period(const SetNode &s, int64_t limit) {
+  switch (traits(s.kind).period) {
+  case PeriodRule::One:
+    return 1;
+  case PeriodRule::Modulus:
+    return s.modulus;
+  case PeriodRule::RowBounds:
+    return (!s.loTerm || movesWithRow(*s.loTerm)) && (!s.hiTerm || movesWithRow(*s.hiTerm)) ? 1 : 0;
+  case PeriodRule::RowFree:
+    return s.cond->uses(kUsesI) ? 0 : 1;
+  case PeriodRule::Children: {
+    int64_t p = 1;
+    for (const SetRef &c : s.children) {
+      const int64_t q = period(*c, limit);
+      if (q == 0)
+        return 0;
+      p = std::lcm(p, q);
+      if (p > limit)
+        return 0;
+    }
+    return p;
+  }
+  case PeriodRule::Unknown:
+    return 0;
+  }
+  return 0;
+}
+
+} // namespace attnc::ir

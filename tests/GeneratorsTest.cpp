@@ -1,0 +1,162 @@
+//===- GeneratorsTest.cpp - The generator table against the rows ---------===//
+//
+// The promises of ir::kGenTraits that the evaluators rely on, checked on the
+// rows the RowEvaluator gives for every node of every library pattern and
+// every piece of its plan, at a ragged n: intervals that slide, rows that
+// share keys, and translation periods that map a piece onto itself and are
+// the smallest such. And the one order in which both evaluators visit an
+// intersection's children.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/frontend/Canonicalize.h"
+#include "attnc/frontend/Driver.h"
+#include "attnc/plan/Generators.h"
+#include "attnc/plan/Plan.h"
+#include "attnc/plan/RowEvaluator.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace attnc {
+namespace {
+
+using ir::Gen;
+
+constexpr int64_t kN = 1031; // prime: no block or modulus divides it
+
+ir::PatternIR libraryIR(const std::string &file) {
+  Frontend fe;
+  EXPECT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + file + ".attn"));
+  EXPECT_TRUE(fe.analyze({}));
+  return ir::canonicalizePattern(fe.patterns().front());
+}
+
+void collectNodes(const ir::SetRef &s, std::vector<ir::SetRef> &out) {
+  out.push_back(s);
+  for (const ir::SetRef &c : s->children)
+    collectNodes(c, out);
+}
+
+/// Every node of every head's tree and every piece's sets.
+std::vector<ir::SetRef> everyNode(const ir::PatternIR &ir) {
+  std::vector<ir::SetRef> out;
+  for (const ir::PatternIR::Head &h : ir.heads)
+    collectNodes(h.set, out);
+  for (const plan::HeadPlan &hp : plan::buildPlan(ir, {32, 64}).heads)
+    for (const plan::Piece &piece : hp.pieces) {
+      collectNodes(piece.set, out);
+      if (piece.withoutResidue)
+        collectNodes(piece.withoutResidue, out);
+    }
+  return out;
+}
+
+/// Row i of `s` in a window wide enough that the generators' keys past
+/// [0, n) show (a band continues below 0), shifted by -shift.
+IntervalSet wideRow(const ir::RowEvaluator &eval, int64_t i, int64_t shift = 0) {
+  IntervalSet row;
+  eval.rowIn(i, -2 * kN + shift, 3 * kN + shift, row);
+  for (Interval &x : row)
+    x = {x.lo - shift, x.hi - shift};
+  return row;
+}
+
+/// Whether moving every row and key by p maps `s` onto itself on the rows
+/// that stay below n.
+bool mapsOntoItself(const ir::RowEvaluator &eval, int64_t p) {
+  for (int64_t i = 0; i + p < kN; ++i)
+    if (wideRow(eval, i + p, p) != wideRow(eval, i))
+      return false;
+  return true;
+}
+
+class GeneratorTraits : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(GeneratorTraits, SlidingIntervalsNeverMoveBack) {
+  for (const ir::SetRef &s : everyNode(libraryIR(GetParam()))) {
+    if (!ir::traits(s->kind).sliding)
+      continue;
+    ir::RowEvaluator eval(s, kN);
+    IntervalSet previous;
+    for (int64_t i = 0; i < kN; ++i) {
+      IntervalSet row = wideRow(eval, i);
+      ASSERT_LE(row.size(), 1u) << ir::printSet(*s) << "row " << i;
+      if (!row.empty() && !previous.empty()) {
+        ASSERT_TRUE(row[0].lo >= previous[0].lo && row[0].hi >= previous[0].hi)
+            << ir::printSet(*s) << "row " << i;
+      }
+      if (!row.empty())
+        previous = row;
+    }
+  }
+}
+
+TEST_P(GeneratorTraits, RowsThatShareKeysHaveEqualRows) {
+  for (const ir::SetRef &s : everyNode(libraryIR(GetParam()))) {
+    ir::RowEvaluator eval(s, kN);
+    for (int64_t i = 0; i + 1 < kN; ++i)
+      if (ir::sameKeysOnRows(*s, i, i + 1)) {
+        ASSERT_EQ(eval.row(i), eval.row(i + 1)) << ir::printSet(*s) << "rows " << i << ", " << i + 1;
+      }
+  }
+}
+
+TEST_P(GeneratorTraits, PiecePeriodIsTheSmallestTranslation) {
+  ir::PatternIR ir = libraryIR(GetParam());
+  for (const plan::HeadPlan &hp : plan::buildPlan(ir, {32, 64}).heads)
+    for (const plan::Piece &piece : hp.pieces) {
+      const ir::SetRef &s = piece.withoutResidue ? piece.withoutResidue : piece.set;
+      const int64_t p = piece.period;
+      if (p == 0)
+        continue;
+      ir::RowEvaluator eval(s, kN);
+      EXPECT_TRUE(mapsOntoItself(eval, p)) << ir::printSet(*s) << "period " << p;
+      // Every period is a multiple of the smallest: p / f for each prime f of p must fail.
+      for (int64_t f = 2, rest = p; rest > 1; ++f) {
+        if (rest % f)
+          continue;
+        while (rest % f == 0)
+          rest /= f;
+        EXPECT_FALSE(mapsOntoItself(eval, p / f)) << ir::printSet(*s) << "period " << p / f;
+      }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Library, GeneratorTraits,
+                         ::testing::Values("axial", "bigbird", "causal", "dilated", "fixed",
+                                           "fixed_multihead", "fixed_subblocks", "full", "local",
+                                           "longformer", "strided", "strided_multihead"));
+
+/// Row evaluation and block bounds both visit an intersection's children in
+/// CostOrder: cheapest rank first (row-if before the one-interval generators),
+/// ties in tree order.
+TEST(Generators, IntersectionChildrenRunCheapestFirstInTreeOrder) {
+  auto i = Term::var(Op::VarI), j = Term::var(Op::VarJ);
+  auto c = [](int64_t v) { return Term::constant(v); };
+  ir::SetRef s = ir::SetNode::intersect(
+      {ir::SetNode::predicate(Term::make(Op::Eq, {Term::make(Op::Mod, {Term::make(Op::Mul, {i, j}), c(7)}), c(1)}),
+                              {}),
+       ir::SetNode::stripe(8, 0, 1, {}),
+       ir::SetNode::unite({ir::SetNode::residueClass(3, 0, {}), ir::SetNode::band(-2, 0, {})}, {}),
+       ir::SetNode::list({c(3), c(40)}, {}), ir::SetNode::blockDiag(16, {}),
+       ir::SetNode::keyRange(nullptr, c(100), {}), ir::SetNode::rowIf(Term::make(Op::Lt, {i, c(500)}), {}),
+       ir::SetNode::band(-64, 0, {})},
+      {});
+  ASSERT_EQ(s->kind, Gen::Intersect);
+  std::vector<Gen> tree, order;
+  for (const ir::SetRef &child : s->children)
+    tree.push_back(child->kind);
+  // The band comes last in the tree (intersect() merges bands into one).
+  ASSERT_EQ(tree, (std::vector<Gen>{Gen::Predicate, Gen::Stripe, Gen::Union, Gen::List, Gen::BlockDiag,
+                                    Gen::KeyRange, Gen::RowIf, Gen::Band}));
+  const ir::CostOrder cost(*s);
+  for (size_t k = 0; k < cost.size(); ++k)
+    order.push_back(cost[k]->kind);
+  EXPECT_EQ(order, (std::vector<Gen>{Gen::RowIf, Gen::BlockDiag, Gen::KeyRange, Gen::Band, Gen::List,
+                                     Gen::Stripe, Gen::Union, Gen::Predicate}));
+}
+
+} // namespace
+} // namespace attnc
