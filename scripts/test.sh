@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds from scratch-or-cache, and runs every test.
+# Installs dependencies, builds from scratch-or-cache, and runs every test,
+# twice: the full build (MLIR, Halide, CLI) in ${ATTNC_BUILD_DIR:-build},
+# then the runtime-only configuration (ATTNC_WITH_MLIR=OFF,
+# ATTNC_WITH_HALIDE=OFF: what a machine without LLVM, MLIR or Halide builds)
+# in ${ATTNC_BUILD_DIR:-build}-min, which reuses ccache's objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+build=${ATTNC_BUILD_DIR:-build}
 bash scripts/build.sh
-cd "${ATTNC_BUILD_DIR:-build}"
-ctest --output-on-failure -j"$(nproc)"
+(cd "$build" && ctest --output-on-failure -j"$(nproc)")
+ATTNC_BUILD_DIR=$build-min ATTNC_CMAKE_FLAGS="-DATTNC_WITH_MLIR=OFF -DATTNC_WITH_HALIDE=OFF" \
+  bash scripts/build.sh
+(cd "$build-min" && ctest --output-on-failure -j"$(nproc)")
