@@ -169,17 +169,6 @@ struct Parser {
     return false;
   }
 
-  bool operandOk(Op op, size_t k, Type type) {
-    Type want = Type::Int;
-    switch (op) {
-    case Op::And: case Op::Or: case Op::Not: case Op::Builder: want = Type::Bool; break;
-    case Op::Union: case Op::Intersect: case Op::Difference: want = Type::Set; break;
-    case Op::In: want = k == 0 ? Type::Int : Type::Set; break;
-    default: break;
-    }
-    return type == want;
-  }
-
   TermRef term(int depth) {
     if (depth > kMaxDepth)
       return fail("terms nest deeper than " + std::to_string(kMaxDepth)), nullptr;
@@ -211,20 +200,14 @@ struct Parser {
       TermRef a = term(depth + 1);
       if (!a)
         return nullptr;
-      if (!operandOk(op->op, args.size(), a->type()))
+      if (a->type() != operandType(op->op, args.size()))
         return fail("operand " + std::to_string(args.size() + 1) + " of '" + std::string(name) + "' has the wrong type"),
                nullptr;
       args.push_back(std::move(a));
     }
     in.close();
-    size_t want = 2;
-    switch (op->op) {
-    case Op::Neg: case Op::Abs: case Op::Not: case Op::Builder: want = 1; break;
-    case Op::RandomBlocks: want = 3; break;
-    case Op::Min: case Op::Max: case Op::List: want = 0; break; // variadic
-    default: break;
-    }
-    if (want ? args.size() != want : (op->op != Op::List && args.empty()))
+    const size_t want = arity(op->op);
+    if (want != SIZE_MAX ? args.size() != want : (op->op != Op::List && args.empty()))
       return fail("'" + std::string(name) + "' has " + std::to_string(args.size()) + " operands"), nullptr;
     if ((op->op == Op::Div || op->op == Op::Mod) && rangeOf(*args[1], numHeads).lo < 1)
       return fail("a divisor that can be less than 1: " + printTerm(*args[1])), nullptr;

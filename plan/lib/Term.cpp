@@ -60,7 +60,7 @@ TermRef Term::var(Op which, SourceRange loc) {
   return TermRef(new Term(which, Type::Int, 0, {}, loc));
 }
 
-static size_t arity(Op op) {
+size_t arity(Op op) {
   switch (op) {
   case Op::Neg: case Op::Abs: case Op::Not: case Op::Builder: return 1;
   case Op::Min: case Op::Max: case Op::List: return SIZE_MAX; // variadic
@@ -69,7 +69,7 @@ static size_t arity(Op op) {
   }
 }
 
-static Type operandType(Op op, size_t index) {
+Type operandType(Op op, size_t index) {
   switch (op) {
   case Op::And: case Op::Or: case Op::Not: case Op::Builder:
     return Type::Bool;

@@ -83,6 +83,10 @@ private:
 
 /// Result type of an operator.
 Type resultType(Op op);
+/// Operand count of an operation (SIZE_MAX: variadic, min/max need one, a list none).
+size_t arity(Op op);
+/// Type of operand `index` of an operation.
+Type operandType(Op op, size_t index);
 /// Floor division and non-negative modulo (m >= 1).
 int64_t floorDiv(int64_t a, int64_t m);
 int64_t floorMod(int64_t a, int64_t m);
