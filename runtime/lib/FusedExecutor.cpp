@@ -12,8 +12,11 @@
 //      a group of rows' output stays in registers for the whole tile, each
 //      probability a broadcast; O is the row-major accumulator itself, so it
 //      is never transposed.
-// The kernels (FusedTiles.inc) are compiled twice, for AVX-512 and for
-// baseline x86-64; the CPU picks one at first use.
+// The kernels (FusedTiles.inc) are always compiled once in plain C++ with
+// GCC/Clang vector extensions (the generic path, for any 64-bit target) and,
+// on x86-64, once more for AVX-512; there the CPU picks one at first use.
+// ATTNC_FUSED_GENERIC_ONLY=1 leaves out every x86-specific piece on x86-64
+// too, so that the tests run the generic path as other targets build it.
 //
 //===----------------------------------------------------------------------===//
 #include "FusedExecutor.h"
@@ -27,7 +30,18 @@
 #include <thread>
 #include <type_traits>
 
+#ifndef ATTNC_FUSED_GENERIC_ONLY
+#define ATTNC_FUSED_GENERIC_ONLY 0
+#endif
+#if defined(__x86_64__) && !ATTNC_FUSED_GENERIC_ONLY
+#define ATTNC_FUSED_X86 1
+#else
+#define ATTNC_FUSED_X86 0
+#endif
+
+#if ATTNC_FUSED_X86
 #include <immintrin.h>
+#endif
 
 namespace attnc::rt {
 
@@ -53,6 +67,7 @@ struct TileArgs {
 
 } // namespace
 
+#if ATTNC_FUSED_X86
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma,bmi,bmi2")
 namespace avx512 {
@@ -63,23 +78,26 @@ namespace {
 } // namespace
 } // namespace avx512
 #pragma GCC pop_options
+#endif
 
 #define ATTNC_TILES_AVX512 0
-namespace portable {
+namespace generic {
 namespace {
 #include "FusedTiles.inc"
 } // namespace
-} // namespace portable
+} // namespace generic
 #undef ATTNC_TILES_AVX512
 
 namespace {
 using RunBlock = void (*)(const plan::BlockTiles *const *, int, const TileArgs &, FusedScratch &);
 
-/// The tile kernel for this CPU, chosen once: AVX-512 or baseline x86-64.
-/// The baseline one is correct but ~30x slower: its 16-lane vectors and
-/// register blocking are sized for 32 AVX-512 registers and spill on fewer.
-/// ATTNC_FUSED_ISA=portable forces it (the tests run it).
+/// The tile kernel for this CPU, chosen once on x86-64: AVX-512 or the
+/// generic one (then compiled for baseline x86-64), which is correct but ~30x
+/// slower: its 16-lane vectors and register blocking are sized for 32 AVX-512
+/// registers and spill on fewer. ATTNC_FUSED_ISA=portable forces it (the
+/// tests run it). Other targets have the generic one only.
 RunBlock blockKernel() {
+#if ATTNC_FUSED_X86
   static const RunBlock fn = [] {
     __builtin_cpu_init();
     bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
@@ -87,9 +105,12 @@ RunBlock blockKernel() {
     const char *forced = std::getenv("ATTNC_FUSED_ISA");
     if (forced && std::strcmp(forced, "portable") == 0)
       avx512 = false;
-    return avx512 ? &avx512::runBlock : &portable::runBlock;
+    return avx512 ? &avx512::runBlock : &generic::runBlock;
   }();
   return fn;
+#else
+  return &generic::runBlock;
+#endif
 }
 } // namespace
 

@@ -4,8 +4,12 @@
 // online-softmax state per query row (running max, running sum, unnormalised
 // output), so disjoint pieces merge exactly (log-sum-exp). Q K^T, the softmax
 // update and P V happen tile by tile in registers and L1; nothing of size
-// n x n exists. Vector code for AVX-512 with a portable fallback, chosen at
-// load time by the CPU (function multiversioning).
+// n x n exists. The tile kernels are plain C++ with GCC/Clang vector
+// extensions (the generic path, any 64-bit target); on x86-64 an AVX-512 copy
+// is compiled too and the CPU's features pick one at first use
+// (ATTNC_FUSED_ISA=portable forces the generic one). Building with
+// ATTNC_FUSED_GENERIC_ONLY=1 leaves every x86-specific piece out, as other
+// targets do.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
