@@ -206,10 +206,15 @@ attnc_status loadCode(attnc_kernel &kernel) {
         rows != kernel.plan.options.tileRows || chunk != kernel.plan.options.tileCols)
       return fail(ATTNC_ERROR_CORRUPT_KERNEL,
                   "kernel metadata: the halide schedule does not match tile_rows and tile_cols");
+#if defined(__x86_64__)
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512dq") || !__builtin_cpu_supports("avx512vl") ||
-        !__builtin_cpu_supports("fma"))
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("fma");
+#else
+    const bool avx512 = false; // not even x86-64
+#endif
+    if (!avx512)
       return fail(ATTNC_ERROR_UNSUPPORTED,
                   "this halide kernel's code is for AVX-512 (Skylake-AVX512 features) and this CPU "
                   "lacks them; compile the pattern with --backend fused");
