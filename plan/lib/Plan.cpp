@@ -3,12 +3,12 @@
 
 #include "attnc/plan/Generators.h"
 #include "attnc/plan/RowEvaluator.h"
+#include "attnc/support/ThreadPool.h"
 
 #include <algorithm>
 #include <bit>
 #include <numeric>
 #include <atomic>
-#include <thread>
 #include <functional>
 #include <sstream>
 
@@ -714,8 +714,8 @@ std::vector<HeadStats> planStats(const Plan &plan, int64_t n) { return stats(pla
 std::vector<HeadStats> denseStats(const Plan &plan, int64_t n) { return stats(plan, n, true); }
 
 bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
-                 std::vector<HeadShapes> &out) {
-  // Lay out every source's blocks first, then generate them on every core.
+                 std::vector<HeadShapes> &out, int threads) {
+  // Lay out every source's blocks first, then generate them on `threads` threads.
   struct Job {
     size_t head, piece, cls;
     BlockSource src;
@@ -738,28 +738,23 @@ bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
   for (size_t w = 0; w < work.size(); ++w)
     for (int64_t k = 0; k < work[w].second->numBlocks(); ++k)
       blocks.push_back({w, k});
-  std::atomic<size_t> bytes{0}, nextBlock{0};
+  std::atomic<size_t> bytes{0};
   std::atomic<bool> over{false};
-  auto worker = [&] {
-    constexpr size_t kChunk = 16;
-    for (size_t first; !over && (first = nextBlock.fetch_add(kChunk)) < blocks.size();)
-      for (size_t x = first; x < std::min(first + kChunk, blocks.size()) && !over; ++x) {
-        auto [w, k] = blocks[x];
-        BlockShape &shape = (*work[w].first)[static_cast<size_t>(k)];
-        work[w].second->build(k, shape);
-        shape.partial.shrink_to_fit(); // kept for every run at this n: no slack
-        if (bytes.fetch_add(shape.bytes()) + shape.bytes() > maxBytes)
-          over = true;
-      }
-  };
-  unsigned threads = std::max(1u, std::min(std::thread::hardware_concurrency(),
-                                           static_cast<unsigned>(blocks.size() / 256 + 1)));
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t)
-    pool.emplace_back(worker);
-  worker();
-  for (std::thread &t : pool)
-    t.join();
+  constexpr size_t kChunk = 16;
+  const int64_t chunks = static_cast<int64_t>((blocks.size() + kChunk - 1) / kChunk);
+  const int workers = static_cast<int>(
+      std::min<int64_t>(support::resolveThreads(threads), static_cast<int64_t>(blocks.size() / 256 + 1)));
+  support::parallelFor(chunks, workers, [&](int, int64_t chunk) {
+    const size_t first = static_cast<size_t>(chunk) * kChunk;
+    for (size_t x = first; x < std::min(first + kChunk, blocks.size()) && !over; ++x) {
+      auto [w, k] = blocks[x];
+      BlockShape &shape = (*work[w].first)[static_cast<size_t>(k)];
+      work[w].second->build(k, shape);
+      shape.partial.shrink_to_fit(); // kept for every run at this n: no slack
+      if (bytes.fetch_add(shape.bytes()) + shape.bytes() > maxBytes)
+        over = true;
+    }
+  });
   if (over) {
     out.clear();
     return false;

@@ -21,13 +21,13 @@
 //===----------------------------------------------------------------------===//
 #include "FusedExecutor.h"
 
+#include "attnc/support/ThreadPool.h"
+
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <thread>
 #include <type_traits>
 
 #ifndef ATTNC_FUSED_GENERIC_ONLY
@@ -117,8 +117,9 @@ RunBlock blockKernel() {
 namespace {
 
 /// Runs `body(worker scratch, item)` for items [0, count) on the calling
-/// thread and `threads - 1` helpers, handing out items in order. The calling
-/// thread uses `s`; helper w uses s.helpers[w].
+/// thread and up to `threads - 1` threads of the shared pool, handing out
+/// items in order. The calling thread uses `s`; pool worker w uses
+/// s.helpers[w - 1].
 template <typename Body>
 void forEachItem(int64_t count, int threads, FusedScratch &s, Body &&body) {
   threads = static_cast<int>(std::min<int64_t>(threads, count));
@@ -129,17 +130,9 @@ void forEachItem(int64_t count, int threads, FusedScratch &s, Body &&body) {
   }
   if (s.helpers.size() < static_cast<size_t>(threads - 1))
     s.helpers.resize(static_cast<size_t>(threads - 1));
-  std::atomic<int64_t> next{0};
-  auto work = [&](FusedScratch &ws) {
-    for (int64_t item = next++; item < count; item = next++)
-      body(ws, item);
-  };
-  std::vector<std::thread> pool;
-  for (int w = 1; w < threads; ++w)
-    pool.emplace_back(work, std::ref(s.helpers[static_cast<size_t>(w - 1)]));
-  work(s);
-  for (std::thread &t : pool)
-    t.join();
+  support::parallelFor(count, threads, [&](int worker, int64_t item) {
+    body(worker == 0 ? s : s.helpers[static_cast<size_t>(worker - 1)], item);
+  });
 }
 
 /// Lists the cache lines of the Q and output rows of the block that starts

@@ -2,6 +2,7 @@
 #include "HalideExecutor.h"
 
 #include "attnc/format/KernelAbi.h"
+#include "attnc/support/ThreadPool.h"
 
 #include "HalideRuntime.h"
 
@@ -13,7 +14,6 @@
 #include <limits>
 #include <mutex>
 #include <stdexcept>
-#include <thread>
 
 namespace attnc::rt {
 
@@ -111,14 +111,14 @@ bool HalideCode::load(void *library, std::string &error) {
     byDim[d] = reinterpret_cast<Specialised>(fn);
   }
   generic = reinterpret_cast<Generic>(symbol("attnc_halide_any"));
-  setNumThreads = reinterpret_cast<int (*)(int)>(symbol("halide_set_num_threads"));
+  setNumThreadsFn = reinterpret_cast<int (*)(int)>(symbol("halide_set_num_threads"));
   using Handler = void (*)(void *, const char *);
   using Malloc = void *(*)(void *, size_t);
   using Free = void (*)(void *, void *);
   auto setHandler = reinterpret_cast<Handler (*)(Handler)>(symbol("halide_set_error_handler"));
   auto setMalloc = reinterpret_cast<Malloc (*)(Malloc)>(symbol("halide_set_custom_malloc"));
   auto setFree = reinterpret_cast<Free (*)(Free)>(symbol("halide_set_custom_free"));
-  if (!generic || !setNumThreads || !setHandler || !setMalloc || !setFree)
+  if (!generic || !setNumThreadsFn || !setHandler || !setMalloc || !setFree)
     return false;
   setHandler(&recordError);
   setMalloc(&BlockPool::allocate);
@@ -170,20 +170,13 @@ struct ListBuilder {
 /// `fill(builder, item)` appends the item's blocks to builder.part. The
 /// items are split into contiguous ranges over the cores; the parts are
 /// then joined in order.
-template <typename Fill> HalideBlocks buildList(int64_t items, Fill &&fill) {
-  const int64_t threads =
-      std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), items / 16));
+template <typename Fill> HalideBlocks buildList(int64_t items, int threadsAllowed, Fill &&fill) {
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(threadsAllowed, items / 16));
   std::vector<ListBuilder> builders(static_cast<size_t>(threads));
-  auto work = [&](int64_t w) {
+  support::parallelFor(threads, static_cast<int>(threads), [&](int, int64_t w) {
     for (int64_t item = items * w / threads; item < items * (w + 1) / threads; ++item)
       fill(builders[static_cast<size_t>(w)], item);
-  };
-  std::vector<std::thread> pool;
-  for (int64_t w = 1; w < threads; ++w)
-    pool.emplace_back(work, w);
-  work(0);
-  for (std::thread &t : pool)
-    t.join();
+  });
   HalideBlocks out = std::move(builders[0].part);
   for (size_t w = 1; w < builders.size(); ++w) {
     HalideBlocks &part = builders[w].part;
@@ -203,7 +196,7 @@ template <typename Fill> HalideBlocks buildList(int64_t items, Fill &&fill) {
 
 } // namespace
 
-std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan, int64_t n) {
+std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan, int64_t n, int threads) {
   const int64_t R = plan.options.tileRows, chunk = plan.options.tileCols;
   const int64_t words = (R + 31) / 32;
   std::vector<std::vector<HalideBlocks>> out(plan.heads.size());
@@ -216,7 +209,7 @@ std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan,
       if (piece.strategy == plan::Strategy::RowTiles)
         rowTiles.emplace_back(plan, piece, n);
     if (!rowTiles.empty())
-      out[h].push_back(buildList(rowTiles.front().numBlocks(), [&](ListBuilder &lb, int64_t b) {
+      out[h].push_back(buildList(rowTiles.front().numBlocks(), threads, [&](ListBuilder &lb, int64_t b) {
         // Each piece's keys come ascending: merge the runs.
         lb.keys.clear();
         for (const plan::BlockSource &src : rowTiles) {
@@ -229,7 +222,7 @@ std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan,
     for (const plan::Piece &piece : plan.heads[h].pieces) {
       if (piece.strategy != plan::Strategy::ResidueRelayout)
         continue;
-      out[h].push_back(buildList(plan::numClasses(piece, n), [&](ListBuilder &lb, int64_t c) {
+      out[h].push_back(buildList(plan::numClasses(piece, n), threads, [&](ListBuilder &lb, int64_t c) {
         plan::BlockSource src(plan, piece, n, c);
         for (int64_t b = 0; b < src.numBlocks(); ++b) {
           lb.keys.clear();

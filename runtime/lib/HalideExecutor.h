@@ -30,7 +30,8 @@ struct HalideCode {
                           int32_t, void *);
   std::map<int64_t, Specialised> byDim;
   Generic generic = nullptr;
-  int (*setNumThreads)(int) = nullptr;
+  int (*setNumThreadsFn)(int) = nullptr;
+  void setNumThreads(int threads) const { setNumThreadsFn(threads); }
   /// Resolves the symbols in `library` (a dlopen handle); false and `error`
   /// when one is missing.
   bool load(void *library, std::string &error);
@@ -46,8 +47,9 @@ struct HalideBlocks {
   int64_t numBlocks() const { return static_cast<int64_t>(rows.size()); }
 };
 
-/// Every list of every distinct head set at one n: [set][list].
-std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan, int64_t n);
+/// Every list of every distinct head set at one n: [set][list], built by
+/// up to `threads` threads.
+std::vector<std::vector<HalideBlocks>> buildHalideBlocks(const plan::Plan &plan, int64_t n, int threads);
 
 /// Per-call scratch: each piece's rows (R x (d + 1) per block) and the
 /// merged rows' log-sum-exp.

@@ -270,6 +270,17 @@ TEST_F(RuntimeErrors, FusedKernelWithBadTileSizesIsCorrupt) {
   }
 }
 
+TEST_F(RuntimeErrors, AnUnknownBackendIsCorruptAndNamesTheKnownOnes) {
+  format::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(format::decodeKernelFile(fixedKernelBytes(), file, error));
+  file.metadata["backend"] = "warp9";
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
+  const std::string message = attnc_last_error();
+  EXPECT_NE(message.find("unknown backend 'warp9'"), std::string::npos) << message;
+  EXPECT_NE(message.find("fused"), std::string::npos) << message;
+}
+
 #if ATTNC_HAVE_HALIDE
 TEST_F(RuntimeErrors, HalideKernelWhoseCodeLacksItsEntryPointsIsCorrupt) {
   format::KernelFile file;

@@ -208,9 +208,10 @@ struct HeadShapes {
 /// The blocks of every head at n (the dense baseline's with `dense`), or
 /// false (and `out` empty) as soon as they would take more than `maxBytes`:
 /// the runtime caches them per n when they fit and generates blocks as it
-/// runs otherwise.
+/// runs otherwise. Built by up to `threads` threads of the shared pool (0:
+/// support::defaultThreads()).
 bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
-                 std::vector<HeadShapes> &out);
+                 std::vector<HeadShapes> &out, int threads = 0);
 
 /// Useful and executed pairs and tile counts of a plan at one n, from one
 /// pass over every block (what `emit --stage plan`, bench and tune report).

@@ -1,0 +1,138 @@
+//===- Backend.h - What the runtime asks of a backend ---------------------===//
+//
+// A loaded kernel holds one Backend object, made by the registry
+// (Registry.cpp) from the kernel file's "backend" metadata. The C ABI layer
+// (Runtime.cpp) owns everything backends share: argument checks, packing
+// strided or bf16 slices into contiguous f32 and back, the per-n cache and
+// the thread pool. A backend says only:
+//
+//   prepare     what calls at sequence length n need (row blocks, a CSR),
+//               built once per (n, variant) and kept by the kernel;
+//   runSlice    how it computes one (batch, head) slice from them;
+//   threading   whether slices run side by side (each with its own
+//               scratch) or one after another with every thread inside.
+//
+// A new backend is one file defining a factory, plus one line in the
+// registry's table. Backends report failures by throwing RunError.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/attnc.h"
+#include "attnc/format/KernelFile.h"
+#include "attnc/plan/PatternIR.h"
+#include "attnc/plan/Plan.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attnc::rt {
+
+/// A failure with the status code the C ABI returns for it.
+struct RunError {
+  attnc_status status;
+  std::string message;
+};
+
+/// What every backend is made from: the decoded kernel file and its
+/// pattern's canonical IR (rebuilt from the file's IR text).
+struct LoadedKernel {
+  const format::KernelFile &file;
+  const ir::PatternIR &ir;
+};
+
+/// A backend's state for one sequence length, shared by concurrent calls.
+struct LengthState {
+  virtual ~LengthState() = default;
+};
+
+/// A worker's scratch, reused across the slices and calls it runs.
+struct Scratch {
+  virtual ~Scratch() = default;
+};
+
+/// One (batch, head) slice, contiguous row-major f32 [n, d].
+struct Slice {
+  const float *q, *k, *v;
+  float *o;
+  int64_t n, d;
+  int64_t set; ///< the head's distinct set (index into ir.heads)
+  float scale;
+};
+
+enum class Threading {
+  Slices,  ///< slices side by side; a slice gets threads of its own only when there are fewer slices than threads
+  Inside,  ///< one slice at a time, every thread inside it (the backend runs its own parallel loops)
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+
+  /// Identifies what a call with head dimension d runs on (e.g. a plan tuned
+  /// for d): prepared states are cached per (n, variant(d)).
+  virtual const void *variant(int64_t d) const { return nullptr; }
+
+  /// What calls at length n with head dimension d need; `threads` may build
+  /// it in parallel.
+  virtual std::shared_ptr<const LengthState> prepare(int64_t n, int64_t d, int threads) const = 0;
+
+  virtual std::unique_ptr<Scratch> newScratch() const = 0;
+
+  virtual Threading threading() const { return Threading::Slices; }
+
+  /// Called once per run before its slices, with the run's thread count.
+  virtual void beginRun(int threads) const {}
+
+  /// Computes one slice; `threads` > 1 lets it split the slice.
+  virtual void runSlice(const LengthState &state, const Slice &slice, Scratch &scratch,
+                        int threads) const = 0;
+};
+
+/// The backend a kernel file names, its code loaded. Throws RunError (an
+/// unknown name, a backend this runtime was built without, bad code).
+std::unique_ptr<Backend> makeBackend(const LoadedKernel &kernel);
+
+// Shared by the backends' files.
+
+/// The plan of a plan-driven kernel (fused, dense, halide) from its pattern
+/// and tile metadata, and the plans of the shapes tuned per d
+/// (`tuned_tiles`). Throws RunError on bad metadata.
+struct KernelPlans {
+  plan::Plan plan;
+  std::vector<std::pair<int64_t, plan::Plan>> tuned;
+  /// The plan a call with head dimension d runs: d's tuned shape if any.
+  const plan::Plan &forDim(int64_t d) const {
+    for (const auto &[tunedD, p] : tuned)
+      if (tunedD == d)
+        return p;
+    return plan;
+  }
+};
+KernelPlans kernelPlans(const LoadedKernel &kernel);
+
+/// The kernel file's native code, loaded from an anonymous memory file
+/// (nothing is written to disk) and closed with the object.
+class NativeCode {
+public:
+  /// Throws RunError when the file has no code or it cannot be loaded.
+  explicit NativeCode(const format::KernelFile &file);
+  ~NativeCode();
+  NativeCode(const NativeCode &) = delete;
+  NativeCode &operator=(const NativeCode &) = delete;
+  void *handle() const { return library_; }
+  /// The address of `name`, or throws RunError (corrupt kernel).
+  void *symbol(const std::string &name) const;
+
+private:
+  void *library_ = nullptr;
+  int memfd_ = -1;
+};
+
+/// The longest sequence the row-block backends take (32-bit key positions).
+void checkKeysFit32Bits(int64_t n);
+
+} // namespace attnc::rt

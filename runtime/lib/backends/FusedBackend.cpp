@@ -1,0 +1,79 @@
+//===- FusedBackend.cpp - The fused tile kernels and the dense baseline ---===//
+//
+// Backends "fused" and "dense": the plan's row blocks run by the tile kernels
+// of FusedExecutor.cpp (the dense baseline is the same code on blocks that
+// skip no key). Per n, the blocks of every head are kept when they fit
+// fusedCacheBytes(); otherwise the executor generates them as it runs.
+//
+//===----------------------------------------------------------------------===//
+#include "Backend.h"
+
+#include "../FusedExecutor.h"
+
+#include <cstdlib>
+
+namespace attnc::rt {
+
+namespace {
+
+/// Per n and kernel, the fused row blocks kept: 64 MiB (fixed, l=128, c=8,
+/// needs ~35 MB at n = 131,072), or $ATTNC_FUSED_CACHE_MB.
+size_t fusedCacheBytes() {
+  static const size_t bytes = [] {
+    const char *env = std::getenv("ATTNC_FUSED_CACHE_MB");
+    return (env && *env ? static_cast<size_t>(std::strtoull(env, nullptr, 10)) : size_t{64}) << 20;
+  }();
+  return bytes;
+}
+
+struct FusedState : LengthState {
+  const plan::Plan *plan = nullptr;
+  std::vector<plan::HeadShapes> blocks; ///< empty: generated as the kernels run
+};
+
+struct FusedWorker : Scratch {
+  FusedScratch fused;
+};
+
+class FusedBackend final : public Backend {
+public:
+  FusedBackend(const LoadedKernel &kernel, bool dense) : plans_(kernelPlans(kernel)), dense_(dense) {}
+
+  const void *variant(int64_t d) const override { return &planFor(d); }
+
+  std::shared_ptr<const LengthState> prepare(int64_t n, int64_t d, int threads) const override {
+    checkKeysFit32Bits(n);
+    auto state = std::make_shared<FusedState>();
+    state->plan = &planFor(d);
+    plan::buildShapes(*state->plan, n, dense_, fusedCacheBytes(), state->blocks, threads);
+    return state;
+  }
+
+  std::unique_ptr<Scratch> newScratch() const override { return std::make_unique<FusedWorker>(); }
+
+  void runSlice(const LengthState &state, const Slice &s, Scratch &scratch, int threads) const override {
+    const auto &fused = static_cast<const FusedState &>(state);
+    const size_t set = static_cast<size_t>(s.set);
+    runFusedHead(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
+                 s.q, s.k, s.v, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads);
+  }
+
+private:
+  /// The dense baseline always runs the kernel's own tiles.
+  const plan::Plan &planFor(int64_t d) const { return dense_ ? plans_.plan : plans_.forDim(d); }
+
+  KernelPlans plans_;
+  bool dense_;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> makeFusedBackend(const LoadedKernel &kernel) {
+  return std::make_unique<FusedBackend>(kernel, false);
+}
+
+std::unique_ptr<Backend> makeDenseBackend(const LoadedKernel &kernel) {
+  return std::make_unique<FusedBackend>(kernel, true);
+}
+
+} // namespace attnc::rt
