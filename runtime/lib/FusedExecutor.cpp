@@ -65,6 +65,19 @@ struct TileArgs {
   bool everyPair = false; // the dense baseline: P V over every key of a tile too
 };
 
+/// The backward pass's block kernel (GradTiles.inc): one slice's arrays,
+/// contiguous [n, d] (lse, delta: n).
+struct GradArgs {
+  const float *q, *k, *v, *dO, *lse, *delta;
+  float *dq, *dk, *dv;
+  int64_t d;
+  float scale;
+  int64_t tileRows;
+  int64_t rowBase, rowStride; // block row t is query rowBase + t * rowStride
+};
+
+constexpr int kGradTile = 32; // keys per tile of the backward pass
+
 } // namespace
 
 #if ATTNC_FUSED_X86
@@ -74,6 +87,7 @@ namespace avx512 {
 namespace {
 #define ATTNC_TILES_AVX512 1
 #include "FusedTiles.inc"
+#include "GradTiles.inc"
 #undef ATTNC_TILES_AVX512
 } // namespace
 } // namespace avx512
@@ -84,6 +98,7 @@ namespace {
 namespace generic {
 namespace {
 #include "FusedTiles.inc"
+#include "GradTiles.inc"
 } // namespace
 } // namespace generic
 #undef ATTNC_TILES_AVX512
@@ -110,6 +125,18 @@ RunBlock blockKernel() {
   return fn;
 #else
   return &generic::runBlock;
+#endif
+}
+
+using GradBlock = void (*)(const plan::BlockTiles &, const GradArgs &, GradScratch &);
+
+/// The backward block kernel for this CPU, chosen as blockKernel() chooses.
+GradBlock gradKernel() {
+#if ATTNC_FUSED_X86
+  static const GradBlock fn = blockKernel() == &avx512::runBlock ? &avx512::gradBlock : &generic::gradBlock;
+  return fn;
+#else
+  return &generic::gradBlock;
 #endif
 }
 } // namespace
@@ -362,6 +389,94 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
     rowBlocks(numBlocks, relayouts.empty());
   for (size_t r = 0; r < relayouts.size(); ++r)
     classBlocks(relayouts[r], r + 1 == relayouts.size());
+}
+
+void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached,
+                      int64_t n, int64_t d, const float *q, const float *k, const float *v, const float *o,
+                      const float *dO, const float *lse, float *dq, float *dk, float *dv, float scale,
+                      FusedGradScratch &s, int threads) {
+  const plan::HeadPlan &head = plan.heads[headIndex];
+  const size_t nd = static_cast<size_t>(n * d);
+  s.delta.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    float sum = 0.0f;
+    for (int64_t x = 0; x < d; ++x)
+      sum += dO[i * d + x] * o[i * d + x];
+    s.delta[static_cast<size_t>(i)] = sum;
+  }
+  std::memset(dq, 0, nd * sizeof(float));
+  std::memset(dk, 0, nd * sizeof(float));
+  std::memset(dv, 0, nd * sizeof(float));
+  threads = std::max(1, threads);
+  if (s.workers.size() < static_cast<size_t>(threads))
+    s.workers.resize(static_cast<size_t>(threads));
+  const GradBlock kernel = gradKernel();
+  GradArgs args{q, k, v, dO, lse, s.delta.data(), dq, dk, dv, d, scale, plan.options.tileRows, 0, 1};
+  // Worker 0 sums into dk and dv; the others into their own partial sums.
+  auto argsFor = [&](int worker) {
+    GradArgs wa = args;
+    if (worker > 0) {
+      GradScratch &ws = s.workers[static_cast<size_t>(worker)];
+      if (ws.dk.size() != nd) {
+        ws.dk.assign(nd, 0.0f);
+        ws.dv.assign(nd, 0.0f);
+      }
+      wa.dk = ws.dk.data();
+      wa.dv = ws.dv.data();
+    }
+    return wa;
+  };
+  // Blocks of one source (a row-tiles piece, the dense baseline, or one
+  // residue class), from the cache or generated now.
+  auto runSource = [&](const plan::BlockSource &src, const std::vector<plan::BlockShape> *blocks, int worker,
+                       int64_t b) {
+    GradScratch &ws = s.workers[static_cast<size_t>(worker)];
+    if (blocks) {
+      ws.tiles.expand((*blocks)[static_cast<size_t>(b)]);
+    } else {
+      src.build(b, ws.shape);
+      ws.tiles.expand(ws.shape);
+    }
+    GradArgs wa = argsFor(worker);
+    wa.rowBase = src.rowBase();
+    wa.rowStride = src.rowStride();
+    kernel(ws.tiles, wa, ws);
+  };
+  auto pieceBlocks = [&](size_t p, size_t c) -> const std::vector<plan::BlockShape> * {
+    return cached ? &cached->pieces[p][c] : nullptr;
+  };
+  if (dense) {
+    plan::BlockSource src = plan::BlockSource::dense(plan, head, n);
+    support::parallelFor(src.numBlocks(), threads,
+                         [&](int w, int64_t b) { runSource(src, pieceBlocks(0, 0), w, b); });
+  } else {
+    for (size_t p = 0; p < head.pieces.size(); ++p) {
+      const plan::Piece &piece = head.pieces[p];
+      if (piece.strategy == plan::Strategy::RowTiles) {
+        plan::BlockSource src(plan, piece, n, 0, !cached);
+        support::parallelFor(src.numBlocks(), threads,
+                             [&](int w, int64_t b) { runSource(src, pieceBlocks(p, 0), w, b); });
+      } else {
+        // Residue classes own disjoint rows: a class per item.
+        support::parallelFor(plan::numClasses(piece, n), threads, [&](int w, int64_t c) {
+          plan::BlockSource src(plan, piece, n, c, !cached);
+          for (int64_t b = 0; b < src.numBlocks(); ++b)
+            runSource(src, pieceBlocks(p, static_cast<size_t>(c)), w, b);
+        });
+      }
+    }
+  }
+  for (int w = 1; w < threads; ++w) {
+    GradScratch &ws = s.workers[static_cast<size_t>(w)];
+    if (ws.dk.size() != nd) // (this worker took no block: it has no sums of this shape)
+      continue;
+    for (size_t x = 0; x < nd; ++x) {
+      dk[x] += ws.dk[x];
+      dv[x] += ws.dv[x];
+    }
+    std::fill(ws.dk.begin(), ws.dk.end(), 0.0f);
+    std::fill(ws.dv.begin(), ws.dv.end(), 0.0f);
+  }
 }
 
 } // namespace attnc::rt

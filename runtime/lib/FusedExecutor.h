@@ -55,4 +55,29 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
                   const float *k, const float *v, float *o, float scale, FusedScratch &scratch,
                   int threads = 1);
 
+/// A thread's scratch in the backward pass.
+struct GradScratch {
+  std::vector<float> qt, dot, p, ds; ///< Q^T, dO^T of a block; P^T, dS^T of a tile
+  plan::BlockShape shape;            ///< a block generated as it runs
+  plan::BlockTiles tiles;            ///< the block being run
+  std::vector<float> dk, dv;         ///< a helper thread's partial sums ([n, d] each)
+};
+
+/// Per-slice scratch of the backward pass, reused across calls.
+struct FusedGradScratch {
+  std::vector<float> delta;          ///< rowsum(dO * O), n floats
+  std::vector<GradScratch> workers;  ///< one per thread sharing the slice
+};
+
+/// The gradients of one slice (see attnc_run_backward): dq, dk, dv ([n, d],
+/// overwritten) from q, k, v, o, dO and each row's log-sum-exp `lse`, over
+/// the same row blocks as runFusedHead, one piece after another. With
+/// `threads` > 1 the blocks (and residue classes) of a piece are shared out;
+/// dQ rows belong to one block per piece, dK and dV go to per-thread partial
+/// sums that are added at the end.
+void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached,
+                      int64_t n, int64_t d, const float *q, const float *k, const float *v, const float *o,
+                      const float *dO, const float *lse, float *dq, float *dk, float *dv, float scale,
+                      FusedGradScratch &scratch, int threads = 1);
+
 } // namespace attnc::rt

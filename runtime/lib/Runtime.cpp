@@ -31,6 +31,7 @@
 #include <vector>
 
 static_assert(ATTNC_ABI_VERSION == attnc::format::kAbiVersion, "attnc.h and the kernel format disagree");
+static_assert(ATTNC_OLDEST_ABI_VERSION == attnc::format::kOldestAbiVersion, "attnc.h and the kernel format disagree");
 
 namespace {
 
@@ -94,8 +95,6 @@ attnc_status rebuildPattern(attnc_kernel &kernel) {
   return ATTNC_OK;
 }
 
-const char *kTensorNames[] = {"q", "k", "v", "o"};
-
 /// Whether a strided view of `shape` never maps two indices to one element.
 bool nonOverlapping(const int64_t shape[4], const int64_t strides[4]) {
   int order[4] = {0, 1, 2, 3};
@@ -111,33 +110,64 @@ bool nonOverlapping(const int64_t shape[4], const int64_t strides[4]) {
   return true;
 }
 
-attnc_status validate(const attnc_kernel &kernel, const attnc_tensor *const t[4]) {
-  for (int k = 0; k < 4; ++k) {
-    if (!t[k])
-      return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("tensor '") + kTensorNames[k] + "' is null");
-    if (!t[k]->data)
-      return fail(ATTNC_ERROR_INVALID_ARGUMENT,
-                  std::string("tensor '") + kTensorNames[k] + "' has a null data pointer");
-    if (t[k]->dtype != ATTNC_DTYPE_F32 && t[k]->dtype != ATTNC_DTYPE_BF16)
-      return fail(ATTNC_ERROR_DTYPE, std::string("tensor '") + kTensorNames[k] +
-                                         "' has dtype " + std::to_string(t[k]->dtype) +
+size_t elementBytes(attnc_dtype dtype) { return dtype == ATTNC_DTYPE_F32 ? 4 : 2; }
+
+/// The bytes [first, last] a view can touch.
+std::pair<uintptr_t, uintptr_t> byteRange(const attnc_tensor &t) {
+  int64_t last = 0;
+  for (int a = 0; a < 4; ++a)
+    last += (t.shape[a] - 1) * t.strides[a];
+  const uintptr_t first = reinterpret_cast<uintptr_t>(t.data);
+  return {first, first + static_cast<uintptr_t>(last + 1) * elementBytes(t.dtype) - 1};
+}
+
+bool rangesMeet(const attnc_tensor &a, const attnc_tensor &b) {
+  auto [a0, a1] = byteRange(a);
+  auto [b0, b1] = byteRange(b);
+  return a0 <= b1 && b0 <= a1;
+}
+
+/// One tensor argument of a call and its name in messages.
+struct Arg {
+  const attnc_tensor *t;
+  const char *name;
+};
+
+/// Checks the [B, H, n, d] tensors of a call: `inputs` share one dtype,
+/// every tensor has the shape of the first input, `outputs` do not overlap
+/// themselves, (with `disjointOutputs`) one another or any input.
+attnc_status validate(const attnc_kernel &kernel, const std::vector<Arg> &inputs, const std::vector<Arg> &outputs,
+                      bool disjointOutputs) {
+  std::vector<Arg> all = inputs;
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  auto named = [](const Arg &x) { return std::string("tensor '") + x.name + "'"; };
+  for (const Arg &x : all) {
+    if (!x.t)
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT, named(x) + " is null");
+    if (!x.t->data)
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT, named(x) + " has a null data pointer");
+    if (x.t->dtype != ATTNC_DTYPE_F32 && x.t->dtype != ATTNC_DTYPE_BF16)
+      return fail(ATTNC_ERROR_DTYPE, named(x) + " has dtype " + std::to_string(x.t->dtype) +
                                          "; kernels take f32 (" + std::to_string(ATTNC_DTYPE_F32) +
                                          ") or bf16 (" + std::to_string(ATTNC_DTYPE_BF16) + ")");
   }
-  for (int k = 1; k < 3; ++k)
-    if (t[k]->dtype != t[0]->dtype)
-      return fail(ATTNC_ERROR_DTYPE, std::string("tensor '") + kTensorNames[k] + "' has dtype " +
-                                         std::to_string(t[k]->dtype) + " but 'q' has " +
-                                         std::to_string(t[0]->dtype) +
-                                         "; q, k and v must share one dtype");
-  const int64_t *s = t[0]->shape;
-  for (int k = 1; k < 4; ++k)
+  const Arg &first = inputs.front();
+  std::string sharing;
+  for (const Arg &x : inputs)
+    sharing += (sharing.empty() ? "" : x.name == inputs.back().name ? " and " : ", ") + std::string(x.name);
+  for (const Arg &x : inputs)
+    if (x.t->dtype != first.t->dtype)
+      return fail(ATTNC_ERROR_DTYPE, named(x) + " has dtype " + std::to_string(x.t->dtype) + " but '" +
+                                         first.name + "' has " + std::to_string(first.t->dtype) + "; " +
+                                         sharing + " must share one dtype");
+  const int64_t *s = first.t->shape;
+  for (const Arg &x : all)
     for (int a = 0; a < 4; ++a)
-      if (t[k]->shape[a] != s[a]) {
+      if (x.t->shape[a] != s[a]) {
         std::ostringstream m;
-        m << "tensor '" << kTensorNames[k] << "' has shape [" << t[k]->shape[0] << ", "
-          << t[k]->shape[1] << ", " << t[k]->shape[2] << ", " << t[k]->shape[3]
-          << "] but 'q' has [" << s[0] << ", " << s[1] << ", " << s[2] << ", " << s[3] << "]";
+        m << named(x) << " has shape [" << x.t->shape[0] << ", " << x.t->shape[1] << ", " << x.t->shape[2]
+          << ", " << x.t->shape[3] << "] but '" << first.name << "' has [" << s[0] << ", " << s[1] << ", "
+          << s[2] << ", " << s[3] << "]";
         return fail(ATTNC_ERROR_SHAPE, m.str());
       }
   if (s[2] == 0)
@@ -150,14 +180,45 @@ attnc_status validate(const attnc_kernel &kernel, const attnc_tensor *const t[4]
     return fail(ATTNC_ERROR_SHAPE, "tensors have " + std::to_string(s[1]) +
                                        " heads but pattern '" + kernel.ir.name + "' has " +
                                        std::to_string(kernel.ir.numHeads));
-  for (int k = 0; k < 4; ++k)
+  for (const Arg &x : all)
     for (int a = 0; a < 4; ++a)
-      if (t[k]->strides[a] < 1)
-        return fail(ATTNC_ERROR_STRIDE, std::string("tensor '") + kTensorNames[k] + "' has stride " +
-                                            std::to_string(t[k]->strides[a]) + " in dimension " +
-                                            std::to_string(a) + "; strides must be positive");
-  if (!nonOverlapping(t[3]->shape, t[3]->strides))
-    return fail(ATTNC_ERROR_STRIDE, "the strides of 'o' make distinct elements overlap");
+      if (x.t->strides[a] < 1)
+        return fail(ATTNC_ERROR_STRIDE, named(x) + " has stride " + std::to_string(x.t->strides[a]) +
+                                            " in dimension " + std::to_string(a) + "; strides must be positive");
+  for (const Arg &x : outputs)
+    if (!nonOverlapping(x.t->shape, x.t->strides))
+      return fail(ATTNC_ERROR_STRIDE, std::string("the strides of '") + x.name + "' make distinct elements overlap");
+  if (disjointOutputs)
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      // Every input, and the outputs before this one.
+      for (size_t x = 0; x < inputs.size() + o; ++x)
+        if (rangesMeet(*outputs[o].t, *all[x].t))
+          return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("tensor '") + outputs[o].name +
+                                                        "' overlaps the memory of '" + all[x].name +
+                                                        "'; each gradient needs memory of its own");
+    }
+  return ATTNC_OK;
+}
+
+/// lse: f32 [B, H, n, 1] with positive strides (its last is not read).
+attnc_status validateLse(const attnc_tensor *lse, const attnc_tensor &q) {
+  if (!lse->data)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "tensor 'lse' has a null data pointer");
+  if (lse->dtype != ATTNC_DTYPE_F32)
+    return fail(ATTNC_ERROR_DTYPE, "tensor 'lse' has dtype " + std::to_string(lse->dtype) +
+                                       "; the log-sum-exp is f32 (" + std::to_string(ATTNC_DTYPE_F32) + ")");
+  for (int a = 0; a < 3; ++a)
+    if (lse->shape[a] != q.shape[a] || lse->shape[3] != 1) {
+      std::ostringstream m;
+      m << "tensor 'lse' has shape [" << lse->shape[0] << ", " << lse->shape[1] << ", " << lse->shape[2] << ", "
+        << lse->shape[3] << "] but must be [" << q.shape[0] << ", " << q.shape[1] << ", " << q.shape[2]
+        << ", 1] (batch, heads, n of 'q')";
+      return fail(ATTNC_ERROR_SHAPE, m.str());
+    }
+  for (int a = 0; a < 3; ++a)
+    if (lse->strides[a] < 1)
+      return fail(ATTNC_ERROR_STRIDE, "tensor 'lse' has stride " + std::to_string(lse->strides[a]) +
+                                          " in dimension " + std::to_string(a) + "; strides must be positive");
   return ATTNC_OK;
 }
 
@@ -228,7 +289,7 @@ attnc_status loadKernel(const std::string &bytes, const std::string &origin, att
     auto kernel = std::make_unique<attnc_kernel>();
     if (!attnc::format::decodeKernelFile(bytes, kernel->file, error))
       return fail(ATTNC_ERROR_CORRUPT_KERNEL, origin + ": " + error);
-    if (kernel->file.abiVersion != ATTNC_ABI_VERSION)
+    if (kernel->file.abiVersion < ATTNC_OLDEST_ABI_VERSION || kernel->file.abiVersion > ATTNC_ABI_VERSION)
       return fail(ATTNC_ERROR_ABI_MISMATCH,
                   origin + " was built for ABI version " + std::to_string(kernel->file.abiVersion) +
                       "; this runtime implements " + std::to_string(ATTNC_ABI_VERSION) +
@@ -247,6 +308,66 @@ attnc_status loadKernel(const std::string &bytes, const std::string &origin, att
   } catch (const std::exception &e) {
     return fail(ATTNC_ERROR_INTERNAL, std::string("internal error: ") + e.what());
   }
+}
+
+/// Runs `body` and turns what it throws into a status.
+template <typename Body> attnc_status guarded(Body &&body) {
+  try {
+    body();
+    return ATTNC_OK;
+  } catch (const attnc::rt::RunError &e) {
+    return fail(e.status, e.message);
+  } catch (const std::bad_alloc &) {
+    return fail(ATTNC_ERROR_OUT_OF_MEMORY, "out of memory while running a kernel");
+  } catch (const attnc::InternalError &e) {
+    return fail(ATTNC_ERROR_INTERNAL, e.message);
+  } catch (const std::exception &e) {
+    return fail(ATTNC_ERROR_INTERNAL, std::string("internal error: ") + e.what());
+  }
+}
+
+/// What every slice of one call shares.
+struct Call {
+  const attnc_kernel &kernel;
+  const attnc::rt::Backend &backend;
+  const attnc::rt::LengthState &state;
+  int64_t n, d;
+  float scale;
+  int threadsPerSlice;
+  int64_t set(int64_t h) const {
+    return kernel.ir.headsDeclared ? kernel.headToSet[static_cast<size_t>(h)] : 0;
+  }
+};
+
+/// A slice worker's scratch: the backend's, and packed inputs and outputs.
+struct SliceWorker {
+  std::unique_ptr<attnc::rt::Scratch> scratch;
+  std::vector<float> in[5], out[3], lse;
+};
+
+/// Runs body(worker, call, b, h) for every (batch, head) slice of a call
+/// shaped like `q`: slices side by side on the shared pool, each splitting
+/// its own work when there are fewer slices than threads, or one at a time
+/// with every thread inside (Threading::Inside).
+template <typename Body>
+void runSlices(const attnc_kernel &kernel, const attnc_tensor &q, const attnc_run_options *options, Body &&body) {
+  const int64_t batch = q.shape[0], heads = q.shape[1], n = q.shape[2], d = q.shape[3];
+  const attnc::rt::Backend &backend = *kernel.backend;
+  const int threads = attnc::support::resolveThreads(options ? options->num_threads : 0);
+  auto state = const_cast<attnc_kernel &>(kernel).prepared(n, d, threads);
+  const float scale = options && options->scale != 0.0f ? options->scale : 1.0f / std::sqrt(static_cast<float>(d));
+  const int64_t tasks = batch * heads;
+  const bool inside = backend.threading() == attnc::rt::Threading::Inside;
+  const int sliceThreads = inside ? 1 : static_cast<int>(std::min<int64_t>(threads, tasks));
+  const Call call{kernel, backend, *state, n, d, scale, inside ? threads : std::max(1, threads / sliceThreads)};
+  backend.beginRun(threads);
+  std::vector<SliceWorker> workers(static_cast<size_t>(sliceThreads));
+  attnc::support::parallelFor(tasks, sliceThreads, [&](int w, int64_t t) {
+    SliceWorker &ws = workers[static_cast<size_t>(w)];
+    if (!ws.scratch)
+      ws.scratch = backend.newScratch();
+    body(ws, call, t / heads, t % heads);
+  });
 }
 
 } // namespace
@@ -295,59 +416,107 @@ int64_t attnc_kernel_num_heads(const attnc_kernel *kernel) {
 
 attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                        const attnc_tensor *v, attnc_tensor *o, const attnc_run_options *options) {
+  return attnc_run_forward(kernel, q, k, v, o, nullptr, options);
+}
+
+attnc_status attnc_run_forward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
+                               const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse,
+                               const attnc_run_options *options) {
   if (!kernel)
     return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run: kernel is null");
-  const attnc_tensor *all[4] = {q, k, v, o};
-  if (attnc_status s = validate(*kernel, all); s != ATTNC_OK)
+  if (attnc_status s = validate(*kernel, {{q, "q"}, {k, "k"}, {v, "v"}}, {{o, "o"}}, false); s != ATTNC_OK)
     return s;
-  try {
-    const int64_t batch = q->shape[0], heads = q->shape[1], n = q->shape[2], d = q->shape[3];
-    const attnc::rt::Backend &backend = *kernel->backend;
-    const int threads = attnc::support::resolveThreads(options ? options->num_threads : 0);
-    auto state = const_cast<attnc_kernel *>(kernel)->prepared(n, d, threads);
-    const float scale = options && options->scale != 0.0f ? options->scale
-                                                          : 1.0f / std::sqrt(static_cast<float>(d));
-    const int64_t tasks = batch * heads;
-    // Slices side by side, each splitting its own work when there are fewer
-    // slices than threads; or one at a time with every thread inside.
-    const bool inside = backend.threading() == attnc::rt::Threading::Inside;
-    const int sliceThreads = inside ? 1 : static_cast<int>(std::min<int64_t>(threads, tasks));
-    const int threadsPerSlice = inside ? threads : std::max(1, threads / sliceThreads);
-    backend.beginRun(threads);
-    struct Worker {
-      std::unique_ptr<attnc::rt::Scratch> scratch;
-      std::vector<float> q, k, v, o;
-    };
-    std::vector<Worker> workers(static_cast<size_t>(sliceThreads));
+  if (lse) {
+    if (attnc_status s = validateLse(lse, *q); s != ATTNC_OK)
+      return s;
+    if (!kernel->backend->writesLse())
+      return fail(ATTNC_ERROR_UNSUPPORTED, std::string("the ") + kernel->backend->name() +
+                                               " backend does not give the rows' log-sum-exp (the backward "
+                                               "pass needs it): compile the pattern with --backend fused");
+  }
+  return guarded([&] {
     const bool outDirect = o->dtype == ATTNC_DTYPE_F32 && contiguousSlice(*o);
-    attnc::support::parallelFor(tasks, sliceThreads, [&](int w, int64_t t) {
-      Worker &ws = workers[static_cast<size_t>(w)];
-      if (!ws.scratch)
-        ws.scratch = backend.newScratch();
-      const int64_t b = t / heads, h = t % heads;
+    runSlices(*kernel, *q, options, [&](SliceWorker &ws, const Call &c, int64_t b, int64_t h) {
       // The output slice is written in place when it is contiguous f32.
       if (!outDirect)
-        ws.o.assign(static_cast<size_t>(n * d), 0.0f);
-      attnc::rt::Slice slice{inputSlice(*q, b, h, ws.q),
-                             inputSlice(*k, b, h, ws.k),
-                             inputSlice(*v, b, h, ws.v),
-                             outDirect ? static_cast<float *>(o->data) + sliceOffset(*o, b, h) : ws.o.data(),
-                             n,
-                             d,
-                             kernel->ir.headsDeclared ? kernel->headToSet[static_cast<size_t>(h)] : 0,
-                             scale};
-      backend.runSlice(*state, slice, *ws.scratch, threadsPerSlice);
+        ws.out[0].assign(static_cast<size_t>(c.n * c.d), 0.0f);
+      attnc::rt::Slice slice{inputSlice(*q, b, h, ws.in[0]),
+                             inputSlice(*k, b, h, ws.in[1]),
+                             inputSlice(*v, b, h, ws.in[2]),
+                             outDirect ? static_cast<float *>(o->data) + sliceOffset(*o, b, h) : ws.out[0].data(),
+                             c.n,
+                             c.d,
+                             c.set(h),
+                             c.scale};
+      if (lse) {
+        ws.lse.resize(static_cast<size_t>(c.n));
+        slice.lse = ws.lse.data();
+      }
+      c.backend.runSlice(c.state, slice, *ws.scratch, c.threadsPerSlice);
       if (!outDirect)
-        outputSlice(*o, b, h, ws.o);
+        outputSlice(*o, b, h, ws.out[0]);
+      if (lse) {
+        float *row = static_cast<float *>(lse->data) + b * lse->strides[0] + h * lse->strides[1];
+        for (int64_t i = 0; i < c.n; ++i)
+          row[i * lse->strides[2]] = ws.lse[static_cast<size_t>(i)];
+      }
     });
-    return ATTNC_OK;
-  } catch (const attnc::rt::RunError &e) {
-    return fail(e.status, e.message);
-  } catch (const std::bad_alloc &) {
-    return fail(ATTNC_ERROR_OUT_OF_MEMORY, "out of memory while running a kernel");
-  } catch (const std::exception &e) {
-    return fail(ATTNC_ERROR_INTERNAL, std::string("internal error: ") + e.what());
-  }
+  });
+}
+
+attnc_status attnc_run_backward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
+                                const attnc_tensor *v, const attnc_tensor *o, const attnc_tensor *d_o,
+                                const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
+                                const attnc_run_options *options) {
+  if (!kernel)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run_backward: kernel is null");
+  if (!lse)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "tensor 'lse' is null (attnc_run_forward writes it)");
+  if (attnc_status s = validate(*kernel, {{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}, {d_o, "d_o"}},
+                                {{d_q, "d_q"}, {d_k, "d_k"}, {d_v, "d_v"}}, true);
+      s != ATTNC_OK)
+    return s;
+  if (attnc_status s = validateLse(lse, *q); s != ATTNC_OK)
+    return s;
+  if (!kernel->backend->hasBackward())
+    return fail(ATTNC_ERROR_UNSUPPORTED, std::string("the ") + kernel->backend->name() +
+                                             " backend computes the forward pass only; compile the pattern "
+                                             "with --backend fused (or dense) for gradients");
+  return guarded([&] {
+    attnc_tensor *grads[3] = {d_q, d_k, d_v};
+    bool direct[3];
+    for (int g = 0; g < 3; ++g)
+      direct[g] = grads[g]->dtype == ATTNC_DTYPE_F32 && contiguousSlice(*grads[g]);
+    runSlices(*kernel, *q, options, [&](SliceWorker &ws, const Call &c, int64_t b, int64_t h) {
+      float *out[3];
+      for (int g = 0; g < 3; ++g) {
+        if (!direct[g])
+          ws.out[g].resize(static_cast<size_t>(c.n * c.d));
+        out[g] = direct[g] ? static_cast<float *>(grads[g]->data) + sliceOffset(*grads[g], b, h) : ws.out[g].data();
+      }
+      ws.lse.resize(static_cast<size_t>(c.n));
+      const float *row = static_cast<const float *>(lse->data) + b * lse->strides[0] + h * lse->strides[1];
+      for (int64_t i = 0; i < c.n; ++i)
+        ws.lse[static_cast<size_t>(i)] = row[i * lse->strides[2]];
+      attnc::rt::GradSlice slice{inputSlice(*q, b, h, ws.in[0]),
+                                 inputSlice(*k, b, h, ws.in[1]),
+                                 inputSlice(*v, b, h, ws.in[2]),
+                                 inputSlice(*o, b, h, ws.in[3]),
+                                 inputSlice(*d_o, b, h, ws.in[4]),
+                                 ws.lse.data(),
+                                 out[0],
+                                 out[1],
+                                 out[2],
+                                 c.n,
+                                 c.d,
+                                 c.set(h),
+                                 c.scale};
+      c.backend.runBackwardSlice(c.state, slice, *ws.scratch, c.threadsPerSlice);
+      for (int g = 0; g < 3; ++g)
+        if (!direct[g])
+          outputSlice(*grads[g], b, h, ws.out[g]);
+    });
+  });
 }
 
 const char *attnc_last_error(void) { return lastError.c_str(); }

@@ -14,9 +14,15 @@
  * Every function returns a status code; on failure attnc_last_error() gives
  * a message for the calling thread. Nothing here aborts the process.
  *
- * ABI versioning: ATTNC_ABI_VERSION changes when this header changes
- * incompatibly; a kernel file records the ABI it was built for and
- * attnc_kernel_load refuses another one (ATTNC_ERROR_ABI_MISMATCH).
+ * Training: attnc_run_forward also writes each row's log-sum-exp, which
+ * attnc_run_backward takes with dO to compute dQ, dK and dV.
+ *
+ * ABI versioning: ATTNC_ABI_VERSION changes when this header changes; a
+ * kernel file records the ABI it was built for and attnc_kernel_load takes
+ * files of this version and of every older one it still implements
+ * (ATTNC_OLDEST_ABI_VERSION), refusing others (ATTNC_ERROR_ABI_MISMATCH).
+ * Version 2 added attnc_run_forward and attnc_run_backward; every version-1
+ * call and kernel file works unchanged.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef ATTNC_ATTNC_H
@@ -29,7 +35,8 @@
 extern "C" {
 #endif
 
-#define ATTNC_ABI_VERSION 1
+#define ATTNC_ABI_VERSION 2
+#define ATTNC_OLDEST_ABI_VERSION 1
 
 #if defined(__GNUC__)
 #define ATTNC_API __attribute__((visibility("default")))
@@ -113,6 +120,40 @@ ATTNC_API int64_t attnc_kernel_num_heads(const attnc_kernel *kernel);
  */
 ATTNC_API attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                        const attnc_tensor *v, attnc_tensor *o, const attnc_run_options *options);
+
+/**
+ * attnc_run that also writes each row's log-sum-exp of its scaled scores,
+ * lse[b, h, i] = log(sum_{j in S_h(i)} exp(scale * Q[b,h,i,:] . K[b,h,j,:])),
+ * as attnc_run_backward needs it: an f32 tensor of shape [B, H, n, 1] (any
+ * positive strides; its last stride is not read). A row with no keys gets
+ * -inf (and zeros in O). lse may be null (then this is attnc_run). Backends
+ * without it (sparsifier) return ATTNC_ERROR_UNSUPPORTED.
+ */
+ATTNC_API attnc_status attnc_run_forward(const attnc_kernel *kernel, const attnc_tensor *q,
+                                         const attnc_tensor *k, const attnc_tensor *v, attnc_tensor *o,
+                                         attnc_tensor *lse, const attnc_run_options *options);
+
+/**
+ * The gradients of L = sum(O * dO) with respect to Q, K and V, where O =
+ * attention(Q, K, V) as attnc_run computes it with the same options (scale):
+ *
+ *   P = softmax rows of scale Q K^T over each row's keys (recomputed from lse)
+ *   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dO * O)),
+ *   dQ = scale dS K,   dK = scale dS^T Q.
+ *
+ * q, k, v, o, d_o, d_q, d_k, d_v: shape [B, H, n, d] as for attnc_run (f32
+ * or bf16; the inputs q, k, v, o, d_o share one dtype; the gradients may be
+ * either); lse: f32 [B, H, n, 1] from attnc_run_forward. d_q, d_k and d_v
+ * are overwritten and must not overlap the inputs or each other. A row with
+ * no keys gives zero dQ; a key that no row attends gets zero dK and dV.
+ * Backends without a backward pass (sparsifier, halide) return
+ * ATTNC_ERROR_UNSUPPORTED.
+ */
+ATTNC_API attnc_status attnc_run_backward(const attnc_kernel *kernel, const attnc_tensor *q,
+                                          const attnc_tensor *k, const attnc_tensor *v,
+                                          const attnc_tensor *o, const attnc_tensor *d_o,
+                                          const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k,
+                                          attnc_tensor *d_v, const attnc_run_options *options);
 
 /** The message of the last failure on this thread ("" if none). */
 ATTNC_API const char *attnc_last_error(void);

@@ -114,6 +114,36 @@ public:
     run(tq, tk, tv, to, options);
   }
 
+  /// O and each row's log-sum-exp (f32 [batch, heads, n, 1]) for runBackward.
+  void runForward(const attnc_tensor &q, const attnc_tensor &k, const attnc_tensor &v, attnc_tensor &o,
+                  attnc_tensor &lse, const attnc_run_options *options = nullptr) const {
+    check(attnc_run_forward(handle_, &q, &k, &v, &o, &lse, options));
+  }
+
+  /// dQ, dK, dV of sum(O * dO) (see attnc_run_backward).
+  void runBackward(const attnc_tensor &q, const attnc_tensor &k, const attnc_tensor &v, const attnc_tensor &o,
+                   const attnc_tensor &dO, const attnc_tensor &lse, attnc_tensor &dq, attnc_tensor &dk,
+                   attnc_tensor &dv, const attnc_run_options *options = nullptr) const {
+    check(attnc_run_backward(handle_, &q, &k, &v, &o, &dO, &lse, &dq, &dk, &dv, options));
+  }
+
+  /// Contiguous [batch, heads, n, d] buffers (lse: [batch, heads, n]).
+  void runForward(const float *q, const float *k, const float *v, float *o, float *lse,
+                  std::array<int64_t, 4> shape, const attnc_run_options *options = nullptr) const {
+    attnc_tensor tq = tensorView(q, shape), tk = tensorView(k, shape), tv = tensorView(v, shape),
+                 to = tensorView(o, shape), tl = tensorView(lse, {shape[0], shape[1], shape[2], 1});
+    runForward(tq, tk, tv, to, tl, options);
+  }
+  void runBackward(const float *q, const float *k, const float *v, const float *o, const float *dO,
+                   const float *lse, float *dq, float *dk, float *dv, std::array<int64_t, 4> shape,
+                   const attnc_run_options *options = nullptr) const {
+    attnc_tensor tq = tensorView(q, shape), tk = tensorView(k, shape), tv = tensorView(v, shape),
+                 to = tensorView(o, shape), tdo = tensorView(dO, shape),
+                 tl = tensorView(lse, {shape[0], shape[1], shape[2], 1}), tdq = tensorView(dq, shape),
+                 tdk = tensorView(dk, shape), tdv = tensorView(dv, shape);
+    runBackward(tq, tk, tv, to, tdo, tl, tdq, tdk, tdv, options);
+  }
+
   attnc_kernel *get() const { return handle_; }
 
 private:

@@ -61,6 +61,17 @@ struct Slice {
   int64_t n, d;
   int64_t set; ///< the head's distinct set (index into ir.heads)
   float scale;
+  float *lse = nullptr; ///< n floats: each row's log-sum-exp (-inf when empty), when not null
+};
+
+/// One slice of a backward pass: the forward's inputs, O, dO and lse in;
+/// dQ, dK, dV out (overwritten). Contiguous row-major f32 [n, d] (lse: n).
+struct GradSlice {
+  const float *q, *k, *v, *o, *dO, *lse;
+  float *dq, *dk, *dv;
+  int64_t n, d;
+  int64_t set;
+  float scale;
 };
 
 enum class Threading {
@@ -71,6 +82,14 @@ enum class Threading {
 class Backend {
 public:
   virtual ~Backend() = default;
+
+  /// The name kernel files give it ("fused").
+  virtual const char *name() const = 0;
+
+  /// Whether runSlice fills Slice::lse.
+  virtual bool writesLse() const { return false; }
+  /// Whether runBackwardSlice is implemented.
+  virtual bool hasBackward() const { return false; }
 
   /// Identifies what a call with head dimension d runs on (e.g. a plan tuned
   /// for d): prepared states are cached per (n, variant(d)).
@@ -90,6 +109,12 @@ public:
   /// Computes one slice; `threads` > 1 lets it split the slice.
   virtual void runSlice(const LengthState &state, const Slice &slice, Scratch &scratch,
                         int threads) const = 0;
+
+  /// Computes one slice's gradients (backends with hasBackward()).
+  virtual void runBackwardSlice(const LengthState &state, const GradSlice &slice, Scratch &scratch,
+                                int threads) const {
+    throw RunError{ATTNC_ERROR_UNSUPPORTED, std::string("the ") + name() + " backend has no backward pass"};
+  }
 };
 
 /// The backend a kernel file names, its code loaded. Throws RunError (an

@@ -10,7 +10,9 @@
 
 #include "../FusedExecutor.h"
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 
 namespace attnc::rt {
 
@@ -33,6 +35,7 @@ struct FusedState : LengthState {
 
 struct FusedWorker : Scratch {
   FusedScratch fused;
+  FusedGradScratch grad;
 };
 
 class FusedBackend final : public Backend {
@@ -49,6 +52,10 @@ public:
     return state;
   }
 
+  const char *name() const override { return dense_ ? "dense" : "fused"; }
+  bool writesLse() const override { return true; }
+  bool hasBackward() const override { return true; }
+
   std::unique_ptr<Scratch> newScratch() const override { return std::make_unique<FusedWorker>(); }
 
   void runSlice(const LengthState &state, const Slice &s, Scratch &scratch, int threads) const override {
@@ -56,6 +63,23 @@ public:
     const size_t set = static_cast<size_t>(s.set);
     runFusedHead(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
                  s.q, s.k, s.v, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads);
+    if (s.lse) {
+      // The online softmax leaves each row's max and sum of exp(score - max).
+      const FusedScratch &f = static_cast<FusedWorker &>(scratch).fused;
+      for (int64_t i = 0; i < s.n; ++i) {
+        const float sum = f.rowSum[static_cast<size_t>(i)];
+        s.lse[i] = sum > 0 ? f.rowMax[static_cast<size_t>(i)] + std::log(sum)
+                           : -std::numeric_limits<float>::infinity();
+      }
+    }
+  }
+
+  void runBackwardSlice(const LengthState &state, const GradSlice &s, Scratch &scratch, int threads) const override {
+    const auto &fused = static_cast<const FusedState &>(state);
+    const size_t set = static_cast<size_t>(s.set);
+    runFusedBackward(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d, s.q,
+                     s.k, s.v, s.o, s.dO, s.lse, s.dq, s.dk, s.dv, s.scale, static_cast<FusedWorker &>(scratch).grad,
+                     threads);
   }
 
 private:

@@ -11,6 +11,7 @@
 
 #include "../HalideExecutor.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace attnc::rt {
@@ -64,6 +65,9 @@ public:
     return state;
   }
 
+  const char *name() const override { return "halide"; }
+  bool writesLse() const override { return true; }
+
   std::unique_ptr<Scratch> newScratch() const override { return std::make_unique<HalideWorker>(); }
 
   Threading threading() const override { return Threading::Inside; }
@@ -76,6 +80,8 @@ public:
     if (!runHalideHead(entries_, plans_.plan, blocks, s.n, s.d, s.q, s.k, s.v, s.o, s.scale,
                        static_cast<HalideWorker &>(scratch).halide, error))
       throw RunError{ATTNC_ERROR_INTERNAL, error};
+    if (s.lse) // the lists' rows merged by their log-sum-exp: each row's own
+      std::copy_n(static_cast<HalideWorker &>(scratch).halide.lse.data(), s.n, s.lse);
   }
 
 private:

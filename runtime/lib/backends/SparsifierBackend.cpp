@@ -45,6 +45,8 @@ public:
     return state;
   }
 
+  const char *name() const override { return "sparsifier"; }
+
   std::unique_ptr<Scratch> newScratch() const override { return std::make_unique<SparsifierWorker>(); }
 
   void runSlice(const LengthState &state, const Slice &s, Scratch &scratch, int threads) const override {
