@@ -7,7 +7,13 @@ The patterns are written here again, independently, as mask_mods. Effective
 GFLOP/s uses the same definition as `attnc bench`: 4 * nnz * d * batch * heads
 / time, nnz = pairs of the pattern per head. Optional: needs `pip install torch`.
 
-  python3 bench/peers.py --n 4096 --d 64 --threads 2 [--patterns fixed,strided]
+  python3 bench/peers.py --n 4096 --d 64 --threads 2 [--patterns fixed,strided] [--backward]
+
+With --backward it also times forward + backward (O.backward(dO), the
+gradients of sum(O * dO) for Q, K and V) of both peers, and reports the
+backward alone as the difference: bwd_ms = fwdbwd_ms - the forward's ms, and
+bwd_gflops = 10 * nnz * d * batch * heads / bwd_ms (attnc bench --backward's
+definition).
 """
 import argparse
 import json
@@ -33,7 +39,7 @@ def mask_mods():
 
     def bigbird(n, b=64, g=2, r=3, seed=1234):
         # random_blocks(b, r, seed): the same splitmix64 + Floyd draw as attnc
-        # (compiler/lib/Term.cpp randomBlocksOf), one draw per query block.
+        # (plan/lib/Term.cpp randomBlocksOf), one draw per query block.
         nb = (n + b - 1) // b
         rand = torch.zeros(nb, nb, dtype=torch.bool)
         for qb in range(nb):
@@ -82,6 +88,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--patterns", default="fixed,strided,local,longformer,bigbird")
+    ap.add_argument("--backward", action="store_true", help="also time forward + backward")
+    ap.add_argument("--no-sdpa", action="store_true", help="skip the dense masked SDPA (slow at large n)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     n, d = args.n, args.d
@@ -97,8 +105,9 @@ def main():
         nnz = int(mask.sum())
         flops = 4.0 * nnz * d * args.batch * args.heads
         row = {"pattern": name, "n": n, "d": d, "nnz_per_head": nnz}
-        row["sdpa_ms"] = timed(
-            lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask), args.repeat)
+        sdpa = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if not args.no_sdpa:
+            row["sdpa_ms"] = timed(lambda: sdpa(q, k, v), args.repeat)
         block_mask = create_block_mask(mod, B=None, H=None, Q_LEN=n, KV_LEN=n, device="cpu")
         compiled = torch.compile(flex_attention)
         row["flex_ms"] = timed(lambda: compiled(q, k, v, block_mask=block_mask), args.repeat)
@@ -108,8 +117,24 @@ def main():
             kv_blocks += int(block_mask.full_kv_num_blocks.sum())
         bs = block_mask.BLOCK_SIZE[0] * block_mask.BLOCK_SIZE[1]
         row["flex_executed_over_useful"] = kv_blocks * bs / nnz
-        row["sdpa_gflops"] = flops / (row["sdpa_ms"] * 1e6)
+        if not args.no_sdpa:
+            row["sdpa_gflops"] = flops / (row["sdpa_ms"] * 1e6)
         row["flex_gflops"] = flops / (row["flex_ms"] * 1e6)
+        if args.backward:
+            bwd_flops = 10.0 * nnz * d * args.batch * args.heads
+            qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+            d_o = torch.randn(shape, generator=g)
+            peers = [("flex", lambda: compiled(qg, kg, vg, block_mask=block_mask))]
+            if not args.no_sdpa:
+                peers.append(("sdpa", lambda: sdpa(qg, kg, vg)))
+            for peer, forward in peers:
+                def step():
+                    for x in (qg, kg, vg):
+                        x.grad = None
+                    forward().backward(d_o)
+                row[peer + "_fwdbwd_ms"] = timed(step, args.repeat)
+                row[peer + "_bwd_ms"] = row[peer + "_fwdbwd_ms"] - row[peer + "_ms"]
+                row[peer + "_bwd_gflops"] = bwd_flops / (row[peer + "_bwd_ms"] * 1e6)
         print(json.dumps(row), flush=True)
 
 

@@ -2,16 +2,23 @@
 //
 // The subcommands that build and execute kernels, end to end: corrupt and
 // mismatched inputs are user errors (exit 1), a kernel file's parameters are
-// fixed (-D is a usage error), bench reports every backend, and a shape
-// recorded by tune is what compile then uses.
+// fixed (-D is a usage error), run --grad writes checked gradients, bench
+// reports every backend (with --backward their training step, with --peak
+// the machine's FMA peak), and a shape recorded by tune is what compile then
+// uses.
 //
 //===----------------------------------------------------------------------===//
 #include "CliSupport.h"
+#include "Npy.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <regex>
+#include <set>
 
 namespace attnc::test {
 namespace {
@@ -69,6 +76,145 @@ TEST(CliRun, CheckedRunWritesTheOutput) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("o.npy")));
 }
 
+/// A float32 .npy file of Normal(0, 1) values; its path.
+std::string randomNpy(const ScratchDir &dir, const std::string &name, const std::vector<int64_t> &shape,
+                      uint32_t seed) {
+  tool::NpyArray a{shape, {}};
+  size_t count = 1;
+  for (int64_t s : shape)
+    count *= static_cast<size_t>(s);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  for (size_t x = 0; x < count; ++x)
+    a.data.push_back(normal(rng));
+  std::string error;
+  EXPECT_TRUE(tool::writeNpy(dir.file(name), a, error)) << error;
+  return dir.file(name);
+}
+
+tool::NpyArray readArray(const std::string &path) {
+  tool::NpyArray a;
+  std::string error;
+  EXPECT_TRUE(tool::readNpy(path, a, error)) << error;
+  return a;
+}
+
+/// Q, K, V and dO of one shape in `dir`, and the `run` arguments that feed them.
+std::string gradInputs(const ScratchDir &dir, const std::vector<int64_t> &shape) {
+  return " --q " + randomNpy(dir, "q.npy", shape, 1) + " --k " + randomNpy(dir, "k.npy", shape, 2) + " --v " +
+         randomNpy(dir, "v.npy", shape, 3) + " --grad " + randomNpy(dir, "do.npy", shape, 4);
+}
+
+TEST(CliRunGrad, WritesCheckedGradientsOfOsShapeBesideTheOutput) {
+  ScratchDir dir;
+  const std::vector<int64_t> shape{1, 2, 70, 8};
+  std::filesystem::create_directory(dir.file("out"));
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " -D l=16 -D c=4" + gradInputs(dir, shape) + " -o " +
+                              dir.file("out/o.npy") + " --check",
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  for (const char *g : {"dQ", "dK", "dV"}) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, std::regex(std::string("max abs error of ") + g +
+                                                         R"( vs double-precision reference: (\S+) \(tolerance)")))
+        << r.out;
+    EXPECT_LE(std::stod(m[1]), 1e-4) << g;
+  }
+  tool::NpyArray dO = readArray(dir.file("do.npy"));
+  tool::NpyArray dq = readArray(dir.file("out/o.dq.npy")), dk = readArray(dir.file("out/o.dk.npy")),
+                 dv = readArray(dir.file("out/o.dv.npy"));
+  for (const tool::NpyArray *g : {&dq, &dk, &dv})
+    ASSERT_EQ(g->shape, shape);
+  // Each file holds its own gradient. Every row of fixed has keys, so its
+  // softmax weights sum to 1: the dV rows sum to the dO rows' sum, and the
+  // dK rows to 0 (each row of dS sums to 0).
+  const int64_t n = shape[2], d = shape[3];
+  for (int64_t h = 0; h < shape[1]; ++h)
+    for (int64_t c = 0; c < d; ++c) {
+      double sumDo = 0, sumDv = 0, sumDk = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        size_t x = static_cast<size_t>((h * n + i) * d + c);
+        sumDo += dO.data[x];
+        sumDv += dv.data[x];
+        sumDk += dk.data[x];
+      }
+      EXPECT_NEAR(sumDv, sumDo, 1e-3) << "head " << h << ", column " << c;
+      EXPECT_NEAR(sumDk, 0.0, 1e-3) << "head " << h << ", column " << c;
+    }
+  double dqNorm = 0;
+  for (float x : dq.data)
+    dqNorm += std::fabs(x);
+  EXPECT_GT(dqNorm, 0.0) << "dQ is all zeros";
+}
+
+TEST(CliRunGrad, DefaultNamesFollowTheOutputElseTheCurrentDirectory) {
+  ScratchDir dir;
+  const std::string inputs = gradInputs(dir, {40, 8});
+  const std::string cache = "ATTNC_CACHE_DIR=" + dir.path();
+  std::filesystem::create_directory(dir.file("here"));
+  CommandResult plain = runCommand("cd " + dir.file("here") + " && env " + cache + " " + ATTNC_BINARY + " run " +
+                                   libraryPattern("fixed") + " -D l=8 -D c=2" + inputs);
+  ASSERT_EQ(plain.exitCode, 0) << plain.err;
+  std::set<std::string> written;
+  for (const auto &entry : std::filesystem::directory_iterator(dir.file("here")))
+    written.insert(entry.path().filename().string());
+  EXPECT_EQ(written, (std::set<std::string>{"dk.npy", "dq.npy", "dv.npy"}));
+  EXPECT_NE(plain.out.find("wrote dQ to dq.npy, dK to dk.npy, dV to dv.npy"), std::string::npos) << plain.out;
+  // An -o without .npy gets the suffixes appended; --dq names dQ alone.
+  CommandResult named = attnc("run " + libraryPattern("fixed") + " -D l=8 -D c=2" + inputs + " -o " +
+                                  dir.file("attn") + " --dq " + dir.file("grad-q.npy"),
+                              cache);
+  ASSERT_EQ(named.exitCode, 0) << named.err;
+  for (const char *file : {"attn", "grad-q.npy", "attn.dk.npy", "attn.dv.npy"})
+    EXPECT_TRUE(std::filesystem::exists(dir.file(file))) << file;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("attn.dq.npy")));
+}
+
+TEST(CliRunGrad, GradientPathsNeedGrad) {
+  ScratchDir dir;
+  std::string q = zerosNpy(dir, "q.npy", "(6, 4)", 24);
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " --q " + q + " --k " + q + " --v " + q + " --dk " +
+                          dir.file("dk.npy"));
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("--dk requires --grad"), std::string::npos) << r.err;
+}
+
+TEST(CliRunGrad, TwoOutputsInOneFileAreAUsageError) {
+  ScratchDir dir;
+  std::string q = zerosNpy(dir, "q.npy", "(6, 4)", 24);
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " --q " + q + " --k " + q + " --v " + q + " --grad " + q +
+                          " -o " + dir.file("o.npy") + " --dv " + dir.file(".") + "/o.npy");
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("O and dV would both be written to '" + dir.file("o.npy") + "'"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.npy")));
+}
+
+TEST(CliRunGrad, GradientOfAnotherShapeIsAUserError) {
+  ScratchDir dir;
+  std::string q = zerosNpy(dir, "q.npy", "(1, 2, 6, 4)", 48), dO = zerosNpy(dir, "do.npy", "(1, 2, 6, 5)", 60);
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " --q " + q + " --k " + q + " --v " + q + " --grad " +
+                              dO + " -o " + dir.file("o.npy"),
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_NE(r.err.find("attnc: error: --grad " + dO + " has shape [1, 2, 6, 5] but O has [1, 2, 6, 4]"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.dq.npy")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.npy")));
+}
+
+#if ATTNC_HAVE_MLIR
+TEST(CliRunGrad, BackendWithoutABackwardFailsWithTheRuntimesMessage) {
+  ScratchDir dir;
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " -D l=8 -D c=2 --backend sparsifier" +
+                              gradInputs(dir, {40, 8}) + " -o " + dir.file("o.npy"),
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  EXPECT_EQ(r.exitCode, 1) << r.out;
+  EXPECT_NE(r.err.find("attnc: error: the sparsifier backend"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.dq.npy")));
+}
+#endif
+
 TEST(CliRun, KernelFileRejectsDefines) {
   ScratchDir dir;
   std::string q = zerosNpy(dir, "q.npy", "(6, 4)", 24);
@@ -107,6 +253,115 @@ TEST(CliBench, ReportsEveryBackendSideBySide) {
   // The dense baseline computes all n^2 pairs.
   EXPECT_NEAR(doc["results"].array[3]["executed_over_useful"].number, 200.0 * 200.0 / double(nnz),
               1e-3);
+}
+#endif
+
+const char *const kBenchSmall = " -D l=16 -D c=4 --n 200 --d 16 --heads 2 --repeat 1 --backend fused,dense";
+
+TEST(CliBench, WithoutBackwardOrPeakTheJsonFieldsAreTheContractOnly) {
+  ScratchDir dir;
+  CommandResult r =
+      attnc("bench " + libraryPattern("fixed") + kBenchSmall + " --json", "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  Json doc = parseJson(r.out);
+  EXPECT_EQ(doc.keys(), (std::vector<std::string>{"pattern", "dtype", "n", "d", "batch", "heads", "nnz_per_head",
+                                                  "plan_build_ms", "block_generation_ms", "block_bytes",
+                                                  "results"}));
+  ASSERT_EQ(doc["results"].array.size(), 2u);
+  for (const Json &row : doc["results"].array)
+    EXPECT_EQ(row.keys(),
+              (std::vector<std::string>{"backend", "ms", "gflops", "executed_over_useful", "first_run_ms"}));
+}
+
+TEST(CliBench, BackwardReportsTimeRateAndRatioPerBackend) {
+  ScratchDir dir;
+  CommandResult r = attnc("bench " + libraryPattern("fixed") + kBenchSmall + " --backward --json",
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  Json doc = parseJson(r.out);
+  const double backwardFlops = 10.0 * double(doc["nnz_per_head"].integer) * 16 * 2;
+  ASSERT_EQ(doc["results"].array.size(), 2u);
+  for (const Json &row : doc["results"].array) {
+    const std::string &b = row["backend"].string;
+    ASSERT_TRUE(row.has("bwd_ms")) << b << ": " << (row.has("bwd_error") ? row["bwd_error"].string : "");
+    EXPECT_GT(row["ms"].number, 0) << b;
+    EXPECT_GT(row["fwd_lse_ms"].number, 0) << b;
+    EXPECT_GT(row["bwd_ms"].number, 0) << b;
+    EXPECT_NEAR(row["bwd_gflops"].number * row["bwd_ms"].number * 1e6, backwardFlops, 1e-3 * backwardFlops) << b;
+    EXPECT_NEAR(row["bwd_over_fwd"].number, row["bwd_ms"].number / row["ms"].number,
+                1e-3 * row["bwd_over_fwd"].number)
+        << b;
+  }
+  CommandResult text = attnc("bench " + libraryPattern("fixed") + kBenchSmall + " --backward",
+                             "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_TRUE(std::regex_search(text.out, std::regex(R"(backend +fwd\+lse ms +bwd ms +bwd GFLOP/s +bwd/fwd\n)")))
+      << text.out;
+  for (const char *b : {"fused", "dense"})
+    EXPECT_TRUE(std::regex_search(
+        text.out, std::regex(std::string("\n  ") + b + R"( +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+\n)")))
+        << b << "\n" << text.out;
+}
+
+TEST(CliBench, PeakAloneNeedsNoPatternFile) {
+  CommandResult r = attnc("bench --peak --threads 1");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(r.out, m, std::regex(R"(^peak: ([0-9.]+) GFLOP/s \((\S+) FMA loops, \d+ lanes, 1 thread\))")))
+      << r.out;
+  EXPECT_GT(std::stod(m[1]), 0);
+  Json doc = parseJson(attnc("bench --peak --threads 1 --json").out);
+  EXPECT_GT(doc["peak_gflops"].number, 0);
+  EXPECT_EQ(doc["peak_isa"].string, m[2].str());
+  // Anything else still needs the pattern file and --n.
+  CommandResult noFile = attnc("bench --n 64");
+  EXPECT_EQ(noFile.exitCode, 2);
+  EXPECT_NE(noFile.err.find("file is required"), std::string::npos) << noFile.err;
+  CommandResult noN = attnc("bench " + libraryPattern("fixed") + " --peak");
+  EXPECT_EQ(noN.exitCode, 2);
+  EXPECT_NE(noN.err.find("--n is required"), std::string::npos) << noN.err;
+}
+
+TEST(CliBench, PeakGivesEachRateAsAShareOfIt) {
+  ScratchDir dir;
+  CommandResult r = attnc("bench " + libraryPattern("fixed") + kBenchSmall + " --threads 1 --backward --peak --json",
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  Json doc = parseJson(r.out);
+  const double peak = doc["peak_gflops"].number;
+  ASSERT_GT(peak, 0);
+  EXPECT_EQ(doc["peak_threads"].integer, 1);
+  for (const Json &row : doc["results"].array) {
+    EXPECT_NEAR(row["fwd_share"].number, row["gflops"].number / peak, 1e-4) << row["backend"].string;
+    EXPECT_NEAR(row["bwd_share"].number, row["bwd_gflops"].number / peak, 1e-4) << row["backend"].string;
+  }
+  CommandResult text = attnc("bench " + libraryPattern("fixed") + kBenchSmall + " --threads 1 --peak",
+                             "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_TRUE(std::regex_search(text.out, std::regex(R"(\n  peak: [0-9.]+ GFLOP/s)"))) << text.out;
+  EXPECT_TRUE(std::regex_search(text.out, std::regex(R"(first run ms +% peak\n)"))) << text.out;
+}
+
+#if ATTNC_HAVE_MLIR || ATTNC_HAVE_HALIDE
+TEST(CliBench, BackendWithoutABackwardSaysNotAvailable) {
+  ScratchDir dir;
+  const std::string backend = ATTNC_HAVE_MLIR ? "sparsifier" : "halide";
+  const std::string args = "bench " + libraryPattern("strided") + " -D l=8 --n 130 --d 16 --heads 2 --repeat 1 " +
+                           "--backward --backend fused," + backend;
+  CommandResult text = attnc(args, "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("  " + backend + std::string(12 - backend.size(), ' ') + " n/a (forward only)\n"),
+            std::string::npos)
+      << text.out;
+  Json doc = parseJson(attnc(args + " --json", "ATTNC_CACHE_DIR=" + dir.path()).out);
+  ASSERT_EQ(doc["results"].array.size(), 2u);
+  EXPECT_TRUE(doc["results"].array[0].has("bwd_ms"));
+  const Json &row = doc["results"].array[1];
+  EXPECT_GT(row["ms"].number, 0);
+  EXPECT_FALSE(row.has("bwd_ms"));
+  EXPECT_TRUE(row["bwd_unsupported"].boolean);
+  EXPECT_NE(row["bwd_error"].string.find("the " + backend + " backend"), std::string::npos) << row["bwd_error"].string;
 }
 #endif
 

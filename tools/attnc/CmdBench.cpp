@@ -6,9 +6,17 @@
 // where nnz counts the pattern's pairs per head (the useful work); executed /
 // useful is what the backend computes over what the pattern needs.
 //
+// --backward also times a training step per backend, forward with the
+// log-sum-exp then backward, the same way: backward GFLOP/s = 10 * nnz * d *
+// batch * heads / backward time (its five products: Q K^T recomputed, dO V^T,
+// dV, dQ, dK). --peak measures the machine's FMA peak first (Peak.h) and gives
+// each rate as a share of it; without a pattern file, the peak is all it
+// prints.
+//
 //===----------------------------------------------------------------------===//
 #include "Common.h"
 #include "Measure.h"
+#include "Peak.h"
 
 #include "attnc/attnc.h"
 #include "attnc/attnc_jit.h"
@@ -16,12 +24,14 @@
 #include "attnc/compiler/Compile.h"
 #include "attnc/analysis/Analysis.h"
 #include "attnc/plan/Plan.h"
+#include "attnc/support/ThreadPool.h"
 #include "attnc/tuning/Tuning.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 namespace attnc::tool {
@@ -35,6 +45,8 @@ struct BenchOptions {
   int repeat = 5;
   std::string dtype = "f32";
   bool json = false;
+  bool backward = false;
+  bool peak = false;
   bool backendsGiven = false;
 };
 
@@ -44,9 +56,38 @@ struct Row {
   double firstMs = 0; ///< the first run at this n: it also builds the per-n structure
   bool ok = false;
   std::string error;
+  // --backward: a training step's medians (when bwdOk), else why it did not run.
+  double fwdLseMs = 0, bwdMs = 0, bwdGflops = 0;
+  bool bwdOk = false, bwdUnsupported = false;
+  std::string bwdError;
 };
 
+/// "290.0 GFLOP/s (avx512f FMA loops, 16 lanes, 2 threads)".
+std::string peakText(const Peak &peak) {
+  char text[128];
+  std::snprintf(text, sizeof text, "%.1f GFLOP/s (%s FMA loops, %d lanes, %d thread%s)", peak.gflops,
+                peak.isa.c_str(), peak.lanes, peak.threads, peak.threads == 1 ? "" : "s");
+  return text;
+}
+
+/// --peak without a pattern file: the peak alone.
+int printPeak(const Peak &peak, bool json) {
+  if (json)
+    std::printf("{\"peak_gflops\": %.1f, \"peak_isa\": %s, \"peak_threads\": %d}\n", peak.gflops,
+                jsonString(peak.isa).c_str(), peak.threads);
+  else
+    std::printf("peak: %s\n", peakText(peak).c_str());
+  return kExitOk;
+}
+
 int runBench(const BenchOptions &opts) {
+  std::optional<Peak> peak;
+  if (opts.peak) {
+    // First, before kernels and inputs take the caches and the memory.
+    peak = measurePeak(support::resolveThreads(opts.threads));
+    if (opts.pattern.file.empty())
+      return printPeak(*peak, opts.json);
+  }
   int exitCode = kExitOk;
   auto lp = loadPattern(opts.pattern, exitCode);
   if (!lp)
@@ -72,6 +113,7 @@ int runBench(const BenchOptions &opts) {
     nnzAllHeads += setNnz[set];
   }
   double usefulFlops = 4.0 * double(nnzAllHeads) * double(opts.d) * double(opts.batch);
+  double backwardFlops = 2.5 * usefulFlops; // 10 * nnz * d * batch * heads
 
   // The fused backend's per-n cost: the symbolic plan is built once per
   // kernel; its row blocks at n are generated once, on every core, as the
@@ -97,6 +139,9 @@ int runBench(const BenchOptions &opts) {
   RandomInputs inputs(opts.batch, heads, opts.n, opts.d, 1,
                       opts.dtype == "bf16" ? ATTNC_DTYPE_BF16 : ATTNC_DTYPE_F32);
   attnc_run_options ro{0.0f, opts.threads};
+  std::optional<BackwardBuffers> grad;
+  if (opts.backward)
+    grad.emplace(inputs, 2);
 
   std::vector<const char *> defs;
   for (const std::string &d : opts.pattern.defines)
@@ -129,6 +174,15 @@ int runBench(const BenchOptions &opts) {
       continue;
     }
     row.ms = medianRunMs(kernel, inputs, ro, opts.repeat, row.error, &row.firstMs);
+    if (grad && row.ms >= 0) {
+      StepTimes step;
+      attnc_status status = medianStepMs(kernel, inputs, *grad, ro, opts.repeat, step, row.bwdError);
+      row.bwdOk = status == ATTNC_OK;
+      row.bwdUnsupported = status == ATTNC_ERROR_UNSUPPORTED;
+      row.fwdLseMs = step.forwardMs;
+      row.bwdMs = step.backwardMs;
+      row.bwdGflops = row.bwdOk ? backwardFlops / (row.bwdMs * 1e6) : 0;
+    }
     // The tiles the kernel was built with (a tuned shape or schedule).
     plan::PlanOptions tiles;
     if (const char *r = attnc_kernel_metadata(kernel, "tile_rows"))
@@ -164,16 +218,30 @@ int runBench(const BenchOptions &opts) {
        << ", \"n\": " << opts.n << ", \"d\": " << opts.d
        << ", \"batch\": " << opts.batch << ", \"heads\": " << heads << ", \"nnz_per_head\": "
        << nnzAllHeads / heads << ", \"plan_build_ms\": " << planMs
-       << ", \"block_generation_ms\": " << blocksMs << ", \"block_bytes\": " << blockBytes
-       << ", \"results\": [";
+       << ", \"block_generation_ms\": " << blocksMs << ", \"block_bytes\": " << blockBytes;
+    if (peak)
+      os << ", \"peak_gflops\": " << peak->gflops << ", \"peak_isa\": " << jsonString(peak->isa)
+         << ", \"peak_threads\": " << peak->threads;
+    os << ", \"results\": [";
     for (size_t k = 0; k < rows.size(); ++k) {
       const Row &r = rows[k];
       os << (k ? ", " : "") << "{\"backend\": " << jsonString(r.backend);
-      if (r.ok)
-        os << ", \"ms\": " << r.ms << ", \"gflops\": " << r.gflops << ", \"executed_over_useful\": " << r.waste
-           << ", \"first_run_ms\": " << r.firstMs;
-      else
-        os << ", \"error\": " << jsonString(r.error);
+      if (!r.ok) {
+        os << ", \"error\": " << jsonString(r.error) << "}";
+        continue;
+      }
+      os << ", \"ms\": " << r.ms << ", \"gflops\": " << r.gflops << ", \"executed_over_useful\": " << r.waste
+         << ", \"first_run_ms\": " << r.firstMs;
+      if (peak)
+        os << ", \"fwd_share\": " << r.gflops / peak->gflops;
+      if (opts.backward && r.bwdOk) {
+        os << ", \"fwd_lse_ms\": " << r.fwdLseMs << ", \"bwd_ms\": " << r.bwdMs << ", \"bwd_gflops\": " << r.bwdGflops
+           << ", \"bwd_over_fwd\": " << r.bwdMs / r.ms;
+        if (peak)
+          os << ", \"bwd_share\": " << r.bwdGflops / peak->gflops;
+      } else if (opts.backward) {
+        os << ", \"bwd_error\": " << jsonString(r.bwdError) << (r.bwdUnsupported ? ", \"bwd_unsupported\": true" : "");
+      }
       os << "}";
     }
     os << "]}\n";
@@ -187,15 +255,41 @@ int runBench(const BenchOptions &opts) {
   std::printf("  fused plan: built in %.3f ms; its row blocks at this n: %.2f ms to generate, "
               "%.1f MB\n",
               planMs, blocksMs, double(blockBytes) / 1e6);
-  std::printf("  %-12s %10s %12s %16s %12s %14s\n", "backend", "ms", "eff GFLOP/s", "executed/useful",
-              "time/fused", "first run ms");
+  if (peak)
+    std::printf("  peak: %s\n", peakText(*peak).c_str());
+  std::printf("  %-12s %10s %12s %16s %12s %14s%s\n", "backend", "ms", "eff GFLOP/s", "executed/useful",
+              "time/fused", "first run ms", peak ? "   % peak" : "");
   for (const Row &r : rows) {
     if (!r.ok) {
       std::printf("  %-12s failed: %s\n", r.backend.c_str(), r.error.c_str());
       continue;
     }
-    std::printf("  %-12s %10.2f %12.1f %16.2f %12.2f %14.2f\n", r.backend.c_str(), r.ms, r.gflops, r.waste,
+    std::printf("  %-12s %10.2f %12.1f %16.2f %12.2f %14.2f", r.backend.c_str(), r.ms, r.gflops, r.waste,
                 fusedMs > 0 ? r.ms / fusedMs : 0.0, r.firstMs);
+    if (peak)
+      std::printf(" %8.1f", 100.0 * r.gflops / peak->gflops);
+    std::printf("\n");
+  }
+  if (!opts.backward)
+    return kExitOk;
+  std::printf("  backward: forward with lse, then dQ, dK, dV; eff GFLOP/s = 10*nnz*d/time; median of %d\n",
+              opts.repeat);
+  std::printf("  %-12s %10s %10s %12s %10s%s\n", "backend", "fwd+lse ms", "bwd ms", "bwd GFLOP/s", "bwd/fwd",
+              peak ? "   % peak" : "");
+  for (const Row &r : rows) {
+    if (!r.ok)
+      continue;
+    if (r.bwdUnsupported)
+      std::printf("  %-12s n/a (forward only)\n", r.backend.c_str());
+    else if (!r.bwdOk)
+      std::printf("  %-12s failed: %s\n", r.backend.c_str(), r.bwdError.c_str());
+    else {
+      std::printf("  %-12s %10.2f %10.2f %12.1f %10.2f", r.backend.c_str(), r.fwdLseMs, r.bwdMs, r.bwdGflops,
+                  r.bwdMs / r.ms);
+      if (peak)
+        std::printf(" %8.1f", 100.0 * r.bwdGflops / peak->gflops);
+      std::printf("\n");
+    }
   }
   return kExitOk;
 }
@@ -207,7 +301,10 @@ void setupBench(CLI::App &app, int &exitCode) {
       "bench", "Time backends side by side on random inputs: median ms, effective GFLOP/s "
                "(4*nnz*d/time) and executed/useful work");
   addPatternOptions(*cmd, opts->pattern);
-  cmd->add_option("--n", opts->n, "Sequence length")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  // FILE and --n are required unless --peak asks for the peak alone (checked in the callback).
+  cmd->get_option("file")->required(false)->description("The pattern file (.attn); only --peak runs without one");
+  CLI::Option *nOption = cmd->add_option("--n", opts->n, "Sequence length (required with a pattern file)")
+                             ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("--d", opts->d, "Head dimension")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd->add_option("--batch", opts->batch, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--heads", opts->heads,
@@ -231,9 +328,21 @@ void setupBench(CLI::App &app, int &exitCode) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", opts->json, "Print one JSON object");
+  cmd->add_flag("--backward", opts->backward,
+                "Also time a training step: forward with the log-sum-exp, then dQ, dK, dV (eff GFLOP/s = "
+                "10*nnz*d/time); backends without a backward say n/a");
+  cmd->add_flag("--peak", opts->peak,
+                "Measure this machine's FMA peak on --threads threads (AVX-512, else AVX2+FMA) and give each "
+                "GFLOP/s as a share of it; without a pattern file, print the peak alone");
   cmd->footer(examplesFooter({"attnc bench patterns/fixed.attn --n 16384 --d 64",
-                              "attnc bench patterns/strided.attn --n 4096 --backend fused,dense --json"}));
-  cmd->callback([opts, backendOption, &exitCode] {
+                              "attnc bench patterns/strided.attn --n 4096 --backend fused,dense --json",
+                              "attnc bench patterns/fixed.attn --n 4096 --d 64 --backward --peak",
+                              "attnc bench --peak --threads 2"}));
+  cmd->callback([opts, backendOption, nOption, &exitCode] {
+    if (opts->pattern.file.empty() && !opts->peak)
+      throw CLI::RequiredError("file");
+    if (!opts->pattern.file.empty() && nOption->count() == 0)
+      throw CLI::RequiredError("--n");
     opts->backendsGiven = backendOption->count() > 0;
     exitCode = runBench(*opts);
   });

@@ -1,8 +1,11 @@
 //===- CmdRun.cpp - attnc run ---------------------------------------------===//
 //
 // Runs a kernel file (or a pattern file, compiled through the JIT cache) on
-// Q, K, V read from .npy files and writes O. With --check it also computes
-// the double-precision reference and prints the largest absolute error.
+// Q, K, V read from .npy files and writes O. With --grad dO.npy it runs the
+// training step instead: the forward with the log-sum-exp, then the backward,
+// and writes dQ, dK, dV too. With --check it also computes the
+// double-precision reference and prints the largest absolute error of O (and
+// of each gradient, which must lie within a tolerance).
 //
 //===----------------------------------------------------------------------===//
 #include "Common.h"
@@ -16,10 +19,14 @@
 #include "attnc/plan/Csr.h"
 #include "attnc/reference/Reference.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <sstream>
+#include <tuple>
 
 namespace attnc::tool {
 
@@ -29,17 +36,178 @@ struct RunOptions {
   std::vector<std::string> defines;
   std::string pattern;
   std::string q, k, v, output;
+  std::string grad, dq, dk, dv;
   std::string backend = "fused";
   int threads = 0;
   bool check = false;
 };
 
+/// A gradient's largest error may be this much of its largest reference
+/// magnitude (at least 1): the forward's 1e-4 on unit-sized outputs, scaled
+/// for dK and dV, which sum over every query that attends a key.
+constexpr double kGradTolerance = 1e-4;
+
 bool endsWith(const std::string &s, const std::string &suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t a = 0; a < shape.size(); ++a)
+    os << (a ? ", " : "") << shape[a];
+  os << "]";
+  return os.str();
+}
+
+/// Prints the runtime's message for a failed call; its exit code.
+int runtimeFailure(attnc_status status) {
+  std::cerr << "attnc: error: " << attnc_last_error() << "\n";
+  return status == ATTNC_ERROR_INTERNAL ? kExitInternal : kExitUserError;
+}
+
+/// Where --grad writes gradient `name` ("dq", "dk", "dv"): its flag, else
+/// the -o path with ".NAME.npy" for its extension (O.npy -> O.dq.npy), else
+/// NAME.npy in the current directory.
+std::string gradientPath(const RunOptions &opts, const std::string &given, const std::string &name) {
+  if (!given.empty())
+    return given;
+  if (opts.output.empty())
+    return name + ".npy";
+  return std::filesystem::path(opts.output).replace_extension("." + name + ".npy").string();
+}
+
+/// The pattern a kernel was built from, rebuilt from its embedded source and
+/// parameters, and the CSR of each distinct head set at length n.
+struct ReferencePattern {
+  Frontend frontend;
+  ir::PatternIR ir;
+  std::vector<ir::Csr> csrs;
+  /// The set (an index into `csrs`) that tensor head h runs: its own when the
+  /// pattern declares heads, else the one set.
+  size_t setOf(int64_t h) const {
+    for (size_t k = 0; ir.headsDeclared && k < ir.heads.size(); ++k)
+      if (std::find(ir.heads[k].heads.begin(), ir.heads[k].heads.end(), h) != ir.heads[k].heads.end())
+        return k;
+    return 0;
+  }
+};
+
+/// Fills `out`; prints the error and returns false when the embedded pattern
+/// does not check.
+bool rebuildPattern(const attnc_kernel *kernel, const std::string &origin, int64_t n, ReferencePattern &out) {
+  std::string error;
+  SemaOptions sema;
+  if (!parseDefineList(attnc_kernel_metadata(kernel, "params"), sema.defines, error)) {
+    std::cerr << "attnc: error: the kernel's parameters: " << error << "\n";
+    return false;
+  }
+  out.frontend.parseString(origin, attnc_kernel_metadata(kernel, "source"));
+  out.frontend.analyze(sema);
+  const Pattern *p = out.frontend.select(attnc_kernel_metadata(kernel, "pattern"));
+  if (!p) {
+    printDiagnostics(out.frontend);
+    std::cerr << "attnc: error: the kernel's embedded pattern does not check\n";
+    return false;
+  }
+  out.ir = ir::canonicalizePattern(*p);
+  out.csrs.resize(out.ir.heads.size());
+  for (size_t k = 0; k < out.ir.heads.size(); ++k)
+    if (!ir::buildCsr(out.ir.heads[k].set, n, out.csrs[k], error)) {
+      std::cerr << "attnc: error: " << error << "\n";
+      return false;
+    }
+  return true;
+}
+
+/// How far a kernel's output is from the reference: the largest absolute
+/// difference over its finite elements, the largest reference magnitude, and
+/// how many elements are NaN or infinite.
+struct Deviation {
+  double maxErr = 0, maxRef = 0;
+  int64_t nonFinite = 0;
+  void add(const float *ref, const float *got, int64_t count) {
+    for (int64_t x = 0; x < count; ++x) {
+      maxRef = std::max(maxRef, static_cast<double>(std::fabs(ref[x])));
+      if (!std::isfinite(got[x]))
+        ++nonFinite;
+      else
+        maxErr = std::max(maxErr, static_cast<double>(std::fabs(ref[x] - got[x])));
+    }
+  }
+};
+
+/// The arrays of a run, [B, H, n, d] (or [n, d]) and C-ordered.
+struct RunArrays {
+  std::array<int64_t, 4> shape;
+  const NpyArray &q, &k, &v, &o;
+  const NpyArray *dO, *dq, *dk, *dv; ///< null without --grad
+};
+
+/// --check: O, and with --grad dQ, dK and dV, against the double-precision
+/// reference on every (batch, head) slice. Prints one line per array; the
+/// gradients fail (exit 1) past kGradTolerance.
+int checkAgainstReference(const attnc_kernel *kernel, const std::string &origin, const RunArrays &a) {
+  const int64_t n = a.shape[2], d = a.shape[3];
+  ReferencePattern pattern;
+  if (!rebuildPattern(kernel, origin, n, pattern))
+    return kExitUserError;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const bool grad = a.dO != nullptr;
+  Deviation out, dev[3];
+  std::vector<float> ref(static_cast<size_t>(n * d)), refGrad[3];
+  if (grad)
+    for (std::vector<float> &g : refGrad)
+      g.resize(static_cast<size_t>(n * d));
+  for (int64_t b = 0; b < a.shape[0]; ++b)
+    for (int64_t h = 0; h < a.shape[1]; ++h) {
+      const ir::Csr &csr = pattern.csrs[pattern.setOf(h)];
+      const int64_t off = (b * a.shape[1] + h) * n * d;
+      referenceAttention(csr, a.q.data.data() + off, a.k.data.data() + off, a.v.data.data() + off, ref.data(), d,
+                         scale);
+      out.add(ref.data(), a.o.data.data() + off, n * d);
+      if (!grad)
+        continue;
+      referenceBackward(csr, a.q.data.data() + off, a.k.data.data() + off, a.v.data.data() + off,
+                        a.dO->data.data() + off, refGrad[0].data(), refGrad[1].data(), refGrad[2].data(), d,
+                        scale);
+      const NpyArray *got[3] = {a.dq, a.dk, a.dv};
+      for (int g = 0; g < 3; ++g)
+        dev[g].add(refGrad[g].data(), got[g]->data.data() + off, n * d);
+    }
+  std::printf("max abs error vs double-precision reference: %.3g", out.maxErr);
+  if (out.nonFinite)
+    std::printf(" over the finite outputs; %lld outputs are NaN or infinite (a score overflowed "
+                "float32, or an input is not finite)",
+                static_cast<long long>(out.nonFinite));
+  std::printf("\n");
+  if (!grad)
+    return kExitOk;
+  int exitCode = kExitOk;
+  const char *names[3] = {"dQ", "dK", "dV"};
+  for (int g = 0; g < 3; ++g) {
+    const double tolerance = kGradTolerance * std::max(1.0, dev[g].maxRef);
+    std::printf("max abs error of %s vs double-precision reference: %.3g (tolerance %.3g)\n", names[g],
+                dev[g].maxErr, tolerance);
+    if (dev[g].nonFinite) {
+      std::cerr << "attnc: error: " << dev[g].nonFinite << " elements of " << names[g]
+                << " are NaN or infinite (a score overflowed float32, or an input is not finite)\n";
+      exitCode = kExitUserError;
+    } else if (!(dev[g].maxErr <= tolerance)) {
+      char message[160];
+      std::snprintf(message, sizeof message,
+                    "%s is off the double-precision reference by %.3g, past the tolerance %.3g "
+                    "(%g x its largest magnitude, at least 1)",
+                    names[g], dev[g].maxErr, tolerance, kGradTolerance);
+      std::cerr << "attnc: error: " << message << "\n";
+      exitCode = kExitUserError;
+    }
+  }
+  return exitCode;
+}
+
 int runRun(const RunOptions &opts) {
-  NpyArray q, k, v;
+  NpyArray q, k, v, dO;
   std::string error;
   for (auto [path, array] : {std::pair{&opts.q, &q}, {&opts.k, &k}, {&opts.v, &v}})
     if (!readNpy(*path, *array, error)) {
@@ -54,6 +222,32 @@ int runRun(const RunOptions &opts) {
     std::cerr << "attnc: error: inputs must be [n, d] or [batch, heads, n, d], got "
               << q.shape.size() << " dimensions\n";
     return kExitUserError;
+  }
+  const bool grad = !opts.grad.empty();
+  if (grad && !readNpy(opts.grad, dO, error)) {
+    std::cerr << "attnc: error: " << error << "\n";
+    return kExitUserError;
+  }
+  if (grad && dO.shape != q.shape) {
+    std::cerr << "attnc: error: --grad " << opts.grad << " has shape " << shapeText(dO.shape) << " but O has "
+              << shapeText(q.shape) << "; dO (the loss's gradient with respect to O) must have O's shape\n";
+    return kExitUserError;
+  }
+  if (grad) {
+    // Two outputs in one file would leave only the last one written.
+    std::vector<std::pair<std::string, std::string>> outputs = {{"dQ", gradientPath(opts, opts.dq, "dq")},
+                                                                {"dK", gradientPath(opts, opts.dk, "dk")},
+                                                                {"dV", gradientPath(opts, opts.dv, "dv")}};
+    if (!opts.output.empty())
+      outputs.insert(outputs.begin(), {"O", opts.output});
+    for (size_t a = 0; a < outputs.size(); ++a)
+      for (size_t b = a + 1; b < outputs.size(); ++b)
+        if (std::filesystem::path(outputs[a].second).lexically_normal() ==
+            std::filesystem::path(outputs[b].second).lexically_normal()) {
+          std::cerr << "attnc: error: " << outputs[a].first << " and " << outputs[b].first
+                    << " would both be written to '" << outputs[a].second << "'; give them files of their own\n";
+          return kExitUsage;
+        }
   }
 
   attnc_kernel *raw = nullptr;
@@ -74,10 +268,8 @@ int runRun(const RunOptions &opts) {
     }
     status = attnc_kernel_load(opts.input.c_str(), &raw);
   }
-  if (status != ATTNC_OK) {
-    std::cerr << "attnc: error: " << attnc_last_error() << "\n";
-    return status == ATTNC_ERROR_INTERNAL ? kExitInternal : kExitUserError;
-  }
+  if (status != ATTNC_OK)
+    return runtimeFailure(status);
   std::unique_ptr<attnc_kernel, void (*)(attnc_kernel *)> kernel(raw, attnc_kernel_free);
 
   std::array<int64_t, 4> shape = q.shape.size() == 4
@@ -92,70 +284,51 @@ int runRun(const RunOptions &opts) {
   auto view = [&](NpyArray &a) { return tensorView(a.data.data(), shape); };
   attnc_tensor tq = view(q), tk = view(k), tv = view(v), to = view(o);
   attnc_run_options ro{0.0f, opts.threads};
+  // A training step keeps each row's log-sum-exp for the backward.
+  std::vector<float> lse(grad ? static_cast<size_t>(shape[0] * shape[1] * shape[2]) : 0);
+  attnc_tensor tl = tensorView(lse.data(), {shape[0], shape[1], shape[2], 1});
   auto start = std::chrono::steady_clock::now();
-  status = attnc_run(raw, &tq, &tk, &tv, &to, &ro);
+  status = grad ? attnc_run_forward(raw, &tq, &tk, &tv, &to, &tl, &ro) : attnc_run(raw, &tq, &tk, &tv, &to, &ro);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (status != ATTNC_OK) {
-    std::cerr << "attnc: error: " << attnc_last_error() << "\n";
-    return status == ATTNC_ERROR_INTERNAL ? kExitInternal : kExitUserError;
+  if (status != ATTNC_OK)
+    return runtimeFailure(status);
+
+  NpyArray dq{q.shape, std::vector<float>(grad ? q.data.size() : 0)}, dk = dq, dv = dq;
+  double backwardMs = 0;
+  if (grad) {
+    attnc_tensor tdO = view(dO), tdq = view(dq), tdk = view(dk), tdv = view(dv);
+    start = std::chrono::steady_clock::now();
+    status = attnc_run_backward(raw, &tq, &tk, &tv, &to, &tdO, &tl, &tdq, &tdk, &tdv, &ro);
+    backwardMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (status != ATTNC_OK)
+      return runtimeFailure(status);
   }
-  if (!opts.output.empty() && !writeNpy(opts.output, o, error)) {
-    std::cerr << "attnc: error: " << error << "\n";
-    return kExitUserError;
-  }
+
+  std::vector<std::pair<std::string, const NpyArray *>> writes;
+  if (!opts.output.empty())
+    writes.push_back({opts.output, &o});
+  if (grad)
+    writes.insert(writes.end(), {{gradientPath(opts, opts.dq, "dq"), &dq},
+                                 {gradientPath(opts, opts.dk, "dk"), &dk},
+                                 {gradientPath(opts, opts.dv, "dv"), &dv}});
+  for (const auto &[path, array] : writes)
+    if (!writeNpy(path, *array, error)) {
+      std::cerr << "attnc: error: " << error << "\n";
+      return kExitUserError;
+    }
   std::printf("ran pattern '%s' on [%lld, %lld, %lld, %lld] in %.3f ms\n",
               attnc_kernel_metadata(raw, "pattern"), static_cast<long long>(shape[0]),
               static_cast<long long>(shape[1]), static_cast<long long>(shape[2]),
               static_cast<long long>(shape[3]), ms);
-  if (opts.check) {
-    // Rebuild the pattern from the kernel's own metadata and source.
-    Frontend fe;
-    SemaOptions sema;
-    if (!parseDefineList(attnc_kernel_metadata(raw, "params"), sema.defines, error)) {
-      std::cerr << "attnc: error: the kernel's parameters: " << error << "\n";
-      return kExitUserError;
-    }
-    fe.parseString(opts.input, attnc_kernel_metadata(raw, "source"));
-    fe.analyze(sema);
-    const Pattern *p = fe.select(attnc_kernel_metadata(raw, "pattern"));
-    if (!p) {
-      printDiagnostics(fe);
-      std::cerr << "attnc: error: the kernel's embedded pattern does not check\n";
-      return kExitUserError;
-    }
-    ir::PatternIR ir = ir::canonicalizePattern(*p);
-    int64_t n = shape[2], d = shape[3];
-    double maxErr = 0;
-    int64_t nonFinite = 0;
-    std::vector<float> ref(static_cast<size_t>(n * d));
-    for (const auto &head : ir.heads) {
-      ir::Csr csr;
-      if (!ir::buildCsr(head.set, n, csr, error)) {
-        std::cerr << "attnc: error: " << error << "\n";
-        return kExitUserError;
-      }
-      for (int64_t b = 0; b < shape[0]; ++b)
-        for (int64_t h : head.heads) {
-          int64_t off = (b * shape[1] + h) * n * d;
-          referenceAttention(csr, q.data.data() + off, k.data.data() + off, v.data.data() + off,
-                             ref.data(), d, 1.0 / std::sqrt(static_cast<double>(d)));
-          for (int64_t x = 0; x < n * d; ++x) {
-            if (!std::isfinite(o.data[off + x])) {
-              ++nonFinite;
-              continue;
-            }
-            maxErr = std::max(maxErr, static_cast<double>(std::fabs(ref[x] - o.data[off + x])));
-          }
-        }
-    }
-    std::printf("max abs error vs double-precision reference: %.3g", maxErr);
-    if (nonFinite)
-      std::printf(" over the finite outputs; %lld outputs are NaN or infinite (a score overflowed "
-                  "float32, or an input is not finite)",
-                  static_cast<long long>(nonFinite));
-    std::printf("\n");
-  }
-  return kExitOk;
+  if (grad)
+    std::printf("backward in %.3f ms: wrote dQ to %s, dK to %s, dV to %s\n", backwardMs,
+                writes[writes.size() - 3].first.c_str(), writes[writes.size() - 2].first.c_str(),
+                writes[writes.size() - 1].first.c_str());
+  if (!opts.check)
+    return kExitOk;
+  return checkAgainstReference(raw, opts.input,
+                               {shape, q, k, v, o, grad ? &dO : nullptr, grad ? &dq : nullptr,
+                                grad ? &dk : nullptr, grad ? &dv : nullptr});
 }
 } // namespace
 
@@ -181,11 +354,27 @@ void setupRun(CLI::App &app, int &exitCode) {
       ->capture_default_str()
       ->check(CLI::IsMember(codegen::backendNames()));
   cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
+  CLI::Option *gradOption =
+      cmd->add_option("--grad", opts->grad,
+                      "dO, the loss's gradient with respect to O (.npy, O's shape): run the forward with the "
+                      "log-sum-exp, then the backward, and write dQ, dK, dV")
+          ->check(CLI::ExistingFile);
+  for (auto [flag, path, name] : {std::tuple{"--dq", &opts->dq, "dQ"}, {"--dk", &opts->dk, "dK"},
+                                  {"--dv", &opts->dv, "dV"}}) {
+    std::string lower = std::string(flag).substr(2);
+    cmd->add_option(flag, *path,
+                    std::string("Where --grad writes ") + name + " (default: -o's path with ." + lower +
+                        ".npy for its extension, O.npy -> O." + lower + ".npy; without -o, " + lower +
+                        ".npy in the current directory)")
+        ->needs(gradOption);
+  }
   cmd->add_flag("--check", opts->check,
-                "Compare with a double-precision reference and print the max abs error");
+                "Compare with a double-precision reference and print the max abs error (with --grad also of "
+                "dQ, dK, dV, which fail past 1e-4 x their largest magnitude)");
   cmd->footer(examplesFooter(
       {"attnc run fixed.attnk --q q.npy --k k.npy --v v.npy -o o.npy",
-       "attnc run patterns/strided.attn -D l=64 --q q.npy --k k.npy --v v.npy -o o.npy --check"}));
+       "attnc run patterns/strided.attn -D l=64 --q q.npy --k k.npy --v v.npy -o o.npy --check",
+       "attnc run patterns/fixed.attn --q q.npy --k k.npy --v v.npy -o o.npy --grad do.npy --check"}));
   cmd->callback([opts, &exitCode] { exitCode = runRun(*opts); });
 }
 

@@ -69,4 +69,65 @@ double timeOneRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_ru
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+BackwardBuffers::BackwardBuffers(const RandomInputs &in, uint32_t seed) {
+  const std::array<int64_t, 4> shape{in.tq.shape[0], in.tq.shape[1], in.tq.shape[2], in.tq.shape[3]};
+  const size_t count = in.q.size();
+  dO.resize(count);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  for (float &x : dO)
+    x = normal(rng);
+  lse.assign(static_cast<size_t>(shape[0] * shape[1] * shape[2]), 0.0f);
+  tlse = tensorView(lse.data(), {shape[0], shape[1], shape[2], 1});
+  dq.assign(count, 0.0f);
+  dk.assign(count, 0.0f);
+  dv.assign(count, 0.0f);
+  if (in.tq.dtype == ATTNC_DTYPE_BF16) {
+    dOb.resize(count);
+    std::transform(dO.begin(), dO.end(), dOb.begin(), floatToBf16);
+    dqb.assign(count, 0);
+    dkb.assign(count, 0);
+    dvb.assign(count, 0);
+    tdO = tensorView(dOb.data(), shape, ATTNC_DTYPE_BF16);
+    tdq = tensorView(dqb.data(), shape, ATTNC_DTYPE_BF16);
+    tdk = tensorView(dkb.data(), shape, ATTNC_DTYPE_BF16);
+    tdv = tensorView(dvb.data(), shape, ATTNC_DTYPE_BF16);
+    return;
+  }
+  tdO = tensorView(dO.data(), shape);
+  tdq = tensorView(dq.data(), shape);
+  tdk = tensorView(dk.data(), shape);
+  tdv = tensorView(dv.data(), shape);
+}
+
+attnc_status medianStepMs(const attnc_kernel *kernel, RandomInputs &in, BackwardBuffers &grad,
+                          const attnc_run_options &options, int repeat, StepTimes &out, std::string &error) {
+  std::vector<double> forward, backward;
+  // Round 0 is the warm-up: it builds what the backward needs at this n.
+  for (int r = 0; r <= repeat; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    attnc_status status = attnc_run_forward(kernel, &in.tq, &in.tk, &in.tv, &in.to, &grad.tlse, &options);
+    auto t1 = std::chrono::steady_clock::now();
+    if (status == ATTNC_OK)
+      status = attnc_run_backward(kernel, &in.tq, &in.tk, &in.tv, &in.to, &grad.tdO, &grad.tlse, &grad.tdq,
+                                  &grad.tdk, &grad.tdv, &options);
+    auto t2 = std::chrono::steady_clock::now();
+    if (status != ATTNC_OK) {
+      error = attnc_last_error();
+      return status;
+    }
+    if (r == 0)
+      continue;
+    forward.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    backward.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+  }
+  auto median = [](std::vector<double> &times) {
+    std::sort(times.begin(), times.end());
+    return times.empty() ? 0.0 : times[times.size() / 2];
+  };
+  out.forwardMs = median(forward);
+  out.backwardMs = median(backward);
+  return ATTNC_OK;
+}
+
 } // namespace attnc::tool

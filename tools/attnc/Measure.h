@@ -30,4 +30,26 @@ double medianRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run
 /// caught by it).
 double timeOneRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run_options &options);
 
+/// What a training step adds to `in` (same shape and dtype): Normal(0, 1)
+/// dO, the log-sum-exp (f32 [batch, heads, n, 1]) and dQ, dK, dV buffers.
+struct BackwardBuffers {
+  BackwardBuffers(const RandomInputs &in, uint32_t seed);
+  std::vector<float> dO, lse, dq, dk, dv;
+  std::vector<uint16_t> dOb, dqb, dkb, dvb; ///< the bf16 tensors' elements
+  attnc_tensor tdO, tlse, tdq, tdk, tdv;
+};
+
+/// Medians of a training step's two calls, in milliseconds.
+struct StepTimes {
+  double forwardMs = 0;  ///< attnc_run_forward, writing O and the log-sum-exp
+  double backwardMs = 0; ///< attnc_run_backward on that O and log-sum-exp
+};
+
+/// One warm-up step (forward with lse, then backward), then `repeat` timed
+/// steps, each call timed on its own; the medians go to `out`. Returns
+/// ATTNC_OK, or the status of the first failing call with `error` set to its
+/// message (ATTNC_ERROR_UNSUPPORTED: the backend has no backward pass).
+attnc_status medianStepMs(const attnc_kernel *kernel, RandomInputs &in, BackwardBuffers &grad,
+                          const attnc_run_options &options, int repeat, StepTimes &out, std::string &error);
+
 } // namespace attnc::tool
