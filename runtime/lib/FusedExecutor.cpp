@@ -24,6 +24,7 @@
 #include "attnc/support/ThreadPool.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>

@@ -61,6 +61,8 @@ struct GradScratch {
   plan::BlockShape shape;            ///< a block generated as it runs
   plan::BlockTiles tiles;            ///< the block being run
   std::vector<float> dk, dv;         ///< a helper thread's partial sums ([n, d] each)
+  const float *doAct[64], *qAct[64]; ///< the rows of a tile that have keys
+  float *dqAct[64];
 };
 
 /// Per-slice scratch of the backward pass, reused across calls.

@@ -429,6 +429,10 @@ attnc_status attnc_run_forward(const attnc_kernel *kernel, const attnc_tensor *q
   if (lse) {
     if (attnc_status s = validateLse(lse, *q); s != ATTNC_OK)
       return s;
+    for (const auto &[t, name] : {std::pair{q, "q"}, {k, "k"}, {v, "v"}, {static_cast<const attnc_tensor *>(o), "o"}})
+      if (rangesMeet(*lse, *t))
+        return fail(ATTNC_ERROR_INVALID_ARGUMENT,
+                    std::string("tensor 'lse' overlaps the memory of '") + name + "'; it needs memory of its own");
     if (!kernel->backend->writesLse())
       return fail(ATTNC_ERROR_UNSUPPORTED, std::string("the ") + kernel->backend->name() +
                                                " backend does not give the rows' log-sum-exp (the backward "
@@ -478,6 +482,10 @@ attnc_status attnc_run_backward(const attnc_kernel *kernel, const attnc_tensor *
     return s;
   if (attnc_status s = validateLse(lse, *q); s != ATTNC_OK)
     return s;
+  for (const auto &[grad, name] : {std::pair{d_q, "d_q"}, {d_k, "d_k"}, {d_v, "d_v"}})
+    if (rangesMeet(*grad, *lse))
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("tensor '") + name +
+                                                    "' overlaps the memory of 'lse'; each gradient needs memory of its own");
   if (!kernel->backend->hasBackward())
     return fail(ATTNC_ERROR_UNSUPPORTED, std::string("the ") + kernel->backend->name() +
                                              " backend computes the forward pass only; compile the pattern "

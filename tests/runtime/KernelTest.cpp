@@ -397,22 +397,6 @@ TEST(FusedWaitingKeys, GlobalRowsMatchTheReference) {
   }
 }
 
-/// bf16 of a float, rounded to nearest even (written here, not taken from
-/// the runtime), and back.
-uint16_t toBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  const uint32_t lower = bits & 0xffffu, upper = bits >> 16;
-  const bool up = lower > 0x8000u || (lower == 0x8000u && (upper & 1u));
-  return static_cast<uint16_t>(upper + (up ? 1u : 0u));
-}
-float fromBf16(uint16_t x) {
-  const uint32_t bits = uint32_t{x} << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 /// A bf16 [b, h, n, d] view; `headsInner` lays it out as [b, n, h, d].
 attnc_tensor bf16View(std::vector<uint16_t> &data, int64_t b, int64_t h, int64_t n, int64_t d,
                       bool headsInner = false) {

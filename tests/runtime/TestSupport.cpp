@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <stdexcept>
@@ -23,10 +24,17 @@ std::vector<float> randomFloats(size_t count, uint32_t seed, float scale) {
   return out;
 }
 
-static std::vector<float> reference(Frontend &fe, const std::vector<std::string> &defines,
-                                    const std::vector<float> &q, const std::vector<float> &k,
-                                    const std::vector<float> &v, int64_t batch, int64_t heads,
-                                    int64_t n, int64_t d) {
+/// Parses `source` (a file path, or text when `isText`), checks it with
+/// `defines` and returns the brute-force oracle's n x n membership mask of
+/// each of `heads` heads (the pattern's one set for every head when it
+/// declares none).
+static std::vector<std::vector<char>> oracleMasks(const std::string &source, bool isText,
+                                                  const std::vector<std::string> &defines,
+                                                  int64_t heads, int64_t n) {
+  Frontend fe;
+  if (isText ? !fe.parseString("test.attn", source) : !fe.parseFile(source))
+    throw std::runtime_error(isText ? std::string("reference: cannot parse the source")
+                                    : "reference: cannot parse " + source);
   SemaOptions sema;
   for (const std::string &text : defines) {
     Define def;
@@ -38,11 +46,23 @@ static std::vector<float> reference(Frontend &fe, const std::vector<std::string>
   if (!fe.analyze(sema) || fe.patterns().empty())
     throw std::runtime_error("reference: the pattern does not check");
   const Pattern &p = fe.patterns().front();
+  if (p.headsDeclared && static_cast<int64_t>(p.heads.size()) != heads)
+    throw std::runtime_error("reference: the pattern declares " + std::to_string(p.heads.size()) +
+                             " heads, not " + std::to_string(heads));
+  std::vector<std::vector<char>> masks;
+  for (int64_t h = 0; h < heads; ++h)
+    masks.push_back(oracle::denseMask(*p.heads[p.headsDeclared ? h : 0], n));
+  return masks;
+}
+
+static std::vector<float> reference(const std::vector<std::vector<char>> &masks,
+                                    const std::vector<float> &q, const std::vector<float> &k,
+                                    const std::vector<float> &v, int64_t batch, int64_t heads,
+                                    int64_t n, int64_t d) {
   std::vector<float> o(q.size(), 0.0f);
   double scale = 1.0 / std::sqrt(static_cast<double>(d));
   for (int64_t h = 0; h < heads; ++h) {
-    const Term &set = *p.heads[p.headsDeclared ? h : 0];
-    std::vector<char> mask = oracle::denseMask(set, n);
+    const std::vector<char> &mask = masks[static_cast<size_t>(h)];
     for (int64_t b = 0; b < batch; ++b) {
       size_t off = static_cast<size_t>((b * heads + h) * n * d);
       for (int64_t i = 0; i < n; ++i) {
@@ -80,10 +100,7 @@ std::vector<float> referenceFromOracle(const std::string &patternPath,
                                        const std::vector<float> &q, const std::vector<float> &k,
                                        const std::vector<float> &v, int64_t batch, int64_t heads,
                                        int64_t n, int64_t d) {
-  Frontend fe;
-  if (!fe.parseFile(patternPath))
-    throw std::runtime_error("reference: cannot parse " + patternPath);
-  return reference(fe, defines, q, k, v, batch, heads, n, d);
+  return reference(oracleMasks(patternPath, false, defines, heads, n), q, k, v, batch, heads, n, d);
 }
 
 std::vector<float> referenceFromSource(const std::string &source,
@@ -91,10 +108,143 @@ std::vector<float> referenceFromSource(const std::string &source,
                                        const std::vector<float> &q, const std::vector<float> &k,
                                        const std::vector<float> &v, int64_t batch, int64_t heads,
                                        int64_t n, int64_t d) {
-  Frontend fe;
-  if (!fe.parseString("test.attn", source))
-    throw std::runtime_error("reference: cannot parse the source");
-  return reference(fe, defines, q, k, v, batch, heads, n, d);
+  return reference(oracleMasks(source, true, defines, heads, n), q, k, v, batch, heads, n, d);
+}
+
+/// The gradients, written from the softmax's formulas over dense n x n
+/// matrices of one slice (the masked entries skipped), in double.
+static GradientReference gradients(std::vector<std::vector<char>> masks, const std::vector<float> &q,
+                                   const std::vector<float> &k, const std::vector<float> &v,
+                                   const std::vector<float> &dO, int64_t batch, int64_t heads,
+                                   int64_t n, int64_t d, double scale) {
+  const size_t count = static_cast<size_t>(batch * heads * n * d);
+  if (q.size() != count || k.size() != count || v.size() != count || dO.size() != count)
+    throw std::runtime_error("gradient reference: the inputs are not [batch, heads, n, d]");
+  if (scale == 0)
+    scale = 1.0 / std::sqrt(static_cast<double>(d));
+  GradientReference r;
+  r.batch = batch;
+  r.heads = heads;
+  r.n = n;
+  r.d = d;
+  r.o.assign(count, 0.0);
+  r.dq.assign(count, 0.0);
+  r.dk.assign(count, 0.0);
+  r.dv.assign(count, 0.0);
+  r.lse.assign(static_cast<size_t>(batch * heads * n), 0.0);
+  r.masks = std::move(masks);
+  const size_t nn = static_cast<size_t>(n * n);
+  std::vector<double> prob(nn), dprob(nn), rowD(static_cast<size_t>(n));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h) {
+      const std::vector<char> &mask = r.masks[static_cast<size_t>(h)];
+      const size_t off = static_cast<size_t>((b * heads + h) * n * d);
+      const float *Q = q.data() + off, *K = k.data() + off, *V = v.data() + off, *G = dO.data() + off;
+      double *O = r.o.data() + off, *dQ = r.dq.data() + off, *dK = r.dk.data() + off, *dV = r.dv.data() + off;
+      double *lse = r.lse.data() + (b * heads + h) * n;
+      // P = exp(S - lse) on the mask, 0 elsewhere; O = P V.
+      for (int64_t i = 0; i < n; ++i) {
+        double best = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          double &s = prob[static_cast<size_t>(i * n + j)];
+          s = 0;
+          if (!mask[static_cast<size_t>(i * n + j)])
+            continue;
+          double dot = 0;
+          for (int64_t c = 0; c < d; ++c)
+            dot += double(Q[i * d + c]) * double(K[j * d + c]);
+          s = scale * dot;
+          best = std::max(best, s);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j)
+          if (mask[static_cast<size_t>(i * n + j)])
+            sum += std::exp(prob[static_cast<size_t>(i * n + j)] - best);
+        lse[i] = sum > 0 ? best + std::log(sum) : -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          double &p = prob[static_cast<size_t>(i * n + j)];
+          p = mask[static_cast<size_t>(i * n + j)] ? std::exp(p - lse[i]) : 0.0;
+          for (int64_t c = 0; c < d; ++c)
+            O[i * d + c] += p * double(V[j * d + c]);
+        }
+      }
+      // dP = dO V^T, D = rowsum(P * dP), dS = P * (dP - D) (kept in dprob).
+      for (int64_t i = 0; i < n; ++i) {
+        double sumD = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          double dp = 0;
+          if (mask[static_cast<size_t>(i * n + j)])
+            for (int64_t c = 0; c < d; ++c)
+              dp += double(G[i * d + c]) * double(V[j * d + c]);
+          dprob[static_cast<size_t>(i * n + j)] = dp;
+          sumD += prob[static_cast<size_t>(i * n + j)] * dp;
+        }
+        rowD[static_cast<size_t>(i)] = sumD;
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t ij = static_cast<size_t>(i * n + j);
+          dprob[ij] = prob[ij] * (dprob[ij] - sumD);
+        }
+      }
+      // dV = P^T dO, dQ = scale dS K, dK = scale dS^T Q.
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t ij = static_cast<size_t>(i * n + j);
+          if (!mask[ij])
+            continue;
+          for (int64_t c = 0; c < d; ++c) {
+            dV[j * d + c] += prob[ij] * double(G[i * d + c]);
+            dQ[i * d + c] += scale * dprob[ij] * double(K[j * d + c]);
+            dK[j * d + c] += scale * dprob[ij] * double(Q[i * d + c]);
+          }
+        }
+    }
+  return r;
+}
+
+bool GradientReference::rowEmpty(int64_t h, int64_t i) const {
+  const std::vector<char> &mask = masks[static_cast<size_t>(h)];
+  for (int64_t j = 0; j < n; ++j)
+    if (mask[static_cast<size_t>(i * n + j)])
+      return false;
+  return true;
+}
+
+bool GradientReference::keyUnused(int64_t h, int64_t j) const {
+  const std::vector<char> &mask = masks[static_cast<size_t>(h)];
+  for (int64_t i = 0; i < n; ++i)
+    if (mask[static_cast<size_t>(i * n + j)])
+      return false;
+  return true;
+}
+
+GradientReference gradientsFromOracle(const std::string &patternPath, const std::vector<std::string> &defines,
+                                      const std::vector<float> &q, const std::vector<float> &k,
+                                      const std::vector<float> &v, const std::vector<float> &dO,
+                                      int64_t batch, int64_t heads, int64_t n, int64_t d, double scale) {
+  return gradients(oracleMasks(patternPath, false, defines, heads, n), q, k, v, dO, batch, heads, n, d,
+                   scale);
+}
+
+GradientReference gradientsFromSource(const std::string &source, const std::vector<std::string> &defines,
+                                      const std::vector<float> &q, const std::vector<float> &k,
+                                      const std::vector<float> &v, const std::vector<float> &dO,
+                                      int64_t batch, int64_t heads, int64_t n, int64_t d, double scale) {
+  return gradients(oracleMasks(source, true, defines, heads, n), q, k, v, dO, batch, heads, n, d, scale);
+}
+
+uint16_t toBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  const uint32_t lower = bits & 0xffffu, upper = bits >> 16;
+  const bool up = lower > 0x8000u || (lower == 0x8000u && (upper & 1u));
+  return static_cast<uint16_t>(upper + (up ? 1u : 0u));
+}
+
+float fromBf16(uint16_t x) {
+  const uint32_t bits = uint32_t{x} << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
 }
 
 attnc_tensor view(std::vector<float> &data, int64_t batch, int64_t heads, int64_t n, int64_t d) {

@@ -31,6 +31,41 @@ std::vector<float> referenceFromSource(const std::string &source,
                                        const std::vector<float> &v, int64_t batch, int64_t heads,
                                        int64_t n, int64_t d);
 
+/// The independent gradient reference: the forward pass and the gradients
+/// of L = sum(O * dO) for contiguous [batch, heads, n, d] inputs, with
+/// membership from the brute-force oracle over Sema's terms (as
+/// referenceFromOracle), written from the softmax's formulas in double:
+/// P_ij = exp(s_ij - lse_i), s_ij = scale q_i . k_j, over the row's keys;
+/// dV = P^T dO; dP = dO V^T; D_i = sum_j P_ij dP_ij (from P and dP, not from
+/// dO . O); dS = P * (dP - D); dQ = scale dS K; dK = scale dS^T Q.
+struct GradientReference {
+  int64_t batch = 0, heads = 0, n = 0, d = 0;
+  std::vector<double> o, dq, dk, dv; ///< [batch, heads, n, d]
+  std::vector<double> lse;           ///< [batch, heads, n]; -inf for a row without keys
+  std::vector<std::vector<char>> masks; ///< per head, n x n row-major membership
+  /// Whether row i of head h has no keys.
+  bool rowEmpty(int64_t h, int64_t i) const;
+  /// Whether no row of head h attends key j.
+  bool keyUnused(int64_t h, int64_t j) const;
+};
+
+/// `scale` 0 means 1/sqrt(d).
+GradientReference gradientsFromOracle(const std::string &patternPath, const std::vector<std::string> &defines,
+                                      const std::vector<float> &q, const std::vector<float> &k,
+                                      const std::vector<float> &v, const std::vector<float> &dO,
+                                      int64_t batch, int64_t heads, int64_t n, int64_t d, double scale = 0);
+
+/// Same for pattern source text.
+GradientReference gradientsFromSource(const std::string &source, const std::vector<std::string> &defines,
+                                      const std::vector<float> &q, const std::vector<float> &k,
+                                      const std::vector<float> &v, const std::vector<float> &dO,
+                                      int64_t batch, int64_t heads, int64_t n, int64_t d, double scale = 0);
+
+/// bf16 of a float, rounded to nearest even (written here, not taken from
+/// the runtime), and back (exact).
+uint16_t toBf16(float f);
+float fromBf16(uint16_t x);
+
 /// A contiguous [batch, heads, n, d] view.
 attnc_tensor view(std::vector<float> &data, int64_t batch, int64_t heads, int64_t n, int64_t d);
 

@@ -125,7 +125,8 @@ ATTNC_API attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor 
  * attnc_run that also writes each row's log-sum-exp of its scaled scores,
  * lse[b, h, i] = log(sum_{j in S_h(i)} exp(scale * Q[b,h,i,:] . K[b,h,j,:])),
  * as attnc_run_backward needs it: an f32 tensor of shape [B, H, n, 1] (any
- * positive strides; its last stride is not read). A row with no keys gets
+ * positive strides; its last stride is not read) that overlaps none of the
+ * other tensors (ATTNC_ERROR_INVALID_ARGUMENT). A row with no keys gets
  * -inf (and zeros in O). lse may be null (then this is attnc_run). Backends
  * without it (sparsifier) return ATTNC_ERROR_UNSUPPORTED.
  */
@@ -144,7 +145,7 @@ ATTNC_API attnc_status attnc_run_forward(const attnc_kernel *kernel, const attnc
  * q, k, v, o, d_o, d_q, d_k, d_v: shape [B, H, n, d] as for attnc_run (f32
  * or bf16; the inputs q, k, v, o, d_o share one dtype; the gradients may be
  * either); lse: f32 [B, H, n, 1] from attnc_run_forward. d_q, d_k and d_v
- * are overwritten and must not overlap the inputs or each other. A row with
+ * are overwritten and must not overlap the inputs (lse included) or each other. A row with
  * no keys gives zero dQ; a key that no row attends gets zero dK and dV.
  * Backends without a backward pass (sparsifier, halide) return
  * ATTNC_ERROR_UNSUPPORTED.
