@@ -458,11 +458,59 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
         support::parallelFor(src.numBlocks(), threads,
                              [&](int w, int64_t b) { runSource(src, pieceBlocks(p, 0), w, b); });
       } else {
-        // Residue classes own disjoint rows: a class per item.
+        // Residue classes own disjoint rows and disjoint key classes: a
+        // class per item. Its rows and keys are m rows apart in place (at
+        // m d = 8192 floats every one maps to the same few L1 sets, as in
+        // the forward): they are copied into consecutive rows, run there,
+        // and the class's gradients added back.
         support::parallelFor(plan::numClasses(piece, n), threads, [&](int w, int64_t c) {
           plan::BlockSource src(plan, piece, n, c, !cached);
-          for (int64_t b = 0; b < src.numBlocks(); ++b)
-            runSource(src, pieceBlocks(p, static_cast<size_t>(c)), w, b);
+          GradScratch &ws = s.workers[static_cast<size_t>(w)];
+          const int64_t m = src.rowStride(), rows = plan::classRows(piece, n, c), keys = src.keyRows(),
+                        keyClass = src.keyClass();
+          const size_t rowFloats = static_cast<size_t>(rows * d), keyFloats = static_cast<size_t>(keys * d);
+          for (auto *buffer : {&ws.cq, &ws.cdo})
+            buffer->resize(rowFloats);
+          for (auto *buffer : {&ws.ck, &ws.cv})
+            buffer->resize(keyFloats);
+          ws.cdq.assign(rowFloats, 0.0f);
+          ws.cdk.assign(keyFloats, 0.0f);
+          ws.cdv.assign(keyFloats, 0.0f);
+          ws.clse.resize(static_cast<size_t>(rows));
+          ws.cdelta.resize(static_cast<size_t>(rows));
+          gatherRows(q, c, m, rows, d, ws.cq.data());
+          gatherRows(dO, c, m, rows, d, ws.cdo.data());
+          gatherRows(k, keyClass, m, keys, d, ws.ck.data());
+          gatherRows(v, keyClass, m, keys, d, ws.cv.data());
+          for (int64_t t = 0; t < rows; ++t) {
+            ws.clse[static_cast<size_t>(t)] = lse[c + t * m];
+            ws.cdelta[static_cast<size_t>(t)] = s.delta[static_cast<size_t>(c + t * m)];
+          }
+          const GradArgs classArgs{ws.cq.data(), ws.ck.data(), ws.cv.data(), ws.cdo.data(), ws.clse.data(),
+                                   ws.cdelta.data(), ws.cdq.data(), ws.cdk.data(), ws.cdv.data(), d, scale,
+                                   plan.options.tileRows, 0, 1};
+          const std::vector<plan::BlockShape> *blocks = pieceBlocks(p, static_cast<size_t>(c));
+          for (int64_t b = 0; b < src.numBlocks(); ++b) {
+            if (blocks) {
+              ws.tiles.expand((*blocks)[static_cast<size_t>(b)], true);
+            } else {
+              src.build(b, ws.shape);
+              ws.tiles.expand(ws.shape, true);
+            }
+            kernel(ws.tiles, classArgs, ws);
+          }
+          const GradArgs out = argsFor(w);
+          auto addRows = [d](float *dst, int64_t first, int64_t stride, int64_t count, const float *src) {
+            for (int64_t t = 0; t < count; ++t) {
+              float *row = dst + (first + t * stride) * d;
+              const float *from = src + t * d;
+              for (int64_t x = 0; x < d; ++x)
+                row[x] += from[x];
+            }
+          };
+          addRows(dq, c, m, rows, ws.cdq.data());
+          addRows(out.dk, keyClass, m, keys, ws.cdk.data());
+          addRows(out.dv, keyClass, m, keys, ws.cdv.data());
         });
       }
     }

@@ -61,6 +61,9 @@ struct GradScratch {
   plan::BlockShape shape;            ///< a block generated as it runs
   plan::BlockTiles tiles;            ///< the block being run
   std::vector<float> dk, dv;         ///< a helper thread's partial sums ([n, d] each)
+  /// A residue class's rows and keys copied to consecutive rows (q, dO,
+  /// lse, delta; k, v) and its gradients before they are added back.
+  std::vector<float> cq, cdo, clse, cdelta, ck, cv, cdq, cdk, cdv;
   const float *doAct[64], *qAct[64]; ///< the rows of a tile that have keys
   float *dqAct[64];
 };
