@@ -77,7 +77,7 @@ struct GradArgs {
   int64_t rowBase, rowStride; // block row t is query rowBase + t * rowStride
 };
 
-constexpr int kGradTile = 32; // keys per tile of the backward pass
+constexpr int kGradTile = 48; // keys per tile of the backward pass (a multiple of every key group, 24 / H)
 
 } // namespace
 
