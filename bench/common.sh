@@ -1,6 +1,6 @@
 # Shared by the benchmark scripts (sourced): the attnc binary of a build
 # directory, the sizes and threads from the environment, and the benchmark
-# rows (the seed patterns with the parameters of issue #4).
+# rows (the five patterns, with their parameters, of docs/benchmarks.md's tables).
 #
 #   build-dir: $1 (default build); ATTNC_BENCH_NS (default "4096 16384"),
 #   ATTNC_BENCH_DS (default "64 128"), ATTNC_BENCH_THREADS (default 2).

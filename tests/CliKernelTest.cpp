@@ -2,7 +2,8 @@
 //
 // The subcommands that build and execute kernels, end to end: corrupt and
 // mismatched inputs are user errors (exit 1), a kernel file's parameters are
-// fixed (-D is a usage error), run --grad writes checked gradients, bench
+// fixed (-D is a usage error), run --grad writes checked gradients, run
+// --random draws the arrays docs/cli.md describes from its seed, bench
 // reports every backend (with --backward their training step, with --peak
 // the machine's FMA peak), and a shape recorded by tune is what compile then
 // uses.
@@ -214,6 +215,167 @@ TEST(CliRunGrad, BackendWithoutABackwardFailsWithTheRuntimesMessage) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("o.dq.npy")));
 }
 #endif
+
+// ---- run --random ------------------------------------------------------------
+
+/// The arrays docs/cli.md says `--random` and `--grad random` draw: stream
+/// `stream` (Q 0, K 1, V 2, dO 3) is splitmix64 from state 4 * seed + stream,
+/// each element k / 2^23 - 1 for the top 24 bits k of one output.
+tool::NpyArray documentedRandom(const std::vector<int64_t> &shape, uint64_t seed, uint64_t stream) {
+  size_t count = 1;
+  for (int64_t s : shape)
+    count *= static_cast<size_t>(s);
+  tool::NpyArray a{shape, {}};
+  uint64_t state = seed * 4 + stream;
+  for (size_t x = 0; x < count; ++x) {
+    state += 0x9E3779B97F4A7C15ull;
+    uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    a.data.push_back(float(double(z >> 40) / double(1 << 23) - 1.0));
+  }
+  return a;
+}
+
+std::string writeArray(const ScratchDir &dir, const std::string &name, const tool::NpyArray &a) {
+  std::string error;
+  EXPECT_TRUE(tool::writeNpy(dir.file(name), a, error)) << error;
+  return dir.file(name);
+}
+
+TEST(CliRunRandom, CheckedRunOnRandomInputsWritesOOfThatShape) {
+  ScratchDir dir;
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " -D l=16 -D c=4 --random 2,3,70,16 --check -o " +
+                              dir.file("o.npy"),
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("ran pattern 'fixed' on random [2, 3, 70, 16] (seed 0)"), std::string::npos) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(max abs error vs double-precision reference: (\S+)\n)")))
+      << r.out;
+  EXPECT_LE(std::stod(m[1]), 1e-5);
+  EXPECT_EQ(readArray(dir.file("o.npy")).shape, (std::vector<int64_t>{2, 3, 70, 16}));
+}
+
+TEST(CliRunRandom, InputsAreTheDocumentedUniformStreams) {
+  ScratchDir dir;
+  const std::string cache = "ATTNC_CACHE_DIR=" + dir.path();
+  const std::vector<int64_t> shape{1, 2, 50, 8};
+  tool::NpyArray q = documentedRandom(shape, 9, 0), k = documentedRandom(shape, 9, 1),
+                 v = documentedRandom(shape, 9, 2), dO = documentedRandom(shape, 9, 3);
+  double sum = 0;
+  for (const tool::NpyArray *a : {&q, &k, &v, &dO})
+    for (float x : a->data) {
+      ASSERT_GE(x, -1.0f);
+      ASSERT_LT(x, 1.0f);
+      sum += x;
+    }
+  EXPECT_NEAR(sum / (4.0 * 800), 0.0, 0.05) << "not centred on 0";
+  const std::string pattern = "run " + libraryPattern("strided") + " -D l=8";
+  CommandResult drawn = attnc(pattern + " --random 1,2,50,8 --seed 9 --grad random -o " + dir.file("r.npy"), cache);
+  ASSERT_EQ(drawn.exitCode, 0) << drawn.err;
+  CommandResult read = attnc(pattern + " --q " + writeArray(dir, "q.npy", q) + " --k " + writeArray(dir, "k.npy", k) +
+                                 " --v " + writeArray(dir, "v.npy", v) + " --grad " + writeArray(dir, "do.npy", dO) +
+                                 " -o " + dir.file("f.npy"),
+                             cache);
+  ASSERT_EQ(read.exitCode, 0) << read.err;
+  for (const char *suffix : {"npy", "dq.npy", "dk.npy", "dv.npy"})
+    EXPECT_EQ(readFile(dir.file(std::string("r.") + suffix)), readFile(dir.file(std::string("f.") + suffix)))
+        << suffix << ": --random did not draw the documented arrays";
+}
+
+TEST(CliRunRandom, SameSeedGivesTheSameOutputAndAnotherSeedAnother) {
+  ScratchDir dir;
+  const std::string cache = "ATTNC_CACHE_DIR=" + dir.path();
+  auto run = [&](const std::string &seedFlag, const std::string &out) {
+    CommandResult r = attnc("run " + libraryPattern("fixed") + " -D l=8 -D c=2 --random 1,2,40,8" + seedFlag +
+                                " --grad random -o " + dir.file(out),
+                            cache);
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+  };
+  run(" --seed 5", "a.npy");
+  run(" --seed 5", "b.npy");
+  run(" --seed 6", "c.npy");
+  run("", "zero.npy");
+  run(" --seed 0", "z.npy");
+  for (const char *suffix : {"npy", "dq.npy", "dk.npy", "dv.npy"}) {
+    const std::string s = suffix;
+    EXPECT_EQ(readFile(dir.file("a." + s)), readFile(dir.file("b." + s))) << s;
+    EXPECT_NE(readFile(dir.file("a." + s)), readFile(dir.file("c." + s))) << s;
+    EXPECT_EQ(readFile(dir.file("zero." + s)), readFile(dir.file("z." + s))) << s << ": the default seed is 0";
+  }
+}
+
+TEST(CliRunRandom, MalformedShapeIsAUsageErrorThatSaysWhy) {
+  struct Bad {
+    const char *spec, *message;
+  } cases[] = {
+      {"1,2,3", "--random: expected four numbers B,H,n,d (batch, heads, length, head dimension), e.g. "
+                "1,8,1024,64; got 3 in '1,2,3'"},
+      {"1,2,3,4,5", "got 5 in '1,2,3,4,5'"},
+      {"0,1,8,8", "--random: the batch B must be at least 1, got 0 in '0,1,8,8'"},
+      {"1,1,8,-2", "--random: the head dimension d must be at least 1, got -2 in '1,1,8,-2'"},
+      {"1,x,8,8", "--random: the heads H must be a positive integer, got 'x' in '1,x,8,8'"},
+      {"1,1,1e3,8", "--random: the length n must be a positive integer, got '1e3' in '1,1,1e3,8'"},
+      {"4,16,65536,1024", "--random: '4,16,65536,1024' makes more than 2^30 elements per tensor"},
+  };
+  for (const Bad &b : cases) {
+    CommandResult r = attnc("run " + libraryPattern("fixed") + " --random " + b.spec);
+    EXPECT_EQ(r.exitCode, 2) << b.spec;
+    EXPECT_NE(r.err.find(b.message), std::string::npos) << b.spec << "\n" << r.err;
+  }
+}
+
+TEST(CliRunRandom, InputFilesAndRandomInputsExcludeEachOther) {
+  ScratchDir dir;
+  std::string q = zerosNpy(dir, "q.npy", "(6, 4)", 24);
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " --random 1,1,6,4 --q " + q);
+  EXPECT_EQ(r.exitCode, 2) << r.out;
+  EXPECT_NE(r.err.find("--q excludes --random"), std::string::npos) << r.err;
+}
+
+TEST(CliRunRandom, InputsMissingOrSeedWithoutRandomAreUsageErrors) {
+  ScratchDir dir;
+  std::string q = zerosNpy(dir, "q.npy", "(6, 4)", 24);
+  const std::string run = "run " + libraryPattern("fixed");
+  CommandResult none = attnc(run);
+  EXPECT_EQ(none.exitCode, 2);
+  EXPECT_NE(none.err.find("attnc: error: no inputs: give --q Q.npy --k K.npy --v V.npy, or --random B,H,n,d"),
+            std::string::npos)
+      << none.err;
+  CommandResult partial = attnc(run + " --q " + q + " --v " + q);
+  EXPECT_EQ(partial.exitCode, 2);
+  EXPECT_NE(partial.err.find("--q, --k and --v come together; missing --k"), std::string::npos) << partial.err;
+  CommandResult seed = attnc(run + " --q " + q + " --k " + q + " --v " + q + " --seed 3");
+  EXPECT_EQ(seed.exitCode, 2);
+  EXPECT_NE(seed.err.find("--seed seeds --random and --grad random"), std::string::npos) << seed.err;
+}
+
+TEST(CliRunRandom, SeedMustBeAnUnsigned64BitInteger) {
+  for (const char *seed : {"-1", "abc", "18446744073709551616"}) {
+    CommandResult r = attnc("run " + libraryPattern("fixed") + " --random 1,1,8,8 --seed " + seed);
+    EXPECT_EQ(r.exitCode, 2) << seed;
+    EXPECT_NE(r.err.find(std::string("--seed: expected an integer in [0, 2^64), got '") + seed + "'"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
+TEST(CliRunRandom, GradRandomWithInputFilesDrawsDOOfTheirShape) {
+  ScratchDir dir;
+  const std::vector<int64_t> shape{1, 2, 40, 8};
+  std::string q = randomNpy(dir, "q.npy", shape, 1), k = randomNpy(dir, "k.npy", shape, 2),
+              v = randomNpy(dir, "v.npy", shape, 3);
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " -D l=8 -D c=2 --q " + q + " --k " + k + " --v " + v +
+                              " --grad random --seed 2 --check -o " + dir.file("o.npy"),
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("ran pattern 'fixed' on [1, 2, 40, 8] in"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("backward on a random dO (seed 2) in"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("max abs error of dV"), std::string::npos) << r.out;
+  EXPECT_EQ(readArray(dir.file("o.dq.npy")).shape, shape);
+}
 
 TEST(CliRun, KernelFileRejectsDefines) {
   ScratchDir dir;

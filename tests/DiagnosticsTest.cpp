@@ -24,6 +24,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -34,7 +35,7 @@ namespace attnc {
 namespace {
 
 const char *const kInvalidFiles[] = {"division.attn", "heads.attn",  "lexer.attn", "module.attn",
-                                     "names.attn",    "parser.attn", "types.attn"};
+                                     "names.attn",    "parser.attn", "slips.attn",  "types.attn"};
 
 std::string invalidDir() { return std::string(ATTNC_SOURCE_DIR) + "/tests/dsl/invalid/"; }
 
@@ -397,6 +398,19 @@ TEST(DiagnosticFormat, CaretKeepsTabsSoThatItLinesUpWithTheSource) {
                   "\t            \t^\n");
 }
 
+TEST(DiagnosticFormat, FixItIsPrintedUnderTheNotesCaret) {
+  Frontend fe;
+  ASSERT_FALSE(fe.parseString("f.attn", "pattern p {\n\tlet A = { j : j < i }\n\tattend A or {}\n}\n"));
+  ASSERT_EQ(fe.diags().diagnostics().size(), 1u);
+  EXPECT_EQ(fe.diags().format(fe.diags().diagnostics()[0]), "f.attn:3:11: error: unknown operator 'or'\n"
+                                                            "\tattend A or {}\n"
+                                                            "\t         ^~\n"
+                                                            "f.attn:3:11: note: use '|' for the keys in either set\n"
+                                                            "\tattend A or {}\n"
+                                                            "\t         ^~\n"
+                                                            "\t         |\n");
+}
+
 TEST(DiagnosticFormat, UnderlineStopsAtTheEndOfTheFirstLine) {
   Frontend fe;
   ASSERT_TRUE(fe.parseString("m.attn", "pattern p {\n  require 1 >\n    2\n  attend {}\n}\n"));
@@ -432,7 +446,94 @@ TEST(DiagnosticFormat, DefineOverrideIsNamedInTheNote) {
   EXPECT_EQ(d.notes[0].message, "'c' is 9 (set by -D c=9)");
 }
 
+// ---- Fix-its ---------------------------------------------------------------------
+
+/// A slip (one statement of a pattern that defines sets A, B, G and the
+/// parameter l) and the statement its fix-its make of it.
+struct Slip {
+  const char *written, *repaired;
+};
+
+void PrintTo(const Slip &s, std::ostream *os) { *os << s.written; }
+
+std::string slipPattern(const std::string &statement) {
+  return "pattern p {\n  param l = 8\n  let A = { j : j < i }\n  let B = { j : j % l == 0 }\n  let G = { 0, 1 }\n" +
+         statement + "\n}\n";
+}
+
+class SlipFixIt : public ::testing::TestWithParam<Slip> {};
+
+TEST_P(SlipFixIt, ReplacesTheSlipWithValidSyntax) {
+  Frontend fe;
+  const std::string source = slipPattern(GetParam().written);
+  EXPECT_FALSE(fe.parseString("s.attn", source));
+  // Every fix-it of every note, applied from the end of the text back.
+  std::vector<const dsl::Diagnostic *> fixIts;
+  for (const dsl::Diagnostic &d : fe.diags().diagnostics())
+    for (const dsl::Diagnostic &note : d.notes)
+      if (!note.fixIt.empty())
+        fixIts.push_back(&note);
+  ASSERT_FALSE(fixIts.empty()) << "no fix-it";
+  std::sort(fixIts.begin(), fixIts.end(),
+            [](auto *a, auto *b) { return a->range.begin.offset > b->range.begin.offset; });
+  std::string repaired = source;
+  for (const dsl::Diagnostic *f : fixIts)
+    repaired.replace(f->range.begin.offset, f->range.end.offset - f->range.begin.offset, f->fixIt);
+  EXPECT_EQ(repaired, slipPattern(GetParam().repaired));
+  Frontend again;
+  bool ok = again.parseString("s.attn", repaired) && again.analyze({});
+  std::ostringstream os;
+  again.diags().print(os);
+  EXPECT_TRUE(ok) << os.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Slips, SlipFixIt,
+    ::testing::Values(Slip{"  attend A or B", "  attend A | B"}, Slip{"  attend A and B", "  attend A & B"},
+                      Slip{"  attend A and not B", "  attend A - B"},
+                      Slip{"  attend { j : j < i and j > 2 }", "  attend { j : j < i && j > 2 }"},
+                      Slip{"  attend { j : j in G or i in G }", "  attend { j : j in G || i in G }"},
+                      Slip{"  attend { j : j in G or B }", "  attend { j : j in G | B }"},
+                      Slip{"  attend { j : not j < i }", "  attend { j : !(j < i) }"},
+                      Slip{"  attend { j : not (j < i) }", "  attend { j : !(j < i) }"},
+                      Slip{"  attend { j : j not in G }", "  attend { j : !(j in G) }"},
+                      Slip{"  attend not A", "  attend { j : true } - A"},
+                      Slip{"  attend B | not A", "  attend B | { j : true } - A"},
+                      Slip{"  attend not A | B", "  attend { j : true } - (A | B)"},
+                      Slip{"  attend { j : j < i | j > 2 }", "  attend { j : j < i || j > 2 }"},
+                      Slip{"  attend { j : 0 <= j & j < i }", "  attend { j : 0 <= j && j < i }"},
+                      Slip{"  attend { j : j in G | i in G }", "  attend { j : j in G || i in G }"},
+                      Slip{"  attend { j : j = i }", "  attend { j : j == i }"},
+                      Slip{"  require l = 8\n  attend A", "  require l == 8\n  attend A"},
+                      Slip{"  attend { j : (i - j) mod l == 0 }", "  attend { j : (i - j) % l == 0 }"},
+                      Slip{"  attend { j : j div l == i / l }", "  attend { j : j / l == i / l }"},
+                      Slip{"  attend { j : j // l == i / l }", "  attend { j : j / l == i / l }"},
+                      Slip{"  // the causal band\n  attend A", "  # the causal band\n  attend A"},
+                      Slip{"  attend A // the causal band", "  attend A # the causal band"},
+                      Slip{"  attend { j : j ** 2 <= i }", "  attend { j : j * j <= i }"},
+                      Slip{"  attend { j : (i - j) ^ 2 <= 64 }", "  attend { j : (i - j) * (i - j) <= 64 }"},
+                      Slip{"  attend { j : j in [i - 3, i] }", "  attend { j : j in { i - 3 .. i } }"},
+                      Slip{"  attend [0, 4)", "  attend { 0 .. 3 }"},
+                      Slip{"  attend [i - 4, i)", "  attend { i - 4 .. i - 1 }"},
+                      Slip{"  attend [0, 1, i]", "  attend { 0, 1, i }"},
+                      Slip{"  attend { i - 3 ... i }", "  attend { i - 3 .. i }"},
+                      Slip{"  attend { j : j ≤ i && j ∈ G }", "  attend { j : j <= i && j in G }"}));
+
 // ---- Valid inputs a conservative checker might reject ---------------------------
+
+TEST(AcceptedInput, OperatorWordsStayUsableAsNames) {
+  // The hints for 'and', 'or', 'not', 'mod' and 'div' fire only where the
+  // input is an error anyway; as names they mean what they always meant.
+  Frontend fe;
+  ASSERT_TRUE(fe.parseString("w.attn", "pattern p {\n  param mod = 4\n  param div = 2\n"
+                                       "  let and = { j : j < i }\n  let or = { j : j % mod == 0 }\n"
+                                       "  let not = 3\n  require not in { 1, 3 } && div < mod\n"
+                                       "  attend and | or - { j : j < not - 1 + div }\n}\n"));
+  bool ok = fe.analyze({});
+  std::ostringstream os;
+  fe.diags().print(os);
+  EXPECT_TRUE(ok) << os.str();
+}
 
 TEST(AcceptedInput, RequirementWithInHoldsForAMember) {
   Frontend fe;

@@ -77,7 +77,7 @@ std::string_view SourceManager::slice(SourceRange range) const {
 
 Diagnostic &DiagnosticEngine::report(Severity severity, SourceRange range,
                                      std::string message) {
-  diags_.push_back({severity, range, std::move(message), {}});
+  diags_.push_back({severity, range, std::move(message), {}, {}});
   return diags_.back();
 }
 
@@ -91,9 +91,9 @@ Diagnostic &DiagnosticEngine::warning(SourceRange range, std::string message) {
   return report(Severity::Warning, range, std::move(message));
 }
 
-void DiagnosticEngine::note(SourceRange range, std::string message) {
+void DiagnosticEngine::note(SourceRange range, std::string message, std::string fixIt) {
   ATTNC_CHECK(!diags_.empty(), "note without a diagnostic");
-  diags_.back().notes.push_back({Severity::Note, range, std::move(message), {}});
+  diags_.back().notes.push_back({Severity::Note, range, std::move(message), {}, std::move(fixIt)});
 }
 
 static const char *severityName(Severity s) {
@@ -153,6 +153,8 @@ std::string DiagnosticEngine::format(const Diagnostic &diag, bool color) const {
     }
     os << (color ? "\033[1;32m" : "") << caret << "^" << std::string(width - 1, '~')
        << reset << "\n";
+    if (!diag.fixIt.empty())
+      os << (color ? "\033[0;32m" : "") << caret << diag.fixIt << reset << "\n";
   }
   for (const Diagnostic &note : diag.notes)
     os << format(note, color);

@@ -51,6 +51,9 @@ const char *tokenKindName(TokenKind kind) {
   case TokenKind::Amp: return "'&'";
   case TokenKind::Pipe: return "'|'";
   case TokenKind::Bang: return "'!'";
+  case TokenKind::LBracket: return "'['";
+  case TokenKind::RBracket: return "']'";
+  case TokenKind::Caret: return "'^'";
   }
   return "token";
 }
@@ -130,6 +133,9 @@ private:
     case '*': return take(TokenKind::Star, 1);
     case '/': return take(TokenKind::Slash, 1);
     case '%': return take(TokenKind::Percent, 1);
+    case '[': return take(TokenKind::LBracket, 1);
+    case ']': return take(TokenKind::RBracket, 1);
+    case '^': return take(TokenKind::Caret, 1);
     case '.':
       if (two('.'))
         return take(TokenKind::DotDot, 2);
@@ -155,7 +161,23 @@ private:
       ++pos_;
     std::string spelled(text_.substr(begin, pos_ - begin));
     diags_.error(range(begin, pos_), "unexpected character '" + spelled + "'");
+    noteAsciiSpelling(spelled, begin);
     return make(TokenKind::Error, begin);
+  }
+
+  /// After a stray character: what to write instead, where it is clear.
+  void noteAsciiSpelling(const std::string &spelled, size_t begin) {
+    // A third dot after '..' (Swift's and Ruby's ranges).
+    if (spelled == "." && begin >= 2 && text_.substr(begin - 2, 2) == "..") {
+      diags_.note(range(begin - 2, pos_),
+                  "a range is written with two dots, '{ a .. b }', and includes both ends", "..");
+      return;
+    }
+    static const std::pair<std::string_view, const char *> kMath[] = {
+        {"≤", "<="}, {"≥", ">="}, {"≠", "!="}, {"∈", "in"}};
+    for (const auto &[math, ascii] : kMath)
+      if (spelled == math)
+        diags_.note(range(begin, pos_), std::string("use '") + ascii + "'", ascii);
   }
 
   Token identifier() {

@@ -334,7 +334,7 @@ TEST_F(RuntimeErrors, HalideCodeThatRejectsItsBuffersIsAnErrorNotACrash) {
 TEST_F(RunErrors, MetadataDescribesTheKernel) {
   EXPECT_EQ(kernel.metadata("pattern"), "fixed");
   EXPECT_EQ(kernel.metadata("params"), "l=16,c=4");
-  EXPECT_EQ(kernel.metadata("dtype"), "f32");
+  EXPECT_EQ(kernel.metadata("dtype"), "f32,bf16");
   EXPECT_EQ(kernel.metadata("abi_version"), std::to_string(ATTNC_ABI_VERSION));
   EXPECT_EQ(kernel.metadata("heads"), "any");
   EXPECT_EQ(kernel.metadata("backend"), ATTNC_HAVE_MLIR ? "sparsifier" : "fused");

@@ -1,11 +1,12 @@
 //===- CmdRun.cpp - attnc run ---------------------------------------------===//
 //
 // Runs a kernel file (or a pattern file, compiled through the JIT cache) on
-// Q, K, V read from .npy files and writes O. With --grad dO.npy it runs the
-// training step instead: the forward with the log-sum-exp, then the backward,
-// and writes dQ, dK, dV too. With --check it also computes the
-// double-precision reference and prints the largest absolute error of O (and
-// of each gradient, which must lie within a tolerance).
+// Q, K, V read from .npy files, or drawn from a seed (--random B,H,n,d), and
+// writes O. With --grad dO.npy (or --grad random) it runs the training step
+// instead: the forward with the log-sum-exp, then the backward, and writes dQ,
+// dK, dV too. With --check it also computes the double-precision reference
+// and prints the largest absolute error of O (and of each gradient, which must
+// lie within a tolerance).
 //
 //===----------------------------------------------------------------------===//
 #include "Common.h"
@@ -20,6 +21,8 @@
 #include "attnc/reference/Reference.h"
 
 #include <algorithm>
+#include <array>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -36,11 +39,82 @@ struct RunOptions {
   std::vector<std::string> defines;
   std::string pattern;
   std::string q, k, v, output;
-  std::string grad, dq, dk, dv;
+  std::string random; ///< --random B,H,n,d: Q, K, V drawn from `seed` instead of read
+  uint64_t seed = 0;
+  bool seedGiven = false;
+  std::string grad, dq, dk, dv; ///< grad: a dO file, or kRandomGrad
   std::string backend = "fused";
   int threads = 0;
   bool check = false;
 };
+
+/// `--grad random`: dO drawn like --random's inputs.
+constexpr const char *kRandomGrad = "random";
+
+/// --random makes at most this many elements per tensor (4 GiB of f32).
+constexpr int64_t kMaxRandomElements = int64_t(1) << 30;
+
+/// Parses --random's "B,H,n,d": four integers, each at least 1, whose product
+/// is at most kMaxRandomElements. Returns the reason when it is not.
+std::string parseRandomShape(const std::string &spec, std::array<int64_t, 4> &shape) {
+  static const char *const kNames[4] = {"the batch B", "the heads H", "the length n", "the head dimension d"};
+  std::vector<std::string> fields;
+  for (size_t start = 0;;) {
+    size_t comma = spec.find(',', start);
+    fields.push_back(spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos)
+      break;
+    start = comma + 1;
+  }
+  if (fields.size() != 4)
+    return "expected four numbers B,H,n,d (batch, heads, length, head dimension), e.g. 1,8,1024,64; got " +
+           std::to_string(fields.size()) + " in '" + spec + "'";
+  int64_t elements = 1;
+  for (int a = 0; a < 4; ++a) {
+    const std::string &field = fields[a];
+    int64_t value = 0;
+    auto [ptr, ec] = std::from_chars(field.data(), field.data() + field.size(), value);
+    if (field.empty() || ec != std::errc() || ptr != field.data() + field.size())
+      return std::string(kNames[a]) + " must be a positive integer, got '" + field + "' in '" + spec + "'";
+    if (value < 1)
+      return std::string(kNames[a]) + " must be at least 1, got " + field + " in '" + spec + "'";
+    if (value > kMaxRandomElements / elements)
+      return "'" + spec + "' makes more than 2^30 elements per tensor";
+    elements *= value;
+    shape[a] = value;
+  }
+  return {};
+}
+
+/// Checks --seed: an integer in [0, 2^64). Returns the reason when it is not
+/// (CLI11 would wrap -1 around).
+std::string checkSeed(const std::string &value) {
+  uint64_t seed = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), seed);
+  if (ec == std::errc() && ptr == value.data() + value.size())
+    return {};
+  return "expected an integer in [0, 2^64), got '" + value + "'";
+}
+
+/// One f32 array of `shape` drawn from stream `stream` of `seed`: splitmix64
+/// started at state 4 * seed + stream, each element k / 2^23 - 1 for the top
+/// 24 bits k of one output, so uniform on [-1, 1) in steps of 2^-23 and the
+/// same on every platform. Q, K, V and dO are streams 0 to 3.
+NpyArray randomArray(const std::vector<int64_t> &shape, uint64_t seed, uint64_t stream) {
+  size_t count = 1;
+  for (int64_t s : shape)
+    count *= static_cast<size_t>(s);
+  NpyArray a{shape, std::vector<float>(count)};
+  uint64_t state = seed * 4 + stream;
+  for (float &x : a.data) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    x = static_cast<float>(static_cast<double>(z >> 40) * 0x1p-23 - 1.0);
+  }
+  return a;
+}
 
 /// A gradient's largest error may be this much of its largest reference
 /// magnitude (at least 1): the forward's 1e-4 on unit-sized outputs, scaled
@@ -206,14 +280,50 @@ int checkAgainstReference(const attnc_kernel *kernel, const std::string &origin,
   return exitCode;
 }
 
+/// Q, K and V come from three files or from --random, and --seed needs
+/// something random to seed; a usage error (exit 2) otherwise.
+int checkInputFlags(const RunOptions &opts) {
+  const bool random = !opts.random.empty();
+  std::vector<std::string> missing;
+  for (auto [flag, path] : {std::pair{"--q", &opts.q}, {"--k", &opts.k}, {"--v", &opts.v}})
+    if (path->empty())
+      missing.push_back(flag);
+  if (!random && missing.size() == 3) {
+    std::cerr << "attnc: error: no inputs: give --q Q.npy --k K.npy --v V.npy, or --random B,H,n,d\n";
+    return kExitUsage;
+  }
+  if (!random && !missing.empty()) {
+    std::cerr << "attnc: error: --q, --k and --v come together; missing " << missing[0]
+              << (missing.size() > 1 ? " and " + missing[1] : std::string()) << "\n";
+    return kExitUsage;
+  }
+  if (opts.seedGiven && !random && opts.grad != kRandomGrad) {
+    std::cerr << "attnc: error: --seed seeds --random and --grad random; give one of them, or leave --seed out\n";
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
 int runRun(const RunOptions &opts) {
   NpyArray q, k, v, dO;
   std::string error;
-  for (auto [path, array] : {std::pair{&opts.q, &q}, {&opts.k, &k}, {&opts.v, &v}})
-    if (!readNpy(*path, *array, error)) {
-      std::cerr << "attnc: error: " << error << "\n";
-      return kExitUserError;
-    }
+  if (int code = checkInputFlags(opts); code != kExitOk)
+    return code;
+  const bool random = !opts.random.empty();
+  if (random) {
+    std::array<int64_t, 4> dims{};
+    ATTNC_CHECK(parseRandomShape(opts.random, dims).empty(), "--random was validated when parsed");
+    const std::vector<int64_t> shape(dims.begin(), dims.end());
+    q = randomArray(shape, opts.seed, 0);
+    k = randomArray(shape, opts.seed, 1);
+    v = randomArray(shape, opts.seed, 2);
+  } else {
+    for (auto [path, array] : {std::pair{&opts.q, &q}, {&opts.k, &k}, {&opts.v, &v}})
+      if (!readNpy(*path, *array, error)) {
+        std::cerr << "attnc: error: " << error << "\n";
+        return kExitUserError;
+      }
+  }
   if (q.shape != k.shape || q.shape != v.shape) {
     std::cerr << "attnc: error: Q, K and V must have the same shape\n";
     return kExitUserError;
@@ -224,7 +334,9 @@ int runRun(const RunOptions &opts) {
     return kExitUserError;
   }
   const bool grad = !opts.grad.empty();
-  if (grad && !readNpy(opts.grad, dO, error)) {
+  if (opts.grad == kRandomGrad)
+    dO = randomArray(q.shape, opts.seed, 3);
+  else if (grad && !readNpy(opts.grad, dO, error)) {
     std::cerr << "attnc: error: " << error << "\n";
     return kExitUserError;
   }
@@ -316,12 +428,14 @@ int runRun(const RunOptions &opts) {
       std::cerr << "attnc: error: " << error << "\n";
       return kExitUserError;
     }
-  std::printf("ran pattern '%s' on [%lld, %lld, %lld, %lld] in %.3f ms\n",
-              attnc_kernel_metadata(raw, "pattern"), static_cast<long long>(shape[0]),
+  const std::string seed = " (seed " + std::to_string(opts.seed) + ")";
+  const std::string randomDO = opts.grad == kRandomGrad ? " on a random dO" + seed : "";
+  std::printf("ran pattern '%s' on %s[%lld, %lld, %lld, %lld]%s in %.3f ms\n",
+              attnc_kernel_metadata(raw, "pattern"), random ? "random " : "", static_cast<long long>(shape[0]),
               static_cast<long long>(shape[1]), static_cast<long long>(shape[2]),
-              static_cast<long long>(shape[3]), ms);
+              static_cast<long long>(shape[3]), random ? seed.c_str() : "", ms);
   if (grad)
-    std::printf("backward in %.3f ms: wrote dQ to %s, dK to %s, dV to %s\n", backwardMs,
+    std::printf("backward%s in %.3f ms: wrote dQ to %s, dK to %s, dV to %s\n", randomDO.c_str(), backwardMs,
                 writes[writes.size() - 3].first.c_str(), writes[writes.size() - 2].first.c_str(),
                 writes[writes.size() - 1].first.c_str());
   if (!opts.check)
@@ -335,18 +449,34 @@ int runRun(const RunOptions &opts) {
 void setupRun(CLI::App &app, int &exitCode) {
   auto opts = std::make_shared<RunOptions>();
   CLI::App *cmd = app.add_subcommand(
-      "run", "Run a kernel file (or a .attn pattern, JIT-compiled and cached) on .npy inputs");
+      "run", "Run a kernel file (or a .attn pattern, JIT-compiled and cached) on .npy inputs or random ones");
   cmd->add_option("kernel", opts->input, "A kernel file from attnc compile, or a .attn file")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("-D,--define", opts->defines, "Parameter override for a .attn input")
       ->type_name("NAME=INT");
   cmd->add_option("--pattern", opts->pattern, "Which pattern of a .attn input");
-  cmd->add_option("--q", opts->q, "Queries: float32 .npy, [n, d] or [batch, heads, n, d]")
-      ->required()
-      ->check(CLI::ExistingFile);
-  cmd->add_option("--k", opts->k, "Keys, same shape")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--v", opts->v, "Values, same shape")->required()->check(CLI::ExistingFile);
+  CLI::Option *q = cmd->add_option("--q", opts->q, "Queries: float32 .npy, [n, d] or [batch, heads, n, d]")
+                      ->check(CLI::ExistingFile);
+  CLI::Option *k = cmd->add_option("--k", opts->k, "Keys, same shape")->check(CLI::ExistingFile);
+  CLI::Option *v = cmd->add_option("--v", opts->v, "Values, same shape")->check(CLI::ExistingFile);
+  cmd->add_option("--random", opts->random,
+                  "Instead of --q, --k, --v: draw Q, K and V of shape [B, H, n, d], float32, uniform in [-1, 1), "
+                  "from --seed")
+      ->type_name("B,H,n,d")
+      ->check(CLI::Validator(
+          [](std::string &spec) {
+            std::array<int64_t, 4> shape;
+            return parseRandomShape(spec, shape);
+          },
+          ""))
+      ->excludes(q)
+      ->excludes(k)
+      ->excludes(v);
+  CLI::Option *seed = cmd->add_option("--seed", opts->seed,
+                                      "Seed of --random and --grad random (default 0): the same seed draws the "
+                                      "same arrays, on any machine")
+                          ->check(CLI::Validator([](std::string &value) { return checkSeed(value); }, ""));
   cmd->add_option("-o,--output", opts->output, "Where to write O (.npy, same shape)");
   cmd->add_option("--backend", opts->backend,
                   "For a .attn input: fused, halide, sparsifier or dense (a kernel file has its "
@@ -356,9 +486,12 @@ void setupRun(CLI::App &app, int &exitCode) {
   cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
   CLI::Option *gradOption =
       cmd->add_option("--grad", opts->grad,
-                      "dO, the loss's gradient with respect to O (.npy, O's shape): run the forward with the "
-                      "log-sum-exp, then the backward, and write dQ, dK, dV")
-          ->check(CLI::ExistingFile);
+                      "dO, the loss's gradient with respect to O (.npy, O's shape; 'random': drawn like --random's "
+                      "inputs): run the forward with the log-sum-exp, then the backward, and write dQ, dK, dV")
+          ->type_name("FILE|random")
+          ->check(CLI::Validator(
+              [](std::string &value) { return value == kRandomGrad ? std::string() : CLI::ExistingFile(value); },
+              ""));
   for (auto [flag, path, name] : {std::tuple{"--dq", &opts->dq, "dQ"}, {"--dk", &opts->dk, "dK"},
                                   {"--dv", &opts->dv, "dV"}}) {
     std::string lower = std::string(flag).substr(2);
@@ -374,8 +507,13 @@ void setupRun(CLI::App &app, int &exitCode) {
   cmd->footer(examplesFooter(
       {"attnc run fixed.attnk --q q.npy --k k.npy --v v.npy -o o.npy",
        "attnc run patterns/strided.attn -D l=64 --q q.npy --k k.npy --v v.npy -o o.npy --check",
-       "attnc run patterns/fixed.attn --q q.npy --k k.npy --v v.npy -o o.npy --grad do.npy --check"}));
-  cmd->callback([opts, &exitCode] { exitCode = runRun(*opts); });
+       "attnc run patterns/fixed.attn --q q.npy --k k.npy --v v.npy -o o.npy --grad do.npy --check",
+       "attnc run patterns/fixed.attn --random 1,8,1024,64 --check",
+       "attnc run patterns/strided.attn --random 2,4,512,64 --seed 7 --grad random --check -o o.npy"}));
+  cmd->callback([opts, seed, &exitCode] {
+    opts->seedGiven = seed->count() > 0;
+    exitCode = runRun(*opts);
+  });
 }
 
 } // namespace attnc::tool

@@ -239,7 +239,7 @@ bool build(const Frontend &fe, const Compilation &c, format::KernelFile &file, s
       {"params", paramString(pattern)},
       {"heads", pattern.headsDeclared ? std::to_string(pattern.numHeads()) : "any"},
       {"head_sets", std::to_string(c.ir.heads.size())},
-      {"dtype", "f32"},
+      {"dtype", "f32,bf16"}, // the element types attnc_run accepts (bf16 is widened per slice)
       {"target", support::hostTarget()},
       {"backend", codegen::backendName(options.backend)},
       {"abi_version", std::to_string(format::kAbiVersion)},

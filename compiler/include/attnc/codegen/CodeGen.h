@@ -1,6 +1,6 @@
 //===- CodeGen.h - From the pattern IR to native kernels ------------------===//
 //
-// The back half of the pipeline (DESIGN.md §4, reference backend):
+// The back half of the pipeline, for the sparsifier (reference) backend:
 //
 //   lowerToMlir      per distinct head set, one func.func over a CSR-encoded
 //                    sparse_tensor mask: SDDMM -> row max -> exp -> row sum ->

@@ -54,6 +54,7 @@ struct Expr {
   bool boolValue = false;      ///< Bool
   std::string name;            ///< Name, Call (callee), SetBuilder (bound variable)
   SourceRange nameRange;       ///< Call callee / SetBuilder variable
+  SourceRange opRange;         ///< Binary: the operator token
   UnaryOp unaryOp = UnaryOp::Neg;
   BinaryOp binaryOp = BinaryOp::Add;
   std::vector<CompareOp> compareOps; ///< Compare

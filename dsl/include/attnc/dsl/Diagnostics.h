@@ -9,6 +9,14 @@
 //                        ^~~~~~~~
 //   fixed.attn:2:3: note: 'l' is 64 here
 //
+// A note that suggests a fix may carry a fix-it: the text that should replace
+// its range, printed on a line of its own under the caret, as clang does:
+//
+//   s.attn:3:12: note: use '|' for the keys in either set
+//     attend A or B
+//              ^~
+//              |
+//
 // Messages are lowercase, have no final period and quote the offending thing.
 //
 //===----------------------------------------------------------------------===//
@@ -63,6 +71,9 @@ struct Diagnostic {
   std::string message;
   /// Notes printed after the diagnostic, each with its own location.
   std::vector<Diagnostic> notes;
+  /// The text that should replace `range` (a fix-it); empty when there is
+  /// none. Printed under the caret.
+  std::string fixIt;
 };
 
 /// Collects diagnostics; prints them on demand. Never throws, never aborts.
@@ -72,8 +83,9 @@ public:
 
   Diagnostic &error(SourceRange range, std::string message);
   Diagnostic &warning(SourceRange range, std::string message);
-  /// Attaches a note to the most recently reported diagnostic.
-  void note(SourceRange range, std::string message);
+  /// Attaches a note to the most recently reported diagnostic; `fixIt`, when
+  /// not empty, is the text that should replace `range`.
+  void note(SourceRange range, std::string message, std::string fixIt = {});
 
   unsigned errorCount() const { return errors_; }
   unsigned warningCount() const { return warnings_; }

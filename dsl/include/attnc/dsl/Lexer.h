@@ -3,7 +3,10 @@
 // Turns a buffer into tokens. `#` starts a comment that runs to the end of the
 // line; newlines are not significant. A malformed token (a stray character, an
 // unterminated string, an integer that does not fit in 64 bits) is reported
-// and returned as Token::Error so that the parser can recover.
+// and returned as Token::Error so that the parser can recover; a stray
+// character with a likely ASCII spelling ('≤', '...') gets a note saying it.
+// '[', ']' and '^' belong to no rule of the grammar: they are tokens only so
+// that the parser can say what to write instead ('{ a .. b }', a product).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -61,6 +64,10 @@ enum class TokenKind {
   Amp,
   Pipe,
   Bang,
+  // Not in the grammar; lexed for the parser's hints.
+  LBracket,
+  RBracket,
+  Caret,
 };
 
 /// The spelling used in diagnostics, e.g. "'{'" or "identifier".
