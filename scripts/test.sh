@@ -3,7 +3,9 @@
 # twice: the full build (MLIR, Halide, CLI) in ${ATTNC_BUILD_DIR:-build},
 # then the runtime-only configuration (ATTNC_WITH_MLIR=OFF,
 # ATTNC_WITH_HALIDE=OFF: what a machine without LLVM, MLIR or Halide builds)
-# in ${ATTNC_BUILD_DIR:-build}-min, which reuses ccache's objects.
+# in ${ATTNC_BUILD_DIR:-build}-min, which reuses ccache's objects; then the
+# Python package (scripts/test-python.sh: a venv in ${ATTNC_BUILD_DIR:-build}-venv,
+# `pip install ./python`, its pytest suite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -13,3 +15,4 @@ bash scripts/build.sh
 ATTNC_BUILD_DIR=$build-min ATTNC_CMAKE_FLAGS="-DATTNC_WITH_MLIR=OFF -DATTNC_WITH_HALIDE=OFF" \
   bash scripts/build.sh
 (cd "$build-min" && ctest --output-on-failure -j"$(nproc)")
+bash scripts/test-python.sh

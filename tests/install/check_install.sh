@@ -25,7 +25,7 @@ cache=$build/CMakeCache.txt
 [ -f "$cache" ] || { echo "check_install: $cache not found" >&2; exit 2; }
 
 # cached VAR: the value of VAR in the build's cache ("" when absent).
-cached() { sed -n "s/^$1:[A-Z]*=//p" "$cache" | head -n 1; }
+cached() { sed -n "/^$1:/{s/^$1:[A-Z]*=//p;q}" "$cache"; }
 source_dir=$(cached CMAKE_HOME_DIRECTORY)
 cxx=$(cached CMAKE_CXX_COMPILER)
 cc=$(cached CMAKE_C_COMPILER)
@@ -83,15 +83,19 @@ check_tree() {
     local runpath
     runpath=$(readelf -d "$f" | sed -n 's/.*(R[UN]*PATH).*\[\(.*\)\]/\1/p')
     case $runpath in *"$build"*) fail "$f's RUNPATH names the build tree: $runpath" ;; esac
-    if ldd "$f" | grep -q "not found"; then
-      ldd "$f" >&2
+    # (ldd's output is read whole: `grep -q` stops at the first match, and
+    # under pipefail the SIGPIPE it leaves ldd fails the pipeline.)
+    local deps
+    deps=$(ldd "$f")
+    if grep -q "not found" <<<"$deps"; then
+      echo "$deps" >&2
       fail "$f needs a library that cannot be found"
     fi
   done
   local jit_runpath
   jit_runpath=$(readelf -d "$prefix/$libdir/libattnc_jit.so" | sed -n 's/.*(R[UN]*PATH).*\[\(.*\)\]/\1/p')
   case $jit_runpath in *"\$ORIGIN"*) ;; *) fail "libattnc_jit.so's RUNPATH has no \$ORIGIN: '$jit_runpath'" ;; esac
-  ldd "$prefix/$libdir/libattnc_jit.so" | grep -q "libattnc.so => $prefix/$libdir/libattnc.so" ||
+  grep -q "libattnc.so => $prefix/$libdir/libattnc.so" <<<"$(ldd "$prefix/$libdir/libattnc_jit.so")" ||
     fail "libattnc_jit.so does not find the libattnc.so next to it"
 }
 

@@ -1,16 +1,13 @@
 //===- CmdAnalyze.cpp - attnc analyze -------------------------------------===//
 //
-// The JSON form is a contract (DESIGN.md §6): one object with "pattern", "n",
-// "params" and one "heads" entry per distinct head set holding "head", "nnz",
-// "row_nnz" {min, max, mean}, "empty_rows" and "blocks" {size, full, partial,
-// empty}. Everything else here is an extension.
+// The analyses and their JSON form (a contract, docs/cli.md) are the
+// compiler's (attnc/analysis/Report.h); the text form is this command's.
 //
 //===----------------------------------------------------------------------===//
 #include "Common.h"
 
-#include "attnc/analysis/Analysis.h"
+#include "attnc/analysis/Report.h"
 
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -27,68 +24,15 @@ struct AnalyzeOptions {
   bool connectivity = true;
 };
 
-struct HeadResult {
-  const ir::PatternIR::Head *head;
-  ir::RowStats rows;
-  ir::TileStats tiles;
-};
-
 std::string fmtDouble(double v, int digits = 4) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
 
-std::string witnessPair(const std::optional<std::pair<int64_t, int64_t>> &w) {
-  if (!w)
-    return "null";
-  return "[" + std::to_string(w->first) + ", " + std::to_string(w->second) + "]";
-}
-
-void printJson(const LoadedPattern &lp, const AnalyzeOptions &opts,
-               const std::vector<HeadResult> &heads, const std::optional<ir::Connectivity> &conn,
-               double seconds) {
-  std::ostringstream os;
-  os << "{\"pattern\": " << jsonString(lp.pattern->name) << ", \"n\": " << opts.n
-     << ", \"params\": {";
-  for (size_t k = 0; k < lp.pattern->params.size(); ++k)
-    os << (k ? ", " : "") << jsonString(lp.pattern->params[k].name) << ": "
-       << lp.pattern->params[k].value;
-  os << "}, \"num_heads\": " << lp.pattern->numHeads()
-     << ", \"causal\": " << (lp.pattern->causal ? "true" : "false") << ", \"heads\": [";
-  for (size_t k = 0; k < heads.size(); ++k) {
-    const HeadResult &h = heads[k];
-    os << (k ? ", " : "") << "{\"head\": " << h.head->heads.front() << ", \"heads\": [";
-    for (size_t m = 0; m < h.head->heads.size(); ++m)
-      os << (m ? ", " : "") << h.head->heads[m];
-    os << "], \"nnz\": " << h.rows.nnz << ", \"row_nnz\": {\"min\": " << h.rows.minRow
-       << ", \"max\": " << h.rows.maxRow << ", \"mean\": " << fmtDouble(h.rows.mean, 6)
-       << "}, \"empty_rows\": " << h.rows.emptyRows << ", \"empty_row_witness\": "
-       << (h.rows.emptyWitness ? std::to_string(*h.rows.emptyWitness) : "null")
-       << ", \"causal_leaks\": " << h.rows.leaks
-       << ", \"causal_leak_witness\": " << witnessPair(h.rows.leakWitness)
-       << ", \"blocks\": {\"size\": " << h.tiles.blockRows;
-    if (h.tiles.blockCols != h.tiles.blockRows)
-      os << ", \"cols\": " << h.tiles.blockCols;
-    os << ", \"full\": " << h.tiles.full << ", \"partial\": " << h.tiles.partial
-       << ", \"empty\": " << h.tiles.empty << ", \"executed_pairs\": " << h.tiles.executedPairs
-       << ", \"waste\": " << fmtDouble(h.tiles.waste) << "}}";
-  }
-  os << "]";
-  if (conn) {
-    os << ", \"connectivity\": {\"p\": " << (conn->p ? std::to_string(*conn->p) : "null")
-       << ", \"unreachable_witness\": " << witnessPair(conn->unreachableWitness)
-       << ", \"steps_exceeded\": " << (conn->gaveUp ? "true" : "false")
-       << ", \"exact\": " << (conn->exact ? "true" : "false")
-       << ", \"rows_checked\": " << conn->rowsChecked << "}";
-  }
-  os << ", \"seconds\": " << fmtDouble(seconds, 6) << "}\n";
-  std::cout << os.str();
-}
-
-void printText(const LoadedPattern &lp, const AnalyzeOptions &opts,
-               const std::vector<HeadResult> &heads, const std::optional<ir::Connectivity> &conn,
-               double seconds) {
+void printText(const LoadedPattern &lp, const AnalyzeOptions &opts, const ir::PatternReport &report) {
+  const std::vector<ir::HeadReport> &heads = report.heads;
+  const std::optional<ir::Connectivity> &conn = report.connectivity;
   const Pattern &p = *lp.pattern;
   std::ostringstream os;
   os << "pattern " << p.name << ": n=" << opts.n << ", " << p.numHeads()
@@ -99,9 +43,9 @@ void printText(const LoadedPattern &lp, const AnalyzeOptions &opts,
   os << "\n";
   double pairs = static_cast<double>(opts.n) * static_cast<double>(opts.n);
   double lower = static_cast<double>(opts.n) * static_cast<double>(opts.n + 1) / 2;
-  for (const HeadResult &h : heads) {
+  for (const ir::HeadReport &h : heads) {
     os << "head";
-    for (int64_t k : h.head->heads)
+    for (int64_t k : h.heads)
       os << " " << k;
     os << ":\n";
     os << "  nnz           " << h.rows.nnz << "  (" << fmtDouble(100.0 * h.rows.nnz / pairs, 3)
@@ -139,7 +83,7 @@ void printText(const LoadedPattern &lp, const AnalyzeOptions &opts,
                        : "  (" + std::to_string(conn->rowsChecked) + " sampled rows checked)")
        << "\n";
   }
-  os << "analysis time " << fmtDouble(seconds * 1e3, 1) << " ms\n";
+  os << "analysis time " << fmtDouble(report.seconds * 1e3, 1) << " ms\n";
   std::cout << os.str();
 }
 
@@ -148,24 +92,16 @@ int runAnalyze(const AnalyzeOptions &opts) {
   auto lp = loadPattern(opts.pattern, exitCode);
   if (!lp)
     return exitCode;
-  auto start = std::chrono::steady_clock::now();
-  std::vector<HeadResult> heads;
-  std::vector<ir::SetRef> sets;
-  int64_t cols = opts.blockCols ? opts.blockCols : opts.block;
-  for (const ir::PatternIR::Head &h : lp->ir.heads) {
-    heads.push_back({&h, ir::analyzeRows(h.set, opts.n),
-                     ir::analyzeTiles(h.set, opts.n, opts.block, cols)});
-    sets.push_back(h.set);
-  }
-  std::optional<ir::Connectivity> conn;
-  if (opts.connectivity)
-    conn = ir::analyzeConnectivity(sets, opts.n);
-  double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ir::ReportOptions options;
+  options.n = opts.n;
+  options.blockRows = opts.block;
+  options.blockCols = opts.blockCols;
+  options.connectivity = opts.connectivity;
+  const ir::PatternReport report = ir::analyzePattern(lp->ir, options);
   if (opts.json)
-    printJson(*lp, opts, heads, conn, seconds);
+    std::cout << ir::reportJson(lp->ir, report);
   else
-    printText(*lp, opts, heads, conn, seconds);
+    printText(*lp, opts, report);
   return kExitOk;
 }
 } // namespace

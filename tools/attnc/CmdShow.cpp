@@ -52,25 +52,17 @@ int runShow(const ShowOptions &opts) {
     return kExitUsage;
   }
   int64_t maxSide = opts.maxSide ? opts.maxSide : (format == "ascii" ? 128 : 768);
-  std::vector<Layer> layers = layersOf(lp->ir, opts.head);
-  Raster raster = rasterize(layers, opts.n, maxSide);
-
-  std::string title = p.name + " (n=" + std::to_string(opts.n);
-  for (const ParamValue &v : p.params)
-    title += ", " + v.name + "=" + std::to_string(v.value);
-  if (p.causal)
-    title += ", causal";
-  if (opts.head)
-    title += ", head " + std::to_string(*opts.head);
-  title += ")";
+  std::vector<ir::Layer> layers = ir::layersOf(lp->ir, opts.head);
+  ir::Raster raster = ir::rasterize(layers, opts.n, maxSide);
+  const std::string title = ir::pictureTitle(lp->ir, opts.n, opts.head);
 
   std::string text;
   std::vector<uint8_t> bytes;
   if (format == "ascii") {
     bool color = opts.output.empty() && isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
-    text = renderAscii(raster, layers, title, color);
+    text = ir::renderAscii(raster, layers, title, color);
   } else if (format == "svg") {
-    text = renderSvg(raster, layers, title, opts.grid);
+    text = ir::renderSvg(raster, layers, title, opts.grid);
   } else {
     bytes = renderPng(raster, opts.grid);
   }

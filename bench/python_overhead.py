@@ -1,0 +1,122 @@
+"""What calling attnc from Python costs over calling its C ABI directly.
+
+    python bench/python_overhead.py [--n 64 4096] [--threads 1]
+
+For each n, on [1, 8, n, 64] float32 with the *fixed* pattern (l=128, c=8), in one
+process, rounds that alternate between:
+
+  C              attnc_run_forward through ctypes on preallocated buffers (O and lse
+                 written in place; ctypes adds about a microsecond of its own)
+  C, no lse      the same with lse = NULL (what a numpy call asks for)
+  extension      attnc._attnc.run_forward on preallocated torch tensors: the 5 DLPack
+                 conversions and the GIL release
+  numpy          kernel(q, k, v) on numpy arrays (allocates O)
+  torch          kernel(q, k, v) on tensors: the checks, the custom op's dispatch,
+                 O and lse allocated
+  torch+autograd the same with q, k, v requiring grad (the autograd node and the
+                 saved tensors; forward only)
+
+Prints each mode's median time per call and its difference from C's. At small n the
+kernel's work is tiny and the differences are the layers' costs; at n = 4096 the kernel
+takes milliseconds and the differences are the same layers plus noise (the median of
+many alternating rounds keeps that noise small).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import pathlib
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import attnc
+import attnc.torch
+
+PATTERN = pathlib.Path(__file__).resolve().parents[1] / "patterns" / "fixed.attn"
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int), ("shape", ctypes.c_int64 * 4),
+                ("strides", ctypes.c_int64 * 4)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("scale", ctypes.c_float), ("num_threads", ctypes.c_int32)]
+
+
+def c_tensor(a: np.ndarray) -> Tensor:
+    shape = list(a.shape) + [1] * (4 - a.ndim)
+    strides = [s // a.itemsize for s in a.strides] + [1] * (4 - a.ndim)
+    return Tensor(a.ctypes.data, 0, (ctypes.c_int64 * 4)(*shape), (ctypes.c_int64 * 4)(*strides))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[64, 4096])
+    parser.add_argument("--threads", type=int, default=1, help="attnc's worker threads (0: every core)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="time per n")
+    args = parser.parse_args()
+
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(attnc.__file__), "libattnc.so"))
+    lib.attnc_run_forward.argtypes = [ctypes.c_void_p] + [ctypes.POINTER(Tensor)] * 5 + [ctypes.POINTER(Options)]
+    kernel = attnc.compile(PATTERN, l=128, c=8)
+    kernel.num_threads = args.threads
+    options = Options(0.0, args.threads)
+
+    print(f"torch {torch.__version__}, attnc threads {args.threads}, torch threads {torch.get_num_threads()}")
+    for n in args.n:
+        shape = (1, 8, n, 64)
+        q, k, v = (torch.randn(shape) for _ in range(3))
+        qn, kn, vn = (x.numpy() for x in (q, k, v))
+        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+        o, lse = torch.empty(shape), torch.empty(shape[:3])
+        cq, ck, cv, co, cl = (c_tensor(x) for x in (qn, kn, vn, o.numpy(), lse.numpy()))
+        pointers = [ctypes.byref(t) for t in (cq, ck, cv, co, cl)]
+        address = kernel._handle.address
+
+        def c_call():
+            assert lib.attnc_run_forward(address, *pointers, ctypes.byref(options)) == 0
+
+        def c_call_no_lse():
+            assert lib.attnc_run_forward(address, *pointers[:4], None, ctypes.byref(options)) == 0
+
+        handle = kernel._handle
+        modes = {
+            "C": c_call,
+            "C, no lse": c_call_no_lse,
+            "extension": lambda: attnc._attnc.run_forward(handle, q, k, v, o, lse, 0.0, args.threads),
+            "numpy": lambda: kernel(qn, kn, vn),
+            "torch": lambda: kernel(q, k, v),
+            "torch+autograd": lambda: kernel(qg, kg, vg),
+        }
+        for f in modes.values():  # warm up: row blocks for n, allocator, dispatch caches
+            for _ in range(3):
+                f()
+        start = time.perf_counter()
+        c_call()
+        per_call = time.perf_counter() - start
+        calls = max(1, int(0.002 / max(per_call, 1e-7)))  # about 2 ms of calls per sample
+        samples = {name: [] for name in modes}
+        deadline = time.perf_counter() + args.seconds
+        while time.perf_counter() < deadline:
+            for name, f in modes.items():
+                t0 = time.perf_counter_ns()
+                for _ in range(calls):
+                    f()
+                samples[name].append((time.perf_counter_ns() - t0) / calls / 1e3)
+        medians = {name: statistics.median(values) for name, values in samples.items()}
+        print(f"n = {n}: {len(samples['C'])} rounds of {calls} calls per mode")
+        for name, m in medians.items():
+            # numpy calls ask for no log-sum-exp: their C counterpart is the call without it.
+            base = "C, no lse" if name == "numpy" else "C"
+            over = f"{m - medians[base]:+8.1f} us over {base}" if not name.startswith("C") else ""
+            print(f"  {name:<15} {m:10.1f} us/call   {over}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+//===- Report.h - Every analysis of a pattern at one n, and its JSON ------===//
+//
+// What `attnc analyze` prints and the Python package's `attnc.analyze`
+// returns: the row and tile statistics of each distinct head set and the
+// Sparse Transformer's criterion 2, for one sequence length. The JSON form is
+// a contract (docs/cli.md): one object with "pattern", "n", "params" and one
+// "heads" entry per distinct head set holding "head", "nnz", "row_nnz" {min,
+// max, mean}, "empty_rows" and "blocks" {size, full, partial, empty}; the
+// other fields are extensions.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/analysis/Analysis.h"
+#include "attnc/plan/PatternIR.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace attnc::ir {
+
+struct ReportOptions {
+  int64_t n = 0;               ///< Sequence length, >= 1.
+  int64_t blockRows = 64;      ///< Tile side for the full/partial/empty count, >= 1.
+  int64_t blockCols = 0;       ///< Tile width; 0: blockRows.
+  bool connectivity = true;    ///< Compute criterion 2 (the costliest analysis).
+};
+
+/// The statistics of one distinct head set.
+struct HeadReport {
+  std::vector<int64_t> heads;  ///< The heads that share the set, first one first.
+  RowStats rows;
+  TileStats tiles;
+};
+
+struct PatternReport {
+  int64_t n = 0;
+  std::vector<HeadReport> heads;           ///< One per distinct set, in the IR's order.
+  std::optional<Connectivity> connectivity; ///< Unset when not asked for.
+  double seconds = 0;                      ///< Wall time of the analyses.
+};
+
+/// Runs every analysis of `ir` at `options.n`: O(intervals + tiles) per set,
+/// plus criterion 2's reachability search when asked for.
+PatternReport analyzePattern(const PatternIR &ir, const ReportOptions &options);
+
+/// The report as one JSON object and a newline (the schema in docs/cli.md).
+std::string reportJson(const PatternIR &ir, const PatternReport &report);
+
+} // namespace attnc::ir

@@ -1,0 +1,107 @@
+//===- Report.cpp - Every analysis of a pattern at one n, and its JSON ----===//
+//
+// The JSON is written by hand, field by field, so that its text stays what
+// the tests and the docs show: numbers as integers, the mean with 6 decimals,
+// the waste with 4.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/analysis/Report.h"
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+namespace attnc::ir {
+
+namespace {
+
+std::string fmtDouble(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string jsonString(const std::string &s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+    case '"': out += "\\\""; break;
+    case '\\': out += "\\\\"; break;
+    case '\n': out += "\\n"; break;
+    case '\t': out += "\\t"; break;
+    default:
+      if (c < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      } else {
+        out += static_cast<char>(c);
+      }
+    }
+  }
+  return out + "\"";
+}
+
+std::string witnessPair(const std::optional<std::pair<int64_t, int64_t>> &w) {
+  if (!w)
+    return "null";
+  return "[" + std::to_string(w->first) + ", " + std::to_string(w->second) + "]";
+}
+
+} // namespace
+
+PatternReport analyzePattern(const PatternIR &ir, const ReportOptions &options) {
+  auto start = std::chrono::steady_clock::now();
+  PatternReport report;
+  report.n = options.n;
+  const int64_t cols = options.blockCols ? options.blockCols : options.blockRows;
+  std::vector<SetRef> sets;
+  for (const PatternIR::Head &h : ir.heads) {
+    report.heads.push_back({h.heads, analyzeRows(h.set, options.n),
+                            analyzeTiles(h.set, options.n, options.blockRows, cols)});
+    sets.push_back(h.set);
+  }
+  if (options.connectivity)
+    report.connectivity = analyzeConnectivity(sets, options.n);
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+std::string reportJson(const PatternIR &ir, const PatternReport &report) {
+  std::ostringstream os;
+  os << "{\"pattern\": " << jsonString(ir.name) << ", \"n\": " << report.n << ", \"params\": {";
+  for (size_t k = 0; k < ir.params.size(); ++k)
+    os << (k ? ", " : "") << jsonString(ir.params[k].first) << ": " << ir.params[k].second;
+  os << "}, \"num_heads\": " << ir.numHeads << ", \"causal\": " << (ir.causal ? "true" : "false")
+     << ", \"heads\": [";
+  for (size_t k = 0; k < report.heads.size(); ++k) {
+    const HeadReport &h = report.heads[k];
+    os << (k ? ", " : "") << "{\"head\": " << h.heads.front() << ", \"heads\": [";
+    for (size_t m = 0; m < h.heads.size(); ++m)
+      os << (m ? ", " : "") << h.heads[m];
+    os << "], \"nnz\": " << h.rows.nnz << ", \"row_nnz\": {\"min\": " << h.rows.minRow
+       << ", \"max\": " << h.rows.maxRow << ", \"mean\": " << fmtDouble(h.rows.mean, 6)
+       << "}, \"empty_rows\": " << h.rows.emptyRows << ", \"empty_row_witness\": "
+       << (h.rows.emptyWitness ? std::to_string(*h.rows.emptyWitness) : "null")
+       << ", \"causal_leaks\": " << h.rows.leaks
+       << ", \"causal_leak_witness\": " << witnessPair(h.rows.leakWitness)
+       << ", \"blocks\": {\"size\": " << h.tiles.blockRows;
+    if (h.tiles.blockCols != h.tiles.blockRows)
+      os << ", \"cols\": " << h.tiles.blockCols;
+    os << ", \"full\": " << h.tiles.full << ", \"partial\": " << h.tiles.partial
+       << ", \"empty\": " << h.tiles.empty << ", \"executed_pairs\": " << h.tiles.executedPairs
+       << ", \"waste\": " << fmtDouble(h.tiles.waste, 4) << "}}";
+  }
+  os << "]";
+  if (const std::optional<Connectivity> &conn = report.connectivity) {
+    os << ", \"connectivity\": {\"p\": " << (conn->p ? std::to_string(*conn->p) : "null")
+       << ", \"unreachable_witness\": " << witnessPair(conn->unreachableWitness)
+       << ", \"steps_exceeded\": " << (conn->gaveUp ? "true" : "false")
+       << ", \"exact\": " << (conn->exact ? "true" : "false")
+       << ", \"rows_checked\": " << conn->rowsChecked << "}";
+  }
+  os << ", \"seconds\": " << fmtDouble(report.seconds, 6) << "}\n";
+  return os.str();
+}
+
+} // namespace attnc::ir

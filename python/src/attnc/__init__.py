@@ -1,0 +1,31 @@
+"""attnc: sparse attention patterns compiled to fused CPU kernels.
+
+    import attnc, torch
+    kernel = attnc.compile("patterns/fixed.attn", l=128, c=8)
+    q, k, v = (torch.randn(1, 8, 4096, 64, requires_grad=True) for _ in range(3))
+    o = kernel(q, k, v)            # a torch.library custom op: autograd, torch.compile
+    o.sum().backward()
+    attnc.analyze("patterns/fixed.attn", n=4096)["heads"][0]["nnz"]
+    svg = attnc.show("patterns/fixed.attn", n=512, l=64, c=8)
+
+:mod:`attnc.torch` (imported on first use with a tensor) holds the PyTorch
+integration; numpy arrays work without torch.
+"""
+
+from ._api import Kernel, analyze, cache_stats, compile, load, show
+from ._attnc import ABI_VERSION
+from ._errors import AttncError, AttncWarning
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ABI_VERSION",
+    "AttncError",
+    "AttncWarning",
+    "Kernel",
+    "analyze",
+    "cache_stats",
+    "compile",
+    "load",
+    "show",
+]

@@ -1,0 +1,331 @@
+"""The package's API without torch: compile, load, Kernel (numpy), analyze, show.
+
+Every check a user sees lives here (and in attnc.torch for tensors); the
+extension (attnc._attnc) only converts arrays and forwards to the C ABI.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import sys
+import threading
+import warnings
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _attnc
+from ._errors import DTYPE, INVALID_ARGUMENT, SHAPE, STRIDE, UNSUPPORTED, AttncError, AttncWarning, error
+
+__all__ = ["Kernel", "compile", "load", "analyze", "show", "cache_stats"]
+
+PathOrSource = Union[str, "os.PathLike[str]"]
+
+# Keys attnc_kernel_metadata knows (docs/runtime.md, "Kernel files").
+_METADATA_KEYS = (
+    "pattern", "params", "heads", "head_sets", "dtype", "target", "backend", "tile_rows", "tile_cols",
+    "tuned_tiles", "halide_schedule", "halide_target", "abi_version", "source_hash", "compiler_version",
+    "source",
+)
+_BACKENDS = ("fused", "halide", "sparsifier", "dense")
+
+# Kernels by id: the torch custom op takes a kernel as an int (ops take no
+# Python objects). A kernel stays alive for the process once created, since a
+# compiled graph may hold its id; compile() returns the same Kernel for the
+# same request, so a loop that compiles does not pile them up.
+_KERNELS: Dict[int, "Kernel"] = {}
+_COMPILED: Dict[Tuple[Any, ...], "Kernel"] = {}
+_NEXT_ID = itertools.count(1)
+_LOCK = threading.Lock()
+
+
+def _kernel_by_id(kernel_id: int) -> "Kernel":
+    kernel = _KERNELS.get(kernel_id)
+    if kernel is None:
+        raise error(INVALID_ARGUMENT, f"no attnc kernel has id {kernel_id}")
+    return kernel
+
+
+def _contiguous(x: Any) -> Any:
+    """A copy of x that attnc accepts: row-major, positive strides."""
+    if isinstance(x, np.ndarray):
+        return np.ascontiguousarray(x)
+    return x.contiguous()
+
+
+def _needs_copy(e: BaseException) -> bool:
+    # A stride attnc cannot take (0 from a broadcast, negative from numpy's
+    # flips, not a whole number of elements): the runtime says STRIDE, the
+    # conversion TypeError or BufferError. Retried once on a row-major copy.
+    return isinstance(e, (TypeError, BufferError)) or (isinstance(e, AttncError) and e.status == STRIDE)
+
+
+class Kernel:
+    """A compiled attention pattern: ``kernel(q, k, v)`` computes
+
+    ``O[b, h, i] = sum over j in S_h(i) of softmax_j(scale * q_i . k_j) v_j``
+
+    on arrays of shape ``[batch, heads, n, d]``: torch tensors (float32 or
+    bfloat16, on the CPU; a ``torch.library`` custom op with autograd, see
+    :mod:`attnc.torch`) or numpy float32 arrays. Any strides; contiguous
+    inputs are never copied. ``n`` is free: one kernel serves every length.
+    """
+
+    def __init__(self, handle: Any, name: str) -> None:
+        self._handle = handle
+        self._name = name
+        #: Worker threads for runs; 0: $ATTNC_NUM_THREADS or every core.
+        self.num_threads = 0
+        # The sparsifier backend writes no log-sum-exp (docs/runtime.md).
+        self._has_lse = handle.metadata("backend") != "sparsifier"
+        with _LOCK:
+            self.id = next(_NEXT_ID)
+            _KERNELS[self.id] = self
+
+    def __repr__(self) -> str:
+        meta = self.metadata
+        params = f", {meta['params']}" if meta.get("params") else ""
+        return f"<attnc.Kernel {meta.get('pattern', '?')}{params} backend={meta.get('backend', '?')} id={self.id}>"
+
+    @property
+    def metadata(self) -> Dict[str, str]:
+        """The kernel file's metadata: pattern, params, backend, target, source, ..."""
+        values = ((key, self._handle.metadata(key)) for key in _METADATA_KEYS)
+        return {key: value for key, value in values if value}
+
+    @property
+    def heads(self) -> Optional[int]:
+        """The head count the pattern declares, or None when any count works."""
+        h = self._handle.num_heads
+        return h if h > 0 else None
+
+    @property
+    def backend(self) -> str:
+        return self._handle.metadata("backend")
+
+    def __call__(self, q: Any, k: Any, v: Any, scale: Optional[float] = None) -> Any:
+        """Attention of q, k, v [batch, heads, n, d]; returns O like q (a tensor or a numpy array).
+
+        ``scale`` defaults to ``1/sqrt(d)``.
+        """
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(q, torch.Tensor):
+            from .torch import attention
+
+            return attention(q, k, v, self, scale=scale)
+        o, _ = self.forward(q, k, v, scale=scale, lse=False)
+        return o
+
+    # -- numpy --------------------------------------------------------------
+
+    def forward(
+        self, q: Any, k: Any, v: Any, scale: Optional[float] = None, lse: bool = True
+    ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """O and each row's log-sum-exp ([batch, heads, n], float32; -inf for a row with no keys;
+        None with ``lse=False`` or a sparsifier kernel, which has none) for numpy float32 arrays
+        (or any DLPack array, viewed through numpy)."""
+        q, k, v = (_numpy_input(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
+        o = np.empty(q.shape, dtype=np.float32)
+        l = np.empty(q.shape[:3], dtype=np.float32) if lse and self._has_lse else None
+        self._forward(q, k, v, o, l, _scale(scale))
+        return o, l
+
+    def backward(
+        self, q: Any, k: Any, v: Any, o: Any, lse: Any, d_o: Any, scale: Optional[float] = None
+    ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """dQ, dK, dV of ``sum(O * d_o)`` for numpy float32 arrays, from forward()'s O and lse."""
+        q, k, v, o, d_o = (
+            _numpy_input(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (d_o, "d_o"))
+        )
+        lse = np.asarray(lse, dtype=np.float32)
+        grads = tuple(np.empty(q.shape, dtype=np.float32) for _ in range(3))
+        self._backward(q, k, v, o, d_o, lse, *grads, _scale(scale))
+        return grads
+
+    # -- the calls into the extension (attnc.torch has its own, on DLPack capsules)
+
+    def _forward(self, q: Any, k: Any, v: Any, o: Any, lse: Any, scale: float) -> None:
+        for attempt in (0, 1):
+            try:
+                _attnc.run_forward(self._handle, q, k, v, o, lse, scale, self.num_threads)
+                return
+            except (AttncError, TypeError, BufferError) as e:
+                if attempt or not _needs_copy(e):
+                    raise
+                q, k, v = (_contiguous(x) for x in (q, k, v))
+
+    def _backward(self, q: Any, k: Any, v: Any, o: Any, d_o: Any, lse: Any, d_q: Any, d_k: Any, d_v: Any,
+                  scale: float) -> None:
+        for attempt in (0, 1):
+            try:
+                _attnc.run_backward(self._handle, q, k, v, o, d_o, lse, d_q, d_k, d_v, scale, self.num_threads)
+                return
+            except (AttncError, TypeError, BufferError) as e:
+                if attempt or not _needs_copy(e):
+                    raise
+                q, k, v, o, d_o, lse = (_contiguous(x) for x in (q, k, v, o, d_o, lse))
+
+
+def _scale(scale: Optional[float]) -> float:
+    if scale is None:
+        return 0.0  # the runtime's 1/sqrt(d)
+    scale = float(scale)
+    if not (scale > 0 and math.isfinite(scale)):
+        raise error(INVALID_ARGUMENT, f"scale must be a positive finite number, got {scale}")
+    return scale
+
+
+def _numpy_input(x: Any, name: str) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        x = np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+    if x.dtype != np.float32:
+        raise error(DTYPE, f"'{name}' is a {x.dtype} array; attnc takes float32 numpy arrays "
+                           "(bfloat16 through torch tensors)")
+    if x.ndim != 4:
+        raise error(SHAPE, f"'{name}' has shape {list(x.shape)}; attnc takes [batch, heads, n, d]")
+    return x
+
+
+# -- patterns ------------------------------------------------------------------
+
+
+def _pattern_text(path_or_source: PathOrSource) -> Tuple[str, str]:
+    """(source, name for diagnostics): a path (str or os.PathLike) or the pattern's text."""
+    if isinstance(path_or_source, os.PathLike):
+        path = os.fspath(path_or_source)
+    elif isinstance(path_or_source, str):
+        if "\n" in path_or_source or "{" in path_or_source:
+            return path_or_source, "<string>"
+        path = path_or_source
+    else:
+        raise TypeError(f"expected a pattern file's path or a pattern's text, got {type(path_or_source).__name__}")
+    with open(path, encoding="utf-8") as f:
+        return f.read(), path
+
+
+def _defines(params: Mapping[str, Any]) -> list:
+    out = []
+    for name, value in params.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"parameter '{name}' must be an integer, got {value!r}")
+        out.append(f"{name}={int(value)}")
+    return out
+
+
+def _warn(text: str) -> None:
+    if text:
+        warnings.warn(text.rstrip("\n"), AttncWarning, stacklevel=3)
+
+
+def compile(
+    path_or_source: PathOrSource,
+    backend: str = "fused",
+    target: str = "cpu",
+    *,
+    pattern: Optional[str] = None,
+    cache_dir: Optional[str] = None,
+    no_cache: bool = False,
+    **params: int,
+) -> Kernel:
+    """Compiles a pattern (a ``.attn`` file's path, or its text) into a :class:`Kernel`.
+
+    ``params`` override the pattern's ``param`` values (``l=128, c=8``, like ``-D``).
+    ``backend``: ``"fused"`` (default), ``"dense"`` (a masked baseline), ``"halide"`` and
+    ``"sparsifier"`` where this attnc was built with them (the sparsifier has no backward).
+    ``pattern`` picks one pattern of a file holding several. Kernels go through the JIT's disk
+    cache (``cache_dir``, else ``$ATTNC_CACHE_DIR``, else ``~/.cache/attnc``; ``no_cache`` skips
+    it), and the same request in one process returns the same Kernel. A pattern that does not
+    check raises :class:`AttncError` with the diagnostics.
+    """
+    if target != "cpu":
+        raise error(UNSUPPORTED, f"target '{target}' is not supported: attnc compiles kernels for the CPU")
+    if backend not in _BACKENDS:
+        raise error(INVALID_ARGUMENT, f"unknown backend '{backend}'; available: {', '.join(_BACKENDS)}")
+    source, name = _pattern_text(path_or_source)
+    defines = _defines(params)
+    key = (source, name, backend, pattern, tuple(sorted(defines)), cache_dir)
+    if not no_cache:
+        kernel = _COMPILED.get(key)
+        if kernel is not None:
+            return kernel
+    handle = _attnc.compile(source, name, defines, pattern or "", backend, cache_dir or "", no_cache)
+    kernel = Kernel(handle, name)
+    if not no_cache:
+        _COMPILED[key] = kernel
+    return kernel
+
+
+def load(path: Union[str, "os.PathLike[str]"]) -> Kernel:
+    """Loads a kernel file written by ``attnc compile`` (no compiler involved)."""
+    path = os.fspath(path)
+    return Kernel(_attnc.load(path), path)
+
+
+def analyze(
+    path_or_source: PathOrSource,
+    n: int,
+    *,
+    block: int = 64,
+    block_cols: Optional[int] = None,
+    connectivity: bool = True,
+    pattern: Optional[str] = None,
+    **params: int,
+) -> Dict[str, Any]:
+    """What the pattern attends to at sequence length ``n``: ``attnc analyze --json`` as a dict.
+
+    Per distinct head set: ``nnz``, ``row_nnz`` {min, max, mean}, ``empty_rows``, causal leaks,
+    ``blocks`` (tiles of ``block`` x ``block_cols``: full, partial, empty, waste); with
+    ``connectivity`` the Sparse Transformer's criterion 2. The schema is in docs/cli.md.
+    """
+    _check_range("n", n, 1, 1 << 24)
+    _check_range("block", block, 1, 1 << 31)
+    if block_cols is not None:
+        _check_range("block_cols", block_cols, 1, 1 << 31)
+    source, name = _pattern_text(path_or_source)
+    text, warned = _attnc.analyze(source, name, _defines(params), pattern or "", int(n), int(block),
+                                  int(block_cols or 0), bool(connectivity))
+    _warn(warned)
+    return json.loads(text)
+
+
+def show(
+    path_or_source: PathOrSource,
+    n: int,
+    *,
+    head: Optional[int] = None,
+    grid: int = 0,
+    max_side: Optional[int] = None,
+    format: str = "svg",
+    pattern: Optional[str] = None,
+    **params: int,
+) -> str:
+    """The pattern drawn at sequence length ``n``, as ``attnc show`` draws it: an SVG document
+    (``format="svg"``) or text (``"ascii"``). Rows are queries, columns keys, one colour per set
+    (or per head when heads differ and ``head`` is None); ``grid`` draws lines every ``grid`` keys;
+    above ``max_side`` cells per side (768 for SVG, 128 for text) the picture is downsampled.
+    """
+    if format not in ("svg", "ascii"):
+        raise ValueError(f"format must be 'svg' or 'ascii', got {format!r}")
+    _check_range("n", n, 1, 1 << 20)
+    _check_range("grid", grid, 0, 1 << 31)
+    side = max_side if max_side is not None else (768 if format == "svg" else 128)
+    _check_range("max_side", side, 8, 4096)
+    source, name = _pattern_text(path_or_source)
+    text, warned = _attnc.show(source, name, _defines(params), pattern or "", int(n),
+                               None if head is None else int(head), int(grid), int(side), format)
+    _warn(warned)
+    return text
+
+
+def _check_range(name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+
+def cache_stats() -> Dict[str, int]:
+    """The JIT disk cache's hits, misses (compilations) and rebuilt entries in this process."""
+    hits, misses, rebuilt = _attnc.cache_stats()
+    return {"hits": hits, "misses": misses, "rebuilt": rebuilt}

@@ -1,0 +1,294 @@
+//===- attnc_ext.cpp - attnc._attnc: the nanobind extension ---------------===//
+//
+// A thin layer over the C ABI (attnc.h: load, run, run_forward, run_backward),
+// the JIT (attnc_jit.h) and the compiler's analyses (analysis/Report.h,
+// analysis/Picture.h). It converts arrays, which arrive through DLPack (or the
+// buffer protocol) as nb::ndarray views with any strides and are never
+// copied, and forwards; every policy the user sees (defaults, dtype and
+// device checks, messages, the torch integration) lives in the pure-Python
+// package around it. A failing status becomes attnc.AttncError carrying the
+// status and the runtime's message (for a pattern that does not check, the
+// clang-style diagnostics). The GIL is released while attnc computes.
+//
+//===----------------------------------------------------------------------===//
+#include "attnc/attnc.h"
+#include "attnc/attnc_jit.h"
+
+#include "attnc/analysis/Picture.h"
+#include "attnc/analysis/Report.h"
+#include "attnc/frontend/Canonicalize.h"
+#include "attnc/frontend/Driver.h"
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+/// A failed attnc call: becomes attnc.AttncError(message, status, name).
+struct StatusError {
+  attnc_status status;
+  std::string message;
+};
+
+void check(attnc_status status) {
+  if (status != ATTNC_OK)
+    throw StatusError{status, attnc_last_error()};
+}
+
+/// Owns a loaded kernel.
+struct Kernel {
+  explicit Kernel(attnc_kernel *handle) : handle(handle) {}
+  Kernel(const Kernel &) = delete;
+  Kernel &operator=(const Kernel &) = delete;
+  ~Kernel() { attnc_kernel_free(handle); }
+  attnc_kernel *handle;
+};
+
+using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
+using OutArray = nb::ndarray<nb::device::cpu>;
+
+constexpr uint8_t kFloatCode = static_cast<uint8_t>(nb::dlpack::dtype_code::Float);
+constexpr uint8_t kBfloatCode = static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat);
+
+template <typename Array> attnc_dtype dtypeOf(const Array &a, const char *name) {
+  const nb::dlpack::dtype t = a.dtype();
+  if (t.lanes == 1 && t.bits == 32 && t.code == kFloatCode)
+    return ATTNC_DTYPE_F32;
+  if (t.lanes == 1 && t.bits == 16 && t.code == kBfloatCode)
+    return ATTNC_DTYPE_BF16;
+  throw nb::type_error((std::string("attnc: '") + name + "' must be float32 or bfloat16").c_str());
+}
+
+/// The [B, H, n, d] view of a 4-D array (strides in elements). A dimension
+/// of extent 1 is never stepped over, so whatever stride the producer gave
+/// it (0 is common) is replaced by 1, which the runtime accepts.
+template <typename Array> attnc_tensor view4(const Array &a, const char *name) {
+  if (a.ndim() != 4)
+    throw StatusError{ATTNC_ERROR_SHAPE, std::string("tensor '") + name + "' has " +
+                                             std::to_string(a.ndim()) + " dimensions; attnc takes [batch, heads, n, d]"};
+  attnc_tensor t{};
+  t.data = const_cast<void *>(static_cast<const void *>(a.data()));
+  t.dtype = dtypeOf(a, name);
+  for (int k = 0; k < 4; ++k) {
+    t.shape[k] = static_cast<int64_t>(a.shape(k));
+    t.strides[k] = t.shape[k] == 1 ? 1 : a.stride(k);
+  }
+  return t;
+}
+
+/// The log-sum-exp: an f32 [B, H, n] array, passed as [B, H, n, 1].
+template <typename Array> attnc_tensor viewLse(const Array &a) {
+  if (a.ndim() != 3)
+    throw StatusError{ATTNC_ERROR_SHAPE, "tensor 'lse' has " + std::to_string(a.ndim()) +
+                                             " dimensions; the log-sum-exp is [batch, heads, n]"};
+  attnc_tensor t{};
+  t.data = const_cast<void *>(static_cast<const void *>(a.data()));
+  t.dtype = dtypeOf(a, "lse");
+  for (int k = 0; k < 3; ++k) {
+    t.shape[k] = static_cast<int64_t>(a.shape(k));
+    t.strides[k] = t.shape[k] == 1 ? 1 : a.stride(k);
+  }
+  t.shape[3] = 1;
+  t.strides[3] = 1;
+  return t;
+}
+
+attnc_run_options runOptions(float scale, int32_t numThreads) {
+  attnc_run_options options{};
+  options.scale = scale;
+  options.num_threads = numThreads;
+  return options;
+}
+
+void runForward(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const OutArray &o,
+                const std::optional<OutArray> &lse, float scale, int32_t numThreads) {
+  const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v");
+  attnc_tensor to = view4(o, "o");
+  std::optional<attnc_tensor> tl;
+  if (lse)
+    tl = viewLse(*lse);
+  const attnc_run_options options = runOptions(scale, numThreads);
+  attnc_status status;
+  {
+    nb::gil_scoped_release release;
+    status = attnc_run_forward(kernel.handle, &tq, &tk, &tv, &to, tl ? &*tl : nullptr, &options);
+  }
+  check(status);
+}
+
+void runBackward(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const InArray &o,
+                 const InArray &dO, const InArray &lse, const OutArray &dq, const OutArray &dk, const OutArray &dv,
+                 float scale, int32_t numThreads) {
+  const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v"), to = view4(o, "o"),
+                     tdo = view4(dO, "d_o"), tl = viewLse(lse);
+  attnc_tensor tdq = view4(dq, "d_q"), tdk = view4(dk, "d_k"), tdv = view4(dv, "d_v");
+  const attnc_run_options options = runOptions(scale, numThreads);
+  attnc_status status;
+  {
+    nb::gil_scoped_release release;
+    status = attnc_run_backward(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
+  }
+  check(status);
+}
+
+std::unique_ptr<Kernel> compile(const std::string &source, const std::string &name,
+                                const std::vector<std::string> &defines, const std::string &pattern,
+                                const std::string &backend, const std::string &cacheDir, bool noCache) {
+  std::vector<const char *> defineText;
+  for (const std::string &d : defines)
+    defineText.push_back(d.c_str());
+  attnc_jit_options options{};
+  options.defines = defineText.data();
+  options.num_defines = static_cast<int32_t>(defineText.size());
+  options.pattern = pattern.empty() ? nullptr : pattern.c_str();
+  options.cache_dir = cacheDir.empty() ? nullptr : cacheDir.c_str();
+  options.no_cache = noCache ? 1 : 0;
+  options.backend = backend.c_str();
+  attnc_kernel *handle = nullptr;
+  attnc_status status;
+  {
+    nb::gil_scoped_release release;
+    status = attnc_jit_compile_string(source.c_str(), name.c_str(), &options, &handle);
+  }
+  check(status);
+  return std::make_unique<Kernel>(handle);
+}
+
+/// A pattern parsed, checked and canonicalised, as `attnc analyze` and
+/// `attnc show` load it; its warnings, formatted.
+struct Loaded {
+  attnc::Frontend frontend;
+  const attnc::Pattern *pattern = nullptr;
+  attnc::ir::PatternIR ir;
+  std::string warnings;
+};
+
+std::unique_ptr<Loaded> load(const std::string &source, const std::string &name,
+                             const std::vector<std::string> &defines, const std::string &pattern) {
+  auto out = std::make_unique<Loaded>();
+  attnc::SemaOptions sema;
+  for (const std::string &text : defines) {
+    attnc::Define d;
+    std::string error;
+    if (!attnc::parseDefine(text, d, error))
+      throw StatusError{ATTNC_ERROR_INVALID_ARGUMENT, error};
+    sema.defines.push_back(d);
+  }
+  attnc::Frontend &fe = out->frontend;
+  const bool ok = fe.parseString(name, source) && fe.analyze(sema);
+  if (ok)
+    out->pattern = fe.select(pattern);
+  std::string diagnostics;
+  for (const auto &d : fe.diags().diagnostics())
+    diagnostics += fe.diags().format(d);
+  if (!ok || !out->pattern)
+    throw StatusError{ATTNC_ERROR_COMPILE, diagnostics.empty() ? "the pattern does not check" : diagnostics};
+  out->warnings = std::move(diagnostics);
+  out->ir = attnc::ir::canonicalizePattern(*out->pattern);
+  return out;
+}
+
+std::pair<std::string, std::string> analyze(const std::string &source, const std::string &name,
+                                            const std::vector<std::string> &defines, const std::string &pattern,
+                                            int64_t n, int64_t block, int64_t blockCols, bool connectivity) {
+  std::unique_ptr<Loaded> loaded = load(source, name, defines, pattern);
+  attnc::ir::ReportOptions options;
+  options.n = n;
+  options.blockRows = block;
+  options.blockCols = blockCols;
+  options.connectivity = connectivity;
+  std::string json;
+  {
+    nb::gil_scoped_release release;
+    json = attnc::ir::reportJson(loaded->ir, attnc::ir::analyzePattern(loaded->ir, options));
+  }
+  return {json, loaded->warnings};
+}
+
+std::pair<std::string, std::string> show(const std::string &source, const std::string &name,
+                                         const std::vector<std::string> &defines, const std::string &pattern,
+                                         int64_t n, std::optional<int64_t> head, int64_t grid, int64_t maxSide,
+                                         const std::string &format) {
+  std::unique_ptr<Loaded> loaded = load(source, name, defines, pattern);
+  const attnc::ir::PatternIR &ir = loaded->ir;
+  if (head && (*head < 0 || *head >= ir.numHeads))
+    throw StatusError{ATTNC_ERROR_INVALID_ARGUMENT,
+                      "head " + std::to_string(*head) + " is out of range; pattern '" + ir.name + "' has " +
+                          std::to_string(ir.numHeads) + (ir.numHeads == 1 ? " head" : " heads") + " (0 to " +
+                          std::to_string(ir.numHeads - 1) + ")"};
+  std::string text;
+  {
+    nb::gil_scoped_release release;
+    const std::vector<attnc::ir::Layer> layers = attnc::ir::layersOf(ir, head);
+    const attnc::ir::Raster raster = attnc::ir::rasterize(layers, n, maxSide);
+    const std::string title = attnc::ir::pictureTitle(ir, n, head);
+    text = format == "ascii" ? attnc::ir::renderAscii(raster, layers, title, /*color=*/false)
+                             : attnc::ir::renderSvg(raster, layers, title, grid);
+  }
+  return {text, loaded->warnings};
+}
+
+std::string metadata(const Kernel &kernel, const char *key) {
+  const char *value = attnc_kernel_metadata(kernel.handle, key);
+  return value ? value : "";
+}
+
+} // namespace
+
+NB_MODULE(_attnc, m) {
+  m.doc() = "attnc's native layer: the runtime and JIT C ABI and the compiler's analyses (use the attnc package)";
+  m.attr("ABI_VERSION") = ATTNC_ABI_VERSION;
+
+  nb::register_exception_translator([](const std::exception_ptr &p, void *) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const StatusError &e) {
+      nb::object cls = nb::module_::import_("attnc._errors").attr("AttncError");
+      nb::object error = cls(e.message, static_cast<int>(e.status), attnc_status_name(e.status));
+      PyErr_SetObject(cls.ptr(), error.ptr());
+    }
+  });
+
+  nb::class_<Kernel>(m, "KernelHandle", "A loaded kernel (attnc_kernel *); freed with the object")
+      .def("metadata", &metadata, "key"_a, "A metadata value, \"\" when the kernel has none")
+      .def_prop_ro("num_heads", [](const Kernel &k) { return attnc_kernel_num_heads(k.handle); },
+                   "Heads the pattern declares; 0: any")
+      .def_prop_ro("address", [](const Kernel &k) { return reinterpret_cast<uintptr_t>(k.handle); },
+                   "The attnc_kernel * as an integer (for ctypes callers; valid while this object lives)");
+
+  m.def("compile", &compile, "source"_a, "name"_a, "defines"_a, "pattern"_a, "backend"_a, "cache_dir"_a,
+        "no_cache"_a, "attnc_jit_compile_string: compile (or fetch from the JIT cache) a pattern");
+  m.def("load", [](const std::string &path) {
+        attnc_kernel *handle = nullptr;
+        check(attnc_kernel_load(path.c_str(), &handle));
+        return std::make_unique<Kernel>(handle);
+      }, "path"_a, "attnc_kernel_load: a kernel file written by `attnc compile`");
+  m.def("run_forward", &runForward, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(), "scale"_a,
+        "num_threads"_a, "attnc_run_forward: o (and lse when given) from q, k, v");
+  m.def("run_backward", &runBackward, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a,
+        "d_k"_a, "d_v"_a, "scale"_a, "num_threads"_a, "attnc_run_backward: d_q, d_k, d_v");
+  m.def("analyze", &analyze, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "block"_a,
+        "block_cols"_a, "connectivity"_a, "(the analyze --json object, warnings)");
+  m.def("show", &show, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "head"_a.none(), "grid"_a,
+        "max_side"_a, "format"_a, "(the picture as SVG or ASCII text, warnings)");
+  m.def("cache_stats", [] {
+        int64_t hits = 0, misses = 0, rebuilt = 0;
+        attnc_jit_cache_stats(&hits, &misses, &rebuilt);
+        return std::make_tuple(hits, misses, rebuilt);
+      }, "The JIT cache's (hits, misses, rebuilt) in this process");
+}

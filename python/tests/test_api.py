@@ -1,0 +1,170 @@
+"""attnc.compile, Kernel's metadata, attnc.analyze, attnc.show and their errors."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import xml.etree.ElementTree as ElementTree
+
+import numpy as np
+import pytest
+
+import attnc
+from conftest import LIBRARY, pattern_path, raises_status
+
+FIXED = pattern_path("fixed")
+
+
+def test_compile_gives_a_kernel_with_metadata():
+    kernel = attnc.compile(FIXED, l=32, c=4)
+    meta = kernel.metadata
+    assert meta["pattern"] == "fixed" and meta["params"] == "l=32,c=4" and meta["backend"] == "fused"
+    assert meta["source"] == pathlib.Path(FIXED).read_text()
+    assert kernel.heads is None  # merged heads: any count
+    assert attnc.compile(pattern_path("fixed_multihead")).heads == 2
+    assert "fixed" in repr(kernel)
+
+
+def test_compile_accepts_a_path_object_and_source_text():
+    source = pathlib.Path(FIXED).read_text()
+    a = attnc.compile(pathlib.Path(FIXED), l=16, c=2)
+    b = attnc.compile(source, l=16, c=2)
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 1, 50, 8), dtype=np.float32)
+    np.testing.assert_array_equal(a(q, q, q), b(q, q, q))
+
+
+def test_the_same_request_gives_the_same_kernel():
+    assert attnc.compile(FIXED, l=64, c=8) is attnc.compile(FIXED, c=8, l=64)
+    assert attnc.compile(FIXED, l=64, c=8) is not attnc.compile(FIXED, l=64, c=4)
+
+
+def test_compile_uses_the_jit_cache(tmp_path):
+    before = attnc.cache_stats()
+    first = attnc.compile(FIXED, cache_dir=str(tmp_path), l=48, c=3)
+    after_first = attnc.cache_stats()
+    assert after_first["misses"] == before["misses"] + 1 and list(tmp_path.glob("fixed-*.attnk"))
+    # Another request for the same kernel (naming the pattern) is a disk-cache hit.
+    attnc.compile(FIXED, cache_dir=str(tmp_path), pattern="fixed", l=48, c=3)
+    after_second = attnc.cache_stats()
+    assert after_second["hits"] == after_first["hits"] + 1 and after_second["misses"] == after_first["misses"]
+    # The same request again is the same Kernel, without the JIT.
+    assert attnc.compile(FIXED, cache_dir=str(tmp_path), l=48, c=3) is first
+    assert attnc.cache_stats() == after_second
+
+
+def test_a_pattern_error_carries_the_diagnostics():
+    source = "pattern p {\n  param l = 8\n  attend { j : j % (l - 8) == 0 }\n}\n"
+    with raises_status("ATTNC_ERROR_COMPILE") as e:
+        attnc.compile(source)
+    text = str(e.value)
+    assert re.search(r"^<string>:3:\d+: error: ", text, re.M), text
+    assert "attend { j : j % (l - 8) == 0 }" in text and "^" in text
+
+
+def test_errors_in_a_file_name_the_file(tmp_path):
+    path = tmp_path / "bad.attn"
+    path.write_text("pattern bad {\n  attend { j : j < undefined }\n}\n")
+    with raises_status("ATTNC_ERROR_COMPILE") as e:
+        attnc.compile(path)
+    assert f"{path}:2:" in str(e.value) and "undefined" in str(e.value)
+    with raises_status("ATTNC_ERROR_COMPILE"):
+        attnc.analyze(path, n=16)
+    with raises_status("ATTNC_ERROR_COMPILE"):
+        attnc.show(path, n=16)
+
+
+def test_a_parameter_the_pattern_does_not_have():
+    with raises_status("ATTNC_ERROR_COMPILE") as e:
+        attnc.compile(FIXED, width=3)
+    assert "width" in str(e.value)
+    with pytest.raises(TypeError, match="integer"):
+        attnc.compile(FIXED, l="128")
+
+
+def test_a_missing_file():
+    with pytest.raises(FileNotFoundError):
+        attnc.compile("no/such/pattern.attn")
+
+
+def test_bad_backend_and_target():
+    with raises_status("ATTNC_ERROR_INVALID_ARGUMENT"):
+        attnc.compile(FIXED, backend="gpu")
+    with raises_status("ATTNC_ERROR_UNSUPPORTED") as e:
+        attnc.compile(FIXED, target="cuda")
+    assert "cuda" in str(e.value)
+
+
+def test_numpy_dtype_error():
+    kernel = attnc.compile(FIXED)
+    q = np.zeros((1, 1, 8, 4))
+    with raises_status("ATTNC_ERROR_DTYPE") as e:
+        kernel(q, q, q)
+    assert "float64" in str(e.value)
+
+
+# ---- analyze ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(LIBRARY))
+def test_analyze_follows_the_json_schema(name):
+    result = attnc.analyze(pattern_path(name), n=300, **LIBRARY[name])
+    assert result["pattern"] == name and result["n"] == 300
+    assert LIBRARY[name].items() <= result["params"].items()
+    for head in result["heads"]:
+        assert {"head", "nnz", "row_nnz", "empty_rows", "blocks"} <= head.keys()
+        assert {"min", "max", "mean"} <= head["row_nnz"].keys()
+        assert {"size", "full", "partial", "empty"} <= head["blocks"].keys()
+        assert head["row_nnz"]["mean"] == pytest.approx(head["nnz"] / 300, abs=1e-6)
+    assert {"p", "exact", "rows_checked"} <= result["connectivity"].keys()
+
+
+def test_analyze_counts_what_the_formula_gives():
+    n, l, c = 1000, 32, 5
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    mask = (j <= i) & ((j // l == i // l) | (j % l >= l - c))
+    result = attnc.analyze(FIXED, n=n, block=64, block_cols=32, connectivity=False, l=l, c=c)
+    head = result["heads"][0]
+    assert head["nnz"] == mask.sum()
+    assert head["row_nnz"]["min"] == mask.sum(1).min() and head["row_nnz"]["max"] == mask.sum(1).max()
+    assert head["blocks"]["size"] == 64 and head["blocks"]["cols"] == 32
+    assert "connectivity" not in result
+
+
+def test_analyze_argument_errors():
+    with pytest.raises(ValueError, match="n must be"):
+        attnc.analyze(FIXED, n=0)
+    with pytest.raises(ValueError, match="block must be"):
+        attnc.analyze(FIXED, n=10, block=0)
+
+
+def test_analyze_reports_warnings():
+    source = "pattern p {\n  let unused = { j : true }\n  attend { j : j == i }\n}\n"
+    with pytest.warns(attnc.AttncWarning, match="unused let 'unused'"):
+        assert attnc.analyze(source, n=10)["heads"][0]["nnz"] == 10
+
+
+# ---- show ---------------------------------------------------------------------
+
+
+def test_show_gives_an_svg_document():
+    svg = attnc.show(FIXED, n=64, grid=16, l=16, c=4)
+    root = ElementTree.fromstring(svg)
+    assert root.tag.endswith("svg")
+    assert "fixed (n=64, l=16, c=4, causal)" in svg
+
+
+def test_show_ascii_cells_are_the_pattern():
+    text = attnc.show(FIXED, n=24, format="ascii", l=8, c=2)
+    rows = text.rstrip("\n").split("\n")[-24:]
+    i, j = np.meshgrid(np.arange(24), np.arange(24), indexing="ij")
+    want = (j <= i) & ((j // 8 == i // 8) | (j % 8 >= 6))
+    assert np.array_equal(np.array([[ch != "." for ch in r] for r in rows]), want)
+
+
+def test_show_head_out_of_range():
+    with raises_status("ATTNC_ERROR_INVALID_ARGUMENT") as e:
+        attnc.show(pattern_path("fixed_multihead"), n=32, head=2)
+    assert "head 2 is out of range; pattern 'fixed_multihead' has 2 heads (0 to 1)" in str(e.value)
+    with pytest.raises(ValueError, match="format"):
+        attnc.show(FIXED, n=32, format="png")
