@@ -3,6 +3,8 @@
 
 #include "attnc/frontend/Canonicalize.h"
 
+#include "attnc/support/Json.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -59,26 +61,6 @@ std::optional<LoadedPattern> loadPattern(const PatternOptions &opts, int &exitCo
   return out;
 }
 
-std::string jsonString(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-    case '"': out += "\\\""; break;
-    case '\\': out += "\\\\"; break;
-    case '\n': out += "\\n"; break;
-    case '\t': out += "\\t"; break;
-    default:
-      if (c < 0x20) {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\u%04x", c);
-        out += buf;
-      } else {
-        out += static_cast<char>(c);
-      }
-    }
-  }
-  return out + "\"";
-}
 
 std::string examplesFooter(const std::vector<std::string> &examples) {
   std::string out = "\nExamples:\n";

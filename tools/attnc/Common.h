@@ -4,6 +4,8 @@
 #include "attnc/frontend/Driver.h"
 #include "attnc/plan/PatternIR.h"
 
+#include "attnc/support/Json.h"
+
 #include <CLI/CLI.hpp>
 
 #include <memory>
@@ -46,7 +48,7 @@ bool useColor();
 void printDiagnostics(const Frontend &fe);
 
 /// A JSON string literal.
-std::string jsonString(const std::string &s);
+using support::jsonString;
 
 /// Appended to every --help: examples on patterns/.
 std::string examplesFooter(const std::vector<std::string> &examples);

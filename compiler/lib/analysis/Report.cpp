@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "attnc/analysis/Report.h"
 
+#include "attnc/support/Json.h"
+
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -15,32 +17,14 @@ namespace attnc::ir {
 
 namespace {
 
+using support::jsonString;
+
 std::string fmtDouble(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
 
-std::string jsonString(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-    case '"': out += "\\\""; break;
-    case '\\': out += "\\\\"; break;
-    case '\n': out += "\\n"; break;
-    case '\t': out += "\\t"; break;
-    default:
-      if (c < 0x20) {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\u%04x", c);
-        out += buf;
-      } else {
-        out += static_cast<char>(c);
-      }
-    }
-  }
-  return out + "\"";
-}
 
 std::string witnessPair(const std::optional<std::pair<int64_t, int64_t>> &w) {
   if (!w)

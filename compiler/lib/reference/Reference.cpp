@@ -8,35 +8,6 @@
 
 namespace attnc {
 
-void referenceAttention(const ir::Csr &csr, const float *q, const float *k, const float *v,
-                        float *o, int64_t d, double scale) {
-  std::vector<double> scores, acc(static_cast<size_t>(d));
-  for (int64_t i = 0; i < csr.n; ++i) {
-    int64_t begin = csr.pos[i], end = csr.pos[i + 1];
-    std::fill(acc.begin(), acc.end(), 0.0);
-    scores.assign(static_cast<size_t>(end - begin), 0.0);
-    double best = -std::numeric_limits<double>::infinity();
-    for (int64_t p = begin; p < end; ++p) {
-      int64_t j = csr.crd[p];
-      double dot = 0;
-      for (int64_t c = 0; c < d; ++c)
-        dot += static_cast<double>(q[i * d + c]) * static_cast<double>(k[j * d + c]);
-      scores[p - begin] = dot * scale;
-      best = std::max(best, scores[p - begin]);
-    }
-    double sum = 0;
-    for (int64_t p = begin; p < end; ++p) {
-      double w = std::exp(scores[p - begin] - best);
-      sum += w;
-      int64_t j = csr.crd[p];
-      for (int64_t c = 0; c < d; ++c)
-        acc[c] += w * static_cast<double>(v[j * d + c]);
-    }
-    for (int64_t c = 0; c < d; ++c)
-      o[i * d + c] = end > begin ? static_cast<float>(acc[c] / sum) : 0.0f;
-  }
-}
-
 /// Row i's scaled scores over its keys (in CSR order) and their
 /// log-sum-exp; -inf when the row has no keys.
 static double rowScores(const ir::Csr &csr, int64_t i, const float *q, const float *k, int64_t d,
@@ -58,6 +29,24 @@ static double rowScores(const ir::Csr &csr, int64_t i, const float *q, const flo
   for (double s : scores)
     sum += std::exp(s - best);
   return best + std::log(sum);
+}
+
+void referenceAttention(const ir::Csr &csr, const float *q, const float *k, const float *v,
+                        float *o, int64_t d, double scale) {
+  std::vector<double> scores, acc(static_cast<size_t>(d));
+  for (int64_t i = 0; i < csr.n; ++i) {
+    const int64_t begin = csr.pos[i], end = csr.pos[i + 1];
+    const double lse = rowScores(csr, i, q, k, d, scale, scores);
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t p = begin; p < end; ++p) {
+      const double w = std::exp(scores[static_cast<size_t>(p - begin)] - lse);
+      const int64_t j = csr.crd[p];
+      for (int64_t c = 0; c < d; ++c)
+        acc[c] += w * static_cast<double>(v[j * d + c]);
+    }
+    for (int64_t c = 0; c < d; ++c)
+      o[i * d + c] = end > begin ? static_cast<float>(acc[c]) : 0.0f;
+  }
 }
 
 void referenceLse(const ir::Csr &csr, const float *q, const float *k, float *lse, int64_t d,
