@@ -132,7 +132,12 @@ def main():
                     for x in (qg, kg, vg):
                         x.grad = None
                     forward().backward(d_o)
-                row[peer + "_fwdbwd_ms"] = timed(step, args.repeat)
+                try:
+                    row[peer + "_fwdbwd_ms"] = timed(step, args.repeat)
+                except (NotImplementedError, RuntimeError) as e:
+                    # (torch 2.x: "FlexAttention does not support backward on CPU")
+                    row[peer + "_bwd_error"] = str(e).splitlines()[0]
+                    continue
                 row[peer + "_bwd_ms"] = row[peer + "_fwdbwd_ms"] - row[peer + "_ms"]
                 row[peer + "_bwd_gflops"] = bwd_flops / (row[peer + "_bwd_ms"] * 1e6)
         print(json.dumps(row), flush=True)

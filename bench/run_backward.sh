@@ -9,8 +9,11 @@
 #
 # Environment: as bench/run_benchmarks.sh (ATTNC_BENCH_NS, ATTNC_BENCH_DS,
 # ATTNC_BENCH_THREADS, ATTNC_BENCH_REPEAT), ATTNC_BENCH_DENSE_MAX_N (the dense
-# baseline only up to this n; default 4096: its backward at 16384 takes
-# seconds per head), ATTNC_PEERS_PYTHON (a python with torch; unset: no peers).
+# baseline, and PyTorch's SDPA with a boolean mask, only up to this n; default
+# 4096: at 16384 the dense backward takes seconds per head and SDPA's n x n
+# weights 8.6 GB), ATTNC_PEERS_PYTHON (a python with torch; unset: no peers).
+# flex_attention has no backward on the CPU in the torch releases we ran
+# (NotImplementedError): its column then says so, and SDPA is the peer.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 repeat=${ATTNC_BENCH_REPEAT:-3}
@@ -25,8 +28,10 @@ bench_row() { # NAME N D [-D k=v ...]
   "$attnc" bench "patterns/$name.attn" "$@" --n "$n" --d "$d" --batch 1 --heads 8 \
     --threads "$threads" --repeat "$repeat" --backend "$backends" --backward --peak --json >> "$ours"
   if [ -n "${ATTNC_PEERS_PYTHON:-}" ]; then
+    local sdpa=--no-sdpa
+    if [ "$n" -le "$dense_max" ]; then sdpa=; fi
     "$ATTNC_PEERS_PYTHON" "$(dirname "$0")/peers.py" --n "$n" --d "$d" --threads "$threads" \
-      --repeat "$repeat" --patterns "$name" --backward --no-sdpa >> "$peers"
+      --repeat "$repeat" --patterns "$name" --backward $sdpa >> "$peers"
   fi
 }
 each_row bench_row
@@ -35,8 +40,8 @@ import json, sys
 ours = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 peers = {(p["pattern"], p["n"], p["d"]): p for p in map(json.loads, filter(str.strip, open(sys.argv[2])))}
 print("| pattern | n | d | fused fwd ms | fused bwd ms | bwd/fwd | fused bwd GFLOP/s | % FMA peak | "
-      "dense fwd+bwd ms | flex fwd+bwd ms | flex bwd GFLOP/s | fused fwd+bwd vs dense | fused fwd+bwd vs flex |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "dense fwd+bwd ms | SDPA (mask) fwd+bwd ms | flex fwd ms | flex fwd+bwd | fused fwd+bwd vs dense | vs SDPA |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in ours:
     res = {x["backend"]: x for x in r["results"]}
     f = res["fused"]
@@ -47,9 +52,10 @@ for r in ours:
     cell = lambda x, fmt: "—" if x is None else fmt % x
     print(f"| {r['pattern']} | {r['n']} | {r['d']} | {f['ms']:.2f} | {f['bwd_ms']:.2f} | {f['bwd_over_fwd']:.2f} | "
           f"{f['bwd_gflops']:.1f} | {100 * f['bwd_share']:.0f}% | {cell(dense_total, '%.1f')} | "
-          f"{cell(p and p['flex_fwdbwd_ms'], '%.1f')} | {cell(p and p['flex_bwd_gflops'], '%.1f')} | "
+          f"{cell(p and p.get('sdpa_fwdbwd_ms'), '%.1f')} | {cell(p and p.get('flex_ms'), '%.1f')} | "
+          f"{'no CPU backward' if p and 'flex_bwd_error' in p else cell(p and p.get('flex_fwdbwd_ms'), '%.1f')} | "
           f"{cell(dense_total and dense_total / fused_total, '%.1fx')} | "
-          f"{cell(p and p['flex_fwdbwd_ms'] / fused_total, '%.1fx')} |")
+          f"{cell(p and p.get('sdpa_fwdbwd_ms') and p['sdpa_fwdbwd_ms'] / fused_total, '%.1fx')} |")
 print()
 print(f"FMA peak measured in the same run: {min(r['peak_gflops'] for r in ours):.0f}-{max(r['peak_gflops'] for r in ours):.0f} GFLOP/s ({ours[0]['peak_threads']} threads, {ours[0]['peak_isa']}); % FMA peak is each row's against its own measurement")
 PY
