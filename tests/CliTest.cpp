@@ -169,6 +169,27 @@ TEST(CliAnalyze, OutOfRangeLengthIsAUsageError) {
   EXPECT_EQ(attnc("analyze " + libraryPattern("fixed") + " --n 64 --block 0").exitCode, 2);
 }
 
+TEST(CliAnalyze, CriterionTwoStopsAtItsTimeBudgetAndSaysSo) {
+  const std::string base = "analyze " + libraryPattern("strided") + " --n 65536";
+  CommandResult text = attnc(base + " --connectivity-seconds 0.000001");
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("s limit; --connectivity-seconds 0 checks every chosen row"), std::string::npos)
+      << text.out;
+  CommandResult stopped = attnc(base + " --connectivity-seconds 0.000001 --json");
+  ASSERT_EQ(stopped.exitCode, 0) << stopped.err;
+  Json doc = parseJson(stopped.out);
+  EXPECT_TRUE(doc["connectivity"]["stopped_early"].boolean);
+  EXPECT_LT(doc["connectivity"]["rows_checked"].integer, 512);
+  EXPECT_GE(doc["connectivity"]["rows_checked"].integer, 1);
+  CommandResult whole = attnc(base + " --connectivity-seconds 0 --json");
+  ASSERT_EQ(whole.exitCode, 0) << whole.err;
+  Json all = parseJson(whole.out);
+  EXPECT_FALSE(all["connectivity"]["stopped_early"].boolean);
+  EXPECT_EQ(all["connectivity"]["rows_checked"].integer, 512);
+  EXPECT_EQ(all["connectivity"]["p"].integer, 2);
+  EXPECT_EQ(attnc(base + " --connectivity-seconds -1").exitCode, 2);
+}
+
 TEST(CliAnalyze, BinaryGarbageIsADiagnosticNotACrash) {
   ScratchDir dir;
   std::string path = dir.file("garbage.attn");

@@ -555,6 +555,45 @@ TEST(SampledConnectivity, SeedsReachEveryEarlierKeyInTwoStepsAtLongLengths) {
   }
 }
 
+TEST(TimeBudget, StoppedSearchSaysSoAndReportsTheWorstRowItChecked) {
+  // Row i attends {i - 1, i}: row i needs i steps, so the worst row checked
+  // tells how far the search got. A budget of 1 ns stops after the first row.
+  Loaded l = load(inlineSource("chain", "pattern p { attend { j : i - 1 <= j && j <= i } }", {}));
+  ASSERT_NE(l.pattern, nullptr);
+  ir::ConnectivityOptions options;
+  options.timeBudgetSeconds = 1e-9;
+  ir::Connectivity stopped = ir::analyzeConnectivity({l.ir.heads[0].set}, 40, options);
+  EXPECT_TRUE(stopped.stoppedEarly);
+  EXPECT_FALSE(stopped.exact);
+  EXPECT_EQ(stopped.rowsChecked, 1);
+  ASSERT_TRUE(stopped.p.has_value());
+  EXPECT_EQ(*stopped.p, 1) << "the spread order checks row 0 first (p counts at least one step)";
+  // A budget the search fits in changes nothing.
+  options.timeBudgetSeconds = 1e6;
+  ir::Connectivity whole = ir::analyzeConnectivity({l.ir.heads[0].set}, 40, options);
+  EXPECT_FALSE(whole.stoppedEarly);
+  EXPECT_TRUE(whole.exact);
+  EXPECT_EQ(whole.rowsChecked, 40);
+  ASSERT_TRUE(whole.p.has_value());
+  EXPECT_EQ(*whole.p, 39);
+}
+
+TEST(TimeBudget, SpreadOrderReachesTheLastRowSecond) {
+  // With a budget the rows are checked first, last, then halving: a search
+  // stopped after two rows has seen the chain's worst row, n - 1.
+  Loaded l = load(inlineSource("chain", "pattern p { attend { j : i - 1 <= j && j <= i } }", {}));
+  ASSERT_NE(l.pattern, nullptr);
+  ir::ConnectivityOptions options;
+  options.timeBudgetSeconds = 1e6;
+  options.maxSteps = 10;
+  ir::Connectivity c = ir::analyzeConnectivity({l.ir.heads[0].set}, 40, options);
+  EXPECT_FALSE(c.p.has_value());
+  EXPECT_TRUE(c.gaveUp);
+  // Ascending order would stop at row 10; the spread order meets row 39 second.
+  ASSERT_TRUE(c.unreachableWitness.has_value());
+  EXPECT_EQ(c.unreachableWitness->first, 39);
+}
+
 TEST(StepLimit, ChainNeedsOneStepPerKeyBack) {
   // Row i attends {i - 1, i}: key 0 is i steps away, so p = n - 1.
   Loaded l = load(inlineSource("chain", "pattern p { attend { j : i - 1 <= j && j <= i } }", {}));

@@ -22,6 +22,7 @@ struct AnalyzeOptions {
   int64_t blockCols = 0;
   bool json = false;
   bool connectivity = true;
+  double connectivitySeconds = 1.0;
 };
 
 std::string fmtDouble(double v, int digits = 4) {
@@ -79,9 +80,14 @@ void printText(const LoadedPattern &lp, const AnalyzeOptions &opts, const ir::Pa
     else
       os << "NOT reachable: row " << conn->unreachableWitness->first << " never reaches key "
          << conn->unreachableWitness->second;
-    os << (conn->exact ? "  (every row checked)"
-                       : "  (" + std::to_string(conn->rowsChecked) + " sampled rows checked)")
-       << "\n";
+    if (conn->stoppedEarly)
+      os << "  (" << conn->rowsChecked << " rows spread over [0, n) checked before the "
+         << fmtDouble(opts.connectivitySeconds, 1)
+         << " s limit; --connectivity-seconds 0 checks every chosen row)";
+    else
+      os << (conn->exact ? "  (every row checked)"
+                         : "  (" + std::to_string(conn->rowsChecked) + " sampled rows checked)");
+    os << "\n";
   }
   os << "analysis time " << fmtDouble(report.seconds * 1e3, 1) << " ms\n";
   std::cout << os.str();
@@ -97,6 +103,7 @@ int runAnalyze(const AnalyzeOptions &opts) {
   options.blockRows = opts.block;
   options.blockCols = opts.blockCols;
   options.connectivity = opts.connectivity;
+  options.connectivitySeconds = opts.connectivitySeconds;
   const ir::PatternReport report = ir::analyzePattern(lp->ir, options);
   if (opts.json)
     std::cout << ir::reportJson(lp->ir, report);
@@ -125,6 +132,11 @@ void setupAnalyze(CLI::App &app, int &exitCode) {
   cmd->add_flag("--json", opts->json, "Print one JSON object (schema in docs/cli.md)");
   cmd->add_flag("--connectivity,!--no-connectivity", opts->connectivity,
                 "Compute the Sparse Transformer's criterion 2 (default: on)");
+  cmd->add_option("--connectivity-seconds", opts->connectivitySeconds,
+                  "Time budget of criterion 2's search; past it, p is the worst over the rows checked "
+                  "so far (spread over [0, n)) and the output says so. 0: no limit")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
   cmd->footer(examplesFooter({"attnc analyze patterns/fixed.attn --n 4096",
                               "attnc analyze patterns/strided.attn --n 16384 -D l=128 --json",
                               "attnc analyze patterns/fixed.attn --n 4096 --block 64 --block-cols 8"}));

@@ -12,6 +12,7 @@
 #include "attnc/plan/RowEvaluator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <unordered_map>
 
@@ -44,6 +45,30 @@ std::vector<int64_t> rowsToCheck(int64_t n, const ConnectivityOptions &o, bool &
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   return rows;
+}
+
+/// `rows` (ascending) in an order that covers their range evenly at every
+/// prefix: the first, the last, then the midpoints of the gaps, level by level.
+std::vector<int64_t> spreadOrder(const std::vector<int64_t> &rows) {
+  const size_t count = rows.size();
+  std::vector<int64_t> out;
+  if (count == 0)
+    return out;
+  std::vector<char> taken(count, 0);
+  auto take = [&](size_t k) {
+    if (!taken[k]) {
+      taken[k] = 1;
+      out.push_back(rows[k]);
+    }
+  };
+  take(0);
+  take(count - 1);
+  for (size_t step = count; step > 1; step = (step + 1) / 2)
+    for (size_t k = step / 2; k < count; k += step)
+      take(k);
+  for (size_t k = 0; k < count; ++k)
+    take(k);
+  return out;
 }
 
 /// Unions of the key sets of aligned power-of-two row blocks, built lazily
@@ -111,8 +136,21 @@ Connectivity analyzeConnectivity(const std::vector<SetRef> &heads, int64_t n,
   Connectivity result;
   int64_t worst = 0;
   std::vector<int64_t> rows = rowsToCheck(n, options, result.exact);
+  const auto start = std::chrono::steady_clock::now();
+  if (options.timeBudgetSeconds > 0)
+    rows = spreadOrder(rows);
   result.rowsChecked = static_cast<int64_t>(rows.size());
+  int64_t done = 0;
   for (int64_t i : rows) {
+    if (options.timeBudgetSeconds > 0 && done > 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+            options.timeBudgetSeconds) {
+      result.stoppedEarly = true;
+      result.exact = false;
+      result.rowsChecked = done;
+      break;
+    }
+    ++done;
     IntervalSet reached = unions.row(i);
     IntervalSet frontier = reached;
     int64_t steps = 1;

@@ -45,8 +45,11 @@ PatternReport analyzePattern(const PatternIR &ir, const ReportOptions &options) 
                             analyzeTiles(h.set, options.n, options.blockRows, cols)});
     sets.push_back(h.set);
   }
-  if (options.connectivity)
-    report.connectivity = analyzeConnectivity(sets, options.n);
+  if (options.connectivity) {
+    ConnectivityOptions search;
+    search.timeBudgetSeconds = options.connectivitySeconds;
+    report.connectivity = analyzeConnectivity(sets, options.n, search);
+  }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
@@ -82,7 +85,8 @@ std::string reportJson(const PatternIR &ir, const PatternReport &report) {
        << ", \"unreachable_witness\": " << witnessPair(conn->unreachableWitness)
        << ", \"steps_exceeded\": " << (conn->gaveUp ? "true" : "false")
        << ", \"exact\": " << (conn->exact ? "true" : "false")
-       << ", \"rows_checked\": " << conn->rowsChecked << "}";
+       << ", \"rows_checked\": " << conn->rowsChecked
+       << ", \"stopped_early\": " << (conn->stoppedEarly ? "true" : "false") << "}";
   }
   os << ", \"seconds\": " << fmtDouble(report.seconds, 6) << "}\n";
   return os.str();

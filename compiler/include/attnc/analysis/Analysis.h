@@ -56,6 +56,9 @@ struct Connectivity {
   /// Rows whose reachability was computed, and whether that was every row.
   int64_t rowsChecked = 0;
   bool exact = true;
+  /// True when the time budget ran out before every chosen row was checked
+  /// (then p is the worst over rowsChecked rows, spread over [0, n)).
+  bool stoppedEarly = false;
 };
 
 struct ConnectivityOptions {
@@ -66,6 +69,11 @@ struct ConnectivityOptions {
   int64_t sampleRows = 512;
   /// Steps after which the search gives up (reports the pair still missing).
   int64_t maxSteps = 64;
+  /// Wall-clock budget of the search in seconds; 0: none (every chosen row).
+  /// The rows are checked in an order that spreads them over [0, n) (the
+  /// first row, the last, then halving), so a search stopped early has
+  /// still seen rows everywhere.
+  double timeBudgetSeconds = 0;
 };
 
 Connectivity analyzeConnectivity(const std::vector<SetRef> &heads, int64_t n,

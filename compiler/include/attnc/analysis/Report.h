@@ -25,6 +25,7 @@ struct ReportOptions {
   int64_t blockRows = 64;      ///< Tile side for the full/partial/empty count, >= 1.
   int64_t blockCols = 0;       ///< Tile width; 0: blockRows.
   bool connectivity = true;    ///< Compute criterion 2 (the costliest analysis).
+  double connectivitySeconds = 1.0; ///< Its time budget (ConnectivityOptions); 0: none.
 };
 
 /// The statistics of one distinct head set.
