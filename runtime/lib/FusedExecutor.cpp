@@ -74,7 +74,6 @@ struct GradArgs {
   int64_t d;
   float scale;
   int64_t tileRows;
-  int64_t rowBase, rowStride; // block row t is query rowBase + t * rowStride
 };
 
 constexpr int kGradTile = 48; // keys per tile of the backward pass (a multiple of every key group, 24 / H)
@@ -412,7 +411,7 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
   if (s.workers.size() < static_cast<size_t>(threads))
     s.workers.resize(static_cast<size_t>(threads));
   const GradBlock kernel = gradKernel();
-  GradArgs args{q, k, v, dO, lse, s.delta.data(), dq, dk, dv, d, scale, plan.options.tileRows, 0, 1};
+  GradArgs args{q, k, v, dO, lse, s.delta.data(), dq, dk, dv, d, scale, plan.options.tileRows};
   // Worker 0 sums into dk and dv; the others into their own partial sums.
   auto argsFor = [&](int worker) {
     GradArgs wa = args;
@@ -427,21 +426,23 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
     }
     return wa;
   };
-  // Blocks of one source (a row-tiles piece, the dense baseline, or one
-  // residue class), from the cache or generated now.
+  // Block b of one source (a row-tiles piece, the dense baseline, or one
+  // residue class) into ws.tiles, from the cache or generated now.
+  auto loadBlock = [](const plan::BlockSource &src, const std::vector<plan::BlockShape> *blocks, int64_t b,
+                      GradScratch &ws, bool classLocal) {
+    if (blocks) {
+      ws.tiles.expand((*blocks)[static_cast<size_t>(b)], classLocal);
+    } else {
+      src.build(b, ws.shape);
+      ws.tiles.expand(ws.shape, classLocal);
+    }
+  };
+  // A row-tiles (or dense) block: its rows are queries, in place.
   auto runSource = [&](const plan::BlockSource &src, const std::vector<plan::BlockShape> *blocks, int worker,
                        int64_t b) {
     GradScratch &ws = s.workers[static_cast<size_t>(worker)];
-    if (blocks) {
-      ws.tiles.expand((*blocks)[static_cast<size_t>(b)]);
-    } else {
-      src.build(b, ws.shape);
-      ws.tiles.expand(ws.shape);
-    }
-    GradArgs wa = argsFor(worker);
-    wa.rowBase = src.rowBase();
-    wa.rowStride = src.rowStride();
-    kernel(ws.tiles, wa, ws);
+    loadBlock(src, blocks, b, ws, false);
+    kernel(ws.tiles, argsFor(worker), ws);
   };
   auto pieceBlocks = [&](size_t p, size_t c) -> const std::vector<plan::BlockShape> * {
     return cached ? &cached->pieces[p][c] : nullptr;
@@ -488,15 +489,10 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
           }
           const GradArgs classArgs{ws.cq.data(), ws.ck.data(), ws.cv.data(), ws.cdo.data(), ws.clse.data(),
                                    ws.cdelta.data(), ws.cdq.data(), ws.cdk.data(), ws.cdv.data(), d, scale,
-                                   plan.options.tileRows, 0, 1};
+                                   plan.options.tileRows};
           const std::vector<plan::BlockShape> *blocks = pieceBlocks(p, static_cast<size_t>(c));
           for (int64_t b = 0; b < src.numBlocks(); ++b) {
-            if (blocks) {
-              ws.tiles.expand((*blocks)[static_cast<size_t>(b)], true);
-            } else {
-              src.build(b, ws.shape);
-              ws.tiles.expand(ws.shape, true);
-            }
+            loadBlock(src, blocks, b, ws, true); // rows and keys of the class's copies
             kernel(ws.tiles, classArgs, ws);
           }
           const GradArgs out = argsFor(w);

@@ -997,6 +997,20 @@ TEST_F(GradientErrors, GradientsThatOverlapLseAreRejected) {
   EXPECT_EQ(backward(), ATTNC_OK) << attnc_last_error();
 }
 
+TEST_F(GradientErrors, LseThatOverlapsTheForwardsTensorsIsRejected) {
+  // The forward writes lse while it reads q, k, v and writes o.
+  for (auto [name, t] : {std::pair{"q", &tq}, {"k", &tk}, {"v", &tv}, {"o", &to}}) {
+    SCOPED_TRACE(std::string("lse on ") + name);
+    attnc_tensor saved = tl;
+    tl.data = static_cast<float *>(t->data) + 8; // inside that tensor's 64 floats
+    EXPECT_EQ(forward(), ATTNC_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(attnc_last_error()).find(std::string("'") + name + "'"), std::string::npos)
+        << attnc_last_error();
+    tl = saved;
+  }
+  EXPECT_EQ(forward(), ATTNC_OK) << attnc_last_error();
+}
+
 TEST_F(GradientErrors, ZeroLengthIsRejected) {
   for (auto [name, t] : backwardTensors())
     t->shape[2] = 0;

@@ -99,6 +99,19 @@ TEST_F(RuntimeErrors, OtherAbiVersionIsRefused) {
 }
 
 #if ATTNC_HAVE_MLIR // native code to corrupt
+TEST_F(RuntimeErrors, KernelFilesOfEveryAbiSinceTheOldestLoad) {
+  // ABI 2 only added functions to attnc.h: files built for ABI 1 still load.
+  format::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(format::decodeKernelFile(fixedKernelBytes(), file, error)) << error;
+  for (uint32_t abi = ATTNC_OLDEST_ABI_VERSION; abi <= ATTNC_ABI_VERSION; ++abi) {
+    file.abiVersion = abi;
+    EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_OK) << "ABI " << abi << ": " << attnc_last_error();
+  }
+  file.abiVersion = ATTNC_OLDEST_ABI_VERSION - 1;
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_ABI_MISMATCH);
+}
+
 TEST_F(RuntimeErrors, CodeThatIsNotASharedObjectIsCorrupt) {
   format::KernelFile file;
   std::string error;
