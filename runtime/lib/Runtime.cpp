@@ -3,9 +3,14 @@
 // A kernel file carries its pattern's canonical IR as text; loading reads it
 // back (no front end, no MLIR) and makes the backend the file names
 // (backends/Registry.cpp). This file owns what every backend shares:
-// argument checks, packing strided or bf16 slices into contiguous f32 and
-// back, the per-n cache of what the backend prepares, and splitting a run's
-// batch x heads slices over the shared thread pool (support/ThreadPool.h).
+// argument checks (shapes, sizes that overflow, overlaps, varlen offsets),
+// the call's sequences (a batch element, or a varlen sequence) and their
+// slices, packing strided or bf16 slices into contiguous f32 and back,
+// padding queries that are fewer than the keys for backends that compute
+// whole squares, the key/value head of each query head (grouped-query
+// attention, and the sum of dK, dV over a group), the per-n cache of what
+// the backend prepares, and spreading the slices over the shared thread
+// pool (support/ThreadPool.h).
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/attnc.h"
@@ -58,7 +63,10 @@ struct attnc_kernel {
   };
   std::mutex cacheMutex;
   std::list<Prepared> cache;
-  static constexpr size_t kCacheEntries = 8;
+  /// A varlen batch prepares one state per distinct length: enough entries
+  /// for a batch of typical lengths, within a memory budget.
+  static constexpr size_t kCacheEntries = 64;
+  static constexpr size_t kCacheBytes = size_t{256} << 20;
 
   /// The backend's state for length n and head dimension d, prepared on
   /// first use. Throws RunError.
@@ -71,8 +79,13 @@ struct attnc_kernel {
         return cache.front().state;
       }
     cache.push_front({n, variant, backend->prepare(n, d, threads)});
-    if (cache.size() > kCacheEntries)
+    size_t bytes = 0;
+    for (const Prepared &p : cache)
+      bytes += p.state->bytes();
+    while (cache.size() > 1 && (cache.size() > kCacheEntries || bytes > kCacheBytes)) {
+      bytes -= cache.back().state->bytes();
       cache.pop_back();
+    }
     return cache.front().state;
   }
 };
@@ -95,6 +108,33 @@ attnc_status rebuildPattern(attnc_kernel &kernel) {
   return ATTNC_OK;
 }
 
+size_t elementBytes(attnc_dtype dtype) { return dtype == ATTNC_DTYPE_F32 ? 4 : 2; }
+
+bool isEmpty(const attnc_tensor &t) {
+  return t.shape[0] == 0 || t.shape[1] == 0 || t.shape[2] == 0 || t.shape[3] == 0;
+}
+
+std::string shapeText(const int64_t shape[4]) {
+  std::ostringstream m;
+  m << "[" << shape[0] << ", " << shape[1] << ", " << shape[2] << ", " << shape[3] << "]";
+  return m.str();
+}
+
+/// The bytes from a non-empty view's first element to past its last, or
+/// false when that (or the address it ends at) overflows.
+bool spanBytes(const attnc_tensor &t, uint64_t &bytes) {
+  int64_t last = 0;
+  for (int a = 0; a < 4; ++a) {
+    int64_t step;
+    if (__builtin_mul_overflow(t.shape[a] - 1, t.strides[a], &step) || __builtin_add_overflow(last, step, &last))
+      return false;
+  }
+  uint64_t elements = static_cast<uint64_t>(last) + 1;
+  if (__builtin_mul_overflow(elements, static_cast<uint64_t>(elementBytes(t.dtype)), &bytes))
+    return false;
+  return reinterpret_cast<uintptr_t>(t.data) <= UINTPTR_MAX - bytes;
+}
+
 /// Whether a strided view of `shape` never maps two indices to one element.
 bool nonOverlapping(const int64_t shape[4], const int64_t strides[4]) {
   int order[4] = {0, 1, 2, 3};
@@ -110,46 +150,52 @@ bool nonOverlapping(const int64_t shape[4], const int64_t strides[4]) {
   return true;
 }
 
-size_t elementBytes(attnc_dtype dtype) { return dtype == ATTNC_DTYPE_F32 ? 4 : 2; }
-
-/// The bytes [first, last] a view can touch.
-std::pair<uintptr_t, uintptr_t> byteRange(const attnc_tensor &t) {
-  int64_t last = 0;
-  for (int a = 0; a < 4; ++a)
-    last += (t.shape[a] - 1) * t.strides[a];
-  const uintptr_t first = reinterpret_cast<uintptr_t>(t.data);
-  return {first, first + static_cast<uintptr_t>(last + 1) * elementBytes(t.dtype) - 1};
-}
-
+/// Whether two validated views share a byte (empty views share none).
 bool rangesMeet(const attnc_tensor &a, const attnc_tensor &b) {
-  auto [a0, a1] = byteRange(a);
-  auto [b0, b1] = byteRange(b);
-  return a0 <= b1 && b0 <= a1;
+  uint64_t aBytes, bBytes;
+  if (isEmpty(a) || isEmpty(b) || !spanBytes(a, aBytes) || !spanBytes(b, bBytes))
+    return false;
+  const uintptr_t a0 = reinterpret_cast<uintptr_t>(a.data), b0 = reinterpret_cast<uintptr_t>(b.data);
+  return a0 < b0 + bBytes && b0 < a0 + aBytes;
 }
+
+/// Which shape a tensor argument has: Q's [B, Hq, nq, d] or K's [B, Hkv, nk, d].
+enum class Role { Query, KeyValue };
 
 /// One tensor argument of a call and its name in messages.
 struct Arg {
   const attnc_tensor *t;
   const char *name;
+  Role role;
 };
 
-/// Checks the [B, H, n, d] tensors of a call: `inputs` share one dtype,
-/// every tensor has the shape of the first input, `outputs` do not overlap
-/// themselves, (with `disjointOutputs`) one another or any input.
+/// The sizes of a validated call.
+struct Shape {
+  int64_t batch = 0, hq = 0, hkv = 0, nq = 0, nk = 0, d = 0;
+  int64_t group() const { return hq / hkv; }
+  /// No output element: nothing to compute (every check but sizes skipped).
+  bool empty() const { return batch == 0 || hq == 0 || nq == 0; }
+};
+
+/// Checks the tensors of a call: `inputs` share one dtype; Query tensors
+/// have q's shape, KeyValue tensors k's; `outputs` do not overlap
+/// themselves, (with `disjointOutputs`) one another or any input. `varlen`
+/// calls check nq <= nk per sequence instead (sequences()).
 attnc_status validate(const attnc_kernel &kernel, const std::vector<Arg> &inputs, const std::vector<Arg> &outputs,
-                      bool disjointOutputs) {
+                      bool disjointOutputs, bool varlen, Shape &shape) {
   std::vector<Arg> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
   auto named = [](const Arg &x) { return std::string("tensor '") + x.name + "'"; };
   for (const Arg &x : all) {
     if (!x.t)
       return fail(ATTNC_ERROR_INVALID_ARGUMENT, named(x) + " is null");
-    if (!x.t->data)
-      return fail(ATTNC_ERROR_INVALID_ARGUMENT, named(x) + " has a null data pointer");
     if (x.t->dtype != ATTNC_DTYPE_F32 && x.t->dtype != ATTNC_DTYPE_BF16)
       return fail(ATTNC_ERROR_DTYPE, named(x) + " has dtype " + std::to_string(x.t->dtype) +
                                          "; kernels take f32 (" + std::to_string(ATTNC_DTYPE_F32) +
                                          ") or bf16 (" + std::to_string(ATTNC_DTYPE_BF16) + ")");
+    for (int a = 0; a < 4; ++a)
+      if (x.t->shape[a] < 0)
+        return fail(ATTNC_ERROR_SHAPE, named(x) + " has shape " + shapeText(x.t->shape) + "; sizes must not be negative");
   }
   const Arg &first = inputs.front();
   std::string sharing;
@@ -160,33 +206,58 @@ attnc_status validate(const attnc_kernel &kernel, const std::vector<Arg> &inputs
       return fail(ATTNC_ERROR_DTYPE, named(x) + " has dtype " + std::to_string(x.t->dtype) + " but '" +
                                          first.name + "' has " + std::to_string(first.t->dtype) + "; " +
                                          sharing + " must share one dtype");
-  const int64_t *s = first.t->shape;
-  for (const Arg &x : all)
+  const Arg *q = nullptr, *k = nullptr;
+  for (const Arg &x : inputs) {
+    const Arg *&slot = x.role == Role::Query ? q : k;
+    if (!slot)
+      slot = &x;
+  }
+  const int64_t *qs = q->t->shape, *ks = k->t->shape;
+  if (ks[0] != qs[0] || ks[3] != qs[3])
+    return fail(ATTNC_ERROR_SHAPE, std::string("tensor '") + k->name + "' has shape " + shapeText(ks) + " but '" +
+                                       q->name + "' has " + shapeText(qs) +
+                                       "; they must agree in batch (dimension 0) and d (dimension 3)");
+  for (const Arg &x : all) {
+    const Arg &like = *(x.role == Role::Query ? q : k);
     for (int a = 0; a < 4; ++a)
-      if (x.t->shape[a] != s[a]) {
-        std::ostringstream m;
-        m << named(x) << " has shape [" << x.t->shape[0] << ", " << x.t->shape[1] << ", " << x.t->shape[2]
-          << ", " << x.t->shape[3] << "] but '" << first.name << "' has [" << s[0] << ", " << s[1] << ", "
-          << s[2] << ", " << s[3] << "]";
-        return fail(ATTNC_ERROR_SHAPE, m.str());
-      }
-  if (s[2] == 0)
-    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "sequence length n = 0: nothing to attend");
-  if (s[0] < 1 || s[2] < 1 || s[3] < 1)
-    return fail(ATTNC_ERROR_SHAPE, "batch, n and d must be at least 1, got batch=" +
-                                       std::to_string(s[0]) + " n=" + std::to_string(s[2]) +
-                                       " d=" + std::to_string(s[3]));
-  if (kernel.ir.headsDeclared && s[1] != kernel.ir.numHeads)
-    return fail(ATTNC_ERROR_SHAPE, "tensors have " + std::to_string(s[1]) +
-                                       " heads but pattern '" + kernel.ir.name + "' has " +
-                                       std::to_string(kernel.ir.numHeads));
-  for (const Arg &x : all)
+      if (x.t->shape[a] != like.t->shape[a])
+        return fail(ATTNC_ERROR_SHAPE, named(x) + " has shape " + shapeText(x.t->shape) + " but '" + like.name +
+                                           "' has " + shapeText(like.t->shape));
+  }
+  shape = {qs[0], qs[1], ks[1], qs[2], ks[2], qs[3]};
+  for (const Arg &x : all) {
+    if (isEmpty(*x.t))
+      continue; // never read or written: any pointer and strides
+    if (!x.t->data)
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT, named(x) + " has a null data pointer");
     for (int a = 0; a < 4; ++a)
       if (x.t->strides[a] < 1)
         return fail(ATTNC_ERROR_STRIDE, named(x) + " has stride " + std::to_string(x.t->strides[a]) +
                                             " in dimension " + std::to_string(a) + "; strides must be positive");
+    uint64_t bytes;
+    if (!spanBytes(*x.t, bytes))
+      return fail(ATTNC_ERROR_SHAPE, named(x) + " of shape " + shapeText(x.t->shape) + " with strides " +
+                                         shapeText(x.t->strides) + " reaches past the end of the address space");
+  }
+  if (!shape.empty()) {
+    if (shape.d < 1)
+      return fail(ATTNC_ERROR_SHAPE, "the head dimension d (dimension 3) is 0; attention needs d >= 1");
+    if (shape.hkv < 1 || shape.hq % shape.hkv != 0)
+      return fail(ATTNC_ERROR_SHAPE, std::string("'") + q->name + "' has " + std::to_string(shape.hq) +
+                                         " heads and '" + k->name + "' " + std::to_string(shape.hkv) +
+                                         "; the query heads must be a multiple of the key/value heads (each "
+                                         "group of query heads shares one)");
+    if (!varlen && shape.nq > shape.nk)
+      return fail(ATTNC_ERROR_SHAPE, std::string("'") + q->name + "' has " + std::to_string(shape.nq) +
+                                         " rows but '" + k->name + "' " + std::to_string(shape.nk) +
+                                         "; the queries are the last nq of the nk key positions, so nq <= nk");
+    if (kernel.ir.headsDeclared && shape.hq != kernel.ir.numHeads)
+      return fail(ATTNC_ERROR_SHAPE, std::string("'") + q->name + "' has " + std::to_string(shape.hq) +
+                                         " heads but pattern '" + kernel.ir.name + "' has " +
+                                         std::to_string(kernel.ir.numHeads));
+  }
   for (const Arg &x : outputs)
-    if (!nonOverlapping(x.t->shape, x.t->strides))
+    if (!isEmpty(*x.t) && !nonOverlapping(x.t->shape, x.t->strides))
       return fail(ATTNC_ERROR_STRIDE, std::string("the strides of '") + x.name + "' make distinct elements overlap");
   if (disjointOutputs)
     for (size_t o = 0; o < outputs.size(); ++o) {
@@ -200,82 +271,194 @@ attnc_status validate(const attnc_kernel &kernel, const std::vector<Arg> &inputs
   return ATTNC_OK;
 }
 
-/// lse: f32 [B, H, n, 1] with positive strides (its last is not read).
+/// lse: f32 [B, Hq, nq, 1] with positive strides (its last is not read).
 attnc_status validateLse(const attnc_tensor *lse, const attnc_tensor &q) {
-  if (!lse->data)
-    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "tensor 'lse' has a null data pointer");
   if (lse->dtype != ATTNC_DTYPE_F32)
     return fail(ATTNC_ERROR_DTYPE, "tensor 'lse' has dtype " + std::to_string(lse->dtype) +
                                        "; the log-sum-exp is f32 (" + std::to_string(ATTNC_DTYPE_F32) + ")");
   for (int a = 0; a < 3; ++a)
-    if (lse->shape[a] != q.shape[a] || lse->shape[3] != 1) {
-      std::ostringstream m;
-      m << "tensor 'lse' has shape [" << lse->shape[0] << ", " << lse->shape[1] << ", " << lse->shape[2] << ", "
-        << lse->shape[3] << "] but must be [" << q.shape[0] << ", " << q.shape[1] << ", " << q.shape[2]
-        << ", 1] (batch, heads, n of 'q')";
-      return fail(ATTNC_ERROR_SHAPE, m.str());
-    }
+    if (lse->shape[a] != q.shape[a] || lse->shape[3] != 1)
+      return fail(ATTNC_ERROR_SHAPE, "tensor 'lse' has shape " + shapeText(lse->shape) + " but must be [" +
+                                         std::to_string(q.shape[0]) + ", " + std::to_string(q.shape[1]) + ", " +
+                                         std::to_string(q.shape[2]) + ", 1] (batch, heads, n of 'q')");
+  if (isEmpty(*lse))
+    return ATTNC_OK;
+  if (!lse->data)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "tensor 'lse' has a null data pointer");
   for (int a = 0; a < 3; ++a)
     if (lse->strides[a] < 1)
       return fail(ATTNC_ERROR_STRIDE, "tensor 'lse' has stride " + std::to_string(lse->strides[a]) +
                                           " in dimension " + std::to_string(a) + "; strides must be positive");
+  attnc_tensor rows = *lse;
+  rows.strides[3] = 1;
+  uint64_t bytes;
+  if (!spanBytes(rows, bytes))
+    return fail(ATTNC_ERROR_SHAPE, "tensor 'lse' of shape " + shapeText(lse->shape) + " with strides " +
+                                       shapeText(lse->strides) + " reaches past the end of the address space");
   return ATTNC_OK;
 }
 
-bool contiguousSlice(const attnc_tensor &t) { return t.strides[3] == 1 && t.strides[2] == t.shape[3]; }
+/// One sequence of a call: batch element b's query rows [q0, q0 + nq) and
+/// key rows [k0, k0 + nk): a batch element of a dense call, or one
+/// sequence of a varlen call (b = 0).
+struct Seq {
+  int64_t b, q0, nq, k0, nk;
+};
 
-/// Element offset of slice (b, h) of a tensor.
-int64_t sliceOffset(const attnc_tensor &t, int64_t b, int64_t h) {
-  return b * t.strides[0] + h * t.strides[1];
+/// Reads and checks one cu_seqlens array: `count` + 1 offsets from 0 up to `rows`.
+attnc_status readOffsets(const int32_t *cu, int64_t count, int64_t rows, const char *name, const char *tensor,
+                         std::vector<int64_t> &out) {
+  out.resize(static_cast<size_t>(count + 1));
+  for (int64_t s = 0; s <= count; ++s) {
+    out[static_cast<size_t>(s)] = cu[s];
+    if (s == 0 && cu[0] != 0)
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string(name) + "[0] is " + std::to_string(cu[0]) + "; it must be 0");
+    if (s > 0 && cu[s] < cu[s - 1])
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string(name) + " decreases at " + std::to_string(s) + ": " +
+                                                    std::to_string(cu[s - 1]) + " then " + std::to_string(cu[s]));
+  }
+  if (out.back() != rows)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string(name) + " ends at " + std::to_string(out.back()) +
+                                                  " but '" + tensor + "' has " + std::to_string(rows) + " rows");
+  return ATTNC_OK;
 }
 
-/// Pointer to the [n, d] float32 slice (b, h): the tensor's own memory when
-/// it is a contiguous f32 slice, else packed into `scratch` (bf16 widened to
-/// f32 on the way: every backend computes and accumulates in f32).
-const float *inputSlice(const attnc_tensor &t, int64_t b, int64_t h, std::vector<float> &scratch) {
-  const int64_t n = t.shape[2], d = t.shape[3], off = sliceOffset(t, b, h);
-  if (t.dtype == ATTNC_DTYPE_F32 && contiguousSlice(t))
-    return static_cast<const float *>(t.data) + off;
-  scratch.resize(static_cast<size_t>(n * d));
-  auto pack = [&](const auto *data, auto widen) {
-    for (int64_t i = 0; i < n; ++i) {
+/// The sequences of a validated call.
+attnc_status sequences(const Shape &shape, const attnc_varlen *varlen, std::vector<Seq> &out) {
+  out.clear();
+  if (!varlen) {
+    for (int64_t b = 0; b < shape.batch; ++b)
+      out.push_back({b, 0, shape.nq, 0, shape.nk});
+    return ATTNC_OK;
+  }
+  if (varlen->num_seqs < 0)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "varlen num_seqs is " + std::to_string(varlen->num_seqs) +
+                                                  "; it must not be negative");
+  if (!varlen->cu_seqlens_q)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "varlen cu_seqlens_q is null");
+  if (shape.batch != 1)
+    return fail(ATTNC_ERROR_SHAPE, "a varlen call packs its sequences along n, so the batch (dimension 0) must be "
+                                   "1, got " + std::to_string(shape.batch));
+  if (!varlen->cu_seqlens_k && shape.nk != shape.nq)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT,
+                "varlen cu_seqlens_k is null, so keys take the queries' offsets, but 'k' has " +
+                    std::to_string(shape.nk) + " rows and 'q' " + std::to_string(shape.nq) + "; pass cu_seqlens_k");
+  std::vector<int64_t> cq, ck;
+  if (attnc_status s = readOffsets(varlen->cu_seqlens_q, varlen->num_seqs, shape.nq, "cu_seqlens_q", "q", cq);
+      s != ATTNC_OK)
+    return s;
+  if (attnc_status s = readOffsets(varlen->cu_seqlens_k ? varlen->cu_seqlens_k : varlen->cu_seqlens_q,
+                                   varlen->num_seqs, shape.nk, "cu_seqlens_k", "k", ck);
+      s != ATTNC_OK)
+    return s;
+  for (int64_t s = 0; s < varlen->num_seqs; ++s) {
+    const size_t at = static_cast<size_t>(s);
+    const int64_t nq = cq[at + 1] - cq[at], nk = ck[at + 1] - ck[at];
+    if (nq > nk)
+      return fail(ATTNC_ERROR_SHAPE, "sequence " + std::to_string(s) + " has " + std::to_string(nq) + " queries but " +
+                                         std::to_string(nk) + " keys; the queries are the last nq of the nk key "
+                                         "positions, so nq <= nk");
+    out.push_back({0, cq[at], nq, ck[at], nk});
+  }
+  return ATTNC_OK;
+}
+
+/// What a packed input buffer holds, so that a key/value slice that a
+/// group of query heads shares is packed once per worker and call.
+struct Packed {
+  const attnc_tensor *t = nullptr;
+  int64_t b = -1, h = -1, row0 = -1, rows = -1, pad = -1;
+  bool operator==(const Packed &o) const {
+    return t == o.t && b == o.b && h == o.h && row0 == o.row0 && rows == o.rows && pad == o.pad;
+  }
+};
+
+/// Element offset of row `row` of slice (b, h).
+int64_t rowOffset(const attnc_tensor &t, int64_t b, int64_t h, int64_t row) {
+  return b * t.strides[0] + h * t.strides[1] + row * t.strides[2];
+}
+
+/// Whether rows [row0, row0 + rows) of a slice are one contiguous [rows, d] block.
+bool contiguousRows(const attnc_tensor &t, int64_t rows) {
+  return t.strides[3] == 1 && (rows == 1 || t.strides[2] == t.shape[3]);
+}
+
+template <typename T> constexpr attnc_dtype kNative = std::is_same_v<T, float> ? ATTNC_DTYPE_F32 : ATTNC_DTYPE_BF16;
+
+/// Rows [row0, row0 + rows) of slice (b, h) of `t`, after `pad` rows of
+/// zeros, as contiguous [pad + rows, d] elements of T: float (f32, or bf16
+/// widened: backends compute and accumulate in f32) or uint16_t (bf16 as it
+/// is, for backends that take it). The tensor's own memory when it already
+/// has that layout, else packed into `scratch` unless `memo` says it holds
+/// these rows already.
+template <typename T>
+const T *inputRows(const attnc_tensor &t, int64_t b, int64_t h, int64_t row0, int64_t rows, int64_t pad,
+                   std::vector<T> &scratch, Packed &memo) {
+  const int64_t d = t.shape[3], off = rowOffset(t, b, h, row0);
+  if (pad == 0 && t.dtype == kNative<T> && contiguousRows(t, rows))
+    return static_cast<const T *>(t.data) + off;
+  const Packed key{&t, b, h, row0, rows, pad};
+  if (memo == key)
+    return scratch.data();
+  memo = key;
+  scratch.assign(static_cast<size_t>((pad + rows) * d), T{});
+  auto pack = [&](const auto *data, auto convert) {
+    for (int64_t i = 0; i < rows; ++i) {
       const auto *row = data + off + i * t.strides[2];
-      float *dst = scratch.data() + i * d;
+      T *dst = scratch.data() + (pad + i) * d;
       if (t.strides[3] == 1) // contiguous rows: a loop the compiler vectorises
         for (int64_t c = 0; c < d; ++c)
-          dst[c] = widen(row[c]);
+          dst[c] = convert(row[c]);
       else
         for (int64_t c = 0; c < d; ++c)
-          dst[c] = widen(row[c * t.strides[3]]);
+          dst[c] = convert(row[c * t.strides[3]]);
     }
   };
-  if (t.dtype == ATTNC_DTYPE_BF16)
-    pack(static_cast<const uint16_t *>(t.data), attnc::bf16ToFloat);
-  else
-    pack(static_cast<const float *>(t.data), [](float x) { return x; });
+  if constexpr (std::is_same_v<T, float>) {
+    if (t.dtype == ATTNC_DTYPE_BF16)
+      pack(static_cast<const uint16_t *>(t.data), attnc::bf16ToFloat);
+    else
+      pack(static_cast<const float *>(t.data), [](float x) { return x; });
+  } else {
+    pack(static_cast<const uint16_t *>(t.data), [](uint16_t x) { return x; });
+  }
   return scratch.data();
 }
 
-/// Writes a finished [n, d] float32 slice into slice (b, h) of `t` (its
-/// strides, its dtype: bf16 rounded to nearest even).
-void outputSlice(const attnc_tensor &t, int64_t b, int64_t h, const std::vector<float> &slice) {
-  const int64_t n = t.shape[2], d = t.shape[3], off = sliceOffset(t, b, h);
+/// Rows [row0, row0 + rows) of slice (b, h) of an output, when it is
+/// contiguous f32 that a backend can write in place; else null.
+float *directRows(const attnc_tensor &t, int64_t b, int64_t h, int64_t row0, int64_t rows) {
+  if (t.dtype != ATTNC_DTYPE_F32 || !contiguousRows(t, rows))
+    return nullptr;
+  return static_cast<float *>(t.data) + rowOffset(t, b, h, row0);
+}
+
+/// Writes finished contiguous f32 rows `src` ([rows, d]) into rows
+/// [row0, row0 + rows) of slice (b, h) of `t` (its strides, its dtype:
+/// bf16 rounded to nearest even).
+void outputRows(const attnc_tensor &t, int64_t b, int64_t h, int64_t row0, int64_t rows, const float *src) {
+  const int64_t d = t.shape[3], off = rowOffset(t, b, h, row0);
   auto unpack = [&](auto *data, auto narrow) {
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < rows; ++i) {
       auto *row = data + off + i * t.strides[2];
-      const float *src = slice.data() + i * d;
+      const float *from = src + i * d;
       if (t.strides[3] == 1)
         for (int64_t c = 0; c < d; ++c)
-          row[c] = narrow(src[c]);
+          row[c] = narrow(from[c]);
       else
         for (int64_t c = 0; c < d; ++c)
-          row[c * t.strides[3]] = narrow(src[c]);
+          row[c * t.strides[3]] = narrow(from[c]);
     }
   };
   if (t.dtype == ATTNC_DTYPE_BF16)
     unpack(static_cast<uint16_t *>(t.data), attnc::floatToBf16);
   else
     unpack(static_cast<float *>(t.data), [](float x) { return x; });
+}
+
+/// Row `row` of slice (b, h) of an lse tensor ([B, H, n, 1] f32).
+float &lseAt(const attnc_tensor &lse, int64_t b, int64_t h, int64_t row) {
+  return static_cast<float *>(lse.data)[b * lse.strides[0] + h * lse.strides[1] + row * lse.strides[2]];
 }
 
 } // namespace
@@ -330,43 +513,262 @@ template <typename Body> attnc_status guarded(Body &&body) {
 struct Call {
   const attnc_kernel &kernel;
   const attnc::rt::Backend &backend;
-  const attnc::rt::LengthState &state;
-  int64_t n, d;
+  Shape shape;
   float scale;
   int threadsPerSlice;
+  bool rowRanges; ///< whether the backend may take sequences' query rows alone (forward only)
   int64_t set(int64_t h) const {
     return kernel.ir.headsDeclared ? kernel.headToSet[static_cast<size_t>(h)] : 0;
   }
+  /// Whether the backend computes sequence `s`'s queries itself, without
+  /// the zero rows before them (and without a per-n state).
+  bool rowRange(const Seq &s) const { return rowRanges && s.nq < s.nk && backend.takesRowRange(s.nq, s.nk); }
 };
 
 /// A slice worker's scratch: the backend's, and packed inputs and outputs.
 struct SliceWorker {
   std::unique_ptr<attnc::rt::Scratch> scratch;
-  std::vector<float> in[5], out[3], lse;
+  std::vector<float> in[5], out[3], sum[2], lse;
+  std::vector<uint16_t> inBf16[3];
+  Packed packed[5], packedBf16[3];
 };
 
-/// Runs body(worker, call, b, h) for every (batch, head) slice of a call
-/// shaped like `q`: slices side by side on the shared pool, each splitting
+/// What a row-range slice runs on: the backend prepares nothing per n for it.
+const attnc::rt::LengthState &noState() {
+  static const attnc::rt::LengthState state;
+  return state;
+}
+
+/// Runs body(worker, call, sequence, head, state) for every sequence of the
+/// call with queries and every head in [0, heads) (Hq for the forward, Hkv
+/// for the backward, which runs a group's query heads in one task): slices
+/// side by side on the shared pool, longest sequences first, each splitting
 /// its own work when there are fewer slices than threads, or one at a time
 /// with every thread inside (Threading::Inside).
 template <typename Body>
-void runSlices(const attnc_kernel &kernel, const attnc_tensor &q, const attnc_run_options *options, Body &&body) {
-  const int64_t batch = q.shape[0], heads = q.shape[1], n = q.shape[2], d = q.shape[3];
+void runSlices(const attnc_kernel &kernel, const Shape &shape, const std::vector<Seq> &seqs, int64_t heads,
+               bool rowRanges, const attnc_run_options *options, Body &&body) {
   const attnc::rt::Backend &backend = *kernel.backend;
   const int threads = attnc::support::resolveThreads(options ? options->num_threads : 0);
-  auto state = const_cast<attnc_kernel &>(kernel).prepared(n, d, threads);
-  const float scale = options && options->scale != 0.0f ? options->scale : 1.0f / std::sqrt(static_cast<float>(d));
-  const int64_t tasks = batch * heads;
+  const float scale =
+      options && options->scale != 0.0f ? options->scale : 1.0f / std::sqrt(static_cast<float>(shape.d));
+  std::vector<size_t> order;
+  for (size_t s = 0; s < seqs.size(); ++s)
+    if (seqs[s].nq > 0)
+      order.push_back(s);
+  if (order.empty())
+    return;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return seqs[a].nk > seqs[b].nk; });
+  const int64_t tasks = static_cast<int64_t>(order.size()) * heads;
   const bool inside = backend.threading() == attnc::rt::Threading::Inside;
   const int sliceThreads = inside ? 1 : static_cast<int>(std::min<int64_t>(threads, tasks));
-  const Call call{kernel, backend, *state, n, d, scale, inside ? threads : std::max(1, threads / sliceThreads)};
+  const Call call{kernel, backend, shape, scale, inside ? threads : std::max(1, threads / sliceThreads), rowRanges};
+  // One state per distinct length, prepared before the slices run.
+  std::vector<std::shared_ptr<const attnc::rt::LengthState>> states(seqs.size());
+  for (size_t s : order) {
+    if (call.rowRange(seqs[s]))
+      continue;
+    for (size_t t : order)
+      if (states[t] && seqs[t].nk == seqs[s].nk) {
+        states[s] = states[t];
+        break;
+      }
+    if (!states[s])
+      states[s] = const_cast<attnc_kernel &>(kernel).prepared(seqs[s].nk, shape.d, threads);
+  }
   backend.beginRun(threads);
   std::vector<SliceWorker> workers(static_cast<size_t>(sliceThreads));
   attnc::support::parallelFor(tasks, sliceThreads, [&](int w, int64_t t) {
     SliceWorker &ws = workers[static_cast<size_t>(w)];
     if (!ws.scratch)
       ws.scratch = backend.newScratch();
-    body(ws, call, t / heads, t % heads);
+    const size_t s = order[static_cast<size_t>(t / heads)];
+    body(ws, call, seqs[s], t % heads, states[s] ? *states[s] : noState());
+  });
+}
+
+/// The forward pass of a validated call.
+void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<Seq> &seqs, const attnc_tensor &q,
+             const attnc_tensor &k, const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse,
+             const attnc_run_options *options) {
+  runSlices(kernel, shape, seqs, shape.hq, true, options,
+            [&](SliceWorker &ws, const Call &c, const Seq &s, int64_t h, const attnc::rt::LengthState &state) {
+              const int64_t d = c.shape.d, g = h / c.shape.group();
+              const bool rowRange = c.rowRange(s);
+              // Backends that compute whole squares get the queries after
+              // nk - nq zero rows, and their output for those is dropped.
+              const int64_t pad = rowRange ? 0 : s.nk - s.nq, rows = pad + s.nq;
+              attnc::rt::Slice slice{nullptr, nullptr, nullptr, nullptr, s.nk, d, c.set(h), c.scale};
+              slice.firstRow = rowRange ? s.nk - s.nq : 0;
+              if (!rowRange && q.dtype == ATTNC_DTYPE_BF16 && c.backend.takesBf16(d)) {
+                slice.qb = inputRows(q, s.b, h, s.q0, s.nq, pad, ws.inBf16[0], ws.packedBf16[0]);
+                slice.kb = inputRows(k, s.b, g, s.k0, s.nk, 0, ws.inBf16[1], ws.packedBf16[1]);
+                slice.vb = inputRows(v, s.b, g, s.k0, s.nk, 0, ws.inBf16[2], ws.packedBf16[2]);
+              } else {
+                slice.q = inputRows(q, s.b, h, s.q0, s.nq, pad, ws.in[0], ws.packed[0]);
+                slice.k = inputRows(k, s.b, g, s.k0, s.nk, 0, ws.in[1], ws.packed[1]);
+                slice.v = inputRows(v, s.b, g, s.k0, s.nk, 0, ws.in[2], ws.packed[2]);
+              }
+              float *direct = pad == 0 ? directRows(o, s.b, h, s.q0, s.nq) : nullptr;
+              if (!direct)
+                ws.out[0].assign(static_cast<size_t>(rows * d), 0.0f);
+              slice.o = direct ? direct : ws.out[0].data();
+              if (lse) {
+                ws.lse.resize(static_cast<size_t>(rows));
+                slice.lse = ws.lse.data();
+              }
+              c.backend.runSlice(state, slice, *ws.scratch, c.threadsPerSlice);
+              if (!direct)
+                outputRows(o, s.b, h, s.q0, s.nq, ws.out[0].data() + pad * d);
+              if (lse)
+                for (int64_t i = 0; i < s.nq; ++i)
+                  lseAt(*lse, s.b, h, s.q0 + i) = ws.lse[static_cast<size_t>(pad + i)];
+            });
+}
+
+/// The backward pass of a validated call. A task is one key/value head:
+/// its group's query heads run one after another, dK and dV summed over
+/// them. Query rows fewer than the keys are padded with zero rows (q, o,
+/// dO and lse 0), which add exactly nothing: their dP and delta are 0.
+void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<Seq> &seqs,
+              const attnc_tensor &q, const attnc_tensor &k, const attnc_tensor &v, const attnc_tensor &o,
+              const attnc_tensor &dO, const attnc_tensor &lse, const attnc_tensor &dq, const attnc_tensor &dk,
+              const attnc_tensor &dv, const attnc_run_options *options) {
+  runSlices(kernel, shape, seqs, shape.hkv, false, options,
+            [&](SliceWorker &ws, const Call &c, const Seq &s, int64_t g, const attnc::rt::LengthState &state) {
+              const int64_t d = c.shape.d, n = s.nk, pad = s.nk - s.nq, group = c.shape.group();
+              const size_t size = static_cast<size_t>(n * d);
+              const float *kIn = inputRows(k, s.b, g, s.k0, n, 0, ws.in[1], ws.packed[1]);
+              const float *vIn = inputRows(v, s.b, g, s.k0, n, 0, ws.in[2], ws.packed[2]);
+              // dK and dV of the group: in place when that is possible and
+              // one query head writes them, else summed in `ws.sum`.
+              float *dkOut = group == 1 ? directRows(dk, s.b, g, s.k0, n) : nullptr;
+              float *dvOut = group == 1 ? directRows(dv, s.b, g, s.k0, n) : nullptr;
+              float *dkSum = dkOut ? dkOut : (ws.sum[0].resize(size), ws.sum[0].data());
+              float *dvSum = dvOut ? dvOut : (ws.sum[1].resize(size), ws.sum[1].data());
+              ws.lse.resize(static_cast<size_t>(n));
+              for (int64_t u = 0; u < group; ++u) {
+                const int64_t h = g * group + u;
+                std::fill(ws.lse.begin(), ws.lse.begin() + pad, 0.0f);
+                for (int64_t i = 0; i < s.nq; ++i)
+                  ws.lse[static_cast<size_t>(pad + i)] = lseAt(lse, s.b, h, s.q0 + i);
+                float *dqOut = pad == 0 ? directRows(dq, s.b, h, s.q0, s.nq) : nullptr;
+                if (!dqOut)
+                  ws.out[0].resize(size);
+                if (u > 0) {
+                  ws.out[1].resize(size);
+                  ws.out[2].resize(size);
+                }
+                attnc::rt::GradSlice slice{inputRows(q, s.b, h, s.q0, s.nq, pad, ws.in[0], ws.packed[0]),
+                                           kIn,
+                                           vIn,
+                                           inputRows(o, s.b, h, s.q0, s.nq, pad, ws.in[3], ws.packed[3]),
+                                           inputRows(dO, s.b, h, s.q0, s.nq, pad, ws.in[4], ws.packed[4]),
+                                           ws.lse.data(),
+                                           dqOut ? dqOut : ws.out[0].data(),
+                                           u == 0 ? dkSum : ws.out[1].data(),
+                                           u == 0 ? dvSum : ws.out[2].data(),
+                                           n,
+                                           d,
+                                           c.set(h),
+                                           c.scale};
+                c.backend.runBackwardSlice(state, slice, *ws.scratch, c.threadsPerSlice);
+                if (u > 0)
+                  for (size_t x = 0; x < size; ++x) {
+                    dkSum[x] += ws.out[1][x];
+                    dvSum[x] += ws.out[2][x];
+                  }
+                if (!dqOut)
+                  outputRows(dq, s.b, h, s.q0, s.nq, ws.out[0].data() + pad * d);
+              }
+              if (!dkOut)
+                outputRows(dk, s.b, g, s.k0, n, dkSum);
+              if (!dvOut)
+                outputRows(dv, s.b, g, s.k0, n, dvSum);
+            });
+}
+
+/// attnc_run_forward and attnc_run_varlen.
+attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
+                        const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse, const attnc_varlen *varlen,
+                        const attnc_run_options *options) {
+  if (!kernel)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run: kernel is null");
+  Shape shape;
+  if (attnc_status s = validate(*kernel, {{q, "q", Role::Query}, {k, "k", Role::KeyValue}, {v, "v", Role::KeyValue}},
+                                {{o, "o", Role::Query}}, false, varlen != nullptr, shape);
+      s != ATTNC_OK)
+    return s;
+  if (lse) {
+    if (attnc_status s = validateLse(lse, *q); s != ATTNC_OK)
+      return s;
+    for (const auto &[t, name] : {std::pair{q, "q"}, {k, "k"}, {v, "v"}, {static_cast<const attnc_tensor *>(o), "o"}})
+      if (rangesMeet(*lse, *t))
+        return fail(ATTNC_ERROR_INVALID_ARGUMENT,
+                    std::string("tensor 'lse' overlaps the memory of '") + name + "'; it needs memory of its own");
+    if (!kernel->backend->writesLse())
+      return fail(ATTNC_ERROR_UNSUPPORTED, std::string("the ") + kernel->backend->name() +
+                                               " backend does not give the rows' log-sum-exp (the backward "
+                                               "pass needs it): compile the pattern with --backend fused");
+  }
+  if (shape.empty())
+    return ATTNC_OK;
+  std::vector<Seq> seqs;
+  if (attnc_status s = sequences(shape, varlen, seqs); s != ATTNC_OK)
+    return s;
+  return guarded([&] { forward(*kernel, shape, seqs, *q, *k, *v, *o, lse, options); });
+}
+
+/// attnc_run_backward and attnc_run_backward_varlen.
+attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
+                         const attnc_tensor *v, const attnc_tensor *o, const attnc_tensor *d_o,
+                         const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
+                         const attnc_varlen *varlen, const attnc_run_options *options) {
+  if (!kernel)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run_backward: kernel is null");
+  if (!lse)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "tensor 'lse' is null (attnc_run_forward writes it)");
+  Shape shape;
+  if (attnc_status s = validate(*kernel,
+                                {{q, "q", Role::Query},
+                                 {k, "k", Role::KeyValue},
+                                 {v, "v", Role::KeyValue},
+                                 {o, "o", Role::Query},
+                                 {d_o, "d_o", Role::Query}},
+                                {{d_q, "d_q", Role::Query}, {d_k, "d_k", Role::KeyValue}, {d_v, "d_v", Role::KeyValue}},
+                                true, varlen != nullptr, shape);
+      s != ATTNC_OK)
+    return s;
+  if (attnc_status s = validateLse(lse, *q); s != ATTNC_OK)
+    return s;
+  for (const auto &[grad, name] : {std::pair{d_q, "d_q"}, {d_k, "d_k"}, {d_v, "d_v"}})
+    if (rangesMeet(*grad, *lse))
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("tensor '") + name +
+                                                    "' overlaps the memory of 'lse'; each gradient needs memory of its own");
+  if (!kernel->backend->hasBackward())
+    return fail(ATTNC_ERROR_UNSUPPORTED, std::string("the ") + kernel->backend->name() +
+                                             " backend computes the forward pass only; compile the pattern "
+                                             "with --backend fused (or dense) for gradients");
+  if (shape.batch == 0 || shape.hkv == 0 || shape.nk == 0 || shape.d == 0)
+    return ATTNC_OK; // no gradient has an element
+  std::vector<Seq> seqs;
+  if (attnc_status s = sequences(shape, varlen, seqs); s != ATTNC_OK)
+    return s;
+  return guarded([&] {
+    // Keys that no query reaches get zero gradients: sequences without
+    // queries run no slice, so their rows are cleared here.
+    const std::vector<float> zeros(static_cast<size_t>(shape.d), 0.0f);
+    auto clear = [&](int64_t b, int64_t k0, int64_t rows) {
+      for (attnc_tensor *grad : {d_k, d_v})
+        for (int64_t g = 0; g < shape.hkv; ++g)
+          for (int64_t i = 0; i < rows; ++i)
+            outputRows(*grad, b, g, k0 + i, 1, zeros.data());
+    };
+    for (const Seq &s : seqs)
+      if (s.nq == 0 || shape.hq == 0)
+        clear(s.b, s.k0, s.nk);
+    if (!shape.empty())
+      backward(*kernel, shape, seqs, *q, *k, *v, *o, *d_o, *lse, *d_q, *d_k, *d_v, options);
   });
 }
 
@@ -416,115 +818,39 @@ int64_t attnc_kernel_num_heads(const attnc_kernel *kernel) {
 
 attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                        const attnc_tensor *v, attnc_tensor *o, const attnc_run_options *options) {
-  return attnc_run_forward(kernel, q, k, v, o, nullptr, options);
+  return runForward(kernel, q, k, v, o, nullptr, nullptr, options);
 }
 
 attnc_status attnc_run_forward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                                const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse,
                                const attnc_run_options *options) {
-  if (!kernel)
-    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run: kernel is null");
-  if (attnc_status s = validate(*kernel, {{q, "q"}, {k, "k"}, {v, "v"}}, {{o, "o"}}, false); s != ATTNC_OK)
-    return s;
-  if (lse) {
-    if (attnc_status s = validateLse(lse, *q); s != ATTNC_OK)
-      return s;
-    for (const auto &[t, name] : {std::pair{q, "q"}, {k, "k"}, {v, "v"}, {static_cast<const attnc_tensor *>(o), "o"}})
-      if (rangesMeet(*lse, *t))
-        return fail(ATTNC_ERROR_INVALID_ARGUMENT,
-                    std::string("tensor 'lse' overlaps the memory of '") + name + "'; it needs memory of its own");
-    if (!kernel->backend->writesLse())
-      return fail(ATTNC_ERROR_UNSUPPORTED, std::string("the ") + kernel->backend->name() +
-                                               " backend does not give the rows' log-sum-exp (the backward "
-                                               "pass needs it): compile the pattern with --backend fused");
-  }
-  return guarded([&] {
-    const bool outDirect = o->dtype == ATTNC_DTYPE_F32 && contiguousSlice(*o);
-    runSlices(*kernel, *q, options, [&](SliceWorker &ws, const Call &c, int64_t b, int64_t h) {
-      // The output slice is written in place when it is contiguous f32.
-      if (!outDirect)
-        ws.out[0].assign(static_cast<size_t>(c.n * c.d), 0.0f);
-      attnc::rt::Slice slice{inputSlice(*q, b, h, ws.in[0]),
-                             inputSlice(*k, b, h, ws.in[1]),
-                             inputSlice(*v, b, h, ws.in[2]),
-                             outDirect ? static_cast<float *>(o->data) + sliceOffset(*o, b, h) : ws.out[0].data(),
-                             c.n,
-                             c.d,
-                             c.set(h),
-                             c.scale};
-      if (lse) {
-        ws.lse.resize(static_cast<size_t>(c.n));
-        slice.lse = ws.lse.data();
-      }
-      c.backend.runSlice(c.state, slice, *ws.scratch, c.threadsPerSlice);
-      if (!outDirect)
-        outputSlice(*o, b, h, ws.out[0]);
-      if (lse) {
-        float *row = static_cast<float *>(lse->data) + b * lse->strides[0] + h * lse->strides[1];
-        for (int64_t i = 0; i < c.n; ++i)
-          row[i * lse->strides[2]] = ws.lse[static_cast<size_t>(i)];
-      }
-    });
-  });
+  return runForward(kernel, q, k, v, o, lse, nullptr, options);
+}
+
+attnc_status attnc_run_varlen(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
+                              const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse, const attnc_varlen *varlen,
+                              const attnc_run_options *options) {
+  if (!varlen)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run_varlen: varlen is null (attnc_run_forward takes a dense batch)");
+  return runForward(kernel, q, k, v, o, lse, varlen, options);
 }
 
 attnc_status attnc_run_backward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                                 const attnc_tensor *v, const attnc_tensor *o, const attnc_tensor *d_o,
                                 const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
                                 const attnc_run_options *options) {
-  if (!kernel)
-    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run_backward: kernel is null");
-  if (!lse)
-    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "tensor 'lse' is null (attnc_run_forward writes it)");
-  if (attnc_status s = validate(*kernel, {{q, "q"}, {k, "k"}, {v, "v"}, {o, "o"}, {d_o, "d_o"}},
-                                {{d_q, "d_q"}, {d_k, "d_k"}, {d_v, "d_v"}}, true);
-      s != ATTNC_OK)
-    return s;
-  if (attnc_status s = validateLse(lse, *q); s != ATTNC_OK)
-    return s;
-  for (const auto &[grad, name] : {std::pair{d_q, "d_q"}, {d_k, "d_k"}, {d_v, "d_v"}})
-    if (rangesMeet(*grad, *lse))
-      return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("tensor '") + name +
-                                                    "' overlaps the memory of 'lse'; each gradient needs memory of its own");
-  if (!kernel->backend->hasBackward())
-    return fail(ATTNC_ERROR_UNSUPPORTED, std::string("the ") + kernel->backend->name() +
-                                             " backend computes the forward pass only; compile the pattern "
-                                             "with --backend fused (or dense) for gradients");
-  return guarded([&] {
-    attnc_tensor *grads[3] = {d_q, d_k, d_v};
-    bool direct[3];
-    for (int g = 0; g < 3; ++g)
-      direct[g] = grads[g]->dtype == ATTNC_DTYPE_F32 && contiguousSlice(*grads[g]);
-    runSlices(*kernel, *q, options, [&](SliceWorker &ws, const Call &c, int64_t b, int64_t h) {
-      float *out[3];
-      for (int g = 0; g < 3; ++g) {
-        if (!direct[g])
-          ws.out[g].resize(static_cast<size_t>(c.n * c.d));
-        out[g] = direct[g] ? static_cast<float *>(grads[g]->data) + sliceOffset(*grads[g], b, h) : ws.out[g].data();
-      }
-      ws.lse.resize(static_cast<size_t>(c.n));
-      const float *row = static_cast<const float *>(lse->data) + b * lse->strides[0] + h * lse->strides[1];
-      for (int64_t i = 0; i < c.n; ++i)
-        ws.lse[static_cast<size_t>(i)] = row[i * lse->strides[2]];
-      attnc::rt::GradSlice slice{inputSlice(*q, b, h, ws.in[0]),
-                                 inputSlice(*k, b, h, ws.in[1]),
-                                 inputSlice(*v, b, h, ws.in[2]),
-                                 inputSlice(*o, b, h, ws.in[3]),
-                                 inputSlice(*d_o, b, h, ws.in[4]),
-                                 ws.lse.data(),
-                                 out[0],
-                                 out[1],
-                                 out[2],
-                                 c.n,
-                                 c.d,
-                                 c.set(h),
-                                 c.scale};
-      c.backend.runBackwardSlice(c.state, slice, *ws.scratch, c.threadsPerSlice);
-      for (int g = 0; g < 3; ++g)
-        if (!direct[g])
-          outputSlice(*grads[g], b, h, ws.out[g]);
-    });
-  });
+  return runBackward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, nullptr, options);
+}
+
+attnc_status attnc_run_backward_varlen(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
+                                       const attnc_tensor *v, const attnc_tensor *o, const attnc_tensor *d_o,
+                                       const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k,
+                                       attnc_tensor *d_v, const attnc_varlen *varlen,
+                                       const attnc_run_options *options) {
+  if (!varlen)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT,
+                "attnc_run_backward_varlen: varlen is null (attnc_run_backward takes a dense batch)");
+  return runBackward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, varlen, options);
 }
 
 const char *attnc_last_error(void) { return lastError.c_str(); }

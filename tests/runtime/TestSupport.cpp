@@ -232,6 +232,11 @@ GradientReference gradientsFromSource(const std::string &source, const std::vect
   return gradients(oracleMasks(source, true, defines, heads, n), q, k, v, dO, batch, heads, n, d, scale);
 }
 
+std::vector<std::vector<char>> masksFromOracle(const std::string &pattern, bool isText,
+                                               const std::vector<std::string> &defines, int64_t heads, int64_t n) {
+  return oracleMasks(pattern, isText, defines, heads, n);
+}
+
 uint16_t toBf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof bits);

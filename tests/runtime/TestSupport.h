@@ -61,6 +61,12 @@ GradientReference gradientsFromSource(const std::string &source, const std::vect
                                       const std::vector<float> &v, const std::vector<float> &dO,
                                       int64_t batch, int64_t heads, int64_t n, int64_t d, double scale = 0);
 
+/// The brute-force oracle's n x n row-major membership mask of each of
+/// `heads` heads of a library pattern (`isText`: pattern source text), the
+/// masks the references above are built from.
+std::vector<std::vector<char>> masksFromOracle(const std::string &pattern, bool isText,
+                                               const std::vector<std::string> &defines, int64_t heads, int64_t n);
+
 /// bf16 of a float, rounded to nearest even (written here, not taken from
 /// the runtime), and back (exact).
 uint16_t toBf16(float f);

@@ -1,15 +1,29 @@
 /*===- attnc.h - The attnc runtime C ABI ----------------------------------===*
  *
  * Load a compiled attention kernel (a file written by `attnc compile` or by
- * the JIT), inspect its metadata and run it on Q, K, V of shape
- * [batch, heads, n, d] with explicit strides, writing O of the same shape:
+ * the JIT), inspect its metadata and run it on Q of shape [batch, Hq, nq, d]
+ * and K, V of shape [batch, Hkv, nk, d] with explicit strides, writing O of
+ * Q's shape:
  *
- *   O[b, h, i, :] = sum_{j in S_h(i)} softmax_j(scale * Q[b,h,i,:] . K[b,h,j,:]) V[b,h,j,:]
+ *   O[b, h, r, :] = sum_{j in S_h(p)} softmax_j(scale * Q[b,h,r,:] . K[b,g,j,:]) V[b,g,j,:]
  *
- * where S_h(i) is the key set of query i in head h for the sequence length n
- * of the call, and scale = 1/sqrt(d) unless the options say otherwise. A row
- * whose key set is empty produces zeros. n is a run-time argument: one
- * kernel serves every sequence length.
+ * where S_h(p) is the key set of position p in head h for the sequence
+ * length nk of the call, and scale = 1/sqrt(d) unless the options say
+ * otherwise. n is a run-time argument: one kernel serves every length.
+ *
+ * Shapes (ABI 3):
+ *  - Grouped-query attention: Hq is a multiple of Hkv and query head h reads
+ *    key/value head g = h / (Hq / Hkv) (Hkv = 1: multi-query). A per-head
+ *    pattern's heads are the query heads. K and V are read in place, never
+ *    copied per query head.
+ *  - Fewer queries than keys (nq <= nk): the queries are the LAST nq
+ *    positions of the nk keys, p = r + nk - nq (bottom-right alignment, as
+ *    in a decoding step with a key/value cache), so a causal pattern is right
+ *    for a cache step unchanged. nq > nk is ATTNC_ERROR_SHAPE.
+ *  - Variable-length batches: attnc_run_varlen below.
+ *  - Empty calls: batch, Hq, nq or nk of 0 is no work and returns ATTNC_OK
+ *    (data pointers of empty tensors may be null); a row whose key set is
+ *    empty produces zeros. d = 0 is ATTNC_ERROR_SHAPE.
  *
  * Every function returns a status code; on failure attnc_last_error() gives
  * a message for the calling thread. Nothing here aborts the process.
@@ -21,8 +35,9 @@
  * kernel file records the ABI it was built for and attnc_kernel_load takes
  * files of this version and of every older one it still implements
  * (ATTNC_OLDEST_ABI_VERSION), refusing others (ATTNC_ERROR_ABI_MISMATCH).
- * Version 2 added attnc_run_forward and attnc_run_backward; every version-1
- * call and kernel file works unchanged.
+ * Version 2 added attnc_run_forward and attnc_run_backward; version 3 the
+ * shapes above (K, V with fewer heads or more rows than Q, empty calls) and
+ * the varlen calls. Every older call and kernel file works unchanged.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef ATTNC_ATTNC_H
@@ -35,7 +50,7 @@
 extern "C" {
 #endif
 
-#define ATTNC_ABI_VERSION 2
+#define ATTNC_ABI_VERSION 3
 #define ATTNC_OLDEST_ABI_VERSION 1
 
 #if defined(__GNUC__)
@@ -46,11 +61,11 @@ extern "C" {
 
 typedef enum attnc_status {
   ATTNC_OK = 0,
-  ATTNC_ERROR_INVALID_ARGUMENT = 1, /**< a null pointer, n = 0, a bad option */
+  ATTNC_ERROR_INVALID_ARGUMENT = 1, /**< a null pointer, overlapping outputs, bad offsets */
   ATTNC_ERROR_IO = 2,               /**< a file cannot be read or written */
   ATTNC_ERROR_CORRUPT_KERNEL = 3,   /**< not a kernel file, truncated, bad checksum */
   ATTNC_ERROR_ABI_MISMATCH = 4,     /**< built for another ATTNC_ABI_VERSION */
-  ATTNC_ERROR_SHAPE = 5,            /**< shapes of Q, K, V, O disagree or fit no head count */
+  ATTNC_ERROR_SHAPE = 5,            /**< shapes of Q, K, V, O disagree, fit no head count, overflow */
   ATTNC_ERROR_DTYPE = 6,            /**< a dtype the kernel was not built for */
   ATTNC_ERROR_STRIDE = 7,           /**< a stride that is not positive or overlaps */
   ATTNC_ERROR_COMPILE = 8,          /**< the JIT could not compile the pattern */
@@ -112,11 +127,13 @@ ATTNC_API const char *attnc_kernel_metadata(const attnc_kernel *kernel, const ch
 ATTNC_API int64_t attnc_kernel_num_heads(const attnc_kernel *kernel);
 
 /**
- * Runs the kernel: O = attention(Q, K, V). All four tensors must have the same
- * shape [B, H, n, d] with B >= 1, H == attnc_kernel_num_heads (any H >= 1 when
- * that is 0), n >= 1,
- * d >= 1, positive strides, and dtype f32 or bf16: q, k and v share one, o
- * may be either (bf16 output is rounded to nearest even). `options` may be null.
+ * Runs the kernel: O = attention(Q, K, V). q and o have shape [B, Hq, nq, d],
+ * k and v [B, Hkv, nk, d] (see the top of this file), with Hq ==
+ * attnc_kernel_num_heads (any Hq when that is 0), Hq a multiple of Hkv,
+ * nq <= nk, positive strides, and dtype f32 or bf16: q, k and v share one, o
+ * may be either (bf16 output is rounded to nearest even). Sizes whose
+ * element counts or byte spans overflow are ATTNC_ERROR_SHAPE. `options`
+ * may be null.
  */
 ATTNC_API attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                        const attnc_tensor *v, attnc_tensor *o, const attnc_run_options *options);
@@ -127,7 +144,7 @@ ATTNC_API attnc_status attnc_run(const attnc_kernel *kernel, const attnc_tensor 
  * as attnc_run_backward needs it: an f32 tensor of shape [B, H, n, 1] (any
  * positive strides; its last stride is not read) that overlaps none of the
  * other tensors (ATTNC_ERROR_INVALID_ARGUMENT). A row with no keys gets
- * -inf (and zeros in O). lse may be null (then this is attnc_run). Backends
+ * -inf (and zeros in O). Its shape is [B, Hq, nq, 1], Q's rows. lse may be null (then this is attnc_run). Backends
  * without it (sparsifier) return ATTNC_ERROR_UNSUPPORTED.
  */
 ATTNC_API attnc_status attnc_run_forward(const attnc_kernel *kernel, const attnc_tensor *q,
@@ -142,9 +159,11 @@ ATTNC_API attnc_status attnc_run_forward(const attnc_kernel *kernel, const attnc
  *   dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dO * O)),
  *   dQ = scale dS K,   dK = scale dS^T Q.
  *
- * q, k, v, o, d_o, d_q, d_k, d_v: shape [B, H, n, d] as for attnc_run (f32
- * or bf16; the inputs q, k, v, o, d_o share one dtype; the gradients may be
- * either); lse: f32 [B, H, n, 1] from attnc_run_forward. d_q, d_k and d_v
+ * q, o, d_o, d_q: shape [B, Hq, nq, d]; k, v, d_k, d_v: [B, Hkv, nk, d], as
+ * for attnc_run (f32 or bf16; the inputs q, k, v, o, d_o share one dtype;
+ * the gradients may be either); lse: f32 [B, Hq, nq, 1] from
+ * attnc_run_forward. With Hkv < Hq, d_k and d_v sum over the query heads
+ * that share each key/value head. d_q, d_k and d_v
  * are overwritten and must not overlap the inputs (lse included) or each other. A row with
  * no keys gives zero dQ; a key that no row attends gets zero dK and dV.
  * Backends without a backward pass (sparsifier, halide) return
@@ -155,6 +174,37 @@ ATTNC_API attnc_status attnc_run_backward(const attnc_kernel *kernel, const attn
                                           const attnc_tensor *o, const attnc_tensor *d_o,
                                           const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k,
                                           attnc_tensor *d_v, const attnc_run_options *options);
+
+/**
+ * A variable-length batch (ABI 3): `num_seqs` sequences packed along the n
+ * dimension of tensors whose batch is 1. Sequence s has its queries at rows
+ * [cu_seqlens_q[s], cu_seqlens_q[s + 1]) of q, o, lse (d_o, d_q) and its
+ * keys at rows [cu_seqlens_k[s], cu_seqlens_k[s + 1]) of k, v (d_k, d_v).
+ * Each array has num_seqs + 1 entries, starts at 0, never decreases and
+ * ends at its tensors' n. cu_seqlens_k may be null: the same offsets as
+ * cu_seqlens_q. Each sequence attends within itself under the pattern at
+ * its own length (its nq queries bottom-right aligned on its nk keys, nq <=
+ * nk); empty sequences are allowed. The layout of FlashAttention's
+ * cu_seqlens (int32), so that framework tensors pass as they are.
+ */
+typedef struct attnc_varlen {
+  const int32_t *cu_seqlens_q;
+  const int32_t *cu_seqlens_k;
+  int64_t num_seqs;
+} attnc_varlen;
+
+/** attnc_run_forward over a variable-length batch (lse may be null). */
+ATTNC_API attnc_status attnc_run_varlen(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
+                                        const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse,
+                                        const attnc_varlen *varlen, const attnc_run_options *options);
+
+/** attnc_run_backward over a variable-length batch. */
+ATTNC_API attnc_status attnc_run_backward_varlen(const attnc_kernel *kernel, const attnc_tensor *q,
+                                                 const attnc_tensor *k, const attnc_tensor *v,
+                                                 const attnc_tensor *o, const attnc_tensor *d_o,
+                                                 const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k,
+                                                 attnc_tensor *d_v, const attnc_varlen *varlen,
+                                                 const attnc_run_options *options);
 
 /** The message of the last failure on this thread ("" if none). */
 ATTNC_API const char *attnc_last_error(void);

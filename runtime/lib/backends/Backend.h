@@ -47,6 +47,8 @@ struct LoadedKernel {
 /// A backend's state for one sequence length, shared by concurrent calls.
 struct LengthState {
   virtual ~LengthState() = default;
+  /// What it holds in memory, for the kernel's cache budget.
+  virtual size_t bytes() const { return 0; }
 };
 
 /// A worker's scratch, reused across the slices and calls it runs.
@@ -54,14 +56,21 @@ struct Scratch {
   virtual ~Scratch() = default;
 };
 
-/// One (batch, head) slice, contiguous row-major f32 [n, d].
+/// One (batch, head) slice, contiguous row-major f32: k and v [n, d]; q and
+/// o [n - firstRow, d], the queries at positions firstRow .. n - 1.
 struct Slice {
   const float *q, *k, *v;
   float *o;
   int64_t n, d;
   int64_t set; ///< the head's distinct set (index into ir.heads)
   float scale;
-  float *lse = nullptr; ///< n floats: each row's log-sum-exp (-inf when empty), when not null
+  float *lse = nullptr; ///< n - firstRow floats: each row's log-sum-exp (-inf when empty), when not null
+  /// Positions before the first query: 0 unless the backend takes row
+  /// ranges (Backend::takesRowRange); the runtime pads the others' slices.
+  int64_t firstRow = 0;
+  /// bf16 inputs left as bf16, contiguous row-major [n, d], when the backend
+  /// takes them (Backend::takesBf16); q, k and v are null then.
+  const uint16_t *qb = nullptr, *kb = nullptr, *vb = nullptr;
 };
 
 /// One slice of a backward pass: the forward's inputs, O, dO and lse in;
@@ -90,6 +99,13 @@ public:
   virtual bool writesLse() const { return false; }
   /// Whether runBackwardSlice is implemented.
   virtual bool hasBackward() const { return false; }
+  /// Whether runSlice computes on bf16 inputs directly (Slice::qb, kb, vb)
+  /// for head dimension d on this CPU; otherwise they are widened to f32.
+  virtual bool takesBf16(int64_t d) const { return false; }
+  /// Whether runSlice computes `rows` queries at the end of n positions
+  /// itself (Slice::firstRow = n - rows), in f32. Otherwise the runtime
+  /// gives it n rows, the first n - rows of them zero, and drops those.
+  virtual bool takesRowRange(int64_t rows, int64_t n) const { return false; }
 
   /// Identifies what a call with head dimension d runs on (e.g. a plan tuned
   /// for d): prepared states are cached per (n, variant(d)).

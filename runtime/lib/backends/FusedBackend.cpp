@@ -9,6 +9,7 @@
 #include "Backend.h"
 
 #include "../FusedExecutor.h"
+#include "../RowsExecutor.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -31,6 +32,15 @@ size_t fusedCacheBytes() {
 struct FusedState : LengthState {
   const plan::Plan *plan = nullptr;
   std::vector<plan::HeadShapes> blocks; ///< empty: generated as the kernels run
+  size_t bytes() const override {
+    size_t total = 0;
+    for (const plan::HeadShapes &head : blocks)
+      for (const auto &piece : head.pieces)
+        for (const auto &cls : piece)
+          for (const plan::BlockShape &block : cls)
+            total += block.bytes();
+    return total;
+  }
 };
 
 struct FusedWorker : Scratch {
@@ -40,7 +50,10 @@ struct FusedWorker : Scratch {
 
 class FusedBackend final : public Backend {
 public:
-  FusedBackend(const LoadedKernel &kernel, bool dense) : plans_(kernelPlans(kernel)), dense_(dense) {}
+  FusedBackend(const LoadedKernel &kernel, bool dense) : plans_(kernelPlans(kernel)), dense_(dense) {
+    for (const ir::PatternIR::Head &head : kernel.ir.heads)
+      sets_.push_back(head.set);
+  }
 
   const void *variant(int64_t d) const override { return &planFor(d); }
 
@@ -55,10 +68,18 @@ public:
   const char *name() const override { return dense_ ? "dense" : "fused"; }
   bool writesLse() const override { return true; }
   bool hasBackward() const override { return true; }
+  /// A few queries at the end of the keys (a decoding step) run row by row
+  /// over their own keys: the row blocks of all n positions would compute
+  /// n / rows times the work, and be built anew for every length.
+  bool takesRowRange(int64_t rows, int64_t n) const override { return !dense_ && rows * kRowRangeRatio <= n; }
 
   std::unique_ptr<Scratch> newScratch() const override { return std::make_unique<FusedWorker>(); }
 
   void runSlice(const LengthState &state, const Slice &s, Scratch &scratch, int threads) const override {
+    if (s.firstRow > 0) {
+      runRows(sets_[static_cast<size_t>(s.set)], s.n, s.firstRow, s.d, s.q, s.k, s.v, s.o, s.lse, s.scale, threads);
+      return;
+    }
     const auto &fused = static_cast<const FusedState &>(state);
     const size_t set = static_cast<size_t>(s.set);
     runFusedHead(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
@@ -86,7 +107,11 @@ private:
   /// The dense baseline always runs the kernel's own tiles.
   const plan::Plan &planFor(int64_t d) const { return dense_ ? plans_.plan : plans_.forDim(d); }
 
+  /// Queries at most 1 / kRowRangeRatio of the keys run row by row.
+  static constexpr int64_t kRowRangeRatio = 4;
+
   KernelPlans plans_;
+  std::vector<ir::SetRef> sets_; ///< each distinct head set, for rows run on their own
   bool dense_;
 };
 

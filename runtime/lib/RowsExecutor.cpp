@@ -1,0 +1,102 @@
+//===- RowsExecutor.cpp - A few query rows, each over its own keys --------===//
+//
+// Per row: the keys' intervals, then chunks of up to kChunk keys: their
+// scores (dot products over d in 16-wide vectors), the chunk's max folded
+// into the running max (rescaling the sum and the output when it grows),
+// then P V added to the row's output. The work is a read of each named key
+// and value row once, so the loop is memory-bound; on x86-64 it is compiled
+// for AVX-512 and for baseline x86-64 too and the CPU picks one.
+//
+//===----------------------------------------------------------------------===//
+#include "RowsExecutor.h"
+
+#include "attnc/plan/RowEvaluator.h"
+#include "attnc/support/ThreadPool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#if defined(__x86_64__) && !defined(ATTNC_FUSED_GENERIC_ONLY)
+#define ATTNC_ROWS_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define ATTNC_ROWS_CLONES
+#endif
+
+namespace attnc::rt {
+
+namespace {
+
+constexpr int64_t kChunk = 64;
+
+/// One row: keys `keys` of k and v, output row o, its log-sum-exp.
+ATTNC_ROWS_CLONES
+void runRow(const IntervalSet &keys, int64_t d, const float *q, const float *k, const float *v, float *o,
+            float *lse, float scale) {
+  float m = -std::numeric_limits<float>::infinity(), sum = 0.0f;
+  bool nan = false;
+  float scores[kChunk];
+  std::fill(o, o + d, 0.0f);
+  for (const Interval &iv : keys)
+    for (int64_t j0 = iv.lo; j0 < iv.hi; j0 += kChunk) {
+      const int64_t count = std::min(kChunk, iv.hi - j0);
+      float chunkMax = -std::numeric_limits<float>::infinity();
+      for (int64_t t = 0; t < count; ++t) {
+        const float *key = k + (j0 + t) * d;
+        // Eight partial sums: a reduction the compiler can keep in vector
+        // lanes without reassociating one sum.
+        float part[8] = {};
+        int64_t c = 0;
+        for (; c + 8 <= d; c += 8)
+          for (int x = 0; x < 8; ++x)
+            part[x] += q[c + x] * key[c + x];
+        for (; c < d; ++c)
+          part[c % 8] += q[c] * key[c];
+        const float s = scale * (((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])));
+        nan |= s != s;
+        scores[t] = s;
+        chunkMax = std::max(chunkMax, s);
+      }
+      if (chunkMax > m) {
+        const float correction = std::exp(m - chunkMax);
+        sum *= correction;
+        for (int64_t c = 0; c < d; ++c)
+          o[c] *= correction;
+        m = chunkMax;
+      }
+      for (int64_t t = 0; t < count; ++t) {
+        const float p = std::exp(scores[t] - m);
+        sum += p;
+        const float *value = v + (j0 + t) * d;
+        for (int64_t c = 0; c < d; ++c)
+          o[c] += p * value[c];
+      }
+    }
+  if (nan) {
+    std::fill(o, o + d, std::numeric_limits<float>::quiet_NaN());
+    if (lse)
+      *lse = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+  for (int64_t c = 0; c < d; ++c)
+    o[c] *= inv;
+  if (lse)
+    *lse = sum > 0 ? m + std::log(sum) : -std::numeric_limits<float>::infinity();
+}
+
+} // namespace
+
+void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const float *k,
+             const float *v, float *o, float *lse, float scale, int threads) {
+  const ir::RowEvaluator rows(set, n);
+  const int64_t count = n - firstRow;
+  support::parallelFor(count, static_cast<int>(std::min<int64_t>(threads, count)), [&](int, int64_t r) {
+    thread_local IntervalSet keys;
+    rows.row(firstRow + r, 0, n, keys);
+    runRow(keys, d, q + r * d, k, v, o + r * d, lse ? lse + r : nullptr, scale);
+  });
+}
+
+} // namespace attnc::rt
