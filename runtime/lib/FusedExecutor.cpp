@@ -17,10 +17,13 @@
 // on x86-64, once more for AVX-512; there the CPU picks one at first use.
 // ATTNC_FUSED_GENERIC_ONLY=1 leaves out every x86-specific piece on x86-64
 // too, so that the tests run the generic path as other targets build it.
+// Inputs in bf16 (runFusedHeadBf16) run the same blocks through the kernels
+// of FusedTilesBf16.inc, compiled only for AVX-512 with AVX512_BF16.
 //
 //===----------------------------------------------------------------------===//
 #include "FusedExecutor.h"
 
+#include "attnc/support/Check.h"
 #include "attnc/support/ThreadPool.h"
 
 #include <algorithm>
@@ -29,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <type_traits>
 
 #ifndef ATTNC_FUSED_GENERIC_ONLY
@@ -51,10 +55,12 @@ namespace {
 typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
 
-struct TileArgs {
-  const float *q;         // [n, d] row-major, as are k, v and acc
-  const float *k;
-  const float *v;
+/// A block kernel's arguments; T: float, or uint16_t for bf16 inputs.
+template <typename T>
+struct TileArgsOf {
+  const T *q;             // [n, d] row-major, as are k, v and acc
+  const T *k;
+  const T *v;
   int64_t d;
   float scale;
   int64_t tileRows;       // R: rows per block (at most 64)
@@ -65,6 +71,8 @@ struct TileArgs {
   bool finalize = false;  // the only pass: normalise each row when its block ends
   bool everyPair = false; // the dense baseline: P V over every key of a tile too
 };
+using TileArgs = TileArgsOf<float>;
+using TileArgsBf16 = TileArgsOf<uint16_t>;
 
 /// The backward pass's block kernel (GradTiles.inc): one slice's arrays,
 /// contiguous [n, d] (lse, delta: n).
@@ -92,6 +100,19 @@ namespace {
 } // namespace
 } // namespace avx512
 #pragma GCC pop_options
+
+// The bf16 kernels: a region of their own, so that nothing of the f32
+// kernels above is compiled for (or could pick up) AVX512_BF16. They reuse
+// the f32 kernels' helpers (max, masks, transposes), which inline here.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma,bmi,bmi2,avx512bf16")
+namespace avx512bf16 {
+namespace {
+using namespace avx512;
+#include "FusedTilesBf16.inc"
+} // namespace
+} // namespace avx512bf16
+#pragma GCC pop_options
 #endif
 
 #define ATTNC_TILES_AVX512 0
@@ -104,7 +125,9 @@ namespace {
 #undef ATTNC_TILES_AVX512
 
 namespace {
-using RunBlock = void (*)(const plan::BlockTiles *const *, int, const TileArgs &, FusedScratch &);
+template <typename T>
+using RunBlockOf = void (*)(const plan::BlockTiles *const *, int, const TileArgsOf<T> &, FusedScratch &);
+using RunBlock = RunBlockOf<float>;
 
 /// The tile kernel for this CPU, chosen once on x86-64: AVX-512 or the
 /// generic one (then compiled for baseline x86-64), which is correct but ~30x
@@ -125,6 +148,18 @@ RunBlock blockKernel() {
   return fn;
 #else
   return &generic::runBlock;
+#endif
+}
+
+/// The bf16 block kernel, or null where this CPU or build has none (then
+/// also with ATTNC_FUSED_ISA=portable: the generic kernel is f32 only).
+RunBlockOf<uint16_t> blockKernelBf16() {
+#if ATTNC_FUSED_X86
+  static const RunBlockOf<uint16_t> fn =
+      blockKernel() == &avx512::runBlock && __builtin_cpu_supports("avx512bf16") ? &avx512bf16::runBlockBf16 : nullptr;
+  return fn;
+#else
+  return nullptr;
 #endif
 }
 
@@ -170,45 +205,60 @@ void forEachItem(int64_t count, int threads, FusedScratch &s, Body &&body) {
 /// at page boundaries, left every block starting on cache misses (a block of
 /// one tile ran 1.4x slower). Key rows of the same indices are a guess that
 /// holds for causal bands and triangles (a block's new keys).
-void fetchAhead(FusedScratch &ws, const TileArgs &a, int64_t t0, int64_t rows, int64_t keyFirst,
+template <typename T>
+void fetchAhead(FusedScratch &ws, const TileArgsOf<T> &a, int64_t t0, int64_t rows, int64_t keyFirst,
                 int64_t keyStride) {
+  constexpr int64_t kLine = 64 / sizeof(T);
   const int64_t count = std::max<int64_t>(0, std::min(rows, t0 + a.tileRows) - t0);
-  const int64_t lines = (a.d + 15) / 16;
-  ws.ahead.resize(static_cast<size_t>(4 * count * lines));
+  const int64_t lines = (a.d + kLine - 1) / kLine, outLines = (a.d + 15) / 16;
+  ws.ahead.resize(static_cast<size_t>((3 * lines + outLines) * count));
   ws.aheadNext = 0;
-  const float **out = ws.ahead.data();
+  const void **out = ws.ahead.data();
   for (int64_t t = t0; t < t0 + count; ++t) {
     const int64_t at = (a.rowBase + t * a.rowStride) * a.d, key = (keyFirst + t * keyStride) * a.d;
     for (int64_t x = 0; x < a.d; x += 16) {
-      out[0] = a.q + at + x;
-      out[1] = a.acc + at + x;
-      out[2] = a.k + key + x;
-      out[3] = a.v + key + x;
-      out += 4;
+      const bool inputLine = x % kLine == 0; // (bf16 rows have half the lines)
+      if (inputLine)
+        *out++ = a.q + at + x;
+      *out++ = a.acc + at + x;
+      if (inputLine) {
+        *out++ = a.k + key + x;
+        *out++ = a.v + key + x;
+      }
     }
   }
 }
 
-/// Copies rows first, first + stride, ... (`count` of them, d floats each)
+/// Copies rows first, first + stride, ... (`count` of them, d elements each)
 /// of `src` into consecutive rows of `dst`, prefetching a few rows ahead:
 /// every row lies on its own page when the stride is large.
-void gatherRows(const float *src, int64_t first, int64_t stride, int64_t count, int64_t d,
-                float *dst) {
-  constexpr int64_t kAhead = 8;
+template <typename T>
+void gatherRows(const T *src, int64_t first, int64_t stride, int64_t count, int64_t d, T *dst) {
+  constexpr int64_t kAhead = 8, kLine = 64 / sizeof(T);
   for (int64_t u = 0; u < count; ++u) {
     if (u + kAhead < count)
-      for (int64_t x = 0; x < d; x += 16)
+      for (int64_t x = 0; x < d; x += kLine)
         __builtin_prefetch(src + (first + (u + kAhead) * stride) * d + x, 0, 3);
-    std::memcpy(dst + u * d, src + (first + u * stride) * d, static_cast<size_t>(d) * sizeof(float));
+    std::memcpy(dst + u * d, src + (first + u * stride) * d, static_cast<size_t>(d) * sizeof(T));
   }
 }
 
 } // namespace
 
-void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
-                  const plan::HeadShapes *cached, int64_t n, int64_t d, const float *q,
-                  const float *k, const float *v, float *o, float scale, FusedScratch &s,
-                  int threads) {
+namespace {
+
+/// A residue class's copies of its keys and values, in T.
+std::vector<float> &classKeys(FusedScratch &s, float) { return s.classK; }
+std::vector<float> &classValues(FusedScratch &s, float) { return s.classV; }
+std::vector<uint16_t> &classKeys(FusedScratch &s, uint16_t) { return s.classKBf16; }
+std::vector<uint16_t> &classValues(FusedScratch &s, uint16_t) { return s.classVBf16; }
+
+/// runFusedHead's order of blocks and classes, for f32 (T = float) or bf16
+/// (T = uint16_t) inputs and the block kernel of that type.
+template <typename T>
+void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached, int64_t n,
+             int64_t d, const T *q, const T *k, const T *v, float *o, float scale, FusedScratch &s, int threads,
+             RunBlockOf<T> kernel) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   std::vector<size_t> relayouts; // the residue-relayout pieces (the dense baseline has none)
   if (!dense)
@@ -221,10 +271,9 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
   // the state arrays.
   s.rowMax.resize(static_cast<size_t>(n));
   s.rowSum.resize(static_cast<size_t>(n));
-  TileArgs args{q, k, v, d, scale, plan.options.tileRows, plan.options.tileCols, 0, 1,
-                s.rowMax.data(), s.rowSum.data(), o};
+  TileArgsOf<T> args{q, k, v, d, scale, plan.options.tileRows, plan.options.tileCols, 0, 1,
+                     s.rowMax.data(), s.rowSum.data(), o};
   args.everyPair = dense;
-  const RunBlock kernel = blockKernel();
   // Block b of piece p, class c: from the cache, or generated now; a class's
   // keys as rows of its class-major copy.
   auto blockOf = [&](const plan::BlockSource &src, size_t p, size_t c, int64_t b, FusedScratch &ws,
@@ -263,7 +312,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
   // K and V for its few rows: ~10% of longformer's time at n = 16384.)
   auto rowBlocks = [&](int64_t numBlocks, bool finalize) {
     constexpr int64_t kStretch = 16, kMaxWaiting = 4;
-    TileArgs blockArgs = args;
+    TileArgsOf<T> blockArgs = args;
     blockArgs.init = true;
     blockArgs.finalize = finalize;
     const int64_t sharing = std::min<int64_t>(threads, numBlocks);
@@ -272,7 +321,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
     waiting.clear();
     // The waiting keys below `upTo` (all of them when `last`).
     auto runWaiting = [&](int64_t upTo, bool last) {
-      TileArgs laterArgs = args;
+      TileArgsOf<T> laterArgs = args;
       laterArgs.finalize = last && finalize;
       for (Waiting &w : waiting) {
         bool any = false;
@@ -302,7 +351,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
         blockOf(sources[p], pieceOf[p], 0, b, ws, ws.blocks[p]);
         ws.built[p] = &ws.blocks[p];
       }
-      TileArgs thisArgs = blockArgs;
+      TileArgsOf<T> thisArgs = blockArgs;
       if (sharing == 1 && !dense && static_cast<int64_t>(waiting.size()) < kMaxWaiting) {
         Waiting *w = nullptr;
         const int32_t bound = static_cast<int32_t>(std::min<int64_t>(n, (b + 1) * R));
@@ -345,12 +394,13 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
     forEachItem(classes, threads, s, [&](FusedScratch &ws, int64_t c) {
       plan::BlockSource src(plan, piece, n, c, !cached);
       const int64_t m = src.rowStride(), keyClass = src.keyClass();
-      ws.classK.resize(static_cast<size_t>(src.keyRows() * d));
-      ws.classV.resize(static_cast<size_t>(src.keyRows() * d));
+      std::vector<T> &classK = classKeys(ws, T{}), &classV = classValues(ws, T{});
+      classK.resize(static_cast<size_t>(src.keyRows() * d));
+      classV.resize(static_cast<size_t>(src.keyRows() * d));
       int64_t copied = 0; // key rows [0, copied) are in classK and classV
-      TileArgs classArgs = args;
-      classArgs.k = ws.classK.data();
-      classArgs.v = ws.classV.data();
+      TileArgsOf<T> classArgs = args;
+      classArgs.k = classK.data();
+      classArgs.v = classV.data();
       classArgs.rowBase = src.rowBase();
       classArgs.rowStride = m;
       classArgs.finalize = finalize;
@@ -361,8 +411,8 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
         blockOf(src, p, static_cast<size_t>(c), b, ws, ws.blocks[0], true);
         const int64_t needed = ws.blocks[0].keys.empty() ? 0 : ws.blocks[0].keys.back() + 1;
         if (needed > copied) {
-          gatherRows(k, keyClass + copied * m, m, needed - copied, d, ws.classK.data() + copied * d);
-          gatherRows(v, keyClass + copied * m, m, needed - copied, d, ws.classV.data() + copied * d);
+          gatherRows(k, keyClass + copied * m, m, needed - copied, d, classK.data() + copied * d);
+          gatherRows(v, keyClass + copied * m, m, needed - copied, d, classV.data() + copied * d);
           copied = needed;
         }
         // Next: this class's next block, else (likely) the first of the
@@ -370,7 +420,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
         const bool sameClass = b + 1 < end;
         const int64_t nextClass = sameClass ? c : c + sharing;
         if (nextClass < classes) {
-          TileArgs nextArgs = args;
+          TileArgsOf<T> nextArgs = args;
           nextArgs.rowBase = nextClass;
           nextArgs.rowStride = m;
           const int64_t nextKeyClass = plan::keyClass(piece, nextClass);
@@ -389,6 +439,24 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
     rowBlocks(numBlocks, relayouts.empty());
   for (size_t r = 0; r < relayouts.size(); ++r)
     classBlocks(relayouts[r], r + 1 == relayouts.size());
+}
+
+} // namespace
+
+void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached, int64_t n,
+                  int64_t d, const float *q, const float *k, const float *v, float *o, float scale, FusedScratch &s,
+                  int threads) {
+  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, blockKernel());
+}
+
+bool fusedBf16Available(int64_t d) { return d >= 1 && blockKernelBf16() != nullptr; }
+
+void runFusedHeadBf16(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached,
+                      int64_t n, int64_t d, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *o,
+                      float scale, FusedScratch &s, int threads) {
+  const RunBlockOf<uint16_t> kernel = blockKernelBf16();
+  ATTNC_CHECK(kernel && d >= 1, "runFusedHeadBf16 called where fusedBf16Available(" + std::to_string(d) + ") is false");
+  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, kernel);
 }
 
 void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached,

@@ -37,9 +37,15 @@ struct FusedScratch {
   std::vector<const float *> vRows;           ///< a tile's value rows
   std::vector<const plan::BlockTiles *> built; ///< pointers to `blocks`, as the kernels take them
   std::vector<FusedScratch> helpers;          ///< the scratch of the threads that share a slice
-  std::vector<const float *> ahead;           ///< cache lines of the next block, prefetched as this one runs
+  std::vector<const void *> ahead;            ///< cache lines of the next block, prefetched as this one runs
   size_t aheadNext = 0;
   std::vector<float> classK, classV;          ///< a residue class's keys and values, class-major
+  // The bf16 kernels' (runFusedHeadBf16) pairs of adjacent bf16 as 32-bit words.
+  std::vector<uint32_t> qtPairs;              ///< Q^T of a block: (d + 1) / 2 pairs of dimensions x 16 H rows
+  std::vector<uint32_t> probPairs;            ///< P^T of a tile: (C + 1) / 2 pairs of keys x 16 H rows
+  std::vector<uint32_t> valuePairs;           ///< V of a tile: (C + 1) / 2 pairs of keys x d rounded up to 16
+  std::vector<const uint16_t *> vRowsBf16;    ///< a tile's value rows
+  std::vector<uint16_t> classKBf16, classVBf16; ///< classK, classV of bf16 inputs
   std::vector<Waiting> waiting;               ///< row blocks' keys that run later
 };
 
@@ -54,6 +60,23 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
                   const plan::HeadShapes *cached, int64_t n, int64_t d, const float *q,
                   const float *k, const float *v, float *o, float scale, FusedScratch &scratch,
                   int threads = 1);
+
+/// Whether runFusedHeadBf16 computes on bf16 at head dimension d on this
+/// CPU: an x86-64 build with the AVX-512 kernels selected (not
+/// ATTNC_FUSED_ISA=portable) on a CPU with AVX512_BF16, and d >= 1.
+bool fusedBf16Available(int64_t d);
+
+/// runFusedHead on bf16 inputs (contiguous row-major [n, d] bf16 bit
+/// patterns), o in f32 as there, the same online-softmax state in `scratch`
+/// (rowMax, rowSum). Q K^T and P V multiply pairs of bf16 into f32 sums
+/// (vdpbf16ps); P is rounded to bf16 for P V and each row's sum adds the
+/// rounded probabilities, so the weights that reach O sum to 1. Masked pairs,
+/// rows without keys and NaN scores are treated as the f32 kernel treats
+/// them. Callers check fusedBf16Available(d) first.
+void runFusedHeadBf16(const plan::Plan &plan, size_t headIndex, bool dense,
+                      const plan::HeadShapes *cached, int64_t n, int64_t d, const uint16_t *q,
+                      const uint16_t *k, const uint16_t *v, float *o, float scale, FusedScratch &scratch,
+                      int threads = 1);
 
 /// A thread's scratch in the backward pass.
 struct GradScratch {

@@ -374,7 +374,9 @@ TEST_P(GradientBackward, Bf16MatchesReferenceOnTheRoundedInputs) {
     ASSERT_EQ(attnc_run_backward(kernel.get(), &tq, &tk, &tv, &to, &tg, &tl, &tdq, &tdk, &tdv, nullptr), ATTNC_OK)
         << attnc_last_error();
     r.o = widen(o);
-    expectMatches(referenceFor(pc, in.q, in.k, in.v, in.dO, B, heads, n, d), r, {4e-3, 1e-5, 1e-2});
+    // lse to 1e-4: the fused backend's bf16 forward takes exp to 4e-5 (P is
+    // rounded to bf16 for P V anyway); the gradients' tolerance covers it.
+    expectMatches(referenceFor(pc, in.q, in.k, in.v, in.dO, B, heads, n, d), r, {4e-3, 1e-4, 1e-2});
   }
 }
 

@@ -436,8 +436,11 @@ TEST_P(CpuKernelRows, Bf16TensorsMatchTheReferenceOnTheirValues) {
     std::vector<float> o(count, -7.0f);
     attnc_tensor to = view(o, b, h, n, d);
     ASSERT_EQ(attnc_run(kernel.get(), &tq, &tk, &tv, &to, nullptr), ATTNC_OK) << attnc_last_error();
+    // The fused kernels' native bf16 path rounds P to bf16 for P V (2^-9
+    // relative per weight); the others compute on the widened values in f32.
+    const double tolerance = std::string(GetParam()) == "fused" ? 4e-3 : 1e-4;
     for (size_t x = 0; x < count; ++x)
-      ASSERT_NEAR(o[x], ref[x], 1e-4) << pc.label << " element " << x;
+      ASSERT_NEAR(o[x], ref[x], tolerance) << pc.label << " element " << x;
 
     std::vector<uint16_t> ob(count, 0xffff);
     attnc_tensor tob = bf16View(ob, b, h, n, d);

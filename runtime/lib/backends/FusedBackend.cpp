@@ -68,6 +68,9 @@ public:
   const char *name() const override { return dense_ ? "dense" : "fused"; }
   bool writesLse() const override { return true; }
   bool hasBackward() const override { return true; }
+  /// The fused kernels on bf16 where this CPU has them; the dense baseline
+  /// stays the f32 kernel it is measured as.
+  bool takesBf16(int64_t d) const override { return !dense_ && fusedBf16Available(d); }
   /// A few queries at the end of the keys (a decoding step) run row by row
   /// over their own keys: the row blocks of all n positions would compute
   /// n / rows times the work, and be built anew for every length.
@@ -82,15 +85,20 @@ public:
     }
     const auto &fused = static_cast<const FusedState &>(state);
     const size_t set = static_cast<size_t>(s.set);
-    runFusedHead(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
-                 s.q, s.k, s.v, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads);
+    if (s.qb) {
+      runFusedHeadBf16(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
+                       s.qb, s.kb, s.vb, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads);
+    } else {
+      runFusedHead(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
+                   s.q, s.k, s.v, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads);
+    }
     if (s.lse) {
       // The online softmax leaves each row's max and sum of exp(score - max).
       const FusedScratch &f = static_cast<FusedWorker &>(scratch).fused;
       for (int64_t i = 0; i < s.n; ++i) {
         const float sum = f.rowSum[static_cast<size_t>(i)];
-        s.lse[i] = sum > 0 ? f.rowMax[static_cast<size_t>(i)] + std::log(sum)
-                           : -std::numeric_limits<float>::infinity();
+        s.lse[i] = sum == 0 ? -std::numeric_limits<float>::infinity() // no key (NaN stays NaN)
+                            : f.rowMax[static_cast<size_t>(i)] + std::log(sum);
       }
     }
   }

@@ -95,9 +95,16 @@ void define(const Schedule &s, int D, Kernel &in) {
   Func masked("masked");
   masked(r, k, b) = undef<float>();
   masked(r, kk, b) = select(has, score(r, kk, b), lowest);
+  // The row max sticks at NaN once a score of the row is NaN (a NaN in Q or
+  // in a key it attends), so that the row comes out NaN, as PyTorch gives,
+  // rather than dropping the key: max() alone may return either operand.
+  // strict_float: Halide otherwise compiles with LLVM's no-NaN fast-math
+  // flags, under which a select that yields NaN may be folded away.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
   Func rowMax("row_max");
   rowMax(r, b) = lowest;
-  rowMax(r, b) = max(rowMax(r, b), masked(r, kk, b));
+  Expr nanSoFar = is_nan(rowMax(r, b)) || is_nan(masked(r, kk, b));
+  rowMax(r, b) = strict_float(select(nanSoFar, nan, max(rowMax(r, b), masked(r, kk, b))));
   Func prob("prob");
   prob(r, k, b) = undef<float>();
   prob(r, kk, b) = exp(masked(r, kk, b) - rowMax(r, b));
@@ -113,8 +120,10 @@ void define(const Schedule &s, int D, Kernel &in) {
   // normaliser and the log-sum-exp.
   Expr empty = rowMax(r, b) <= lowest;
   Func rowScale("row_scale"), rowLse("row_lse");
-  rowScale(r, b) = select(empty, 0.0f, 1.0f / rowSum(r, b));
-  rowLse(r, b) = select(empty, -std::numeric_limits<float>::infinity(), rowMax(r, b) + log(rowSum(r, b)));
+  rowScale(r, b) = strict_float(select(is_nan(rowMax(r, b)), nan, select(empty, 0.0f, 1.0f / rowSum(r, b))));
+  rowLse(r, b) = strict_float(select(is_nan(rowMax(r, b)), nan,
+                                     select(empty, -std::numeric_limits<float>::infinity(),
+                                            rowMax(r, b) + log(rowSum(r, b)))));
   in.out(c, r, b) = select(c < dim, acc(min(c, dim - 1), r, b) * rowScale(r, b), rowLse(r, b));
 
   // Shapes the code may assume.
