@@ -24,11 +24,14 @@ void putU64(std::string &out, uint64_t v) {
     out.push_back(static_cast<char>((v >> (8 * k)) & 0xff));
 }
 
+/// Reads little-endian fields from bytes [pos, end): nothing past `end` (the
+/// checksum trailer) is ever read, whatever sizes the file claims.
 struct Reader {
   const std::string &bytes;
   size_t pos = 0;
+  size_t end = 0;
   bool take(void *dst, size_t n) {
-    if (bytes.size() - pos < n)
+    if (pos > end || end - pos < n)
       return false;
     std::memcpy(dst, bytes.data() + pos, n);
     pos += n;
@@ -77,22 +80,27 @@ std::string encodeKernelFile(const KernelFile &file) {
 }
 
 bool decodeKernelFile(const std::string &bytes, KernelFile &out, std::string &error) {
-  Reader r{bytes};
-  char magic[8];
-  if (!r.take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) {
+  // Order: magic, the smallest possible size, then the checksum over every
+  // byte, and only then any field of the header or a section: no offset or
+  // size is trusted before the bytes are known to be the ones written.
+  constexpr size_t kHeader = sizeof kMagic + 12, kTrailer = 8;
+  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
     error = "not an attnc kernel file (bad magic)";
     return false;
   }
-  if (bytes.size() < 8 + 12 + 8) {
-    error = "kernel file is truncated";
+  if (bytes.size() < kHeader + kTrailer) {
+    error = "kernel file is truncated (" + std::to_string(bytes.size()) + " bytes, the header alone needs " +
+            std::to_string(kHeader + kTrailer) + ")";
     return false;
   }
   uint64_t stored = 0;
-  std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8); // little-endian hosts only
-  if (stored != fnv1a(bytes.data(), bytes.size() - 8)) {
+  Reader trailer{bytes, bytes.size() - kTrailer, bytes.size()};
+  trailer.u64(stored);
+  if (stored != fnv1a(bytes.data(), bytes.size() - kTrailer)) {
     error = "kernel file is corrupt (checksum mismatch)";
     return false;
   }
+  Reader r{bytes, sizeof kMagic, bytes.size() - kTrailer};
   uint32_t format = 0, abi = 0, count = 0;
   r.u32(format);
   r.u32(abi);
@@ -105,16 +113,24 @@ bool decodeKernelFile(const std::string &bytes, KernelFile &out, std::string &er
   out = KernelFile{};
   out.formatVersion = format;
   out.abiVersion = abi;
+  std::map<std::string, int> seen;
   for (uint32_t s = 0; s < count; ++s) {
     char tag[4];
     uint64_t size = 0;
-    if (!r.take(tag, 4) || !r.u64(size) || size > kMaxSection || bytes.size() - 8 - r.pos < size) {
-      error = "kernel file is truncated or has an oversized section";
+    if (!r.take(tag, 4) || !r.u64(size) || size > kMaxSection || r.end - r.pos < size) {
+      error = "kernel file is truncated or has an oversized section (section " + std::to_string(s) + " of " +
+              std::to_string(count) + ")";
       return false;
     }
     std::string body = bytes.substr(r.pos, size);
     r.pos += size;
     std::string t(tag, 4);
+    const bool known = t == "META" || t == "SRC " || t == "IR  " || t == "CODE";
+    // A second copy of a section would silently replace the first.
+    if (known && seen[t]++ > 0) {
+      error = "kernel file has two '" + t + "' sections";
+      return false;
+    }
     if (t == "META") {
       std::istringstream lines(body);
       std::string line;
@@ -135,8 +151,9 @@ bool decodeKernelFile(const std::string &bytes, KernelFile &out, std::string &er
     }
     // Unknown sections are skipped: later writers may add some.
   }
-  if (r.pos != bytes.size() - 8) {
-    error = "kernel file has trailing bytes";
+  if (r.pos != r.end) {
+    error = "kernel file has " + std::to_string(r.end - r.pos) + " trailing bytes after its " +
+            std::to_string(count) + " sections";
     return false;
   }
   return true;

@@ -2,9 +2,16 @@
 //
 // Order: parse, then compiler::prepare (check, canonicalise, the cache key:
 // what determines the kernel), try the cached entry, and only on a miss (or
-// a corrupt entry) compiler::build and publish the bytes atomically. The
-// kernel is always loaded from the bytes in memory, never written and read
-// back; a cache directory that cannot be written is no error.
+// a bad entry) compiler::build and publish the bytes atomically. The kernel
+// is always loaded from the bytes in memory, never written and read back; a
+// cache directory that cannot be written is no error.
+//
+// An entry is a kernel file (format/KernelFile.h: magic, format and ABI
+// versions, FNV-1a checksum of every byte) stamped with its key's hash, so
+// that the runtime's loader is the entry's validator: a truncated, corrupt,
+// foreign (another key's) or stale (another format or ABI) entry fails to
+// load, is removed if no writer has replaced it meanwhile, and rebuilt. Each
+// of these is a warning (attnc_jit_last_warning), never an error.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/attnc_jit.h"
@@ -27,6 +34,13 @@
 namespace {
 
 std::atomic<int64_t> cacheHits{0}, cacheMisses{0}, cacheRebuilt{0};
+thread_local std::string lastWarning;
+
+/// Which cache key a kernel file was published under, so that an entry
+/// renamed or copied from another key is not taken for this one.
+constexpr const char *kKeyMetadata = "jit_cache_key";
+
+void warn(const std::string &message) { lastWarning += (lastWarning.empty() ? "" : "\n") + message; }
 
 attnc_status jitFail(attnc_status status, const std::string &message) {
   attnc_internal_set_last_error(message.c_str());
@@ -39,11 +53,36 @@ std::string cacheDir(const attnc_jit_options *options) {
   return attnc::tuning::cacheDirectory();
 }
 
+/// Loads a cache entry's bytes if they are a kernel file published under
+/// `keyHash`. When they are not (corrupt, truncated, another key, an ABI
+/// or format this runtime refuses), returns an error with `why` set: the
+/// entry is to be rebuilt. Other failures (out of memory) leave `why` empty.
+attnc_status loadEntry(const std::string &bytes, const std::string &keyHash, attnc_kernel **out, std::string &why) {
+  attnc_kernel *kernel = nullptr;
+  attnc_status s = attnc_kernel_load_memory(bytes.data(), bytes.size(), &kernel);
+  if (s == ATTNC_ERROR_CORRUPT_KERNEL || s == ATTNC_ERROR_ABI_MISMATCH) {
+    why = attnc_last_error();
+    return s;
+  }
+  if (s != ATTNC_OK)
+    return s;
+  const char *stamp = attnc_kernel_metadata(kernel, kKeyMetadata);
+  if (!stamp || keyHash != stamp) {
+    why = stamp ? std::string("it holds the kernel of key ") + stamp
+                : std::string("it is a kernel file the jit did not publish (no ") + kKeyMetadata + ")";
+    attnc_kernel_free(kernel);
+    return ATTNC_ERROR_CORRUPT_KERNEL;
+  }
+  *out = kernel;
+  return ATTNC_OK;
+}
+
 attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attnc_kernel **out) {
   using namespace attnc;
   if (!out)
     return jitFail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_jit: 'out' is null");
   *out = nullptr;
+  lastWarning.clear();
   compiler::CompileRequest request;
   if (options) {
     for (int32_t k = 0; k < options->num_defines; ++k) {
@@ -81,20 +120,31 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
     return jitFail(ATTNC_ERROR_COMPILE, message.empty() ? "the pattern does not check" : message);
   }
   const bool useCache = !(options && options->no_cache);
-  const std::string path =
-      dir + "/" + compilation.pattern->name + "-" + support::fnv1aHex(compilation.cacheKey) + ".attnk";
+  const std::string keyHash = support::fnv1aHex(compilation.cacheKey);
+  const std::string path = dir + "/" + compilation.pattern->name + "-" + keyHash + ".attnk";
   bool rebuilding = false;
   if (useCache) {
-    std::string bytes, ignored;
-    if (support::readFileBytes(path, bytes, ignored)) {
-      attnc_status s = attnc_kernel_load_memory(bytes.data(), bytes.size(), out);
+    std::string bytes, readError;
+    support::FileIdentity identity;
+    int readErrno = 0;
+    if (support::readFileBytes(path, bytes, identity, readErrno, readError)) {
+      std::string why;
+      const attnc_status s = loadEntry(bytes, keyHash, out, why);
       if (s == ATTNC_OK) {
         ++cacheHits;
         return ATTNC_OK;
       }
-      if (s != ATTNC_ERROR_CORRUPT_KERNEL && s != ATTNC_ERROR_ABI_MISMATCH)
+      if (why.empty())
         return s;
-      rebuilding = true; // rebuild over the bad entry
+      // The entry is corrupt, foreign or stale: out of the way first, so
+      // that a build which fails below leaves no bad entry to trip over.
+      std::string ignored;
+      support::removeFileIfUnchanged(path, identity, ignored);
+      warn("jit cache: evicted '" + path + "' and rebuilt it: " + why);
+      rebuilding = true;
+    } else if (readErrno != ENOENT && readErrno != ENOTDIR) {
+      // (ENOTDIR: the directory is a file, reported when publishing.)
+      warn("jit cache: " + readError + "; compiling instead");
     }
   }
   format::KernelFile file;
@@ -103,11 +153,13 @@ attnc_status compile(attnc::Frontend &fe, const attnc_jit_options *options, attn
   ++cacheMisses;
   if (rebuilding)
     ++cacheRebuilt;
+  file.metadata[kKeyMetadata] = keyHash;
   const std::string bytes = format::encodeKernelFile(file);
-  // A cache that cannot be written (read-only, not a directory) only costs
-  // the next process a compilation: the kernel is loaded from memory.
-  if (useCache && support::makeDirectories(dir, error))
-    support::writeFileAtomically(path, bytes, error);
+  // A cache that cannot be written (read-only, missing and uncreatable, a
+  // regular file) only costs the next process a compilation: the kernel is
+  // loaded from memory either way.
+  if (useCache && !(support::makeDirectories(dir, error) && support::writeFileAtomically(path, bytes, error)))
+    warn("jit cache: " + error + "; the kernel was compiled in memory only");
   return attnc_kernel_load_memory(bytes.data(), bytes.size(), out);
 }
 
@@ -151,6 +203,8 @@ attnc_status attnc_jit_compile_string(const char *source, const char *name,
     return jitFail(ATTNC_ERROR_INTERNAL, std::string("internal error: ") + e.what());
   }
 }
+
+const char *attnc_jit_last_warning(void) { return lastWarning.c_str(); }
 
 void attnc_jit_cache_stats(int64_t *hits, int64_t *misses, int64_t *rebuilt) {
   if (hits)

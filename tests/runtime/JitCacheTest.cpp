@@ -1,17 +1,24 @@
 //===- JitCacheTest.cpp - The JIT's on-disk cache -------------------------===//
 #include "TestSupport.h"
+#include "Worker.h"
 
 #include "attnc/attnc_jit.h"
 #include "attnc/codegen/CodeGen.h"
+#include "attnc/format/KernelFile.h"
 #include "attnc/frontend/Driver.h"
+#include "attnc/support/Hash.h"
 #include "attnc/tuning/Tuning.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <iterator>
 #include <fstream>
+#include <map>
+#include <sstream>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,8 +87,12 @@ TEST(JitCache, ACacheDirectoryThatIsAFileCompilesInMemory) {
   ScratchDir dir;
   const std::string file = dir.path() + "/not-a-directory";
   { std::ofstream(file) << "x"; }
-  ASSERT_EQ(compileFixed(file), ATTNC_OK) << attnc_last_error();
-  ASSERT_EQ(compileFixed(dir.path() + "/not-a-directory/below"), ATTNC_OK) << attnc_last_error();
+  for (const std::string &cache : {file, file + "/below"}) {
+    ASSERT_EQ(compileFixed(cache), ATTNC_OK) << cache << ": " << attnc_last_error();
+    const std::string warning = attnc_jit_last_warning();
+    EXPECT_NE(warning.find("Not a directory; the kernel was compiled in memory only"), std::string::npos)
+        << warning;
+  }
   EXPECT_EQ(cacheFiles(dir.path()).size(), 1u); // the file, nothing else
 }
 
@@ -153,6 +164,292 @@ TEST(JitCache, ConcurrentProcessesCompilingTheSamePatternBothSucceed) {
   EXPECT_NE(files[0].find(".attnk"), std::string::npos);
   EXPECT_EQ(files[0].find(".tmp."), std::string::npos);
 }
+
+std::string readBytes(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void writeBytes(const std::string &path, const std::string &bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+/// Compiles patterns/fixed.attn with `define` into `cache` and returns the
+/// hash of Worker.h's fixed call ("" on failure).
+std::string compileAndRun(const std::string &cache, const char *define = "l=16") {
+  const char *defs[] = {define};
+  attnc_jit_options options{defs, 1, nullptr, cache.c_str(), 0, nullptr};
+  attnc_kernel *k = nullptr;
+  if (attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k) != ATTNC_OK)
+    return "";
+  std::string hash = fixedRunHash(k, 1);
+  attnc_kernel_free(k);
+  return hash;
+}
+
+/// A cache holding one good entry of fixed (l=16): its path, bytes and
+/// what it computes. Each test damages the entry, compiles again and
+/// expects one rebuild with a warning that names `reason`, the entry
+/// restored byte for byte and the same results.
+class JitCacheEntry : public ::testing::Test {
+protected:
+  void SetUp() override {
+    hash = compileAndRun(dir.path());
+    ASSERT_FALSE(hash.empty()) << attnc_last_error();
+    std::vector<std::string> files = cacheFiles(dir.path());
+    ASSERT_EQ(files.size(), 1u);
+    path = files[0];
+    good = readBytes(path);
+  }
+
+  void expectRebuiltOver(const std::string &damaged, const std::string &reason) {
+    writeBytes(path, damaged);
+    const size_t files = cacheFiles(dir.path()).size();
+    Stats before = stats();
+    EXPECT_EQ(compileAndRun(dir.path()), hash) << attnc_last_error();
+    Stats after = stats();
+    EXPECT_EQ(after.rebuilt - before.rebuilt, 1);
+    EXPECT_EQ(after.misses - before.misses, 1);
+    const std::string warning = attnc_jit_last_warning();
+    EXPECT_NE(warning.find("jit cache: evicted '" + path + "' and rebuilt it: "), std::string::npos) << warning;
+    EXPECT_NE(warning.find(reason), std::string::npos) << warning;
+    EXPECT_EQ(readBytes(path), good) << "the rebuilt entry is the one first published";
+    EXPECT_EQ(cacheFiles(dir.path()).size(), files) << "no temporary file left";
+    // Good again: the next compile is a hit, without a warning.
+    EXPECT_EQ(compileAndRun(dir.path()), hash);
+    EXPECT_EQ(stats().hits - after.hits, 1);
+    EXPECT_STREQ(attnc_jit_last_warning(), "");
+  }
+
+  ScratchDir dir;
+  std::string path, good, hash;
+};
+
+TEST_F(JitCacheEntry, TruncatedEntriesAreEvictedAndRebuilt) {
+  for (size_t keep : {size_t{0}, size_t{7}, size_t{27}, good.size() / 2, good.size() - 8, good.size() - 1}) {
+    SCOPED_TRACE("kept " + std::to_string(keep) + " of " + std::to_string(good.size()) + " bytes");
+    expectRebuiltOver(good.substr(0, keep), keep < 8 ? "bad magic" : keep < 28 ? "truncated" : "checksum mismatch");
+  }
+}
+
+TEST_F(JitCacheEntry, CorruptedEntriesAreEvictedAndRebuilt) {
+  for (size_t at : {size_t{3}, size_t{9}, good.size() / 2, good.size() - 1}) {
+    SCOPED_TRACE("byte " + std::to_string(at) + " flipped");
+    std::string bad = good;
+    bad[at] = static_cast<char>(bad[at] ^ 0x10);
+    expectRebuiltOver(bad, at < 8 ? "bad magic" : "checksum mismatch");
+  }
+}
+
+TEST_F(JitCacheEntry, AnotherKeysEntryIsEvictedAndRebuilt) {
+  // A valid kernel file under the wrong name (copied, renamed, or a hash
+  // collision of file names): another pattern's kernel must not be run.
+  ASSERT_FALSE(compileAndRun(dir.path(), "l=32").empty());
+  std::string other;
+  for (const std::string &f : cacheFiles(dir.path()))
+    if (f != path)
+      other = readBytes(f);
+  ASSERT_FALSE(other.empty());
+  expectRebuiltOver(other, "it holds the kernel of key ");
+}
+
+TEST_F(JitCacheEntry, AKernelFileTheJitDidNotPublishIsEvictedAndRebuilt) {
+  format::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(format::decodeKernelFile(good, file, error)) << error;
+  ASSERT_EQ(file.metadata.erase("jit_cache_key"), 1u);
+  expectRebuiltOver(format::encodeKernelFile(file), "a kernel file the jit did not publish");
+}
+
+TEST_F(JitCacheEntry, EntriesOfAnotherAbiOrFormatAreEvictedAndRebuilt) {
+  format::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(format::decodeKernelFile(good, file, error)) << error;
+  file.abiVersion = ATTNC_ABI_VERSION + 1;
+  expectRebuiltOver(format::encodeKernelFile(file), "ABI version");
+  // A newer format (the version field, with the checksum made to match).
+  std::string future = good;
+  future[8] = static_cast<char>(format::kKernelFormatVersion + 1);
+  const uint64_t sum = support::fnv1a(future.data(), future.size() - 8);
+  for (int k = 0; k < 8; ++k)
+    future[future.size() - 8 + k] = static_cast<char>((sum >> (8 * k)) & 0xff);
+  expectRebuiltOver(future, "is not supported");
+}
+
+TEST_F(JitCacheEntry, AnEntryThatIsADirectoryIsCompiledInMemory) {
+  // Neither readable nor replaceable: a warning, the kernel from memory.
+  ASSERT_TRUE(std::filesystem::remove(path));
+  ASSERT_TRUE(std::filesystem::create_directory(path));
+  Stats before = stats();
+  EXPECT_EQ(compileAndRun(dir.path()), hash) << attnc_last_error();
+  EXPECT_EQ(stats().misses - before.misses, 1);
+  const std::string warning = attnc_jit_last_warning();
+  EXPECT_NE(warning.find("compiled in memory only"), std::string::npos) << warning;
+}
+
+TEST(JitCache, AMissingCacheDirectoryIsCreated) {
+  ScratchDir dir;
+  const std::string cache = dir.path() + "/a/b/c";
+  ASSERT_FALSE(compileAndRun(cache).empty()) << attnc_last_error();
+  EXPECT_STREQ(attnc_jit_last_warning(), "");
+  EXPECT_EQ(cacheFiles(cache).size(), 1u);
+  Stats before = stats();
+  ASSERT_FALSE(compileAndRun(cache).empty());
+  EXPECT_EQ(stats().hits - before.hits, 1);
+}
+
+/// The workers' lines starting with `word`, the word removed.
+std::vector<std::string> linesOf(const std::string &output, const std::string &word) {
+  std::vector<std::string> out;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);)
+    if (line.compare(0, word.size() + 1, word + " ") == 0)
+      out.push_back(line.substr(word.size() + 1));
+  return out;
+}
+
+/// What a worker's "compile" mode printed: its round hashes and counters.
+struct WorkerReport {
+  int exitCode = -1;
+  std::vector<std::string> hashes;
+  int64_t hits = -1, misses = -1, rebuilt = -1, torn = -1;
+  std::vector<std::string> warnings;
+  std::string output;
+};
+
+WorkerReport report(Worker &worker) {
+  WorkerReport r;
+  r.exitCode = worker.wait();
+  r.output = worker.output();
+  for (const std::string &line : linesOf(r.output, "round"))
+    r.hashes.push_back(line.substr(line.find(' ') + 1));
+  std::vector<std::string> stats = linesOf(r.output, "stats");
+  if (stats.size() == 1)
+    std::istringstream(stats[0]) >> r.hits >> r.misses >> r.rebuilt >> r.torn;
+  r.warnings = linesOf(r.output, "warning");
+  return r;
+}
+
+TEST(JitCache, ACacheDirectoryFromTheEnvironmentThatIsAFileCompilesInMemory) {
+  // $ATTNC_CACHE_DIR also holds the halide backend's compiled schedules: a
+  // fresh process, so that nothing is found in memory either.
+  ScratchDir dir;
+  const std::string file = dir.file("not-a-directory");
+  writeBytes(file, "x");
+  for (const char *backend : builtBackends({"fused", "halide", "sparsifier"})) {
+    Worker worker({"compile", "-", backend, "2", "0", "0"}, {"ATTNC_CACHE_DIR=" + file},
+                  dir.file(std::string(backend) + ".out"));
+    WorkerReport r = report(worker);
+    EXPECT_EQ(r.exitCode, 0) << backend << ":\n" << r.output;
+    EXPECT_EQ(r.misses, 2) << backend;
+    EXPECT_EQ(r.hashes.size(), 2u) << backend;
+    ASSERT_EQ(r.warnings.size(), 2u) << backend << ":\n" << r.output;
+    EXPECT_NE(r.warnings[0].find("Not a directory; the kernel was compiled in memory only"), std::string::npos)
+        << r.warnings[0];
+  }
+  EXPECT_EQ(readBytes(file), "x");
+}
+
+TEST(JitCache, AReadOnlyCacheDirectoryServesItsEntriesAndCompilesTheRestInMemory) {
+  // A worker without write permission (as root, which may write anywhere,
+  // it runs as nobody): the entry published beforehand is a hit, another
+  // kernel is compiled in memory and nothing is written.
+  ScratchDir dir;
+  const std::string cache = dir.file("cache");
+  ASSERT_FALSE(compileAndRun(cache).empty()) << attnc_last_error();
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  ASSERT_EQ(chmod(cache.c_str(), 0555), 0);
+  const std::vector<std::string> before = cacheFiles(cache);
+  const int user = geteuid() == 0 ? 65534 : -1;
+  Worker hit({"compile", cache, "fused", "1", "0", "0"}, {}, dir.file("hit.out"), user);
+  WorkerReport r = report(hit);
+  if (r.exitCode == 77)
+    GTEST_SKIP() << "cannot drop root's privileges here";
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(r.hits, 1) << r.output;
+  EXPECT_TRUE(r.warnings.empty()) << r.output;
+  // Without the entry: misses that cannot be published.
+  ASSERT_EQ(chmod(cache.c_str(), 0755), 0);
+  std::filesystem::remove(before[0]);
+  ASSERT_EQ(chmod(cache.c_str(), 0555), 0);
+  Worker miss({"compile", cache, "fused", "2", "0", "0"}, {}, dir.file("miss.out"), user);
+  r = report(miss);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(r.misses, 2) << r.output;
+  ASSERT_EQ(r.warnings.size(), 2u) << r.output;
+  EXPECT_NE(r.warnings[0].find("the kernel was compiled in memory only"), std::string::npos) << r.warnings[0];
+  EXPECT_TRUE(cacheFiles(cache).empty());
+  chmod(cache.c_str(), 0755);
+}
+
+/// Runs `processes` workers at once on one empty cache directory (and
+/// $ATTNC_CACHE_DIR, which holds the halide backend's schedules) for
+/// `rounds` rounds each, every third round removing the entries so that
+/// publishing and reading overlap all along. Every round of every worker
+/// must succeed with the output of a compilation without the cache, no
+/// entry may be rebuilt or seen torn. With `prime`, one worker runs alone
+/// first (and is not timed). Returns the wall time in seconds.
+double expectProcessesShareOneCache(const char *backend, int processes, int rounds, bool prime = false) {
+  ScratchDir dir;
+  const std::string cache = dir.file("cache");
+  std::string expected;
+  {
+    const char *defs[] = {"l=16"};
+    attnc_jit_options options{defs, 1, nullptr, nullptr, 1, backend};
+    attnc_kernel *k = nullptr;
+    EXPECT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_OK) << attnc_last_error();
+    expected = fixedRunHash(k, 1);
+    attnc_kernel_free(k);
+  }
+  EXPECT_FALSE(expected.empty());
+  if (prime) {
+    Worker first({"compile", cache, backend, "1", "0", "0"}, {"ATTNC_CACHE_DIR=" + cache}, dir.file("prime.out"));
+    EXPECT_EQ(first.wait(), 0) << first.output();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Worker> workers;
+  for (int w = 0; w < processes; ++w)
+    workers.emplace_back(std::vector<std::string>{"compile", cache, backend, std::to_string(rounds), "3",
+                                                  std::to_string(w)},
+                         std::vector<std::string>{"ATTNC_CACHE_DIR=" + cache},
+                         dir.file("worker" + std::to_string(w) + ".out"));
+  int64_t hits = 0, misses = 0;
+  for (int w = 0; w < processes; ++w) {
+    EXPECT_TRUE(workers[w].started());
+    WorkerReport r = report(workers[w]);
+    EXPECT_EQ(r.exitCode, 0) << "worker " << w << ":\n" << r.output;
+    EXPECT_EQ(r.hashes, std::vector<std::string>(rounds, expected)) << "worker " << w << ":\n" << r.output;
+    EXPECT_EQ(r.rebuilt, 0) << "worker " << w;
+    EXPECT_EQ(r.torn, 0) << "worker " << w;
+    EXPECT_TRUE(r.warnings.empty()) << "worker " << w << ":\n" << r.output;
+    hits += r.hits;
+    misses += r.misses;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(hits + misses, int64_t{processes} * rounds);
+  // One published entry (and, for halide, its schedule's code), nothing
+  // half-written left behind.
+  std::vector<std::string> files = cacheFiles(cache);
+  EXPECT_LE(files.size(), 3u);
+  for (const std::string &f : files)
+    EXPECT_EQ(f.find(".tmp."), std::string::npos) << f;
+  std::printf("[ figures  ] %s: %d processes x %d rounds: %lld hits, %lld misses, 0 torn, %.1f s\n", backend,
+              processes, rounds, static_cast<long long>(hits), static_cast<long long>(misses), seconds);
+  return seconds;
+}
+
+TEST(JitCache, EightProcessesCompilingOnePatternAgreeAndNeverSeeATornEntry) {
+  expectProcessesShareOneCache("fused", 8, 20);
+}
+
+#if ATTNC_HAVE_HALIDE
+TEST(JitCache, EightProcessesCompilingOneHalideKernelAgree) {
+  // The schedule's code compiled once beforehand: eight processes each
+  // compiling it at once take 40 s on two cores. What is shared is then the
+  // kernel entries, 300 times larger than the fused backend's.
+  expectProcessesShareOneCache("halide", 8, 4, /*prime=*/true);
+}
+#endif
 
 TEST(JitCache, NoCacheLeavesTheDirectoryEmpty) {
   ScratchDir dir;

@@ -5,9 +5,15 @@
  * the parameters, the options, the compiler version and the host CPU; the
  * sequence length is NOT part of the key (kernels take n at run time).
  * Cache directory: options->cache_dir, else $ATTNC_CACHE_DIR, else
- * ~/.cache/attnc. Writes are atomic (temporary file + rename), so processes
- * compiling the same pattern at once all succeed; an unreadable or corrupt
- * entry is rebuilt. Link with libattnc_jit (which links MLIR/LLVM).
+ * ~/.cache/attnc. An entry is a kernel file (checksummed, versioned) that
+ * also records its key. Writes are atomic (a temporary file in the cache
+ * directory, fsync, rename), so processes compiling the same pattern at
+ * once all succeed and none ever reads a partly written entry. An entry
+ * that is truncated, corrupt, another key's, or of a format or ABI this
+ * runtime refuses is removed and rebuilt; a cache directory that is missing
+ * and cannot be created, read-only or a regular file makes the kernel be
+ * compiled in memory. Neither is an error: attnc_jit_last_warning says
+ * what happened. Link with libattnc_jit (which links MLIR/LLVM).
  *
  *===----------------------------------------------------------------------===*/
 #ifndef ATTNC_ATTNC_JIT_H
@@ -44,7 +50,16 @@ ATTNC_API attnc_status attnc_jit_compile_string(const char *source, const char *
                                                 const attnc_jit_options *options,
                                                 attnc_kernel **out);
 
-/** Process-wide counters: cache hits, misses (compilations), rebuilt corrupt entries. */
+/**
+ * Why the calling thread's last attnc_jit_compile_* rebuilt a cache entry
+ * or did not publish to the cache, one line per event ("jit cache: ...");
+ * "" when neither happened. The string lives until the thread's next
+ * compile.
+ */
+ATTNC_API const char *attnc_jit_last_warning(void);
+
+/** Process-wide counters: cache hits, misses (compilations), rebuilt
+ *  entries (truncated, corrupt, foreign or stale ones: each is also a miss). */
 ATTNC_API void attnc_jit_cache_stats(int64_t *hits, int64_t *misses, int64_t *rebuilt);
 
 #ifdef __cplusplus

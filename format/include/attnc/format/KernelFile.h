@@ -10,8 +10,10 @@
 // (the pattern source, for people and tools), "IR  " (the canonical pattern
 // IR as text, plan/IrText.h: the runtime rebuilds the plan's row blocks for
 // any n from it, with no parser), "CODE" (a native shared object). Readers
-// skip unknown sections and reject unknown format versions, truncated files,
-// oversized sections and bad checksums. Format 1 had no "IR  " section.
+// check the magic, the size and the checksum before reading any field, skip
+// unknown sections, and reject unknown format versions, truncated files,
+// sections reaching into the checksum, a known section given twice and
+// trailing bytes. Format 1 had no "IR  " section.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
