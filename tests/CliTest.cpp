@@ -4,11 +4,12 @@
 // 1 error in the pattern, 2 usage error), clang-style diagnostics, the
 // `analyze --json` contract (docs/cli.md) read with a real JSON parser, the
 // pictures (SVG cells and PNG pixels compared with the brute-force oracle),
-// and every --help.
+// the legends naming the pattern's own lets, and every --help.
 //
 //===----------------------------------------------------------------------===//
 #include "CliSupport.h"
 
+#include "attnc/analysis/Picture.h"
 #include "attnc/frontend/Driver.h"
 #include "support/Oracle.h"
 
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -443,9 +445,67 @@ TEST(CliShow, SvgIsAPictureWhoseCellsAreThePattern) {
   EXPECT_EQ(drawn, oracleUnion("fixed", {{"l", 8}, {"c", 2}}, n));
 }
 
+/// The names of a library pattern's lets, from its AST.
+std::vector<std::string> letNames(const std::string &pattern) {
+  Frontend fe;
+  EXPECT_TRUE(fe.parseFile(libraryPattern(pattern)));
+  std::vector<std::string> names;
+  for (const dsl::PatternDecl &decl : fe.module().patterns)
+    for (const dsl::Stmt &s : decl.body)
+      if (s.kind == dsl::StmtKind::Let)
+        names.push_back(s.name);
+  return names;
+}
+
+class CliShowLegend : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(CliShowLegend, AsciiAndSvgNameEveryLet) {
+  ScratchDir dir;
+  const std::string pattern = GetParam();
+  CommandResult ascii = attnc("show " + libraryPattern(pattern) + " --n 32");
+  ASSERT_EQ(ascii.exitCode, 0) << ascii.err;
+  CommandResult svg = attnc("show " + libraryPattern(pattern) + " --n 32 -o " + dir.file("p.svg"));
+  ASSERT_EQ(svg.exitCode, 0) << svg.err;
+  std::string svgText = readFile(dir.file("p.svg"));
+  std::vector<std::string> names = letNames(pattern);
+  ASSERT_FALSE(names.empty());
+  for (const std::string &name : names) {
+    // A legend line is "  GLYPH  NAME  { ... }" in ASCII, ">NAME  { ..." in SVG.
+    EXPECT_NE(ascii.out.find("  " + name + "  "), std::string::npos) << name << "\n" << ascii.out;
+    EXPECT_NE(svgText.find(">" + name + "  "), std::string::npos) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Library, CliShowLegend,
+                         ::testing::Values("fixed", "longformer", "bigbird", "strided"));
+
+TEST(CliShow, EachHeadIsLabelledWithTheSetItAttends) {
+  CommandResult r = attnc("show " + libraryPattern("fixed_multihead") + " --n 32");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("  #  head 0: { j : j / l == i / l }\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  o  head 1: { j : j % l >= l - c }\n"), std::string::npos) << r.out;
+}
+
+TEST(CliShow, InlineSetIsLabelledWithItsSourceText) {
+  ScratchDir dir;
+  std::string path = dir.file("mine.attn");
+  writeFile(path, "pattern mine {\n  let near = { j : abs(i - j) <= 2 }\n"
+                  "  attend near | { j : j % 8 == 0 }\n}\n");
+  CommandResult r = attnc("show " + path + " --n 16");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("  #  near  { j : abs(i - j) <= 2 }\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  o  { j : j % 8 == 0 }\n"), std::string::npos) << r.out;
+}
+
 struct Png {
   uint32_t width = 0, height = 0;
   std::vector<uint8_t> rgb; ///< width * height * 3
+  std::map<std::string, std::string> text; ///< tEXt chunks, keyword to text
+
+  std::array<uint8_t, 3> at(int64_t x, int64_t y) const {
+    const uint8_t *p = &rgb[(size_t(y) * width + size_t(x)) * 3];
+    return {p[0], p[1], p[2]};
+  }
 };
 
 uint32_t be32(const std::string &s, size_t at) {
@@ -472,6 +532,11 @@ Png decodePng(const std::string &file) {
       EXPECT_EQ(uint8_t(data[8]), 8) << "bit depth";
       EXPECT_EQ(uint8_t(data[9]), 2) << "colour type RGB";
       EXPECT_EQ(uint8_t(data[12]), 0) << "no interlace";
+    } else if (type == "tEXt") {
+      size_t nul = data.find('\0');
+      EXPECT_NE(nul, std::string::npos) << "tEXt without a keyword";
+      if (nul != std::string::npos)
+        png.text[data.substr(0, nul)] = data.substr(nul + 1);
     } else if (type == "IDAT") {
       idat += data;
     } else if (type == "IEND") {
@@ -513,27 +578,64 @@ Png decodePng(const std::string &file) {
   return png;
 }
 
-TEST(CliShow, PngHasTheSignatureASquareSizeAndThePatternsPixels) {
+/// Where the raster lies in a picture: the inside of its frame.
+struct Plot {
+  int64_t x = 0, y = 0, side = 0;
+};
+
+/// The frame's top edge is the first row with a long run of one colour
+/// other than white (text and swatches have none that long); the ticks at 0
+/// extend it to the left and upwards, so its size is read down its right
+/// edge.
+Plot findPlot(const Png &png, int64_t minSide) {
+  const std::array<uint8_t, 3> white{255, 255, 255};
+  for (int64_t y = 0; y < int64_t(png.height); ++y) {
+    for (int64_t x = 0; x < int64_t(png.width);) {
+      int64_t e = x;
+      while (e < int64_t(png.width) && png.at(e, y) == png.at(x, y))
+        ++e;
+      if (png.at(x, y) != white && e - x >= std::max<int64_t>(minSide, 64) + 2) {
+        int64_t bottom = y;
+        while (bottom + 1 < int64_t(png.height) && png.at(e - 1, bottom + 1) == png.at(x, y))
+          ++bottom;
+        int64_t side = bottom - y - 1;
+        return {e - 1 - side, y + 1, side};
+      }
+      x = e;
+    }
+  }
+  ADD_FAILURE() << "no frame of side " << minSide << " or more";
+  return {};
+}
+
+std::string pngOf(const std::string &args, const ScratchDir &dir) {
+  std::string path = dir.file("picture.png");
+  CommandResult r = attnc("show " + args + " -o " + path);
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  return readFile(path);
+}
+
+TEST(CliShow, PngHasTheSignatureAndItsFramedRasterIsThePattern) {
   ScratchDir dir;
   const int64_t n = 100;
-  std::string path = dir.file("strided.png");
-  CommandResult r =
-      attnc("show " + libraryPattern("strided_multihead") + " --n 100 -D l=8 -o " + path);
-  ASSERT_EQ(r.exitCode, 0) << r.err;
-  std::string file = readFile(path);
+  std::string file = pngOf(libraryPattern("strided_multihead") + " --n 100 -D l=8", dir);
   ASSERT_GT(file.size(), 33u);
   EXPECT_EQ(file.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   EXPECT_EQ(be32(file, 8), 13u);
   EXPECT_EQ(file.substr(12, 4), "IHDR");
   Png png = decodePng(file);
   ASSERT_EQ(png.width, be32(file, 16));
-  ASSERT_EQ(png.width, png.height);
-  ASSERT_GE(png.width, uint32_t(n));
-  ASSERT_EQ(png.width % n, 0u) << "a pair is a whole square of pixels";
-  int64_t scale = png.width / n;
+  ASSERT_EQ(png.rgb.size(), size_t(png.width) * png.height * 3);
+  Plot plot = findPlot(png, n);
+  ASSERT_GE(plot.side, n);
+  ASSERT_EQ(plot.side % n, 0) << "a pair is a whole square of pixels";
+  ASSERT_LE(plot.x + plot.side, int64_t(png.width));
+  ASSERT_LE(plot.y + plot.side, int64_t(png.height));
+  EXPECT_EQ(png.at(plot.x - 1, plot.y + plot.side), png.at(plot.x - 1, plot.y - 1))
+      << "the frame closes below the raster";
+  int64_t scale = plot.side / n;
   auto pixel = [&](int64_t i, int64_t j) {
-    const uint8_t *p = &png.rgb[((i * scale + scale / 2) * png.width + j * scale + scale / 2) * 3];
-    return std::array<uint8_t, 3>{p[0], p[1], p[2]};
+    return png.at(plot.x + j * scale + scale / 2, plot.y + i * scale + scale / 2);
   };
   // Both heads are causal: the top-right pair is not attended, and gives the background.
   auto background = pixel(0, n - 1);
@@ -542,6 +644,71 @@ TEST(CliShow, PngHasTheSignatureASquareSizeAndThePatternsPixels) {
     for (int64_t j = 0; j < n; ++j)
       ASSERT_EQ(pixel(i, j) != background, mask[i * n + j] != 0)
           << "pair (" << i << ", " << j << ")";
+}
+
+TEST(CliShow, SmallPngCellsAreAtLeastTwoPixels) {
+  ScratchDir dir;
+  for (int64_t n : {8, 300, 512}) {
+    Png png = decodePng(pngOf(libraryPattern("causal") + " --n " + std::to_string(n), dir));
+    Plot plot = findPlot(png, n);
+    EXPECT_EQ(plot.side % n, 0) << "n=" << n;
+    EXPECT_GE(plot.side / n, 2) << "n=" << n;
+  }
+}
+
+bool isDark(const std::array<uint8_t, 3> &p) { return p[0] < 80 && p[1] < 80 && p[2] < 80; }
+
+TEST(CliShow, PngTitleIsDarkTextAboveTheRaster) {
+  ScratchDir dir;
+  std::string file = pngOf(libraryPattern("fixed") + " --n 40 -D l=8 -D c=2", dir);
+  Png png = decodePng(file);
+  EXPECT_EQ(png.text["Title"], "fixed (n=40, l=8, c=2, causal)");
+  Plot plot = findPlot(png, 40);
+  // The title is the topmost ink: its first rows hold dark pixels across
+  // more than the width of the key axis label, which is grey besides.
+  int64_t firstInk = -1, dark = 0, left = png.width, right = 0;
+  for (int64_t y = 0; y < plot.y && firstInk < 0; ++y)
+    for (int64_t x = 0; x < int64_t(png.width); ++x)
+      if (png.at(x, y) != std::array<uint8_t, 3>{255, 255, 255})
+        firstInk = y;
+  ASSERT_GE(firstInk, 0);
+  for (int64_t y = firstInk; y < firstInk + 14; ++y)
+    for (int64_t x = 0; x < int64_t(png.width); ++x)
+      if (isDark(png.at(x, y))) {
+        ++dark;
+        left = std::min(left, x);
+        right = std::max(right, x);
+      }
+  EXPECT_GT(dark, 200);
+  EXPECT_GT(right - left, 300) << "a title of 30 characters";
+}
+
+TEST(CliShow, PngLegendHasASwatchAndALabelPerLayer) {
+  ScratchDir dir;
+  Png png = decodePng(pngOf(libraryPattern("bigbird") + " --n 64 -D b=8", dir));
+  Plot plot = findPlot(png, 64);
+  const int64_t below = plot.y + plot.side + 1;
+  for (size_t layer = 1; layer <= 4; ++layer) {
+    ir::Rgb c = ir::layerColor(layer);
+    std::array<uint8_t, 3> want{c.r, c.g, c.b};
+    int64_t count = 0, top = -1, right = 0;
+    for (int64_t y = below; y < int64_t(png.height); ++y)
+      for (int64_t x = 0; x < int64_t(png.width); ++x)
+        if (png.at(x, y) == want) {
+          ++count;
+          top = top < 0 ? y : top;
+          right = std::max(right, x);
+        }
+    EXPECT_GE(count, 100) << "layer " << layer << ": a swatch below the raster";
+    if (top < 0)
+      continue;
+    // Its label: dark text right of the swatch, on the same line.
+    int64_t ink = 0;
+    for (int64_t y = top; y < top + 16; ++y)
+      for (int64_t x = right + 1; x < int64_t(png.width); ++x)
+        ink += isDark(png.at(x, y));
+    EXPECT_GT(ink, 100) << "layer " << layer << ": a label beside its swatch";
+  }
 }
 
 TEST(CliShow, FormatFollowsTheOutputExtensionAndNeedsAFile) {

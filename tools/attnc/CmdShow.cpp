@@ -52,7 +52,8 @@ int runShow(const ShowOptions &opts) {
     return kExitUsage;
   }
   int64_t maxSide = opts.maxSide ? opts.maxSide : (format == "ascii" ? 128 : 768);
-  std::vector<ir::Layer> layers = ir::layersOf(lp->ir, opts.head);
+  std::vector<ir::Layer> layers =
+      ir::layersOf(lp->ir, opts.head, ir::SetNames(*lp->frontend, p.name));
   ir::Raster raster = ir::rasterize(layers, opts.n, maxSide);
   const std::string title = ir::pictureTitle(lp->ir, opts.n, opts.head);
 
@@ -64,7 +65,7 @@ int runShow(const ShowOptions &opts) {
   } else if (format == "svg") {
     text = ir::renderSvg(raster, layers, title, opts.grid);
   } else {
-    bytes = renderPng(raster, opts.grid);
+    bytes = renderPng(raster, layers, title, opts.grid);
   }
   if (opts.output.empty()) {
     std::cout << text;

@@ -1,7 +1,8 @@
 //===- Picture.h - Drawing a pattern as PNG -------------------------------===//
 //
 // ASCII and SVG pictures are the compiler's (attnc/analysis/Picture.h); the
-// CLI adds PNG, which needs zlib.
+// CLI adds PNG, which needs zlib, with the same title and legend, drawn in
+// the bitmap font of Font.h.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -9,11 +10,19 @@
 #include "attnc/analysis/Picture.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace attnc::tool {
 
-/// A PNG file's bytes (RGB, zlib-compressed), `grid` as for ir::renderSvg.
-std::vector<uint8_t> renderPng(const ir::Raster &r, int64_t grid);
+/// A PNG file's bytes (8-bit RGB, zlib-compressed, a tEXt "Title" chunk):
+/// `title` on top, "key j →" and tick labels above the raster, "query i"
+/// and tick labels to its left (at 0, n and every `grid` keys when grid > 0,
+/// where grid lines are drawn too), and below it the legend, one colour
+/// swatch and label per layer. The raster sits in a 1-pixel frame, each
+/// cell a square of max(1, 768 / side) pixels, at least 2 while the raster
+/// stays within 1024 pixels.
+std::vector<uint8_t> renderPng(const ir::Raster &r, const std::vector<ir::Layer> &layers,
+                               const std::string &title, int64_t grid);
 
 } // namespace attnc::tool

@@ -1,6 +1,7 @@
 //===- Picture.cpp - Drawing a pattern: ASCII and SVG ---------------------===//
 #include "attnc/analysis/Picture.h"
 
+#include "attnc/frontend/Driver.h"
 #include "attnc/plan/RowEvaluator.h"
 
 #include <algorithm>
@@ -49,6 +50,67 @@ std::string describe(const SetRef &s) {
   return text;
 }
 
+// A label is one line of a legend: comments go, any run of whitespace
+// (line breaks included) becomes one space, and long text is cut.
+std::string oneLine(std::string_view text) {
+  std::string out;
+  bool space = false, comment = false;
+  for (char c : text) {
+    if (comment) {
+      comment = c != '\n';
+      space = true;
+      continue;
+    }
+    if (c == '#') {
+      comment = true;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+      space = true;
+      continue;
+    }
+    if (space && !out.empty())
+      out += ' ';
+    space = false;
+    out += c;
+  }
+  // Count code points, not bytes: a UTF-8 continuation byte is 10xxxxxx.
+  size_t points = 0;
+  for (size_t k = 0; k < out.size(); ++k) {
+    if ((static_cast<unsigned char>(out[k]) & 0xC0) == 0x80)
+      continue;
+    if (++points == SetNames::kMaxLabelText) {
+      size_t rest = k + 1;
+      while (rest < out.size() && (static_cast<unsigned char>(out[rest]) & 0xC0) == 0x80)
+        ++rest;
+      if (rest < out.size()) {
+        out.erase(k);
+        while (!out.empty() && out.back() == ' ')
+          out.pop_back();
+        out += "\u2026";
+      }
+      break;
+    }
+  }
+  return out;
+}
+
+bool encloses(SourceRange outer, SourceRange inner) {
+  return outer.isValid() && inner.isValid() && outer.begin.buffer == inner.begin.buffer &&
+         outer.begin.offset <= inner.begin.offset && inner.end.offset <= outer.end.offset;
+}
+
+/// The operands of a union as written, `(A | B) | C` flattened the way the
+/// canonical IR flattens it; a set that is no union is its own operand.
+void unionOperands(const dsl::Expr &e, std::vector<const dsl::Expr *> &out) {
+  if (e.kind == dsl::ExprKind::Binary && e.binaryOp == dsl::BinaryOp::Union) {
+    for (const dsl::ExprPtr &operand : e.operands)
+      unionOperands(*operand, out);
+    return;
+  }
+  out.push_back(&e);
+}
+
 std::string xmlEscape(const std::string &s) {
   std::string out;
   for (char c : s) {
@@ -63,7 +125,64 @@ std::string xmlEscape(const std::string &s) {
   return out;
 }
 
+/// The label of a head's set: the Sema term keeps the range of the set as
+/// written, except that `causal` wraps it in an intersection located at the
+/// `causal` statement; look through such wrappers.
+std::optional<std::string> termLabel(const SetNames &names, TermRef t) {
+  while (t) {
+    if (std::optional<std::string> label = names.labelAt(t->loc()))
+      return label;
+    if (t->op() != Op::Intersect)
+      break;
+    t = t->arg(0);
+  }
+  return std::nullopt;
+}
+
 } // namespace
+
+SetNames::SetNames(const Frontend &fe, const std::string &pattern) {
+  const dsl::PatternDecl *decl = nullptr;
+  for (const dsl::PatternDecl &d : fe.module().patterns)
+    if (d.name == pattern)
+      decl = &d;
+  if (!decl)
+    return;
+  const dsl::SourceManager &sources = fe.sources();
+  for (const dsl::Stmt &s : decl->body) {
+    bool isLet = s.kind == dsl::StmtKind::Let;
+    if (!s.value || !(isLet || s.kind == dsl::StmtKind::Attend ||
+                      s.kind == dsl::StmtKind::HeadAttends))
+      continue;
+    std::string let = isLet ? s.name : std::string();
+    written_.push_back({s.value->outerRange(), let, isLet, oneLine(sources.slice(s.value->range))});
+    std::vector<const dsl::Expr *> operands;
+    unionOperands(*s.value, operands);
+    if (operands.size() < 2)
+      continue;
+    // A name is another let's: sets built from it carry that let's range.
+    for (const dsl::Expr *operand : operands)
+      if (operand->kind != dsl::ExprKind::Name)
+        written_.push_back(
+            {operand->outerRange(), let, false, oneLine(sources.slice(operand->range))});
+  }
+}
+
+std::optional<std::string> SetNames::labelAt(SourceRange loc) const {
+  const Written *best = nullptr;
+  for (const Written &w : written_)
+    if (encloses(w.range, loc) &&
+        (!best || w.range.end.offset - w.range.begin.offset <
+                      best->range.end.offset - best->range.begin.offset))
+      best = &w;
+  if (!best)
+    return std::nullopt;
+  if (best->let.empty())
+    return best->text;
+  if (best->whole)
+    return best->let + "  " + best->text;
+  return best->text + "  (in " + best->let + ")";
+}
 
 Rgb layerColor(size_t layer) { return kPalette[(layer - 1) % kPalette.size()]; }
 
@@ -78,13 +197,16 @@ std::string pictureTitle(const PatternIR &ir, int64_t n, std::optional<int64_t> 
   return title + ")";
 }
 
-std::vector<Layer> layersOf(const PatternIR &ir, std::optional<int64_t> head) {
+std::vector<Layer> layersOf(const PatternIR &ir, std::optional<int64_t> head,
+                            const SetNames &names) {
   std::vector<Layer> layers;
   if (!head && ir.heads.size() > 1) {
     for (const PatternIR::Head &h : ir.heads) {
       std::string label = "head";
       for (int64_t k : h.heads)
         label += " " + std::to_string(k);
+      if (std::optional<std::string> set = termLabel(names, h.term))
+        label += ": " + *set;
       layers.push_back({label, h.set});
     }
     return layers;
@@ -100,7 +222,8 @@ std::vector<Layer> layersOf(const PatternIR &ir, std::optional<int64_t> head) {
     for (const SetRef &part : u->children) {
       std::vector<SetRef> conj{part};
       conj.insert(conj.end(), rest.begin(), rest.end());
-      layers.push_back({describe(part), SetNode::intersect(conj, part->loc)});
+      layers.push_back({names.labelAt(part->loc).value_or(describe(part)),
+                        SetNode::intersect(conj, part->loc)});
     }
   };
   if (set->kind == Gen::Union) {
@@ -117,7 +240,7 @@ std::vector<Layer> layersOf(const PatternIR &ir, std::optional<int64_t> head) {
     }
   }
   if (layers.empty())
-    layers.push_back({describe(set), set});
+    layers.push_back({termLabel(names, chosen->term).value_or(describe(set)), set});
   return layers;
 }
 
