@@ -1,6 +1,6 @@
 """What calling attnc from Python costs over calling its C ABI directly.
 
-    python bench/python_overhead.py [--n 64 4096] [--threads 1]
+    python bench/python_overhead.py [--n 64 4096] [--threads 1] [--cold] [--clock wall|cpu]
 
 For each n, on [1, 8, n, 64] float32 with the *fixed* pattern (l=128, c=8), in one
 process, rounds that alternate between:
@@ -10,6 +10,10 @@ process, rounds that alternate between:
   C, no lse      the same with lse = NULL (what a numpy call asks for)
   extension      attnc._attnc.run_forward on preallocated torch tensors: the 5 DLPack
                  conversions and the GIL release
+  extension, fresh O
+                 the same on O and lse from torch.empty at each call: what allocating
+                 the outputs costs (and first touching them, where the allocator hands
+                 out pages the process has not touched yet)
   numpy          kernel(q, k, v) on numpy arrays (allocates O)
   torch          kernel(q, k, v) on tensors: the checks, the custom op's dispatch,
                  O and lse allocated
@@ -20,6 +24,15 @@ Prints each mode's median time per call and its difference from C's. At small n 
 kernel's work is tiny and the differences are the layers' costs; at n = 4096 the kernel
 takes milliseconds and the differences are the same layers plus noise (the median of
 many alternating rounds keeps that noise small).
+
+At n = 4096 the layers cost more than at n = 64 because they run with cold caches: the
+kernel streams Q, K, V and O (32 MiB) through the caches, evicting the interpreter's and
+the dispatcher's working set, and every layer before and after the next call misses.
+--cold reproduces that at any n: each timed call follows a sweep over 64 MiB (untimed),
+so at n = 64 the differences are the layers' cold costs without the kernel's noise.
+--clock cpu times the process's CPU time instead of the wall clock: on a machine shared
+with other work, time spent descheduled is left out (with --threads 1 attnc runs on one
+core, so the two agree on an idle machine).
 """
 
 from __future__ import annotations
@@ -60,6 +73,10 @@ def main() -> None:
     parser.add_argument("--n", type=int, nargs="+", default=[64, 4096])
     parser.add_argument("--threads", type=int, default=1, help="attnc's worker threads (0: every core)")
     parser.add_argument("--seconds", type=float, default=4.0, help="time per n")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall: time.perf_counter; cpu: the process's CPU time (for busy machines)")
+    parser.add_argument("--cold", action="store_true",
+                        help="evict the caches (a 64 MiB sweep, untimed) before each timed call")
     args = parser.parse_args()
 
     lib = ctypes.CDLL(os.path.join(os.path.dirname(attnc.__file__), "libattnc.so"))
@@ -68,7 +85,12 @@ def main() -> None:
     kernel.num_threads = args.threads
     options = Options(0.0, args.threads)
 
-    print(f"torch {torch.__version__}, attnc threads {args.threads}, torch threads {torch.get_num_threads()}")
+    print(f"torch {torch.__version__}, attnc threads {args.threads}, torch threads {torch.get_num_threads()}, "
+          f"{args.clock} clock" + (", cold caches" if args.cold else ""))
+    clock = time.perf_counter_ns if args.clock == "wall" else time.process_time_ns
+    # 64 MiB, past any L3 this runs on; numpy's one thread, so that no OpenMP worker spins
+    # on into the timed call (which the cpu clock would count).
+    sweep = np.ones(16 << 20, dtype=np.float32) if args.cold else None
     for n in args.n:
         shape = (1, 8, n, 64)
         q, k, v = (torch.randn(shape) for _ in range(3))
@@ -86,10 +108,15 @@ def main() -> None:
             assert lib.attnc_run_forward(address, *pointers[:4], None, ctypes.byref(options)) == 0
 
         handle = kernel._handle
+
+        def fresh_outputs():
+            attnc._attnc.run_forward(handle, q, k, v, torch.empty(shape), torch.empty(shape[:3]), 0.0, args.threads)
+
         modes = {
             "C": c_call,
             "C, no lse": c_call_no_lse,
             "extension": lambda: attnc._attnc.run_forward(handle, q, k, v, o, lse, 0.0, args.threads),
+            "extension, fresh O": fresh_outputs,
             "numpy": lambda: kernel(qn, kn, vn),
             "torch": lambda: kernel(q, k, v),
             "torch+autograd": lambda: kernel(qg, kg, vg),
@@ -100,22 +127,24 @@ def main() -> None:
         start = time.perf_counter()
         c_call()
         per_call = time.perf_counter() - start
-        calls = max(1, int(0.002 / max(per_call, 1e-7)))  # about 2 ms of calls per sample
+        calls = 1 if args.cold else max(1, int(0.002 / max(per_call, 1e-7)))  # about 2 ms of calls per sample
         samples = {name: [] for name in modes}
         deadline = time.perf_counter() + args.seconds
         while time.perf_counter() < deadline:
             for name, f in modes.items():
-                t0 = time.perf_counter_ns()
+                if args.cold:
+                    np.add(sweep, 1.0, out=sweep)
+                t0 = clock()
                 for _ in range(calls):
                     f()
-                samples[name].append((time.perf_counter_ns() - t0) / calls / 1e3)
+                samples[name].append((clock() - t0) / calls / 1e3)
         medians = {name: statistics.median(values) for name, values in samples.items()}
         print(f"n = {n}: {len(samples['C'])} rounds of {calls} calls per mode")
         for name, m in medians.items():
             # numpy calls ask for no log-sum-exp: their C counterpart is the call without it.
             base = "C, no lse" if name == "numpy" else "C"
             over = f"{m - medians[base]:+8.1f} us over {base}" if not name.startswith("C") else ""
-            print(f"  {name:<15} {m:10.1f} us/call   {over}")
+            print(f"  {name:<18} {m:10.1f} us/call   {over}")
 
 
 if __name__ == "__main__":

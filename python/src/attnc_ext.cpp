@@ -1,6 +1,7 @@
 //===- attnc_ext.cpp - attnc._attnc: the nanobind extension ---------------===//
 //
-// A thin layer over the C ABI (attnc.h: load, run, run_forward, run_backward),
+// A thin layer over the C ABI (attnc.h: load, run_forward, run_backward and
+// their varlen forms),
 // the JIT (attnc_jit.h) and the compiler's analyses (analysis/Report.h,
 // analysis/Picture.h). It converts arrays, which arrive through DLPack (or the
 // buffer protocol) as nb::ndarray views with any strides and are never
@@ -61,6 +62,8 @@ struct Kernel {
 
 using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
 using OutArray = nb::ndarray<nb::device::cpu>;
+/// FlashAttention's cu_seqlens: int32, one dimension, read where it lies.
+using Offsets = nb::ndarray<const int32_t, nb::ndim<1>, nb::device::cpu, nb::c_contig>;
 
 constexpr uint8_t kFloatCode = static_cast<uint8_t>(nb::dlpack::dtype_code::Float);
 constexpr uint8_t kBfloatCode = static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat);
@@ -115,8 +118,25 @@ attnc_run_options runOptions(float scale, int32_t numThreads) {
   return options;
 }
 
-void runForward(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const OutArray &o,
-                const std::optional<OutArray> &lse, float scale, int32_t numThreads) {
+/// The varlen description of a call: cu_seqlens_k absent means the keys
+/// take the queries' offsets (attnc_varlen's null).
+attnc_varlen varlenOf(const Offsets &cuQ, const std::optional<Offsets> &cuK) {
+  if (cuQ.shape(0) == 0)
+    throw StatusError{ATTNC_ERROR_INVALID_ARGUMENT, "cu_seqlens_q is empty; it holds num_seqs + 1 offsets from 0"};
+  if (cuK && cuK->shape(0) != cuQ.shape(0))
+    throw StatusError{ATTNC_ERROR_INVALID_ARGUMENT, "cu_seqlens_k has " + std::to_string(cuK->shape(0)) +
+                                                        " entries but cu_seqlens_q " +
+                                                        std::to_string(cuQ.shape(0)) + "; both are num_seqs + 1"};
+  attnc_varlen varlen{};
+  varlen.cu_seqlens_q = cuQ.data();
+  varlen.cu_seqlens_k = cuK ? cuK->data() : nullptr;
+  varlen.num_seqs = static_cast<int64_t>(cuQ.shape(0)) - 1;
+  return varlen;
+}
+
+/// attnc_run_forward, or attnc_run_varlen when `varlen` is given.
+void forward(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const OutArray &o,
+             const std::optional<OutArray> &lse, const attnc_varlen *varlen, float scale, int32_t numThreads) {
   const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v");
   attnc_tensor to = view4(o, "o");
   std::optional<attnc_tensor> tl;
@@ -126,14 +146,17 @@ void runForward(const Kernel &kernel, const InArray &q, const InArray &k, const 
   attnc_status status;
   {
     nb::gil_scoped_release release;
-    status = attnc_run_forward(kernel.handle, &tq, &tk, &tv, &to, tl ? &*tl : nullptr, &options);
+    attnc_tensor *l = tl ? &*tl : nullptr;
+    status = varlen ? attnc_run_varlen(kernel.handle, &tq, &tk, &tv, &to, l, varlen, &options)
+                    : attnc_run_forward(kernel.handle, &tq, &tk, &tv, &to, l, &options);
   }
   check(status);
 }
 
-void runBackward(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const InArray &o,
-                 const InArray &dO, const InArray &lse, const OutArray &dq, const OutArray &dk, const OutArray &dv,
-                 float scale, int32_t numThreads) {
+/// attnc_run_backward, or attnc_run_backward_varlen when `varlen` is given.
+void backward(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const InArray &o,
+              const InArray &dO, const InArray &lse, const OutArray &dq, const OutArray &dk, const OutArray &dv,
+              const attnc_varlen *varlen, float scale, int32_t numThreads) {
   const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v"), to = view4(o, "o"),
                      tdo = view4(dO, "d_o"), tl = viewLse(lse);
   attnc_tensor tdq = view4(dq, "d_q"), tdk = view4(dk, "d_k"), tdv = view4(dv, "d_v");
@@ -141,9 +164,37 @@ void runBackward(const Kernel &kernel, const InArray &q, const InArray &k, const
   attnc_status status;
   {
     nb::gil_scoped_release release;
-    status = attnc_run_backward(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
+    status = varlen ? attnc_run_backward_varlen(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
+                                                varlen, &options)
+                    : attnc_run_backward(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
   }
   check(status);
+}
+
+void runForward(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const OutArray &o,
+                const std::optional<OutArray> &lse, float scale, int32_t numThreads) {
+  forward(kernel, q, k, v, o, lse, nullptr, scale, numThreads);
+}
+
+void runBackward(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const InArray &o,
+                 const InArray &dO, const InArray &lse, const OutArray &dq, const OutArray &dk, const OutArray &dv,
+                 float scale, int32_t numThreads) {
+  backward(kernel, q, k, v, o, dO, lse, dq, dk, dv, nullptr, scale, numThreads);
+}
+
+void runVarlen(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const OutArray &o,
+               const std::optional<OutArray> &lse, const Offsets &cuQ, const std::optional<Offsets> &cuK,
+               float scale, int32_t numThreads) {
+  const attnc_varlen varlen = varlenOf(cuQ, cuK);
+  forward(kernel, q, k, v, o, lse, &varlen, scale, numThreads);
+}
+
+void runBackwardVarlen(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const InArray &o,
+                       const InArray &dO, const InArray &lse, const OutArray &dq, const OutArray &dk,
+                       const OutArray &dv, const Offsets &cuQ, const std::optional<Offsets> &cuK, float scale,
+                       int32_t numThreads) {
+  const attnc_varlen varlen = varlenOf(cuQ, cuK);
+  backward(kernel, q, k, v, o, dO, lse, dq, dk, dv, &varlen, scale, numThreads);
 }
 
 std::unique_ptr<Kernel> compile(const std::string &source, const std::string &name,
@@ -234,7 +285,8 @@ std::pair<std::string, std::string> show(const std::string &source, const std::s
   std::string text;
   {
     nb::gil_scoped_release release;
-    const std::vector<attnc::ir::Layer> layers = attnc::ir::layersOf(ir, head);
+    const std::vector<attnc::ir::Layer> layers =
+        attnc::ir::layersOf(ir, head, attnc::ir::SetNames(loaded->frontend, loaded->pattern->name));
     const attnc::ir::Raster raster = attnc::ir::rasterize(layers, n, maxSide);
     const std::string title = attnc::ir::pictureTitle(ir, n, head);
     text = format == "ascii" ? attnc::ir::renderAscii(raster, layers, title, /*color=*/false)
@@ -282,6 +334,12 @@ NB_MODULE(_attnc, m) {
         "num_threads"_a, "attnc_run_forward: o (and lse when given) from q, k, v");
   m.def("run_backward", &runBackward, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a,
         "d_k"_a, "d_v"_a, "scale"_a, "num_threads"_a, "attnc_run_backward: d_q, d_k, d_v");
+  m.def("run_varlen", &runVarlen, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(), "cu_seqlens_q"_a,
+        "cu_seqlens_k"_a.none(), "scale"_a, "num_threads"_a,
+        "attnc_run_varlen: o (and lse) of a batch-1 call whose sequences cu_seqlens (int32) delimit");
+  m.def("run_backward_varlen", &runBackwardVarlen, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a,
+        "d_q"_a, "d_k"_a, "d_v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a.none(), "scale"_a, "num_threads"_a,
+        "attnc_run_backward_varlen: d_q, d_k, d_v of a varlen call");
   m.def("analyze", &analyze, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "block"_a,
         "block_cols"_a, "connectivity"_a, "(the analyze --json object, warnings)");
   m.def("show", &show, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "head"_a.none(), "grid"_a,

@@ -1,5 +1,6 @@
-"""examples/python/train_tiny.py: training with attnc's *fixed* kernel follows the loss curve
-of the same model trained with scaled_dot_product_attention and the pattern as a mask."""
+"""examples/python: train_tiny.py (training with attnc's *fixed* kernel follows the loss curve
+of the same model trained with scaled_dot_product_attention and the pattern as a mask) and
+kv_cache_decoding.py (decoding steps over a key/value cache equal full passes)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import importlib.util
 from conftest import REPO
 
 
-def load_example():
-    path = REPO / "examples" / "python" / "train_tiny.py"
-    spec = importlib.util.spec_from_file_location("train_tiny", path)
+def load_example(name: str = "train_tiny"):
+    path = REPO / "examples" / "python" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -30,3 +31,8 @@ def test_attnc_and_masked_sdpa_train_alike():
     # missing key, a wrong scale) moves the curve by 1e-2 or more within a few steps.
     worst = max(abs(a - s) for a, s in zip(attnc_curve, sdpa_curve))
     assert worst < 1e-3, f"largest loss difference {worst:.2e}"
+
+
+def test_kv_cache_decoding_steps_equal_full_passes(capsys):
+    load_example("kv_cache_decoding").main()  # asserts a difference below 1e-5 itself
+    assert "largest difference between decoding steps and full passes" in capsys.readouterr().out

@@ -84,7 +84,10 @@ def test_shapes_that_differ():
     q, k, v = qkv()
     with raises_status("ATTNC_ERROR_SHAPE") as e:
         kernel(q, k[:, :, :-1], v)
-    assert "'k' has shape [2, 2, 39, 8] but 'q' has [2, 2, 40, 8]" in str(e.value)
+    assert "'v' has shape [2, 2, 40, 8] but 'k' has [2, 2, 39, 8]" in str(e.value)
+    with raises_status("ATTNC_ERROR_SHAPE") as e:
+        kernel(q, k[:, :, :-1], v[:, :, :-1])
+    assert "'q' has 40 rows but 'k' 39" in str(e.value)
     with raises_status("ATTNC_ERROR_SHAPE"):
         kernel(q[0], k[0], v[0])
 

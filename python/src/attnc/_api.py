@@ -28,7 +28,7 @@ PathOrSource = Union[str, "os.PathLike[str]"]
 _METADATA_KEYS = (
     "pattern", "params", "heads", "head_sets", "dtype", "target", "backend", "tile_rows", "tile_cols",
     "tuned_tiles", "halide_schedule", "halide_target", "abi_version", "source_hash", "compiler_version",
-    "source",
+    "jit_cache_key", "source",
 )
 _BACKENDS = ("fused", "halide", "sparsifier", "dense")
 
@@ -66,12 +66,18 @@ def _needs_copy(e: BaseException) -> bool:
 class Kernel:
     """A compiled attention pattern: ``kernel(q, k, v)`` computes
 
-    ``O[b, h, i] = sum over j in S_h(i) of softmax_j(scale * q_i . k_j) v_j``
+    ``O[b, h, r] = sum over j in S_h(p) of softmax_j(scale * q_r . k_j) v_j``
 
-    on arrays of shape ``[batch, heads, n, d]``: torch tensors (float32 or
-    bfloat16, on the CPU; a ``torch.library`` custom op with autograd, see
-    :mod:`attnc.torch`) or numpy float32 arrays. Any strides; contiguous
+    on q of shape ``[batch, Hq, nq, d]`` and k, v of shape ``[batch, Hkv, nk, d]``:
+    torch tensors (float32 or bfloat16, on the CPU; a ``torch.library`` custom op with
+    autograd, see :mod:`attnc.torch`) or numpy float32 arrays. Any strides; contiguous
     inputs are never copied. ``n`` is free: one kernel serves every length.
+
+    Grouped-query attention: ``Hq`` is a multiple of ``Hkv`` and query head ``h`` reads
+    key/value head ``h // (Hq // Hkv)`` (``Hkv = 1``: multi-query). Fewer queries than
+    keys: the ``nq`` queries are the *last* ``nq`` of the ``nk`` positions, ``p = r + nk -
+    nq`` (bottom-right alignment, as in a decoding step over a key/value cache), so a
+    causal pattern needs nothing else for decoding.
     """
 
     def __init__(self, handle: Any, name: str) -> None:
@@ -107,7 +113,8 @@ class Kernel:
         return self._handle.metadata("backend")
 
     def __call__(self, q: Any, k: Any, v: Any, scale: Optional[float] = None) -> Any:
-        """Attention of q, k, v [batch, heads, n, d]; returns O like q (a tensor or a numpy array).
+        """Attention of q [batch, Hq, nq, d] over k, v [batch, Hkv, nk, d] (see the class);
+        returns O like q (a tensor or a numpy array).
 
         ``scale`` defaults to ``1/sqrt(d)``.
         """
@@ -124,10 +131,11 @@ class Kernel:
     def forward(
         self, q: Any, k: Any, v: Any, scale: Optional[float] = None, lse: bool = True
     ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-        """O and each row's log-sum-exp ([batch, heads, n], float32; -inf for a row with no keys;
-        None with ``lse=False`` or a sparsifier kernel, which has none) for numpy float32 arrays
-        (or any DLPack array, viewed through numpy)."""
+        """O (q's shape) and each row's log-sum-exp ([batch, Hq, nq], float32; -inf for a row with
+        no keys; None with ``lse=False`` or a sparsifier kernel, which has none) for numpy float32
+        arrays (or any DLPack array, viewed through numpy)."""
         q, k, v = (_numpy_input(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
+        _check_shapes(q.shape, k.shape, v.shape)
         o = np.empty(q.shape, dtype=np.float32)
         l = np.empty(q.shape[:3], dtype=np.float32) if lse and self._has_lse else None
         self._forward(q, k, v, o, l, _scale(scale))
@@ -136,12 +144,15 @@ class Kernel:
     def backward(
         self, q: Any, k: Any, v: Any, o: Any, lse: Any, d_o: Any, scale: Optional[float] = None
     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """dQ, dK, dV of ``sum(O * d_o)`` for numpy float32 arrays, from forward()'s O and lse."""
+        """dQ, dK, dV of ``sum(O * d_o)`` for numpy float32 arrays, from forward()'s O and lse;
+        dK and dV have k's shape (with grouped heads, summed over each group's query heads)."""
         q, k, v, o, d_o = (
             _numpy_input(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (d_o, "d_o"))
         )
+        _check_shapes(q.shape, k.shape, v.shape)
         lse = np.asarray(lse, dtype=np.float32)
-        grads = tuple(np.empty(q.shape, dtype=np.float32) for _ in range(3))
+        grads = (np.empty(q.shape, dtype=np.float32), np.empty(k.shape, dtype=np.float32),
+                 np.empty(k.shape, dtype=np.float32))
         self._backward(q, k, v, o, d_o, lse, *grads, _scale(scale))
         return grads
 
@@ -176,6 +187,33 @@ def _scale(scale: Optional[float]) -> float:
     if not (scale > 0 and math.isfinite(scale)):
         raise error(INVALID_ARGUMENT, f"scale must be a positive finite number, got {scale}")
     return scale
+
+
+def _check_heads(hq: Any, hkv: Any) -> None:
+    if hkv < 1 or hq % hkv != 0:
+        raise error(SHAPE, f"'q' has {hq} heads and 'k' {hkv}; the query heads must be a multiple of the "
+                           "key/value heads (each group of query heads shares one)")
+
+
+def _check_shapes(q: Tuple[Any, ...], k: Tuple[Any, ...], v: Tuple[Any, ...]) -> None:
+    """The shapes of a dense call (numpy arrays and tensors; torch's symbolic sizes too): q
+    [batch, Hq, nq, d], k and v [batch, Hkv, nk, d], Hq a multiple of Hkv, nq <= nk. A call
+    with no output element (batch, Hq or nq of 0) is checked for ranks and agreement only,
+    as the runtime does."""
+    for name, shape in (("q", q), ("k", k), ("v", v)):
+        if len(shape) != 4:
+            raise error(SHAPE, f"'{name}' has shape {list(shape)}; attnc takes [batch, heads, n, d]")
+    if tuple(v) != tuple(k):
+        raise error(SHAPE, f"'v' has shape {list(v)} but 'k' has {list(k)}; values have the keys' shape")
+    if k[0] != q[0] or k[3] != q[3]:
+        raise error(SHAPE, f"'k' has shape {list(k)} but 'q' has {list(q)}; they must agree in batch "
+                           "(dimension 0) and d (dimension 3)")
+    if q[0] == 0 or q[1] == 0 or q[2] == 0:
+        return
+    _check_heads(q[1], k[1])
+    if q[2] > k[2]:
+        raise error(SHAPE, f"'q' has {q[2]} rows but 'k' {k[2]}; the queries are the last nq of the nk key "
+                           "positions (bottom-right aligned), so nq <= nk")
 
 
 def _numpy_input(x: Any, name: str) -> np.ndarray:

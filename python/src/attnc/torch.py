@@ -1,67 +1,91 @@
-"""attnc in PyTorch: a ``torch.library`` custom op with a fake implementation and autograd.
+"""attnc in PyTorch: ``torch.library`` custom ops with fake implementations and autograd.
 
     kernel = attnc.compile("patterns/fixed.attn", l=128, c=8)
     o = attnc.torch.attention(q, k, v, kernel)     # or kernel(q, k, v)
+    o = attnc.torch.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, kernel)
 
-Two ops, both for CPU tensors:
+Four ops, all for CPU tensors:
 
-- ``attnc::attention(q, k, v, kernel_id, scale) -> (o, lse)``: attnc_run_forward,
-  which also writes each row's log-sum-exp (float32 [batch, heads, n]).
+- ``attnc::attention(q, k, v, kernel_id, scale) -> (o, lse)``: attnc_run_forward on q
+  [batch, Hq, nq, d] and k, v [batch, Hkv, nk, d], which also writes each row's
+  log-sum-exp (float32 [batch, Hq, nq]).
 - ``attnc::attention_backward(d_o, q, k, v, o, lse, kernel_id, scale) -> (d_q, d_k, d_v)``:
-  attnc_run_backward, the gradients of ``sum(O * d_o)``.
+  attnc_run_backward, the gradients of ``sum(O * d_o)``; d_k and d_v have k's shape.
+- ``attnc::attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, kernel_id, scale) -> (o, lse)``:
+  attnc_run_varlen on FlashAttention's packed layout, q [total_q, Hq, d] and k, v
+  [total_k, Hkv, d], lse float32 [Hq, total_q].
+- ``attnc::attention_varlen_backward(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+  kernel_id, scale) -> (d_q, d_k, d_v)``: attnc_run_backward_varlen.
 
 Each has a fake (meta) implementation that gives the outputs' shapes, so
 ``torch.compile(fullgraph=True)`` traces through them without a graph break,
-and the first has the second as its autograd formula (q, k, v, o and lse are
-saved; lse is not differentiable). A kernel enters the ops as its id (ops take
-no Python objects). Outputs and gradients are contiguous and have q's dtype
-(float32 or bfloat16; attnc computes in float32). Inputs may have any strides;
-ones attnc cannot take (a broadcast's 0 stride) are copied once.
+and each forward has its backward op as its autograd formula (q, k, v, o and
+lse are saved; lse and the offsets are not differentiable). A kernel enters the
+ops as its id (ops take no Python objects). Outputs and gradients are
+contiguous and have their input's dtype (float32 or bfloat16; attnc computes
+in float32). Inputs may have any strides; ones attnc cannot take (a
+broadcast's 0 stride) are copied once. The packed [total, heads, d] tensors
+reach attnc as [1, heads, total, d] views of the same memory: never copied.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from . import _api, _attnc
-from ._errors import DTYPE, SHAPE, UNSUPPORTED, AttncError, error
+from ._errors import DTYPE, INVALID_ARGUMENT, SHAPE, UNSUPPORTED, AttncError, error
 
-__all__ = ["attention", "attention_with_lse"]
+__all__ = ["attention", "attention_with_lse", "attention_varlen", "attention_varlen_with_lse"]
 
 _DTYPES = (torch.float32, torch.bfloat16)
+_OFFSET_DTYPES = (torch.int32, torch.int64)
+_INT32_MAX = 2**31 - 1
 
 # A tensor's DLPack capsule, made in C: a tenth of the cost of calling
 # Tensor.__dlpack__ (which checks its arguments in Python), five times a call.
 _dlpack = getattr(torch.utils.dlpack, "to_dlpack", None) or (lambda t: t.__dlpack__())
 
+Offsets = Union[Tensor, Sequence[int]]
 
-def _run_forward(kernel: "_api.Kernel", q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Optional[Tensor],
-                 scale: float) -> None:
+
+def _run(call, kernel: "_api.Kernel", tensors: list, copyable: int, scale: float, offsets: tuple = ()) -> None:
+    """Calls `call` on the tensors (then the offsets) as DLPack capsules; once more on row-major
+    copies of the first `copyable` (the inputs) when attnc cannot take their strides. Capsules are
+    made per attempt: the extension consumes them."""
     for attempt in (0, 1):
         try:
-            _attnc.run_forward(kernel._handle, _dlpack(q), _dlpack(k), _dlpack(v), _dlpack(o),
-                               None if lse is None else _dlpack(lse), scale, kernel.num_threads)
+            capsules = [None if x is None else _dlpack(x) for x in (*tensors, *offsets)]
+            call(kernel._handle, *capsules, scale, kernel.num_threads)
             return
         except (AttncError, TypeError, BufferError) as e:
             if attempt or not _api._needs_copy(e):
                 raise
-            q, k, v = (_api._contiguous(x) for x in (q, k, v))
+            tensors = [_api._contiguous(x) for x in tensors[:copyable]] + tensors[copyable:]
 
 
-def _run_backward(kernel: "_api.Kernel", q: Tensor, k: Tensor, v: Tensor, o: Tensor, d_o: Tensor, lse: Tensor,
-                  d_q: Tensor, d_k: Tensor, d_v: Tensor, scale: float) -> None:
-    for attempt in (0, 1):
-        try:
-            _attnc.run_backward(kernel._handle, *(_dlpack(x) for x in (q, k, v, o, d_o, lse, d_q, d_k, d_v)),
-                                scale, kernel.num_threads)
-            return
-        except (AttncError, TypeError, BufferError) as e:
-            if attempt or not _api._needs_copy(e):
-                raise
-            q, k, v, o, d_o, lse = (_api._contiguous(x) for x in (q, k, v, o, d_o, lse))
+def _packed(x: Tensor) -> Tensor:
+    """[total, heads, d] seen as the [1, heads, total, d] view attnc takes (same memory)."""
+    return x.permute(1, 0, 2).unsqueeze(0)
+
+
+def _offsets(cu: Optional[Tensor], name: str) -> Optional[Tensor]:
+    """cu_seqlens as attnc reads them: int32 and contiguous, zero-copy when they already are."""
+    if cu is None:
+        return None
+    if cu.dtype == torch.int64 and cu.numel():
+        # int64 offsets past int32 would wrap in the conversion and could look valid.
+        lo, hi = int(cu.min()), int(cu.max())
+        if lo < -_INT32_MAX - 1 or hi > _INT32_MAX:
+            bad = hi if hi > _INT32_MAX else lo
+            raise error(INVALID_ARGUMENT, f"'{name}' holds {bad}, which does not fit in int32 (attnc reads "
+                                          "FlashAttention's int32 cu_seqlens)")
+    return cu.to(torch.int32).contiguous()
+
+
+# ---- dense batches ----------------------------------------------------------
 
 
 @torch.library.custom_op("attnc::attention", mutates_args=(), device_types="cpu")
@@ -70,16 +94,16 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, kernel_id: int, scale: float) ->
     o = torch.empty(q.shape, dtype=q.dtype)
     lse = torch.empty(q.shape[:3], dtype=torch.float32)
     if kernel._has_lse:
-        _run_forward(kernel, q, k, v, o, lse, scale)
+        _run(_attnc.run_forward, kernel, [q, k, v, o, lse], 3, scale)
     else:  # the sparsifier: no log-sum-exp, and so no backward either
-        _run_forward(kernel, q, k, v, o, None, scale)
+        _run(_attnc.run_forward, kernel, [q, k, v, o, None], 3, scale)
         lse.fill_(float("nan"))
     return o, lse
 
 
 @_attention.register_fake
 def _attention_fake(q: Tensor, k: Tensor, v: Tensor, kernel_id: int, scale: float) -> Tuple[Tensor, Tensor]:
-    _check_shapes(q, k, v)
+    _api._check_shapes(q.shape, k.shape, v.shape)
     return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
@@ -90,8 +114,9 @@ def _attention_backward(
     kernel = _api._kernel_by_id(kernel_id)
     if d_o.dtype != o.dtype:
         d_o = d_o.to(o.dtype)
-    d_q, d_k, d_v = (torch.empty(q.shape, dtype=q.dtype) for _ in range(3))
-    _run_backward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, scale)
+    d_q, d_k, d_v = torch.empty(q.shape, dtype=q.dtype), torch.empty(k.shape, dtype=k.dtype), \
+        torch.empty(v.shape, dtype=v.dtype)
+    _run(_attnc.run_backward, kernel, [q, k, v, o, d_o, lse, d_q, d_k, d_v], 6, scale)
     return d_q, d_k, d_v
 
 
@@ -99,7 +124,7 @@ def _attention_backward(
 def _attention_backward_fake(
     d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kernel_id: int, scale: float
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    return q.new_empty(q.shape), q.new_empty(q.shape), q.new_empty(q.shape)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -120,15 +145,83 @@ def _backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
 _attention.register_autograd(_backward, setup_context=_setup_context)
 
 
-def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
-    if q.dim() != 4:
-        raise error(SHAPE, f"'q' has shape {list(q.shape)}; attnc takes [batch, heads, n, d]")
-    for name, x in (("k", k), ("v", v)):
-        if x.shape != q.shape:
-            raise error(SHAPE, f"'{name}' has shape {list(x.shape)} but 'q' has {list(q.shape)}")
+# ---- variable-length batches ------------------------------------------------
 
 
-def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
+@torch.library.custom_op("attnc::attention_varlen", mutates_args=(), device_types="cpu")
+def _attention_varlen(
+    q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Optional[Tensor], kernel_id: int,
+    scale: float
+) -> Tuple[Tensor, Tensor]:
+    kernel = _api._kernel_by_id(kernel_id)
+    cu_q, cu_k = _offsets(cu_seqlens_q, "cu_seqlens_q"), _offsets(cu_seqlens_k, "cu_seqlens_k")
+    o = torch.empty(q.shape, dtype=q.dtype)
+    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    views = [_packed(x) for x in (q, k, v, o)]
+    if kernel._has_lse:
+        _run(_attnc.run_varlen, kernel, views + [lse.unsqueeze(0)], 3, scale, (cu_q, cu_k))
+    else:
+        _run(_attnc.run_varlen, kernel, views + [None], 3, scale, (cu_q, cu_k))
+        lse.fill_(float("nan"))
+    return o, lse
+
+
+@_attention_varlen.register_fake
+def _attention_varlen_fake(
+    q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Optional[Tensor], kernel_id: int,
+    scale: float
+) -> Tuple[Tensor, Tensor]:
+    _check_varlen_shapes(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("attnc::attention_varlen_backward", mutates_args=(), device_types="cpu")
+def _attention_varlen_backward(
+    d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, cu_seqlens_q: Tensor,
+    cu_seqlens_k: Optional[Tensor], kernel_id: int, scale: float
+) -> Tuple[Tensor, Tensor, Tensor]:
+    kernel = _api._kernel_by_id(kernel_id)
+    cu_q, cu_k = _offsets(cu_seqlens_q, "cu_seqlens_q"), _offsets(cu_seqlens_k, "cu_seqlens_k")
+    if d_o.dtype != o.dtype:
+        d_o = d_o.to(o.dtype)
+    d_q, d_k, d_v = torch.empty(q.shape, dtype=q.dtype), torch.empty(k.shape, dtype=k.dtype), \
+        torch.empty(v.shape, dtype=v.dtype)
+    views = [_packed(x) for x in (q, k, v, o, d_o)] + [lse.unsqueeze(0)] + [_packed(x) for x in (d_q, d_k, d_v)]
+    _run(_attnc.run_backward_varlen, kernel, views, 6, scale, (cu_q, cu_k))
+    return d_q, d_k, d_v
+
+
+@_attention_varlen_backward.register_fake
+def _attention_varlen_backward_fake(
+    d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, cu_seqlens_q: Tensor,
+    cu_seqlens_k: Optional[Tensor], kernel_id: int, scale: float
+) -> Tuple[Tensor, Tensor, Tensor]:
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_varlen_context(ctx, inputs, output) -> None:
+    q, k, v, cu_seqlens_q, cu_seqlens_k, kernel_id, scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
+    ctx.mark_non_differentiable(lse)
+    ctx.kernel_id = kernel_id
+    ctx.scale = scale
+
+
+def _varlen_backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
+    q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+    d_q, d_k, d_v = torch.ops.attnc.attention_varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, ctx.kernel_id,
+                                                               ctx.scale)
+    return d_q, d_k, d_v, None, None, None, None
+
+
+_attention_varlen.register_autograd(_varlen_backward, setup_context=_setup_varlen_context)
+
+
+# ---- checks and the public functions ----------------------------------------
+
+
+def _check_tensors(q: Tensor, k: Tensor, v: Tensor) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor):
             raise TypeError(f"'{name}' is a {type(x).__name__}; q, k and v must all be tensors")
@@ -138,17 +231,72 @@ def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
             raise error(DTYPE, f"'{name}' has dtype {x.dtype}; attnc takes float32 or bfloat16")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise error(DTYPE, f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
-    _check_shapes(q, k, v)
+
+
+def _check_offsets(cu: Tensor, name: str) -> None:
+    if cu.device.type != "cpu":
+        raise error(UNSUPPORTED, f"'{name}' is on device '{cu.device}'; attnc kernels run on the CPU")
+    if cu.dtype not in _OFFSET_DTYPES:
+        raise error(DTYPE, f"'{name}' has dtype {cu.dtype}; cu_seqlens are int32 (or int64) offsets")
+    if cu.dim() != 1 or cu.shape[0] < 1:
+        raise error(SHAPE, f"'{name}' has shape {list(cu.shape)}; cu_seqlens are [num_seqs + 1] offsets "
+                           "starting at 0")
+
+
+def _check_varlen_shapes(q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Optional[Tensor]) -> None:
+    """Everything but the offsets' values, which the runtime checks (they are data, unknown while
+    tracing)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.dim() != 3:
+            raise error(SHAPE, f"'{name}' has shape {list(x.shape)}; attention_varlen takes packed "
+                               "[total, heads, d]")
+    if v.shape != k.shape:
+        raise error(SHAPE, f"'v' has shape {list(v.shape)} but 'k' has {list(k.shape)}; values have the keys' "
+                           "shape")
+    if k.shape[2] != q.shape[2]:
+        raise error(SHAPE, f"'k' has shape {list(k.shape)} but 'q' has {list(q.shape)}; they must agree in d "
+                           "(dimension 2)")
+    _check_offsets(cu_q, "cu_seqlens_q")
+    if cu_k is None:
+        if k.shape[0] != q.shape[0]:
+            raise error(INVALID_ARGUMENT, f"cu_seqlens_k is None, so the keys take the queries' offsets, but 'k' "
+                                          f"has {k.shape[0]} rows and 'q' {q.shape[0]}; pass cu_seqlens_k")
+    else:
+        _check_offsets(cu_k, "cu_seqlens_k")
+        if cu_k.shape[0] != cu_q.shape[0]:
+            raise error(SHAPE, f"'cu_seqlens_k' has {cu_k.shape[0]} entries but 'cu_seqlens_q' "
+                               f"{cu_q.shape[0]}; both are num_seqs + 1")
+    if q.shape[0] != 0 and q.shape[1] != 0:
+        _api._check_heads(q.shape[1], k.shape[1])
+
+
+def _as_offsets(cu: Optional[Offsets], name: str) -> Optional[Tensor]:
+    if cu is None or isinstance(cu, Tensor):
+        return cu
+    if isinstance(cu, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in cu):
+        return torch.tensor(cu, dtype=torch.int32)
+    raise TypeError(f"'{name}' is a {type(cu).__name__}; cu_seqlens are an int32 tensor or a list of ints")
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float] = None) -> Tensor:
-    """attnc attention of q, k, v (CPU tensors [batch, heads, n, d], float32 or bfloat16, any
-    strides) with the pattern of ``kernel``; ``scale`` defaults to ``1/sqrt(d)``.
+    """attnc attention with the pattern of ``kernel``: q ``[batch, Hq, nq, d]`` over k, v
+    ``[batch, Hkv, nk, d]`` (CPU tensors, float32 or bfloat16, any strides); ``scale``
+    defaults to ``1/sqrt(d)``.
 
-    Differentiable (attnc's backward pass), traceable by ``torch.compile(fullgraph=True)``.
-    Returns O, contiguous, with q's dtype.
+    Grouped-query attention: ``Hq`` is a multiple of ``Hkv`` and query head ``h`` reads
+    key/value head ``h // (Hq // Hkv)`` (``Hkv = 1``: multi-query); k and v are read in
+    place, never repeated per query head. Fewer queries than keys (``nq <= nk``): the
+    queries are the last ``nq`` of the ``nk`` positions, query row ``r`` sitting at
+    position ``r + nk - nq`` (bottom-right alignment), so a decoding step over a key/value
+    cache is ``nq = 1`` with the pattern unchanged. Empty calls (a size of 0) return empty
+    or zero outputs; a row with no keys gives zeros.
+
+    Differentiable (attnc's backward pass; dK and dV sum over each group's query heads),
+    traceable by ``torch.compile(fullgraph=True)``. Returns O, contiguous, with q's shape and
+    dtype.
     """
-    _check(q, k, v)
+    _check_tensors(q, k, v)
+    _api._check_shapes(q.shape, k.shape, v.shape)
     o, _ = torch.ops.attnc.attention(q, k, v, kernel.id, _api._scale(scale))
     return o
 
@@ -156,7 +304,51 @@ def attention(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Opt
 def attention_with_lse(
     q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float] = None
 ) -> Tuple[Tensor, Tensor]:
-    """:func:`attention` and each row's log-sum-exp (float32 [batch, heads, n], -inf for a row
+    """:func:`attention` and each row's log-sum-exp (float32 ``[batch, Hq, nq]``, -inf for a row
     with no keys; not differentiable)."""
-    _check(q, k, v)
+    _check_tensors(q, k, v)
+    _api._check_shapes(q.shape, k.shape, v.shape)
     return torch.ops.attnc.attention(q, k, v, kernel.id, _api._scale(scale))
+
+
+def attention_varlen_with_lse(
+    q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Offsets, cu_seqlens_k: Optional[Offsets] = None,
+    kernel: Optional["_api.Kernel"] = None, scale: Optional[float] = None
+) -> Tuple[Tensor, Tensor]:
+    """:func:`attention_varlen` and each row's log-sum-exp (float32 ``[Hq, total_q]``, as
+    FlashAttention's varlen returns it; -inf for a row with no keys; not differentiable)."""
+    if kernel is None:
+        raise TypeError("attention_varlen needs a kernel: attention_varlen(q, k, v, cu_seqlens_q, kernel=...)")
+    _check_tensors(q, k, v)
+    cu_q, cu_k = _as_offsets(cu_seqlens_q, "cu_seqlens_q"), _as_offsets(cu_seqlens_k, "cu_seqlens_k")
+    if cu_q is None:
+        raise TypeError("'cu_seqlens_q' is None; a varlen call needs its queries' offsets")
+    _check_varlen_shapes(q, k, v, cu_q, cu_k)
+    return torch.ops.attnc.attention_varlen(q, k, v, cu_q, cu_k, kernel.id, _api._scale(scale))
+
+
+def attention_varlen(
+    q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Offsets, cu_seqlens_k: Optional[Offsets] = None,
+    kernel: Optional["_api.Kernel"] = None, scale: Optional[float] = None
+) -> Tensor:
+    """attnc attention over a variable-length batch in FlashAttention's packed layout.
+
+    q is ``[total_q, Hq, d]`` and k, v ``[total_k, Hkv, d]`` (CPU tensors, float32 or
+    bfloat16, any strides): sequence ``s`` has its queries at rows ``cu_seqlens_q[s] :
+    cu_seqlens_q[s + 1]`` of q and its keys at rows ``cu_seqlens_k[s] : cu_seqlens_k[s + 1]``
+    of k and v, and attends within itself under the pattern at its own length. The offsets
+    are FlashAttention's ``cu_seqlens``: ``num_seqs + 1`` non-decreasing integers from 0 to
+    the tensor's rows, an int32 tensor (read in place; int64 tensors and lists of ints are
+    converted). ``cu_seqlens_k=None`` gives the keys the queries' offsets. A sequence with
+    fewer queries than keys has them bottom-right aligned (its last positions), and Hq is a
+    multiple of Hkv as in :func:`attention`; empty sequences are allowed. ``kernel`` is
+    keyword-friendly to match FlashAttention's argument order; ``scale`` defaults to
+    ``1/sqrt(d)``.
+
+    attnc reads the packed tensors as ``[1, heads, total, d]`` views of the same memory:
+    nothing is copied or padded. Differentiable and traceable by
+    ``torch.compile(fullgraph=True)``. Returns O ``[total_q, Hq, d]``, contiguous, with q's
+    dtype.
+    """
+    o, _ = attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, kernel, scale)
+    return o

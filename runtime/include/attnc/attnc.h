@@ -113,7 +113,8 @@ ATTNC_API void attnc_kernel_free(attnc_kernel *kernel);
 /**
  * A metadata value of a loaded kernel, or null when the key is unknown.
  * Keys: "pattern", "params" ("l=128,c=8"), "heads", "dtype", "target",
- * "backend", "abi_version", "source_hash", "compiler_version", and
+ * "backend", "abi_version", "source_hash", "compiler_version", "jit_cache_key"
+ * (kernels from the JIT's cache), and
  * "source" (the pattern's source text). The string
  * lives as long as the kernel.
  */
