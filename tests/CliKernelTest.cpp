@@ -318,7 +318,6 @@ TEST(CliRunRandom, MalformedShapeIsAUsageErrorThatSaysWhy) {
       {"1,1,8,-2", "--random: the head dimension d must be at least 1, got -2 in '1,1,8,-2'"},
       {"1,x,8,8", "--random: the heads H must be a positive integer, got 'x' in '1,x,8,8'"},
       {"1,1,1e3,8", "--random: the length n must be a positive integer, got '1e3' in '1,1,1e3,8'"},
-      {"4,16,65536,1024", "--random: '4,16,65536,1024' makes more than 2^30 elements per tensor"},
   };
   for (const Bad &b : cases) {
     CommandResult r = attnc("run " + libraryPattern("fixed") + " --random " + b.spec);
@@ -375,6 +374,324 @@ TEST(CliRunRandom, GradRandomWithInputFilesDrawsDOOfTheirShape) {
   EXPECT_NE(r.out.find("backward on a random dO (seed 2) in"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("max abs error of dV"), std::string::npos) << r.out;
   EXPECT_EQ(readArray(dir.file("o.dq.npy")).shape, shape);
+}
+
+// ---- run: grouped-query heads, fewer queries than keys, varlen -------------------
+
+/// The largest error `run --check` printed for `array` ("" for O, else "dQ",
+/// "dK", "dV"); fails the test when the line is missing.
+double checkedError(const std::string &out, const std::string &array = "") {
+  std::smatch m;
+  const std::string what = array.empty() ? "" : "of " + array + " ";
+  if (!std::regex_search(out, m, std::regex("max abs error " + what + R"(vs double-precision reference: (\S+))"))) {
+    ADD_FAILURE() << "no error line for '" << array << "' in\n" << out;
+    return INFINITY;
+  }
+  return std::stod(m[1]);
+}
+
+TEST(CliRunShapes, GroupedQueryHeadsMatchTheReference) {
+  ScratchDir dir;
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " -D l=16 -D c=4 --random 2,4,70,16 --kv-heads 2 "
+                              "--grad random --check -o " + dir.file("o.npy"),
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("ran pattern 'fixed' on random Q [2, 4, 70, 16], K and V [2, 2, 70, 16] (seed 0)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_LE(checkedError(r.out), 1e-5);
+  for (const char *g : {"dQ", "dK", "dV"})
+    EXPECT_LE(checkedError(r.out, g), 1e-4) << g;
+  EXPECT_EQ(readArray(dir.file("o.dk.npy")).shape, (std::vector<int64_t>{2, 2, 70, 16}));
+}
+
+TEST(CliRunShapes, DecodeStepIsTheLastKeyPosition) {
+  ScratchDir dir;
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " -D l=16 -D c=4 --random 1,4,1,16 --keys 300 "
+                              "--grad random --check -o " + dir.file("o.npy"),
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("on random Q [1, 4, 1, 16], K and V [1, 4, 300, 16] (seed 0)"), std::string::npos) << r.out;
+  EXPECT_LE(checkedError(r.out), 1e-5);
+  for (const char *g : {"dQ", "dK", "dV"})
+    EXPECT_LE(checkedError(r.out, g), 1e-4) << g;
+  EXPECT_EQ(readArray(dir.file("o.npy")).shape, (std::vector<int64_t>{1, 4, 1, 16}));
+  EXPECT_EQ(readArray(dir.file("o.dv.npy")).shape, (std::vector<int64_t>{1, 4, 300, 16}));
+}
+
+TEST(CliRunShapes, VarlenRunChecksForwardAndGradients) {
+  ScratchDir dir;
+  const std::string env = "ATTNC_CACHE_DIR=" + dir.path();
+  // An empty sequence, and one with fewer queries than keys.
+  for (const std::string lists : {" --cu-seqlens 0,10,10,110,300", " --cu-seqlens 0,10,10,110,300 "
+                                                                     "--cu-seqlens-k 0,40,45,145,400"}) {
+    const bool keys = lists.find("-k") != std::string::npos;
+    CommandResult r = attnc("run " + libraryPattern("local") + " -D w=7 --random 1,4,300,16 --kv-heads 2" + lists +
+                                " --grad random --check -o " + dir.file("o.npy"),
+                            env);
+    ASSERT_EQ(r.exitCode, 0) << lists << "\n" << r.err;
+    EXPECT_NE(r.out.find(std::string("K and V [1, 2, ") + (keys ? "400" : "300") + ", 16] as 4 sequences (seed 0)"),
+              std::string::npos)
+        << r.out;
+    EXPECT_LE(checkedError(r.out), 1e-5) << lists;
+    for (const char *g : {"dQ", "dK", "dV"})
+      EXPECT_LE(checkedError(r.out, g), 1e-4) << lists << g;
+  }
+}
+
+TEST(CliRunShapes, FilesWithFewerHeadsAndMoreKeysRunChecked) {
+  ScratchDir dir;
+  const std::vector<int64_t> qShape{1, 4, 20, 8}, kvShape{1, 2, 50, 8};
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " -D l=8 -D c=2 --q " +
+                              randomNpy(dir, "q.npy", qShape, 1) + " --k " + randomNpy(dir, "k.npy", kvShape, 2) +
+                              " --v " + randomNpy(dir, "v.npy", kvShape, 3) + " --grad " +
+                              randomNpy(dir, "do.npy", qShape, 4) + " --check -o " + dir.file("o.npy"),
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("on Q [1, 4, 20, 8], K and V [1, 2, 50, 8] in"), std::string::npos) << r.out;
+  EXPECT_LE(checkedError(r.out), 1e-5);
+  for (const char *g : {"dQ", "dK", "dV"})
+    EXPECT_LE(checkedError(r.out, g), 1e-4) << g;
+  EXPECT_EQ(readArray(dir.file("o.dq.npy")).shape, qShape);
+  EXPECT_EQ(readArray(dir.file("o.dk.npy")).shape, kvShape);
+}
+
+TEST(CliRunShapes, FlagsThatDisagreeAreUsageErrorsThatSayWhy) {
+  struct Bad {
+    const char *args, *message;
+  } cases[] = {
+      {"--random 1,8,10,16 --kv-heads 3", "--kv-heads 3 does not divide the 8 query heads of --random"},
+      {"--random 1,8,10,16 --keys 5", "--keys 5 is fewer than the 10 queries of --random"},
+      {"--random 1,8,10,16 --cu-seqlens 0,5,12", "--random has n = 10 but --cu-seqlens ends at 12"},
+      {"--random 2,8,12,16 --cu-seqlens 0,5,12", "--cu-seqlens packs sequences along n of one batch element, but "
+                                                 "--random has batch 2"},
+      {"--random 1,8,12,16 --cu-seqlens 1,5,12", "--cu-seqlens: the first offset must be 0, got 1 in '1,5,12'"},
+      {"--random 1,8,12,16 --cu-seqlens 0,7,5,12", "--cu-seqlens: offsets must not decrease, but 5 follows 7"},
+      {"--random 1,8,12,16 --cu-seqlens 0,5,x", "--cu-seqlens: the offsets must be integers separated by commas, "
+                                                "got 'x' in '0,5,x'"},
+      {"--random 1,8,12,16 --cu-seqlens 0,5,3000000000", "--cu-seqlens: the offsets must be in [0, 2147483647]"},
+      {"--random 1,8,12,16 --cu-seqlens 0,5,12 --cu-seqlens-k 0,12", "--cu-seqlens has 3 offsets but "
+                                                                     "--cu-seqlens-k 2"},
+      {"--random 1,8,12,16 --cu-seqlens 0,5,12 --cu-seqlens-k 0,4,12", "sequence 0 has 5 queries (--cu-seqlens) "
+                                                                       "but 4 keys (--cu-seqlens-k)"},
+      {"--random 1,8,12,16 --cu-seqlens 0,5,12 --keys 20", "--keys is 20 but --cu-seqlens-k ends at 12"},
+      {"--random 1,8,12,16 --cu-seqlens-k 0,5,12", "--cu-seqlens-k requires --cu-seqlens"},
+      {"--random 1,8,12,16 --keys 0", "--keys"},
+      {"--random 1,8,12,16 --max-memory 8X", "--max-memory: expected a byte count such as 8G, 512M or 1000000"},
+  };
+  for (const Bad &b : cases) {
+    CommandResult r = attnc("run " + libraryPattern("fixed") + " " + b.args);
+    EXPECT_EQ(r.exitCode, 2) << b.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(b.message), std::string::npos) << b.args << "\n" << r.err;
+  }
+  ScratchDir dir;
+  std::string q = zerosNpy(dir, "q.npy", "(1, 2, 6, 4)", 48);
+  CommandResult kvHeads = attnc("run " + libraryPattern("fixed") + " --q " + q + " --k " + q + " --v " + q +
+                                " --kv-heads 1");
+  EXPECT_EQ(kvHeads.exitCode, 2);
+  EXPECT_NE(kvHeads.err.find("--kv-heads requires --random"), std::string::npos) << kvHeads.err;
+}
+
+TEST(CliRunShapes, FilesThatDoNotFitAreUserErrorsThatSayWhy) {
+  ScratchDir dir;
+  const std::string q = zerosNpy(dir, "q.npy", "(1, 4, 6, 4)", 96);
+  struct Bad {
+    std::string kv, extra, message;
+  } cases[] = {
+      {zerosNpy(dir, "h3.npy", "(1, 3, 6, 4)", 72), "", "K and V's 3 heads do not divide Q's 4"},
+      {zerosNpy(dir, "short.npy", "(1, 4, 5, 4)", 80), "", "K and V have 5 rows but Q has 6"},
+      {zerosNpy(dir, "b2.npy", "(2, 4, 6, 4)", 192), "", "differ in the batch"},
+      {zerosNpy(dir, "d5.npy", "(1, 4, 6, 5)", 120), "", "differ in the head dimension d"},
+      {zerosNpy(dir, "two.npy", "(6, 4)", 24), "", "must have the same number of dimensions"},
+      {q, " --cu-seqlens 0,2,7", "--cu-seqlens ends at 7 but Q has 6 rows"},
+      {q, " --cu-seqlens 0,2,6 --cu-seqlens-k 0,3,9", "--cu-seqlens-k (by default --cu-seqlens) ends at 9 but K and "
+                                                     "V have 6 rows"},
+  };
+  for (const Bad &b : cases) {
+    CommandResult r = attnc("run " + libraryPattern("fixed") + " --q " + q + " --k " + b.kv + " --v " + b.kv + b.extra,
+                            "ATTNC_CACHE_DIR=" + dir.path());
+    EXPECT_EQ(r.exitCode, 1) << b.message << "\n" << r.err;
+    EXPECT_NE(r.err.find(b.message), std::string::npos) << r.err;
+  }
+  const std::string batch2 = zerosNpy(dir, "q2.npy", "(2, 4, 6, 4)", 192);
+  CommandResult varlen = attnc("run " + libraryPattern("fixed") + " --q " + batch2 + " --k " + batch2 + " --v " +
+                               batch2 + " --cu-seqlens 0,6");
+  EXPECT_EQ(varlen.exitCode, 1);
+  EXPECT_NE(varlen.err.find("--cu-seqlens packs sequences along n of one batch element, but Q has batch 2"),
+            std::string::npos)
+      << varlen.err;
+}
+
+// ---- run and bench: the memory estimate -----------------------------------------
+
+TEST(CliMemory, RunPastMaxMemoryIsRefusedNamingBothSizes) {
+  ScratchDir dir;
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " --random 1,1,1000000000,64 --max-memory 1G",
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  EXPECT_EQ(r.exitCode, 1) << r.out;
+  EXPECT_NE(r.err.find("attnc: error: this run would allocate 953.67 GiB (1024000000000 bytes: Q, K, V 715.26 GiB; "
+                       "O 238.42 GiB), more than --max-memory 1.00 GiB (1073741824 bytes)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(CliMemory, RunPastTheAvailableMemoryIsRefused) {
+  ScratchDir dir;
+  // 4 PiB per tensor: more than any machine this runs on.
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " --random 1024,1024,1048576,1024",
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  EXPECT_EQ(r.exitCode, 1) << r.out;
+  EXPECT_NE(r.err.find("of memory available (MemAvailable in /proc/meminfo); give a smaller shape, or "
+                       "--max-memory BYTES"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(CliMemory, MaxMemoryCountsTheReferenceAndTakesSuffixes) {
+  ScratchDir dir;
+  const std::string run = "run " + libraryPattern("fixed") + " --random 1,1,100,64 --check --max-memory ";
+  CommandResult tight = attnc(run + "101K", "ATTNC_CACHE_DIR=" + dir.path());
+  EXPECT_EQ(tight.exitCode, 1) << tight.out;
+  EXPECT_NE(tight.err.find("the reference (--check)"), std::string::npos) << tight.err;
+  for (const char *limit : {"1M", "1mib", "0.5G", "2000000"}) {
+    CommandResult ok = attnc(run + limit, "ATTNC_CACHE_DIR=" + dir.path());
+    EXPECT_EQ(ok.exitCode, 0) << limit << "\n" << ok.err;
+  }
+}
+
+TEST(CliMemory, ShapesThatOverflowASizeAreRefused) {
+  ScratchDir dir;
+  CommandResult run = attnc("run " + libraryPattern("fixed") + " --random 1000000,1000000,1000000,1000000",
+                            "ATTNC_CACHE_DIR=" + dir.path());
+  EXPECT_EQ(run.exitCode, 1) << run.out;
+  EXPECT_NE(run.err.find("attnc: error: arrays of shape [1000000, 1000000, 1000000, 1000000] (Q, K, V) take more "
+                         "bytes than a 64-bit size can count"),
+            std::string::npos)
+      << run.err;
+  CommandResult bench = attnc("bench " + libraryPattern("fixed") + " --n 1000 --batch 1000000000000 --heads "
+                              "1000000000 --backend fused",
+                              "ATTNC_CACHE_DIR=" + dir.path());
+  EXPECT_EQ(bench.exitCode, 1) << bench.out;
+  EXPECT_NE(bench.err.find("take more bytes than a 64-bit size can count"), std::string::npos) << bench.err;
+}
+
+TEST(CliMemory, BenchPastMaxMemoryIsRefused) {
+  ScratchDir dir;
+  CommandResult r = attnc("bench " + libraryPattern("fixed") + " --n 65536 --d 64 --heads 8 --backward --max-memory "
+                          "64M --backend fused",
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  EXPECT_EQ(r.exitCode, 1) << r.out;
+  EXPECT_NE(r.err.find("this run would allocate 1.00 GiB"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("more than --max-memory 64.00 MiB"), std::string::npos) << r.err;
+}
+
+// ---- bench: grouped-query heads, fewer queries than keys, varlen -----------------
+
+/// Keys of row i of `strided -D l=8` (the pairs CliBench counts by hand).
+bool stridedPair(int64_t i, int64_t j) { return j <= i && (j >= i - 8 || (i - j) % 8 == 0); }
+
+const char *const kBenchShapes = " -D l=8 --d 16 --heads 4 --repeat 1 --backend fused,dense --json";
+
+TEST(CliBenchShapes, KvHeadsAddItsKeyAndRows) {
+  ScratchDir dir;
+  CommandResult r = attnc("bench " + libraryPattern("strided") + " --n 200 --kv-heads 2" + kBenchShapes,
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  Json doc = parseJson(r.out);
+  EXPECT_EQ(doc["kv_heads"].integer, 2);
+  EXPECT_FALSE(doc.has("queries"));
+  ASSERT_EQ(doc["results"].array.size(), 2u);
+  for (const Json &row : doc["results"].array)
+    EXPECT_EQ(row.keys(),
+              (std::vector<std::string>{"backend", "ms", "gflops", "executed_over_useful", "first_run_ms"}));
+}
+
+TEST(CliBenchShapes, QueriesCountTheLastRowsAndTheKeyRowsTheyRead) {
+  ScratchDir dir;
+  CommandResult r = attnc("bench " + libraryPattern("strided") + " --n 200 --queries 3 --kv-heads 1" +
+                              kBenchShapes,
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  Json doc = parseJson(r.out);
+  int64_t nnz = 0;
+  std::set<int64_t> keys;
+  for (int64_t i = 197; i < 200; ++i)
+    for (int64_t j = 0; j < 200; ++j)
+      if (stridedPair(i, j)) {
+        ++nnz;
+        keys.insert(j);
+      }
+  EXPECT_EQ(doc["n"].integer, 200);
+  EXPECT_EQ(doc["queries"].integer, 3);
+  EXPECT_EQ(doc["nnz_per_head"].integer, nnz);
+  EXPECT_EQ(doc["distinct_keys"].integer, int64_t(keys.size()));
+  EXPECT_EQ(doc["kv_bytes"].integer, int64_t(keys.size()) * 16 * 4 * 2);
+  EXPECT_GT(doc["memcpy_ms"].number, 0);
+  ASSERT_EQ(doc["results"].array.size(), 2u);
+  for (const Json &row : doc["results"].array) {
+    EXPECT_EQ(row.keys(), (std::vector<std::string>{"backend", "ms", "gflops", "first_run_ms", "over_memcpy"}))
+        << row["backend"].string;
+    EXPECT_NEAR(row["over_memcpy"].number, row["ms"].number / doc["memcpy_ms"].number,
+                1e-3 * row["over_memcpy"].number);
+  }
+  // A decoding step in text: its own column and the bytes line.
+  CommandResult text = attnc("bench " + libraryPattern("strided") +
+                                 " -D l=8 --n 200 --queries 1 --d 16 --repeat 1 --backend fused",
+                             "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("n=200 queries=1 d=16"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("key/value rows the queries name: "), std::string::npos) << text.out;
+  EXPECT_TRUE(std::regex_search(text.out, std::regex(R"(\n  fused +[0-9.]+ +[0-9.]+ +- +[0-9.]+ +[0-9.]+ +[0-9.]+\n)")))
+      << text.out;
+}
+
+TEST(CliBenchShapes, VarlenCountsEachSequenceAtItsLength) {
+  ScratchDir dir;
+  CommandResult r = attnc("bench " + libraryPattern("strided") + " --varlen 50,0,130,20" + kBenchShapes + " --backward",
+                          "ATTNC_CACHE_DIR=" + dir.path());
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  Json doc = parseJson(r.out);
+  int64_t nnz = 0;
+  for (int64_t length : {50, 0, 130, 20})
+    for (int64_t i = 0; i < length; ++i)
+      for (int64_t j = 0; j < length; ++j)
+        nnz += stridedPair(i, j);
+  EXPECT_EQ(doc["n"].integer, 200);
+  EXPECT_EQ(doc["nnz_per_head"].integer, nnz);
+  ASSERT_EQ(doc["varlen"].array.size(), 4u);
+  EXPECT_EQ(doc["varlen"].array[2].integer, 130);
+  ASSERT_EQ(doc["results"].array.size(), 2u);
+  for (const Json &row : doc["results"].array) {
+    ASSERT_TRUE(row.has("ms")) << row["backend"].string << ": " << row["error"].string;
+    EXPECT_GE(row["executed_over_useful"].number, 1.0);
+    EXPECT_TRUE(row.has("bwd_ms")) << row["backend"].string;
+  }
+  // --n may repeat the sum.
+  EXPECT_EQ(attnc("bench " + libraryPattern("strided") + " --n 200 --varlen 50,0,130,20" + kBenchShapes,
+                  "ATTNC_CACHE_DIR=" + dir.path())
+                .exitCode,
+            0);
+}
+
+TEST(CliBenchShapes, FlagsThatDisagreeAreUsageErrorsThatSayWhy) {
+  struct Bad {
+    const char *args, *message;
+  } cases[] = {
+      {"--n 200 --kv-heads 3", "--kv-heads 3 does not divide the 4 query heads"},
+      {"--n 200 --queries 201", "--queries 201 is more than the 200 keys of --n"},
+      {"--n 100 --varlen 50,60", "--n 100 is not the sum of the --varlen lengths, 110; leave --n out"},
+      {"--varlen 50,60 --batch 2", "--varlen packs its sequences into one batch element; --batch 2 does not apply"},
+      {"--varlen 50,60 --queries 2", "--queries excludes --varlen"},
+      {"--varlen 50,-1", "--varlen: the lengths must be in [0, 2147483647], got -1 in '50,-1'"},
+      {"--varlen 0,0", "--varlen: the lengths must add up to at least 1"},
+      {"--varlen 2000000000,2000000000", "the lengths add up to 4000000000"},
+  };
+  for (const Bad &b : cases) {
+    CommandResult r = attnc("bench " + libraryPattern("strided") + " -D l=8 --d 16 --heads 4 --repeat 1 " + b.args);
+    EXPECT_EQ(r.exitCode, 2) << b.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(b.message), std::string::npos) << b.args << "\n" << r.err;
+  }
 }
 
 TEST(CliRun, KernelFileRejectsDefines) {

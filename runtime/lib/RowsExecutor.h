@@ -22,5 +22,9 @@ namespace attnc::rt {
 /// threads of the shared pool share the rows.
 void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const float *k,
              const float *v, float *o, float *lse, float scale, int threads);
+/// The same on bf16 q, k and v (uint16_t), widened as they are read, so
+/// that only the named rows are touched.
+void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const uint16_t *q, const uint16_t *k,
+             const uint16_t *v, float *o, float *lse, float scale, int threads);
 
 } // namespace attnc::rt

@@ -600,7 +600,9 @@ void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<S
               const int64_t pad = rowRange ? 0 : s.nk - s.nq, rows = pad + s.nq;
               attnc::rt::Slice slice{nullptr, nullptr, nullptr, nullptr, s.nk, d, c.set(h), c.scale};
               slice.firstRow = rowRange ? s.nk - s.nq : 0;
-              if (!rowRange && q.dtype == ATTNC_DTYPE_BF16 && c.backend.takesBf16(d)) {
+              const bool bf16 = q.dtype == ATTNC_DTYPE_BF16 &&
+                                (rowRange ? c.backend.takesBf16Rows() : c.backend.takesBf16(d));
+              if (bf16) {
                 slice.qb = inputRows(q, s.b, h, s.q0, s.nq, pad, ws.inBf16[0], ws.packedBf16[0]);
                 slice.kb = inputRows(k, s.b, g, s.k0, s.nk, 0, ws.inBf16[1], ws.packedBf16[1]);
                 slice.vb = inputRows(v, s.b, g, s.k0, s.nk, 0, ws.inBf16[2], ws.packedBf16[2]);

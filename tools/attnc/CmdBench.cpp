@@ -13,6 +13,13 @@
 // each rate as a share of it; without a pattern file, the peak is all it
 // prints.
 //
+// --kv-heads gives K and V fewer heads than Q, --queries fewer rows (the last
+// positions of the --n keys, a decoding step when 1), --varlen a packed
+// batch of sequences; nnz then counts the pairs of the rows computed. A
+// --queries run also reports the bytes of the key/value rows those rows name
+// and a memcpy of as many bytes timed in the same process: a decoding step
+// is memory-bound, and that copy is its yardstick.
+//
 //===----------------------------------------------------------------------===//
 #include "Common.h"
 #include "Measure.h"
@@ -30,7 +37,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
+#include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -40,6 +50,10 @@ namespace {
 struct BenchOptions {
   PatternOptions pattern;
   int64_t n = 0, d = 64, batch = 1, heads = 8;
+  int64_t kvHeads = 0, queries = 0; ///< 0: --heads, --n
+  std::string varlen;               ///< --varlen's lengths, as given
+  std::optional<uint64_t> maxMemory;
+  bool nGiven = false;
   std::vector<std::string> backends = {"fused", "halide", "sparsifier", "dense"};
   int threads = 0;
   int repeat = 5;
@@ -53,6 +67,7 @@ struct BenchOptions {
 struct Row {
   std::string backend;
   double ms = 0, gflops = 0, waste = 1;
+  bool wasteKnown = true; ///< false for --queries: the runtime picks each call's path
   double firstMs = 0; ///< the first run at this n: it also builds the per-n structure
   bool ok = false;
   std::string error;
@@ -80,6 +95,60 @@ int printPeak(const Peak &peak, bool json) {
   return kExitOk;
 }
 
+/// Parses --varlen: sequence lengths whose sum fits the ABI's int32 offsets.
+/// Returns the reason when it is not such a list.
+std::string parseLengths(const std::string &spec, std::vector<int64_t> &lengths) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  if (std::string error = parseIntList(spec, "the lengths", 0, kMax, lengths); !error.empty())
+    return error;
+  int64_t total = 0;
+  for (int64_t l : lengths)
+    total += l;
+  if (total < 1)
+    return "the lengths must add up to at least 1, got '" + spec + "'";
+  if (total > kMax)
+    return "the lengths add up to " + std::to_string(total) + ", more than the 2^31 - 1 rows int32 offsets reach";
+  return {};
+}
+
+/// The median time of a memcpy of `bytes` (one warm-up, then `repeat`), in
+/// milliseconds: the floor a memory-bound step is held against.
+double memcpyMs(int64_t bytes, int repeat) {
+  std::vector<char> from(static_cast<size_t>(bytes), 1), to(static_cast<size_t>(bytes), 0);
+  std::vector<double> times;
+  for (int r = 0; r <= repeat; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(to.data(), from.data(), from.size());
+    auto t1 = std::chrono::steady_clock::now();
+    if (r > 0)
+      times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+/// The arrays a bench allocates: Q, K, V, O (and their bf16 copies), and
+/// with --backward dO, the log-sum-exp and the gradients.
+MemoryEstimate benchEstimate(const BenchOptions &opts, const std::vector<int64_t> &qShape,
+                             const std::vector<int64_t> &kvShape) {
+  MemoryEstimate estimate;
+  const bool bf16 = opts.dtype == "bf16";
+  for (int64_t bytes : {int64_t{4}, int64_t{2}}) {
+    if (bytes == 2 && !bf16)
+      continue;
+    const std::string copy = bytes == 2 ? " (bf16 copies)" : "";
+    estimate.add("Q, K, V, O" + copy, qShape, bytes, 2);
+    estimate.add("Q, K, V, O" + copy, kvShape, bytes, 2);
+    if (opts.backward) {
+      estimate.add("dO, dQ, dK, dV" + copy, qShape, bytes, 2);
+      estimate.add("dO, dQ, dK, dV" + copy, kvShape, bytes, 2);
+    }
+  }
+  if (opts.backward)
+    estimate.add("the log-sum-exp", {qShape[0], qShape[1], qShape[2]}, 4);
+  return estimate;
+}
+
 int runBench(const BenchOptions &opts) {
   std::optional<Peak> peak;
   if (opts.peak) {
@@ -99,21 +168,109 @@ int runBench(const BenchOptions &opts) {
               << " heads; --heads " << opts.heads << " does not match\n";
     return kExitUsage;
   }
-  // Useful work: nnz per head, summed over the heads that run.
+  const int64_t kvHeads = opts.kvHeads ? opts.kvHeads : heads;
+  if (heads % kvHeads != 0) {
+    std::cerr << "attnc: error: --kv-heads " << kvHeads << " does not divide the " << heads
+              << " query heads; query head h reads key/value head h / (heads / kv-heads), so the heads must be "
+                 "a multiple of --kv-heads\n";
+    return kExitUsage;
+  }
+  std::vector<int64_t> lengths; // --varlen's sequences; empty for a dense batch
+  int64_t n = opts.n;
+  if (!opts.varlen.empty()) {
+    ATTNC_CHECK(parseLengths(opts.varlen, lengths).empty(), "--varlen was validated when parsed");
+    int64_t total = 0;
+    for (int64_t l : lengths)
+      total += l;
+    if (opts.nGiven && opts.n != total) {
+      std::cerr << "attnc: error: --n " << opts.n << " is not the sum of the --varlen lengths, " << total
+                << "; leave --n out\n";
+      return kExitUsage;
+    }
+    if (opts.batch != 1) {
+      std::cerr << "attnc: error: --varlen packs its sequences into one batch element; --batch " << opts.batch
+                << " does not apply\n";
+      return kExitUsage;
+    }
+    n = total;
+  }
+  const int64_t nq = opts.queries ? opts.queries : n;
+  if (nq > n) {
+    std::cerr << "attnc: error: --queries " << nq << " is more than the " << n
+              << " keys of --n; the queries are the last of the key positions, so --queries <= --n\n";
+    return kExitUsage;
+  }
+  const bool fewerQueries = nq < n || opts.queries > 0;
+  const std::vector<int64_t> qShape{opts.batch, heads, nq, opts.d}, kvShape{opts.batch, kvHeads, n, opts.d};
+  MemoryEstimate estimate = benchEstimate(opts, qShape, kvShape);
+  if (int code = checkMemory(estimate, opts.maxMemory); code != kExitOk)
+    return code;
+
+  // Useful work: the pairs of the rows computed (the last nq of each head
+  // set at n, or every row of every sequence), summed over the heads that
+  // run; a --queries run also keeps each set's keys read.
   std::vector<int64_t> setNnz;
-  for (const auto &h : lp->ir.heads)
-    setNnz.push_back(ir::analyzeRows(h.set, opts.n).nnz);
-  int64_t nnzAllHeads = 0;
-  for (int64_t h = 0; h < heads; ++h) {
+  std::vector<IntervalSet> setKeys(lp->ir.heads.size());
+  for (size_t k = 0; k < lp->ir.heads.size(); ++k) {
+    const ir::SetRef &set = lp->ir.heads[k].set;
+    if (!lengths.empty()) {
+      std::map<int64_t, int64_t> atLength; // a repeated length is counted once
+      int64_t nnz = 0;
+      for (int64_t l : lengths)
+        if (l > 0) {
+          auto [at, fresh] = atLength.try_emplace(l, 0);
+          if (fresh)
+            at->second = ir::analyzeRows(set, l).nnz;
+          nnz += at->second;
+        }
+      setNnz.push_back(nnz);
+    } else if (fewerQueries) {
+      setNnz.push_back(countRowPairs(set, n, n - nq, &setKeys[k]));
+    } else {
+      setNnz.push_back(ir::analyzeRows(set, n).nnz);
+    }
+  }
+  auto setOfHead = [&](int64_t h) {
     size_t set = 0;
     for (size_t k = 0; k < lp->ir.heads.size(); ++k)
       for (int64_t hh : lp->ir.heads[k].heads)
         if (p.headsDeclared && hh == h)
           set = k;
-    nnzAllHeads += setNnz[set];
-  }
+    return set;
+  };
+  int64_t nnzAllHeads = 0;
+  for (int64_t h = 0; h < heads; ++h)
+    nnzAllHeads += setNnz[setOfHead(h)];
   double usefulFlops = 4.0 * double(nnzAllHeads) * double(opts.d) * double(opts.batch);
   double backwardFlops = 2.5 * usefulFlops; // 10 * nnz * d * batch * heads
+  // The pairs a dense computation of the same rows would take, for the
+  // density the header prints.
+  double densePairs = double(nq) * double(n);
+  if (!lengths.empty()) {
+    densePairs = 0;
+    for (int64_t l : lengths)
+      densePairs += double(l) * double(l);
+  }
+
+  // A --queries run's key/value rows: a key/value head reads the keys of
+  // every query head of its group, each row d elements of K and of V.
+  int64_t distinctKeys = 0, kvBytes = 0;
+  double copyMs = 0;
+  if (fewerQueries) {
+    const int64_t group = heads / kvHeads;
+    for (int64_t g = 0; g < kvHeads; ++g) {
+      IntervalSet keys, merged;
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        uniteInto(keys, setKeys[setOfHead(h)], merged);
+        keys.swap(merged);
+      }
+      distinctKeys += cardinality(keys);
+    }
+    kvBytes = distinctKeys * opts.d * (opts.dtype == "bf16" ? 2 : 4) * 2 * opts.batch;
+    estimate.addBytes("the memcpy's source and destination", 2 * kvBytes);
+    if (int code = checkMemory(estimate, opts.maxMemory); code != kExitOk)
+      return code;
+  }
 
   // The fused backend's per-n cost: the symbolic plan is built once per
   // kernel; its row blocks at n are generated once, on every core, as the
@@ -125,19 +282,31 @@ int runBench(const BenchOptions &opts) {
   plan::Plan plan = plan::buildPlan(lp->ir, defaults);
   std::vector<plan::HeadShapes> shapes; // what the runtime builds on the first run at n
   auto t1 = std::chrono::steady_clock::now();
-  plan::buildShapes(plan, opts.n, false, SIZE_MAX, shapes);
-  auto t2 = std::chrono::steady_clock::now();
-  shapes.clear(); // freeing them is not part of the cost
   const double planMs = std::chrono::duration<double, std::milli>(t1 - t0).count();
-  const double blocksMs = std::chrono::duration<double, std::milli>(t2 - t1).count();
-  const std::vector<plan::HeadStats> fusedStats = plan::planStats(plan, opts.n);
+  // A varlen run prepares each distinct length once.
+  std::vector<int64_t> distinctLengths;
+  for (int64_t l : lengths.empty() ? std::vector<int64_t>{n} : lengths)
+    if (l > 0 && std::find(distinctLengths.begin(), distinctLengths.end(), l) == distinctLengths.end())
+      distinctLengths.push_back(l);
+  double blocksMs = 0;
   int64_t blockBytes = 0;
-  for (const plan::HeadStats &h : fusedStats)
-    for (const plan::PieceStats &st : h.pieces)
-      blockBytes += st.bytes;
+  for (int64_t l : distinctLengths) {
+    t1 = std::chrono::steady_clock::now();
+    plan::buildShapes(plan, l, false, SIZE_MAX, shapes);
+    auto t2 = std::chrono::steady_clock::now();
+    shapes.clear(); // freeing them is not part of the cost
+    blocksMs += std::chrono::duration<double, std::milli>(t2 - t1).count();
+    for (const plan::HeadStats &h : plan::planStats(plan, l))
+      for (const plan::PieceStats &st : h.pieces)
+        blockBytes += st.bytes;
+  }
+  if (fewerQueries)
+    copyMs = memcpyMs(kvBytes, opts.repeat);
 
-  RandomInputs inputs(opts.batch, heads, opts.n, opts.d, 1,
-                      opts.dtype == "bf16" ? ATTNC_DTYPE_BF16 : ATTNC_DTYPE_F32);
+  RandomInputs inputs({qShape[0], qShape[1], qShape[2], qShape[3]}, {kvShape[0], kvShape[1], kvShape[2], kvShape[3]},
+                      1, opts.dtype == "bf16" ? ATTNC_DTYPE_BF16 : ATTNC_DTYPE_F32);
+  if (!lengths.empty())
+    inputs.setVarlen(lengths);
   attnc_run_options ro{0.0f, opts.threads};
   std::optional<BackwardBuffers> grad;
   if (opts.backward)
@@ -155,7 +324,8 @@ int runBench(const BenchOptions &opts) {
                                   }),
                    backends.end());
   }
-  if (!opts.backendsGiven && opts.n > 32768) {
+  const int64_t longest = lengths.empty() ? n : *std::max_element(lengths.begin(), lengths.end());
+  if (!opts.backendsGiven && longest > 32768) {
     // The dense baseline computes n^2 pairs per head: minutes at this size.
     backends.erase(std::remove(backends.begin(), backends.end(), "dense"), backends.end());
     std::cerr << "note: the dense baseline is skipped above n = 32768 unless --backend names it\n";
@@ -200,10 +370,22 @@ int runBench(const BenchOptions &opts) {
       continue;
     }
     row.gflops = usefulFlops / (row.ms * 1e6);
-    if (backend == "fused" || backend == "halide")
-      row.waste = plan::executedOverUseful(plan::planStats(plan::buildPlan(lp->ir, tiles), opts.n));
-    else if (backend == "dense")
-      row.waste = plan::executedOverUseful(plan::denseStats(plan, opts.n));
+    // A varlen batch runs each sequence at its own length: the work adds up.
+    // With fewer queries than keys, whether a backend computes those rows
+    // alone or the whole square is the runtime's choice per call.
+    row.wasteKnown = !fewerQueries;
+    const bool planned = backend == "fused" || backend == "halide";
+    if (row.wasteKnown && (planned || backend == "dense")) {
+      const plan::Plan tiled = planned ? plan::buildPlan(lp->ir, tiles) : plan::Plan{};
+      double useful = 0, executed = 0;
+      for (int64_t l : lengths.empty() ? std::vector<int64_t>{n} : lengths)
+        if (l > 0)
+          for (const plan::HeadStats &h : planned ? plan::planStats(tiled, l) : plan::denseStats(plan, l)) {
+            useful += double(h.useful);
+            executed += double(h.executed);
+          }
+      row.waste = useful > 0 ? executed / useful : 1.0;
+    }
     row.ok = true;
     rows.push_back(row);
   }
@@ -215,10 +397,22 @@ int runBench(const BenchOptions &opts) {
   if (opts.json) {
     std::ostringstream os;
     os << "{\"pattern\": " << jsonString(p.name) << ", \"dtype\": " << jsonString(opts.dtype)
-       << ", \"n\": " << opts.n << ", \"d\": " << opts.d
+       << ", \"n\": " << n << ", \"d\": " << opts.d
        << ", \"batch\": " << opts.batch << ", \"heads\": " << heads << ", \"nnz_per_head\": "
        << nnzAllHeads / heads << ", \"plan_build_ms\": " << planMs
        << ", \"block_generation_ms\": " << blocksMs << ", \"block_bytes\": " << blockBytes;
+    // The shapes' keys appear only with the options that make them.
+    if (opts.kvHeads)
+      os << ", \"kv_heads\": " << kvHeads;
+    if (!lengths.empty()) {
+      os << ", \"varlen\": [";
+      for (size_t k = 0; k < lengths.size(); ++k)
+        os << (k ? ", " : "") << lengths[k];
+      os << "]";
+    }
+    if (fewerQueries)
+      os << ", \"queries\": " << nq << ", \"distinct_keys\": " << distinctKeys << ", \"kv_bytes\": " << kvBytes
+         << ", \"memcpy_ms\": " << copyMs;
     if (peak)
       os << ", \"peak_gflops\": " << peak->gflops << ", \"peak_isa\": " << jsonString(peak->isa)
          << ", \"peak_threads\": " << peak->threads;
@@ -230,8 +424,12 @@ int runBench(const BenchOptions &opts) {
         os << ", \"error\": " << jsonString(r.error) << "}";
         continue;
       }
-      os << ", \"ms\": " << r.ms << ", \"gflops\": " << r.gflops << ", \"executed_over_useful\": " << r.waste
-         << ", \"first_run_ms\": " << r.firstMs;
+      os << ", \"ms\": " << r.ms << ", \"gflops\": " << r.gflops;
+      if (r.wasteKnown)
+        os << ", \"executed_over_useful\": " << r.waste;
+      os << ", \"first_run_ms\": " << r.firstMs;
+      if (fewerQueries)
+        os << ", \"over_memcpy\": " << (copyMs > 0 ? r.ms / copyMs : 0.0);
       if (peak)
         os << ", \"fwd_share\": " << r.gflops / peak->gflops;
       if (opts.backward && r.bwdOk) {
@@ -248,26 +446,45 @@ int runBench(const BenchOptions &opts) {
     std::cout << os.str();
     return kExitOk;
   }
-  std::printf("%s  n=%lld d=%lld batch=%lld heads=%lld %s  nnz/head=%lld (%.2f%% of n^2)  median of %d\n",
-              p.name.c_str(), (long long)opts.n, (long long)opts.d, (long long)opts.batch,
-              (long long)heads, opts.dtype.c_str(), (long long)(nnzAllHeads / heads),
-              100.0 * double(nnzAllHeads / heads) / (double(opts.n) * double(opts.n)), opts.repeat);
-  std::printf("  fused plan: built in %.3f ms; its row blocks at this n: %.2f ms to generate, "
+  std::string shapeLine = "n=" + std::to_string(n);
+  if (!lengths.empty())
+    shapeLine += " (" + std::to_string(lengths.size()) + " sequences)";
+  if (fewerQueries)
+    shapeLine += " queries=" + std::to_string(nq);
+  shapeLine += " d=" + std::to_string(opts.d) + " batch=" + std::to_string(opts.batch) +
+               " heads=" + std::to_string(heads);
+  if (opts.kvHeads)
+    shapeLine += " kv-heads=" + std::to_string(kvHeads);
+  const char *square = !lengths.empty() ? "sum of lengths^2" : fewerQueries ? "queries*n" : "n^2";
+  std::printf("%s  %s %s  nnz/head=%lld (%.2f%% of %s)  median of %d\n", p.name.c_str(), shapeLine.c_str(),
+              opts.dtype.c_str(), (long long)(nnzAllHeads / heads),
+              100.0 * double(nnzAllHeads / heads) / densePairs, square, opts.repeat);
+  std::printf("  fused plan: built in %.3f ms; its row blocks at %s: %.2f ms to generate, "
               "%.1f MB\n",
-              planMs, blocksMs, double(blockBytes) / 1e6);
+              planMs, lengths.empty() ? "this n" : "these lengths", blocksMs, double(blockBytes) / 1e6);
+  if (fewerQueries)
+    std::printf("  key/value rows the queries name: %lld per key/value head on average, %.2f MB of K and V; a "
+                "memcpy of as many bytes: %.3f ms\n",
+                (long long)(distinctKeys / kvHeads), double(kvBytes) / 1e6, copyMs);
   if (peak)
     std::printf("  peak: %s\n", peakText(*peak).c_str());
-  std::printf("  %-12s %10s %12s %16s %12s %14s%s\n", "backend", "ms", "eff GFLOP/s", "executed/useful",
-              "time/fused", "first run ms", peak ? "   % peak" : "");
+  std::printf("  %-12s %10s %12s %16s %12s %14s%s%s\n", "backend", "ms", "eff GFLOP/s", "executed/useful",
+              "time/fused", "first run ms", peak ? "   % peak" : "", fewerQueries ? "  time/memcpy" : "");
   for (const Row &r : rows) {
     if (!r.ok) {
       std::printf("  %-12s failed: %s\n", r.backend.c_str(), r.error.c_str());
       continue;
     }
-    std::printf("  %-12s %10.2f %12.1f %16.2f %12.2f %14.2f", r.backend.c_str(), r.ms, r.gflops, r.waste,
-                fusedMs > 0 ? r.ms / fusedMs : 0.0, r.firstMs);
+    std::printf("  %-12s %10.2f %12.1f", r.backend.c_str(), r.ms, r.gflops);
+    if (r.wasteKnown)
+      std::printf(" %16.2f", r.waste);
+    else
+      std::printf(" %16s", "-");
+    std::printf(" %12.2f %14.2f", fusedMs > 0 ? r.ms / fusedMs : 0.0, r.firstMs);
     if (peak)
       std::printf(" %8.1f", 100.0 * r.gflops / peak->gflops);
+    if (fewerQueries) // no keys named: nothing to copy, no ratio
+      std::printf(" %12.2f", copyMs > 0 ? r.ms / copyMs : 0.0);
     std::printf("\n");
   }
   if (!opts.backward)
@@ -303,14 +520,38 @@ void setupBench(CLI::App &app, int &exitCode) {
   addPatternOptions(*cmd, opts->pattern);
   // FILE and --n are required unless --peak asks for the peak alone (checked in the callback).
   cmd->get_option("file")->required(false)->description("The pattern file (.attn); only --peak runs without one");
-  CLI::Option *nOption = cmd->add_option("--n", opts->n, "Sequence length (required with a pattern file)")
-                             ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  CLI::Option *nOption =
+      cmd->add_option("--n", opts->n, "Sequence length: the keys' (required with a pattern file, unless --varlen)")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("--d", opts->d, "Head dimension")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd->add_option("--batch", opts->batch, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--heads", opts->heads,
                   "Heads (a pattern that declares its heads uses its own count)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-heads", opts->kvHeads,
+                  "Key/value heads (default: --heads, which must be a multiple of it): grouped-query attention, "
+                  "query head h reading key/value head h / (heads / kv-heads)")
+      ->type_name("HKV")
+      ->check(CLI::PositiveNumber);
+  CLI::Option *queriesOption =
+      cmd->add_option("--queries", opts->queries,
+                      "Query rows (default: --n): the last NQ positions of the --n keys (1: a decoding step); also "
+                      "reports the bytes of the key/value rows they name and a memcpy of as many")
+          ->type_name("NQ")
+          ->check(CLI::PositiveNumber);
+  cmd->add_option("--varlen", opts->varlen,
+                  "A variable-length batch: sequences of these lengths packed along n (batch 1), each attending "
+                  "within itself; --n is their sum (leave it out)")
+      ->type_name("L1,L2,...")
+      ->check(CLI::Validator(
+          [](std::string &spec) {
+            std::vector<int64_t> lengths;
+            return parseLengths(spec, lengths);
+          },
+          ""))
+      ->excludes(queriesOption);
+  addMaxMemoryOption(*cmd, opts->maxMemory);
   CLI::Option *backendOption =
       cmd->add_option("--backend", opts->backends,
                       "Backends to compare: fused, halide, sparsifier, dense (by default those "
@@ -334,17 +575,27 @@ void setupBench(CLI::App &app, int &exitCode) {
   cmd->add_flag("--peak", opts->peak,
                 "Measure this machine's FMA peak on --threads threads (AVX-512, else AVX2+FMA) and give each "
                 "GFLOP/s as a share of it; without a pattern file, print the peak alone");
-  cmd->footer(examplesFooter({"attnc bench patterns/fixed.attn --n 16384 --d 64",
-                              "attnc bench patterns/strided.attn --n 4096 --backend fused,dense --json",
-                              "attnc bench patterns/fixed.attn --n 4096 --d 64 --backward --peak",
-                              "attnc bench --peak --threads 2"}));
+  cmd->footer(examplesFooter(
+      {"attnc bench patterns/fixed.attn --n 16384 --d 64",
+       "attnc bench patterns/strided.attn --n 4096 --backend fused,dense --json",
+       "attnc bench patterns/fixed.attn --n 4096 --d 64 --backward --peak", "attnc bench --peak --threads 2",
+       "attnc bench patterns/fixed.attn --n 16384 --d 128 --heads 32 --kv-heads 8 --backend fused",
+       "attnc bench patterns/fixed.attn --n 32768 --queries 1 --d 64 --backend fused",
+       "attnc bench patterns/local.attn --varlen 512,4096,1024,2560 --d 64 --backend fused"}));
   cmd->callback([opts, backendOption, nOption, &exitCode] {
     if (opts->pattern.file.empty() && !opts->peak)
       throw CLI::RequiredError("file");
-    if (!opts->pattern.file.empty() && nOption->count() == 0)
+    opts->nGiven = nOption->count() > 0;
+    if (!opts->pattern.file.empty() && !opts->nGiven && opts->varlen.empty())
       throw CLI::RequiredError("--n");
     opts->backendsGiven = backendOption->count() > 0;
-    exitCode = runBench(*opts);
+    try {
+      exitCode = runBench(*opts);
+    } catch (const std::bad_alloc &) {
+      // The estimate fitted, but the memory went elsewhere meanwhile.
+      std::cerr << "attnc: error: out of memory while allocating the benchmark's arrays; give a smaller shape\n";
+      exitCode = kExitUserError;
+    }
   });
 }
 

@@ -8,6 +8,12 @@
 // and prints the largest absolute error of O (and of each gradient, which must
 // lie within a tolerance).
 //
+// K and V may have fewer heads than Q (grouped-query attention) and more rows
+// (the queries are the last positions of the keys); --cu-seqlens packs a
+// variable-length batch. Before anything large is allocated, the bytes the
+// run needs are estimated and checked against the memory available (or
+// --max-memory).
+//
 //===----------------------------------------------------------------------===//
 #include "Common.h"
 #include "Npy.h"
@@ -18,6 +24,7 @@
 #include "attnc/codegen/CodeGen.h"
 #include "attnc/frontend/Canonicalize.h"
 #include "attnc/plan/Csr.h"
+#include "attnc/plan/RowEvaluator.h"
 #include "attnc/reference/Reference.h"
 
 #include <algorithm>
@@ -28,6 +35,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <tuple>
 
@@ -40,6 +48,9 @@ struct RunOptions {
   std::string pattern;
   std::string q, k, v, output;
   std::string random; ///< --random B,H,n,d: Q, K, V drawn from `seed` instead of read
+  int64_t kvHeads = 0, keys = 0; ///< --random's K, V: [B, kvHeads, keys, d] (0: H, n)
+  std::string cuSeqlens, cuSeqlensK; ///< a varlen run's offsets (empty: a dense batch)
+  std::optional<uint64_t> maxMemory;
   uint64_t seed = 0;
   bool seedGiven = false;
   std::string grad, dq, dk, dv; ///< grad: a dO file, or kRandomGrad
@@ -51,11 +62,9 @@ struct RunOptions {
 /// `--grad random`: dO drawn like --random's inputs.
 constexpr const char *kRandomGrad = "random";
 
-/// --random makes at most this many elements per tensor (4 GiB of f32).
-constexpr int64_t kMaxRandomElements = int64_t(1) << 30;
-
-/// Parses --random's "B,H,n,d": four integers, each at least 1, whose product
-/// is at most kMaxRandomElements. Returns the reason when it is not.
+/// Parses --random's "B,H,n,d": four integers, each at least 1. Returns the
+/// reason when it is not. (How large a shape may be is the memory
+/// estimate's question, asked before anything is drawn.)
 std::string parseRandomShape(const std::string &spec, std::array<int64_t, 4> &shape) {
   static const char *const kNames[4] = {"the batch B", "the heads H", "the length n", "the head dimension d"};
   std::vector<std::string> fields;
@@ -69,7 +78,6 @@ std::string parseRandomShape(const std::string &spec, std::array<int64_t, 4> &sh
   if (fields.size() != 4)
     return "expected four numbers B,H,n,d (batch, heads, length, head dimension), e.g. 1,8,1024,64; got " +
            std::to_string(fields.size()) + " in '" + spec + "'";
-  int64_t elements = 1;
   for (int a = 0; a < 4; ++a) {
     const std::string &field = fields[a];
     int64_t value = 0;
@@ -78,11 +86,24 @@ std::string parseRandomShape(const std::string &spec, std::array<int64_t, 4> &sh
       return std::string(kNames[a]) + " must be a positive integer, got '" + field + "' in '" + spec + "'";
     if (value < 1)
       return std::string(kNames[a]) + " must be at least 1, got " + field + " in '" + spec + "'";
-    if (value > kMaxRandomElements / elements)
-      return "'" + spec + "' makes more than 2^30 elements per tensor";
-    elements *= value;
     shape[a] = value;
   }
+  return {};
+}
+
+/// Parses a --cu-seqlens list: int32 offsets (the ABI's), starting at 0,
+/// never decreasing. Returns the reason when it is not one.
+std::string parseCuSeqlens(const std::string &spec, std::vector<int64_t> &offsets) {
+  if (std::string error = parseIntList(spec, "the offsets", 0, std::numeric_limits<int32_t>::max(), offsets);
+      !error.empty())
+    return error;
+  if (offsets[0] != 0)
+    return "the first offset must be 0, got " + std::to_string(offsets[0]) + " in '" + spec +
+           "' (sequence s is rows [offset s, offset s + 1))";
+  for (size_t s = 1; s < offsets.size(); ++s)
+    if (offsets[s] < offsets[s - 1])
+      return "offsets must not decrease, but " + std::to_string(offsets[s]) + " follows " +
+             std::to_string(offsets[s - 1]) + " in '" + spec + "'";
   return {};
 }
 
@@ -151,14 +172,29 @@ std::string gradientPath(const RunOptions &opts, const std::string &given, const
   return std::filesystem::path(opts.output).replace_extension("." + name + ".npy").string();
 }
 
+/// One sequence of a run: batch element b, its queries at rows [q0, q0 + nq)
+/// of Q and its keys at rows [k0, k0 + nk) of K and V, the queries being
+/// the last nq of the nk positions.
+struct Seq {
+  int64_t b, q0, nq, k0, nk;
+};
+
+/// The shapes of a run: Q (and O, dO, dQ) [B, Hq, nq, d], K and V (and dK,
+/// dV) [B, Hkv, nk, d]; a varlen run has B = 1 and its offsets.
+struct RunShape {
+  std::array<int64_t, 4> q{}, kv{};
+  std::vector<Seq> seqs;
+  std::vector<int32_t> cuQ, cuK; ///< empty without --cu-seqlens
+  int64_t group() const { return q[1] / kv[1]; }
+};
+
 /// The pattern a kernel was built from, rebuilt from its embedded source and
-/// parameters, and the CSR of each distinct head set at length n.
+/// parameters.
 struct ReferencePattern {
   Frontend frontend;
   ir::PatternIR ir;
-  std::vector<ir::Csr> csrs;
-  /// The set (an index into `csrs`) that tensor head h runs: its own when the
-  /// pattern declares heads, else the one set.
+  /// The set (an index into ir.heads) that query head h runs: its own when
+  /// the pattern declares heads, else the one set.
   size_t setOf(int64_t h) const {
     for (size_t k = 0; ir.headsDeclared && k < ir.heads.size(); ++k)
       if (std::find(ir.heads[k].heads.begin(), ir.heads[k].heads.end(), h) != ir.heads[k].heads.end())
@@ -169,7 +205,7 @@ struct ReferencePattern {
 
 /// Fills `out`; prints the error and returns false when the embedded pattern
 /// does not check.
-bool rebuildPattern(const attnc_kernel *kernel, const std::string &origin, int64_t n, ReferencePattern &out) {
+bool rebuildPattern(const attnc_kernel *kernel, const std::string &origin, ReferencePattern &out) {
   std::string error;
   SemaOptions sema;
   if (!parseDefineList(attnc_kernel_metadata(kernel, "params"), sema.defines, error)) {
@@ -185,13 +221,62 @@ bool rebuildPattern(const attnc_kernel *kernel, const std::string &origin, int64
     return false;
   }
   out.ir = ir::canonicalizePattern(*p);
-  out.csrs.resize(out.ir.heads.size());
-  for (size_t k = 0; k < out.ir.heads.size(); ++k)
-    if (!ir::buildCsr(out.ir.heads[k].set, n, out.csrs[k], error)) {
-      std::cerr << "attnc: error: " << error << "\n";
-      return false;
-    }
   return true;
+}
+
+/// The CSR of `set` at length n with only rows firstRow .. n - 1 filled (a
+/// sequence's queries; the rows before them stay empty, so a decoding step
+/// on a long cache costs its one row, not the n x n pattern). Returns false
+/// with `error` set when 32-bit positions cannot index it.
+bool referenceCsr(const ir::SetRef &set, int64_t n, int64_t firstRow, ir::Csr &out, std::string &error) {
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  if (n > kMax) {
+    error = "--check: the reference indexes keys with 32-bit positions, and " + std::to_string(n) +
+            " keys are more than 2^31 - 1";
+    return false;
+  }
+  out = ir::Csr{};
+  out.n = n;
+  out.pos.assign(static_cast<size_t>(n + 1), 0);
+  const ir::RowEvaluator rows(set, n);
+  IntervalSet keys;
+  int64_t nnz = 0;
+  for (int64_t i = firstRow; i < n; ++i) {
+    rows.row(i, 0, n, keys);
+    for (const Interval &x : keys) {
+      nnz += x.size();
+      if (nnz > kMax) {
+        error = "--check: the reference's rows have more than 2^31 - 1 pairs at n = " + std::to_string(n) +
+                "; 32-bit positions cannot index them";
+        return false;
+      }
+      for (int64_t j = x.lo; j < x.hi; ++j)
+        out.crd.push_back(static_cast<int32_t>(j));
+    }
+    out.pos[static_cast<size_t>(i + 1)] = static_cast<int32_t>(nnz);
+  }
+  return true;
+}
+
+/// What --check's reference holds at once, in bytes: for the sequence that
+/// needs the most, each head set's CSR (an offset per key position, a key
+/// per pair of the computed rows), a head's O and dQ, and a key/value
+/// head's dK and dV (in double, and in float to compare).
+int64_t referenceBytes(const ReferencePattern &pattern, const RunShape &shape, bool grad) {
+  const int64_t d = shape.q[3];
+  int64_t most = 0, lastNq = -1, lastNk = -1, lastBytes = 0;
+  for (const Seq &s : shape.seqs) {
+    if (s.nq != lastNq || s.nk != lastNk) {
+      lastBytes = 0;
+      for (const auto &head : pattern.ir.heads)
+        lastBytes += 4 * (s.nk + 1 + countRowPairs(head.set, s.nk, s.nk - s.nq));
+      lastBytes += 4 * s.nq * d * (grad ? 2 : 1) + (grad ? 20 * s.nk * d : 0);
+      lastNq = s.nq;
+      lastNk = s.nk;
+    }
+    most = std::max(most, lastBytes);
+  }
+  return most;
 }
 
 /// How far a kernel's output is from the reference: the largest absolute
@@ -211,44 +296,71 @@ struct Deviation {
   }
 };
 
-/// The arrays of a run, [B, H, n, d] (or [n, d]) and C-ordered.
+/// The arrays of a run, C-ordered: Q, O, dO, dQ of RunShape::q, K, V, dK,
+/// dV of RunShape::kv.
 struct RunArrays {
-  std::array<int64_t, 4> shape;
   const NpyArray &q, &k, &v, &o;
   const NpyArray *dO, *dq, *dk, *dv; ///< null without --grad
 };
 
 /// --check: O, and with --grad dQ, dK and dV, against the double-precision
-/// reference on every (batch, head) slice. Prints one line per array; the
-/// gradients fail (exit 1) past kGradTolerance.
-int checkAgainstReference(const attnc_kernel *kernel, const std::string &origin, const RunArrays &a) {
-  const int64_t n = a.shape[2], d = a.shape[3];
-  ReferencePattern pattern;
-  if (!rebuildPattern(kernel, origin, n, pattern))
-    return kExitUserError;
+/// reference, sequence by sequence and head by head: query head h reads
+/// key/value head h / group, its queries are the last nq of the sequence's
+/// nk positions, and dK, dV sum over the group's query heads. Prints one line
+/// per array; the gradients fail (exit 1) past kGradTolerance.
+int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape, const RunArrays &a) {
+  const int64_t hq = shape.q[1], hkv = shape.kv[1], d = shape.q[3], group = shape.group();
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const bool grad = a.dO != nullptr;
   Deviation out, dev[3];
-  std::vector<float> ref(static_cast<size_t>(n * d)), refGrad[3];
-  if (grad)
-    for (std::vector<float> &g : refGrad)
-      g.resize(static_cast<size_t>(n * d));
-  for (int64_t b = 0; b < a.shape[0]; ++b)
-    for (int64_t h = 0; h < a.shape[1]; ++h) {
-      const ir::Csr &csr = pattern.csrs[pattern.setOf(h)];
-      const int64_t off = (b * a.shape[1] + h) * n * d;
-      referenceAttention(csr, a.q.data.data() + off, a.k.data.data() + off, a.v.data.data() + off, ref.data(), d,
-                         scale);
-      out.add(ref.data(), a.o.data.data() + off, n * d);
-      if (!grad)
-        continue;
-      referenceBackward(csr, a.q.data.data() + off, a.k.data.data() + off, a.v.data.data() + off,
-                        a.dO->data.data() + off, refGrad[0].data(), refGrad[1].data(), refGrad[2].data(), d,
-                        scale);
-      const NpyArray *got[3] = {a.dq, a.dk, a.dv};
-      for (int g = 0; g < 3; ++g)
-        dev[g].add(refGrad[g].data(), got[g]->data.data() + off, n * d);
+  std::vector<float> refO, refDq, refKv;
+  std::vector<double> refDk, refDv;
+  std::vector<ir::Csr> csrs(pattern.ir.heads.size());
+  int64_t builtNq = -1, builtNk = -1;
+  std::string error;
+  for (const Seq &s : shape.seqs) {
+    if (s.nk == 0)
+      continue;
+    // A dense batch's elements share one length: their CSRs are built once.
+    if (s.nq != builtNq || s.nk != builtNk) {
+      for (size_t set = 0; set < csrs.size(); ++set)
+        if (!referenceCsr(pattern.ir.heads[set].set, s.nk, s.nk - s.nq, csrs[set], error)) {
+          std::cerr << "attnc: error: " << error << "\n";
+          return kExitUserError;
+        }
+      builtNq = s.nq;
+      builtNk = s.nk;
     }
+    const int64_t firstRow = s.nk - s.nq;
+    auto qAt = [&](int64_t h) { return static_cast<size_t>(((s.b * hq + h) * shape.q[2] + s.q0) * d); };
+    auto kAt = [&](int64_t g) { return static_cast<size_t>(((s.b * hkv + g) * shape.kv[2] + s.k0) * d); };
+    refO.resize(static_cast<size_t>(s.nq * d));
+    for (int64_t h = 0; h < hq; ++h) {
+      const size_t kv = kAt(h / group);
+      referenceAttentionRows(csrs[pattern.setOf(h)], firstRow, a.q.data.data() + qAt(h), a.k.data.data() + kv,
+                             a.v.data.data() + kv, refO.data(), d, scale);
+      out.add(refO.data(), a.o.data.data() + qAt(h), s.nq * d);
+    }
+    if (!grad)
+      continue;
+    refDq.resize(static_cast<size_t>(s.nq * d));
+    refKv.resize(static_cast<size_t>(s.nk * d));
+    for (int64_t g = 0; g < hkv; ++g) {
+      const size_t kv = kAt(g);
+      refDk.assign(static_cast<size_t>(s.nk * d), 0.0);
+      refDv.assign(static_cast<size_t>(s.nk * d), 0.0);
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        referenceBackwardRows(csrs[pattern.setOf(h)], firstRow, a.q.data.data() + qAt(h), a.k.data.data() + kv,
+                              a.v.data.data() + kv, a.dO->data.data() + qAt(h), refDq.data(), refDk.data(),
+                              refDv.data(), d, scale);
+        dev[0].add(refDq.data(), a.dq->data.data() + qAt(h), s.nq * d);
+      }
+      for (auto [sum, got, deviation] : {std::tuple{&refDk, a.dk, &dev[1]}, {&refDv, a.dv, &dev[2]}}) {
+        std::transform(sum->begin(), sum->end(), refKv.begin(), [](double x) { return static_cast<float>(x); });
+        deviation->add(refKv.data(), got->data.data() + kv, s.nk * d);
+      }
+    }
+  }
   std::printf("max abs error vs double-precision reference: %.3g", out.maxErr);
   if (out.nonFinite)
     std::printf(" over the finite outputs; %lld outputs are NaN or infinite (a score overflowed "
@@ -304,47 +416,211 @@ int checkInputFlags(const RunOptions &opts) {
   return kExitOk;
 }
 
-int runRun(const RunOptions &opts) {
-  NpyArray q, k, v, dO;
+/// Prints `message` as an error and returns `code`.
+int fail(int code, const std::string &message) {
+  std::cerr << "attnc: error: " << message << "\n";
+  return code;
+}
+
+/// The two offset lists of a varlen run agree: as many entries, and no
+/// sequence with more queries than keys. A usage error (exit 2) otherwise.
+int checkSequences(const std::vector<int64_t> &cuQ, const std::vector<int64_t> &cuK) {
+  if (cuQ.size() != cuK.size())
+    return fail(kExitUsage, "--cu-seqlens has " + std::to_string(cuQ.size()) + " offsets but --cu-seqlens-k " +
+                                std::to_string(cuK.size()) + "; both give one more offset than there are sequences");
+  for (size_t s = 0; s + 1 < cuQ.size(); ++s) {
+    const int64_t nq = cuQ[s + 1] - cuQ[s], nk = cuK[s + 1] - cuK[s];
+    if (nq > nk)
+      return fail(kExitUsage, "sequence " + std::to_string(s) + " has " + std::to_string(nq) +
+                                  " queries (--cu-seqlens) but " + std::to_string(nk) +
+                                  " keys (--cu-seqlens-k); the queries are the last nq of the nk key positions, so "
+                                  "nq <= nk");
+  }
+  return kExitOk;
+}
+
+/// --random's shapes with --kv-heads and --keys (and a varlen run's total
+/// lengths); a usage error (exit 2) when the flags disagree.
+int randomShape(const RunOptions &opts, const std::vector<int64_t> &cuQ, const std::vector<int64_t> &cuK,
+                RunShape &shape) {
+  std::array<int64_t, 4> dims{};
+  ATTNC_CHECK(parseRandomShape(opts.random, dims).empty(), "--random was validated when parsed");
+  const int64_t hkv = opts.kvHeads ? opts.kvHeads : dims[1];
+  if (dims[1] % hkv != 0)
+    return fail(kExitUsage, "--kv-heads " + std::to_string(hkv) + " does not divide the " + std::to_string(dims[1]) +
+                                " query heads of --random; query head h reads key/value head h / (H / HKV), so H "
+                                "must be a multiple of HKV");
+  int64_t nk = opts.keys ? opts.keys : dims[2];
+  if (!cuQ.empty()) {
+    if (dims[0] != 1)
+      return fail(kExitUsage, "--cu-seqlens packs sequences along n of one batch element, but --random has batch " +
+                                  std::to_string(dims[0]) + "; give --random 1,H,n,d");
+    if (dims[2] != cuQ.back())
+      return fail(kExitUsage, "--random has n = " + std::to_string(dims[2]) + " but --cu-seqlens ends at " +
+                                  std::to_string(cuQ.back()) + "; its last offset is the queries' total length");
+    if (opts.keys && opts.keys != cuK.back())
+      return fail(kExitUsage, "--keys is " + std::to_string(opts.keys) + " but --cu-seqlens-k ends at " +
+                                  std::to_string(cuK.back()) + "; leave --keys out, it is the keys' total length");
+    nk = cuK.back();
+  } else if (nk < dims[2]) {
+    return fail(kExitUsage, "--keys " + std::to_string(nk) + " is fewer than the " + std::to_string(dims[2]) +
+                                " queries of --random; the queries are the last n of the NK key positions, so "
+                                "NK >= n");
+  }
+  shape.q = dims;
+  shape.kv = {dims[0], hkv, nk, dims[3]};
+  return kExitOk;
+}
+
+/// The shapes of arrays read from files: [n, d] (one batch element, one
+/// head) or [batch, heads, n, d], K and V alike, differing from Q only in
+/// their heads (a divisor of Q's) and length (at least Q's, unless a varlen
+/// run's offsets say otherwise). A user error (exit 1) otherwise.
+int fileShape(const NpyArray &q, const NpyArray &k, const NpyArray &v, bool varlen, RunShape &shape) {
+  if (k.shape != v.shape)
+    return fail(kExitUserError, "K and V must have the same shape, got K " + shapeText(k.shape) + " and V " +
+                                    shapeText(v.shape));
+  if (q.shape.size() != 2 && q.shape.size() != 4)
+    return fail(kExitUserError, "inputs must be [n, d] or [batch, heads, n, d], got " +
+                                    std::to_string(q.shape.size()) + " dimensions");
+  if (k.shape.size() != q.shape.size())
+    return fail(kExitUserError, "Q " + shapeText(q.shape) + " and K " + shapeText(k.shape) +
+                                    " must have the same number of dimensions");
+  auto four = [](const std::vector<int64_t> &s) {
+    return s.size() == 4 ? std::array<int64_t, 4>{s[0], s[1], s[2], s[3]} : std::array<int64_t, 4>{1, 1, s[0], s[1]};
+  };
+  shape.q = four(q.shape);
+  shape.kv = four(k.shape);
+  const std::string both = "Q " + shapeText(q.shape) + " and K, V " + shapeText(k.shape);
+  const std::string rule = "; K and V may differ from Q only in their heads (a divisor of Q's) and length";
+  if (shape.q[0] != shape.kv[0])
+    return fail(kExitUserError, both + " differ in the batch" + rule);
+  if (shape.q[3] != shape.kv[3])
+    return fail(kExitUserError, both + " differ in the head dimension d" + rule);
+  if (shape.kv[1] == 0 || shape.q[1] % shape.kv[1] != 0)
+    return fail(kExitUserError, both + ": K and V's " + std::to_string(shape.kv[1]) + " heads do not divide Q's " +
+                                    std::to_string(shape.q[1]) +
+                                    "; query head h reads key/value head h / (Hq / Hkv)");
+  if (!varlen && shape.kv[2] < shape.q[2])
+    return fail(kExitUserError, both + ": K and V have " + std::to_string(shape.kv[2]) + " rows but Q has " +
+                                    std::to_string(shape.q[2]) +
+                                    "; the queries are the last nq of the nk key positions, so nq <= nk");
+  return kExitOk;
+}
+
+/// A varlen run's offsets against its tensors (exit `code` when they
+/// disagree), then the sequences of the run.
+int buildSequences(const std::vector<int64_t> &cuQ, const std::vector<int64_t> &cuK, int code, RunShape &shape) {
+  if (cuQ.empty()) {
+    for (int64_t b = 0; b < shape.q[0]; ++b)
+      shape.seqs.push_back({b, 0, shape.q[2], 0, shape.kv[2]});
+    return kExitOk;
+  }
+  if (shape.q[0] != 1)
+    return fail(code, "--cu-seqlens packs sequences along n of one batch element, but Q has batch " +
+                          std::to_string(shape.q[0]));
+  if (cuQ.back() != shape.q[2])
+    return fail(code, "--cu-seqlens ends at " + std::to_string(cuQ.back()) + " but Q has " +
+                          std::to_string(shape.q[2]) + " rows; its last offset is the queries' total length");
+  if (cuK.back() != shape.kv[2])
+    return fail(code, "--cu-seqlens-k (by default --cu-seqlens) ends at " + std::to_string(cuK.back()) +
+                          " but K and V have " + std::to_string(shape.kv[2]) +
+                          " rows; its last offset is the keys' total length");
+  for (size_t s = 0; s + 1 < cuQ.size(); ++s) {
+    shape.seqs.push_back({0, cuQ[s], cuQ[s + 1] - cuQ[s], cuK[s], cuK[s + 1] - cuK[s]});
+    shape.cuQ.push_back(static_cast<int32_t>(cuQ[s]));
+    shape.cuK.push_back(static_cast<int32_t>(cuK[s]));
+  }
+  shape.cuQ.push_back(static_cast<int32_t>(cuQ.back()));
+  shape.cuK.push_back(static_cast<int32_t>(cuK.back()));
+  return kExitOk;
+}
+
+/// Reads --q, --k, --v (and a --grad file) once their bytes fit: each
+/// file is held whole while it is parsed, so the largest counts twice.
+int readInputs(const RunOptions &opts, NpyArray &q, NpyArray &k, NpyArray &v, NpyArray &dO) {
+  std::vector<std::pair<const std::string *, NpyArray *>> files = {{&opts.q, &q}, {&opts.k, &k}, {&opts.v, &v}};
+  if (!opts.grad.empty() && opts.grad != kRandomGrad)
+    files.push_back({&opts.grad, &dO});
+  MemoryEstimate estimate;
+  int64_t largest = 0;
+  for (const auto &[path, array] : files) {
+    std::error_code ec;
+    const int64_t size = static_cast<int64_t>(std::filesystem::file_size(*path, ec));
+    if (ec)
+      continue; // readNpy says why
+    estimate.addBytes("the input files", size);
+    largest = std::max(largest, size);
+  }
+  estimate.addBytes("a file's bytes while it is parsed", largest);
+  if (int code = checkMemory(estimate, opts.maxMemory); code != kExitOk)
+    return code;
   std::string error;
+  for (const auto &[path, array] : files)
+    if (!readNpy(*path, *array, error))
+      return fail(kExitUserError, error);
+  return kExitOk;
+}
+
+/// Everything a run allocates besides the inputs read from files (counted
+/// again here, as they stay held): the random inputs, O, dO, the gradients,
+/// the log-sum-exp, and one output's .npy bytes while it is written.
+MemoryEstimate runEstimate(const RunOptions &opts, const RunShape &shape) {
+  const std::vector<int64_t> qShape(shape.q.begin(), shape.q.end()), kvShape(shape.kv.begin(), shape.kv.end());
+  const bool grad = !opts.grad.empty();
+  MemoryEstimate estimate;
+  estimate.add("Q, K, V", qShape, 4);
+  estimate.add("Q, K, V", kvShape, 4, 2);
+  estimate.add("O", qShape, 4);
+  if (grad) {
+    estimate.add("dO", qShape, 4);
+    estimate.add("dQ, dK, dV", qShape, 4);
+    estimate.add("dQ, dK, dV", kvShape, 4, 2);
+    estimate.add("the log-sum-exp", {shape.q[0], shape.q[1], shape.q[2]}, 4);
+  }
+  if (!opts.output.empty() || grad) {
+    MemoryEstimate qBytes, kvBytes;
+    qBytes.add("O", qShape, 4);
+    kvBytes.add("dK", kvShape, 4);
+    estimate.addBytes("an output's .npy bytes while it is written",
+                      grad ? std::max(qBytes.total(), kvBytes.total()) : qBytes.total());
+  }
+  return estimate;
+}
+
+int runRun(const RunOptions &opts) {
   if (int code = checkInputFlags(opts); code != kExitOk)
     return code;
-  const bool random = !opts.random.empty();
+  const bool random = !opts.random.empty(), grad = !opts.grad.empty(), varlen = !opts.cuSeqlens.empty();
+  std::vector<int64_t> cuQ, cuK;
+  if (varlen) {
+    ATTNC_CHECK(parseCuSeqlens(opts.cuSeqlens, cuQ).empty(), "--cu-seqlens was validated when parsed");
+    ATTNC_CHECK(parseCuSeqlens(opts.cuSeqlensK.empty() ? opts.cuSeqlens : opts.cuSeqlensK, cuK).empty(),
+                "--cu-seqlens-k was validated when parsed");
+    if (int code = checkSequences(cuQ, cuK); code != kExitOk)
+      return code;
+  }
+  NpyArray q, k, v, dO;
+  RunShape shape;
   if (random) {
-    std::array<int64_t, 4> dims{};
-    ATTNC_CHECK(parseRandomShape(opts.random, dims).empty(), "--random was validated when parsed");
-    const std::vector<int64_t> shape(dims.begin(), dims.end());
-    q = randomArray(shape, opts.seed, 0);
-    k = randomArray(shape, opts.seed, 1);
-    v = randomArray(shape, opts.seed, 2);
+    if (int code = randomShape(opts, cuQ, cuK, shape); code != kExitOk)
+      return code;
   } else {
-    for (auto [path, array] : {std::pair{&opts.q, &q}, {&opts.k, &k}, {&opts.v, &v}})
-      if (!readNpy(*path, *array, error)) {
-        std::cerr << "attnc: error: " << error << "\n";
-        return kExitUserError;
-      }
+    if (int code = readInputs(opts, q, k, v, dO); code != kExitOk)
+      return code;
+    if (int code = fileShape(q, k, v, varlen, shape); code != kExitOk)
+      return code;
   }
-  if (q.shape != k.shape || q.shape != v.shape) {
-    std::cerr << "attnc: error: Q, K and V must have the same shape\n";
-    return kExitUserError;
-  }
-  if (q.shape.size() != 2 && q.shape.size() != 4) {
-    std::cerr << "attnc: error: inputs must be [n, d] or [batch, heads, n, d], got "
-              << q.shape.size() << " dimensions\n";
-    return kExitUserError;
-  }
-  const bool grad = !opts.grad.empty();
-  if (opts.grad == kRandomGrad)
-    dO = randomArray(q.shape, opts.seed, 3);
-  else if (grad && !readNpy(opts.grad, dO, error)) {
-    std::cerr << "attnc: error: " << error << "\n";
-    return kExitUserError;
-  }
-  if (grad && dO.shape != q.shape) {
-    std::cerr << "attnc: error: --grad " << opts.grad << " has shape " << shapeText(dO.shape) << " but O has "
-              << shapeText(q.shape) << "; dO (the loss's gradient with respect to O) must have O's shape\n";
-    return kExitUserError;
-  }
+  // Flags that disagree with each other are usage errors; with files whose
+  // shapes they do not fit.
+  if (int code = buildSequences(cuQ, cuK, random ? kExitUsage : kExitUserError, shape); code != kExitOk)
+    return code;
+  const std::vector<int64_t> qShape = random ? std::vector<int64_t>(shape.q.begin(), shape.q.end()) : q.shape;
+  const std::vector<int64_t> kvShape = random ? std::vector<int64_t>(shape.kv.begin(), shape.kv.end()) : k.shape;
+  if (grad && opts.grad != kRandomGrad && dO.shape != qShape)
+    return fail(kExitUserError, "--grad " + opts.grad + " has shape " + shapeText(dO.shape) + " but O has " +
+                                    shapeText(qShape) +
+                                    "; dO (the loss's gradient with respect to O) must have O's shape");
   if (grad) {
     // Two outputs in one file would leave only the last one written.
     std::vector<std::pair<std::string, std::string>> outputs = {{"dQ", gradientPath(opts, opts.dq, "dq")},
@@ -355,11 +631,9 @@ int runRun(const RunOptions &opts) {
     for (size_t a = 0; a < outputs.size(); ++a)
       for (size_t b = a + 1; b < outputs.size(); ++b)
         if (std::filesystem::path(outputs[a].second).lexically_normal() ==
-            std::filesystem::path(outputs[b].second).lexically_normal()) {
-          std::cerr << "attnc: error: " << outputs[a].first << " and " << outputs[b].first
-                    << " would both be written to '" << outputs[a].second << "'; give them files of their own\n";
-          return kExitUsage;
-        }
+            std::filesystem::path(outputs[b].second).lexically_normal())
+          return fail(kExitUsage, outputs[a].first + " and " + outputs[b].first + " would both be written to '" +
+                                      outputs[a].second + "'; give them files of their own");
   }
 
   attnc_kernel *raw = nullptr;
@@ -373,44 +647,65 @@ int runRun(const RunOptions &opts) {
                          opts.backend.c_str()};
     status = attnc_jit_compile_file(opts.input.c_str(), &jo, &raw);
   } else {
-    if (!opts.defines.empty() || !opts.pattern.empty()) {
-      std::cerr << "attnc: error: -D and --pattern apply to .attn files; a kernel file has its "
-                   "parameters built in\n";
-      return kExitUsage;
-    }
+    if (!opts.defines.empty() || !opts.pattern.empty())
+      return fail(kExitUsage, "-D and --pattern apply to .attn files; a kernel file has its parameters built in");
     status = attnc_kernel_load(opts.input.c_str(), &raw);
   }
   if (status != ATTNC_OK)
     return runtimeFailure(status);
   std::unique_ptr<attnc_kernel, void (*)(attnc_kernel *)> kernel(raw, attnc_kernel_free);
+  if (qShape.size() == 2 && attnc_kernel_num_heads(raw) > 1)
+    return fail(kExitUserError, "inputs are [n, d] but the pattern has " +
+                                    std::to_string(attnc_kernel_num_heads(raw)) +
+                                    " heads; pass [batch, heads, n, d] arrays");
 
-  std::array<int64_t, 4> shape = q.shape.size() == 4
-                                     ? std::array<int64_t, 4>{q.shape[0], q.shape[1], q.shape[2], q.shape[3]}
-                                     : std::array<int64_t, 4>{1, 1, q.shape[0], q.shape[1]};
-  if (q.shape.size() == 2 && attnc_kernel_num_heads(raw) > 1) {
-    std::cerr << "attnc: error: inputs are [n, d] but the pattern has "
-              << attnc_kernel_num_heads(raw) << " heads; pass [batch, heads, n, d] arrays\n";
-    return kExitUserError;
+  // What the run allocates, before it does; the reference's share needs its
+  // rows counted, which only a run that fits is worth.
+  MemoryEstimate estimate = runEstimate(opts, shape);
+  if (int code = checkMemory(estimate, opts.maxMemory); code != kExitOk)
+    return code;
+  ReferencePattern pattern;
+  if (opts.check) {
+    if (!rebuildPattern(raw, opts.input, pattern))
+      return kExitUserError;
+    estimate.addBytes("the reference (--check)", referenceBytes(pattern, shape, grad));
+    if (int code = checkMemory(estimate, opts.maxMemory); code != kExitOk)
+      return code;
   }
-  NpyArray o{q.shape, std::vector<float>(q.data.size())};
-  auto view = [&](NpyArray &a) { return tensorView(a.data.data(), shape); };
-  attnc_tensor tq = view(q), tk = view(k), tv = view(v), to = view(o);
+
+  if (random) {
+    q = randomArray(qShape, opts.seed, 0);
+    k = randomArray(kvShape, opts.seed, 1);
+    v = randomArray(kvShape, opts.seed, 2);
+  }
+  if (opts.grad == kRandomGrad)
+    dO = randomArray(qShape, opts.seed, 3);
+  NpyArray o{qShape, std::vector<float>(q.data.size())};
+  attnc_tensor tq = tensorView(q.data.data(), shape.q), tk = tensorView(k.data.data(), shape.kv),
+               tv = tensorView(v.data.data(), shape.kv), to = tensorView(o.data.data(), shape.q);
   attnc_run_options ro{0.0f, opts.threads};
+  const attnc_varlen lengths{shape.cuQ.data(), shape.cuK.data(), static_cast<int64_t>(shape.seqs.size())};
   // A training step keeps each row's log-sum-exp for the backward.
-  std::vector<float> lse(grad ? static_cast<size_t>(shape[0] * shape[1] * shape[2]) : 0);
-  attnc_tensor tl = tensorView(lse.data(), {shape[0], shape[1], shape[2], 1});
+  std::vector<float> lse(grad ? static_cast<size_t>(shape.q[0] * shape.q[1] * shape.q[2]) : 0);
+  attnc_tensor tl = tensorView(lse.data(), {shape.q[0], shape.q[1], shape.q[2], 1});
   auto start = std::chrono::steady_clock::now();
-  status = grad ? attnc_run_forward(raw, &tq, &tk, &tv, &to, &tl, &ro) : attnc_run(raw, &tq, &tk, &tv, &to, &ro);
+  if (varlen)
+    status = attnc_run_varlen(raw, &tq, &tk, &tv, &to, grad ? &tl : nullptr, &lengths, &ro);
+  else
+    status = grad ? attnc_run_forward(raw, &tq, &tk, &tv, &to, &tl, &ro) : attnc_run(raw, &tq, &tk, &tv, &to, &ro);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (status != ATTNC_OK)
     return runtimeFailure(status);
 
-  NpyArray dq{q.shape, std::vector<float>(grad ? q.data.size() : 0)}, dk = dq, dv = dq;
+  NpyArray dq{qShape, std::vector<float>(grad ? q.data.size() : 0)};
+  NpyArray dk{kvShape, std::vector<float>(grad ? k.data.size() : 0)}, dv = dk;
   double backwardMs = 0;
   if (grad) {
-    attnc_tensor tdO = view(dO), tdq = view(dq), tdk = view(dk), tdv = view(dv);
+    attnc_tensor tdO = tensorView(dO.data.data(), shape.q), tdq = tensorView(dq.data.data(), shape.q),
+                 tdk = tensorView(dk.data.data(), shape.kv), tdv = tensorView(dv.data.data(), shape.kv);
     start = std::chrono::steady_clock::now();
-    status = attnc_run_backward(raw, &tq, &tk, &tv, &to, &tdO, &tl, &tdq, &tdk, &tdv, &ro);
+    status = varlen ? attnc_run_backward_varlen(raw, &tq, &tk, &tv, &to, &tdO, &tl, &tdq, &tdk, &tdv, &lengths, &ro)
+                    : attnc_run_backward(raw, &tq, &tk, &tv, &to, &tdO, &tl, &tdq, &tdk, &tdv, &ro);
     backwardMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (status != ATTNC_OK)
       return runtimeFailure(status);
@@ -423,26 +718,37 @@ int runRun(const RunOptions &opts) {
     writes.insert(writes.end(), {{gradientPath(opts, opts.dq, "dq"), &dq},
                                  {gradientPath(opts, opts.dk, "dk"), &dk},
                                  {gradientPath(opts, opts.dv, "dv"), &dv}});
+  std::string error;
   for (const auto &[path, array] : writes)
-    if (!writeNpy(path, *array, error)) {
-      std::cerr << "attnc: error: " << error << "\n";
-      return kExitUserError;
-    }
+    if (!writeNpy(path, *array, error))
+      return fail(kExitUserError, error);
   const std::string seed = " (seed " + std::to_string(opts.seed) + ")";
   const std::string randomDO = opts.grad == kRandomGrad ? " on a random dO" + seed : "";
-  std::printf("ran pattern '%s' on %s[%lld, %lld, %lld, %lld]%s in %.3f ms\n",
-              attnc_kernel_metadata(raw, "pattern"), random ? "random " : "", static_cast<long long>(shape[0]),
-              static_cast<long long>(shape[1]), static_cast<long long>(shape[2]),
-              static_cast<long long>(shape[3]), random ? seed.c_str() : "", ms);
+  const std::vector<int64_t> q4(shape.q.begin(), shape.q.end()), kv4(shape.kv.begin(), shape.kv.end());
+  std::string shapes = q4 == kv4 ? shapeText(q4) : "Q " + shapeText(q4) + ", K and V " + shapeText(kv4);
+  if (varlen)
+    shapes += " as " + std::to_string(shape.seqs.size()) + " sequence" + (shape.seqs.size() == 1 ? "" : "s");
+  std::printf("ran pattern '%s' on %s%s%s in %.3f ms\n", attnc_kernel_metadata(raw, "pattern"),
+              random ? "random " : "", shapes.c_str(), random ? seed.c_str() : "", ms);
   if (grad)
     std::printf("backward%s in %.3f ms: wrote dQ to %s, dK to %s, dV to %s\n", randomDO.c_str(), backwardMs,
                 writes[writes.size() - 3].first.c_str(), writes[writes.size() - 2].first.c_str(),
                 writes[writes.size() - 1].first.c_str());
   if (!opts.check)
     return kExitOk;
-  return checkAgainstReference(raw, opts.input,
-                               {shape, q, k, v, o, grad ? &dO : nullptr, grad ? &dq : nullptr,
-                                grad ? &dk : nullptr, grad ? &dv : nullptr});
+  return checkAgainstReference(pattern, shape,
+                               {q, k, v, o, grad ? &dO : nullptr, grad ? &dq : nullptr, grad ? &dk : nullptr,
+                                grad ? &dv : nullptr});
+}
+
+/// runRun, with an allocation that fails despite the estimate (another
+/// process took the memory meanwhile) reported as the user error it is.
+int runRunChecked(const RunOptions &opts) {
+  try {
+    return runRun(opts);
+  } catch (const std::bad_alloc &) {
+    return fail(kExitUserError, "out of memory while allocating the run's arrays; give a smaller shape");
+  }
 }
 } // namespace
 
@@ -458,9 +764,12 @@ void setupRun(CLI::App &app, int &exitCode) {
   cmd->add_option("--pattern", opts->pattern, "Which pattern of a .attn input");
   CLI::Option *q = cmd->add_option("--q", opts->q, "Queries: float32 .npy, [n, d] or [batch, heads, n, d]")
                       ->check(CLI::ExistingFile);
-  CLI::Option *k = cmd->add_option("--k", opts->k, "Keys, same shape")->check(CLI::ExistingFile);
-  CLI::Option *v = cmd->add_option("--v", opts->v, "Values, same shape")->check(CLI::ExistingFile);
-  cmd->add_option("--random", opts->random,
+  CLI::Option *k = cmd->add_option("--k", opts->k,
+                                   "Keys: Q's shape, or fewer heads (a divisor of Q's: grouped-query attention) "
+                                   "and more rows (the queries are the last positions of the keys)")
+                       ->check(CLI::ExistingFile);
+  CLI::Option *v = cmd->add_option("--v", opts->v, "Values, K's shape")->check(CLI::ExistingFile);
+  CLI::Option *random = cmd->add_option("--random", opts->random,
                   "Instead of --q, --k, --v: draw Q, K and V of shape [B, H, n, d], float32, uniform in [-1, 1), "
                   "from --seed")
       ->type_name("B,H,n,d")
@@ -473,6 +782,35 @@ void setupRun(CLI::App &app, int &exitCode) {
       ->excludes(q)
       ->excludes(k)
       ->excludes(v);
+  cmd->add_option("--kv-heads", opts->kvHeads,
+                  "With --random: K and V have HKV heads (default H; H must be a multiple of HKV): query head h "
+                  "reads key/value head h / (H / HKV)")
+      ->type_name("HKV")
+      ->check(CLI::PositiveNumber)
+      ->needs(random);
+  cmd->add_option("--keys", opts->keys,
+                  "With --random: K and V have NK rows (default n; NK >= n): the n queries are the last n of the NK "
+                  "key positions, as in a decoding step with a key/value cache")
+      ->type_name("NK")
+      ->check(CLI::PositiveNumber)
+      ->needs(random);
+  auto offsets = [](std::string &spec) {
+    std::vector<int64_t> list;
+    return parseCuSeqlens(spec, list);
+  };
+  CLI::Option *cuSeqlens =
+      cmd->add_option("--cu-seqlens", opts->cuSeqlens,
+                      "A variable-length batch: sequence s is rows [o_s, o_s+1) of Q (tensors of batch 1, the "
+                      "last offset their n); each attends within itself under the pattern at its own length")
+          ->type_name("0,O1,O2,...")
+          ->check(CLI::Validator(offsets, ""));
+  cmd->add_option("--cu-seqlens-k", opts->cuSeqlensK,
+                  "The keys' offsets of a variable-length batch, as many as --cu-seqlens (default: the same); a "
+                  "sequence's queries are the last of its keys")
+      ->type_name("0,O1,O2,...")
+      ->check(CLI::Validator(offsets, ""))
+      ->needs(cuSeqlens);
+  addMaxMemoryOption(*cmd, opts->maxMemory);
   CLI::Option *seed = cmd->add_option("--seed", opts->seed,
                                       "Seed of --random and --grad random (default 0): the same seed draws the "
                                       "same arrays, on any machine")
@@ -509,10 +847,13 @@ void setupRun(CLI::App &app, int &exitCode) {
        "attnc run patterns/strided.attn -D l=64 --q q.npy --k k.npy --v v.npy -o o.npy --check",
        "attnc run patterns/fixed.attn --q q.npy --k k.npy --v v.npy -o o.npy --grad do.npy --check",
        "attnc run patterns/fixed.attn --random 1,8,1024,64 --check",
-       "attnc run patterns/strided.attn --random 2,4,512,64 --seed 7 --grad random --check -o o.npy"}));
+       "attnc run patterns/strided.attn --random 2,4,512,64 --seed 7 --grad random --check -o o.npy",
+       "attnc run patterns/fixed.attn --random 1,32,1024,128 --kv-heads 8 --check",
+       "attnc run patterns/causal.attn --random 1,8,1,64 --keys 32768 --check",
+       "attnc run patterns/local.attn --random 1,8,4096,64 --cu-seqlens 0,512,1536,4096 --grad random --check"}));
   cmd->callback([opts, seed, &exitCode] {
     opts->seedGiven = seed->count() > 0;
-    exitCode = runRun(*opts);
+    exitCode = runRunChecked(*opts);
   });
 }
 

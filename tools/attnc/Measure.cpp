@@ -10,20 +10,28 @@
 namespace attnc::tool {
 
 RandomInputs::RandomInputs(int64_t batch, int64_t heads, int64_t n, int64_t d, uint32_t seed,
-                           attnc_dtype dtype) {
-  size_t count = static_cast<size_t>(batch * heads * n * d);
-  q.resize(count);
-  k.resize(count);
-  v.resize(count);
-  o.assign(count, 0.0f);
+                           attnc_dtype dtype)
+    : RandomInputs({batch, heads, n, d}, {batch, heads, n, d}, seed, dtype) {}
+
+RandomInputs::RandomInputs(const std::array<int64_t, 4> &qShape, const std::array<int64_t, 4> &kvShape,
+                           uint32_t seed, attnc_dtype dtype) {
+  const size_t qCount = static_cast<size_t>(qShape[0] * qShape[1] * qShape[2] * qShape[3]);
+  const size_t kvCount = static_cast<size_t>(kvShape[0] * kvShape[1] * kvShape[2] * kvShape[3]);
+  q.resize(qCount);
+  k.resize(kvCount);
+  v.resize(kvCount);
+  o.assign(qCount, 0.0f);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  for (size_t x = 0; x < count; ++x) {
-    q[x] = normal(rng);
-    k[x] = normal(rng);
-    v[x] = normal(rng);
+  // Interleaved, so that equal shapes draw what they always drew.
+  for (size_t x = 0; x < std::max(qCount, kvCount); ++x) {
+    if (x < qCount)
+      q[x] = normal(rng);
+    if (x < kvCount) {
+      k[x] = normal(rng);
+      v[x] = normal(rng);
+    }
   }
-  std::array<int64_t, 4> shape{batch, heads, n, d};
   if (dtype == ATTNC_DTYPE_BF16) {
     auto narrow = [](const std::vector<float> &x, std::vector<uint16_t> &out) {
       out.resize(x.size());
@@ -33,22 +41,41 @@ RandomInputs::RandomInputs(int64_t batch, int64_t heads, int64_t n, int64_t d, u
     narrow(k, kb);
     narrow(v, vb);
     narrow(o, ob);
-    tq = tensorView(qb.data(), shape, dtype);
-    tk = tensorView(kb.data(), shape, dtype);
-    tv = tensorView(vb.data(), shape, dtype);
-    to = tensorView(ob.data(), shape, dtype);
+    tq = tensorView(qb.data(), qShape, dtype);
+    tk = tensorView(kb.data(), kvShape, dtype);
+    tv = tensorView(vb.data(), kvShape, dtype);
+    to = tensorView(ob.data(), qShape, dtype);
     return;
   }
-  tq = tensorView(q.data(), shape);
-  tk = tensorView(k.data(), shape);
-  tv = tensorView(v.data(), shape);
-  to = tensorView(o.data(), shape);
+  tq = tensorView(q.data(), qShape);
+  tk = tensorView(k.data(), kvShape);
+  tv = tensorView(v.data(), kvShape);
+  to = tensorView(o.data(), qShape);
 }
+
+void RandomInputs::setVarlen(const std::vector<int64_t> &lengths) {
+  cuSeqlens.assign(1, 0);
+  for (int64_t length : lengths)
+    cuSeqlens.push_back(static_cast<int32_t>(cuSeqlens.back() + length));
+  varlenArgs = {cuSeqlens.data(), cuSeqlens.data(), static_cast<int64_t>(lengths.size())};
+  varlen = &varlenArgs;
+}
+
+namespace {
+/// One forward call on `in`, dense or varlen as `in` says.
+attnc_status runForward(const attnc_kernel *kernel, RandomInputs &in, attnc_tensor *lse,
+                        const attnc_run_options &options) {
+  if (in.varlen)
+    return attnc_run_varlen(kernel, &in.tq, &in.tk, &in.tv, &in.to, lse, in.varlen, &options);
+  return lse ? attnc_run_forward(kernel, &in.tq, &in.tk, &in.tv, &in.to, lse, &options)
+             : attnc_run(kernel, &in.tq, &in.tk, &in.tv, &in.to, &options);
+}
+} // namespace
 
 double medianRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run_options &options,
                    int repeat, std::string &error, double *firstMs) {
   auto start = std::chrono::steady_clock::now();
-  if (attnc_run(kernel, &in.tq, &in.tk, &in.tv, &in.to, &options) != ATTNC_OK) {
+  if (runForward(kernel, in, nullptr, options) != ATTNC_OK) {
     error = attnc_last_error();
     return -1;
   }
@@ -65,13 +92,14 @@ double medianRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run
 
 double timeOneRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run_options &options) {
   auto t0 = std::chrono::steady_clock::now();
-  attnc_run(kernel, &in.tq, &in.tk, &in.tv, &in.to, &options);
+  runForward(kernel, in, nullptr, options);
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 BackwardBuffers::BackwardBuffers(const RandomInputs &in, uint32_t seed) {
   const std::array<int64_t, 4> shape{in.tq.shape[0], in.tq.shape[1], in.tq.shape[2], in.tq.shape[3]};
-  const size_t count = in.q.size();
+  const std::array<int64_t, 4> kvShape{in.tk.shape[0], in.tk.shape[1], in.tk.shape[2], in.tk.shape[3]};
+  const size_t count = in.q.size(), kvCount = in.k.size();
   dO.resize(count);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
@@ -80,24 +108,24 @@ BackwardBuffers::BackwardBuffers(const RandomInputs &in, uint32_t seed) {
   lse.assign(static_cast<size_t>(shape[0] * shape[1] * shape[2]), 0.0f);
   tlse = tensorView(lse.data(), {shape[0], shape[1], shape[2], 1});
   dq.assign(count, 0.0f);
-  dk.assign(count, 0.0f);
-  dv.assign(count, 0.0f);
+  dk.assign(kvCount, 0.0f);
+  dv.assign(kvCount, 0.0f);
   if (in.tq.dtype == ATTNC_DTYPE_BF16) {
     dOb.resize(count);
     std::transform(dO.begin(), dO.end(), dOb.begin(), floatToBf16);
     dqb.assign(count, 0);
-    dkb.assign(count, 0);
-    dvb.assign(count, 0);
+    dkb.assign(kvCount, 0);
+    dvb.assign(kvCount, 0);
     tdO = tensorView(dOb.data(), shape, ATTNC_DTYPE_BF16);
     tdq = tensorView(dqb.data(), shape, ATTNC_DTYPE_BF16);
-    tdk = tensorView(dkb.data(), shape, ATTNC_DTYPE_BF16);
-    tdv = tensorView(dvb.data(), shape, ATTNC_DTYPE_BF16);
+    tdk = tensorView(dkb.data(), kvShape, ATTNC_DTYPE_BF16);
+    tdv = tensorView(dvb.data(), kvShape, ATTNC_DTYPE_BF16);
     return;
   }
   tdO = tensorView(dO.data(), shape);
   tdq = tensorView(dq.data(), shape);
-  tdk = tensorView(dk.data(), shape);
-  tdv = tensorView(dv.data(), shape);
+  tdk = tensorView(dk.data(), kvShape);
+  tdv = tensorView(dv.data(), kvShape);
 }
 
 attnc_status medianStepMs(const attnc_kernel *kernel, RandomInputs &in, BackwardBuffers &grad,
@@ -106,9 +134,12 @@ attnc_status medianStepMs(const attnc_kernel *kernel, RandomInputs &in, Backward
   // Round 0 is the warm-up: it builds what the backward needs at this n.
   for (int r = 0; r <= repeat; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    attnc_status status = attnc_run_forward(kernel, &in.tq, &in.tk, &in.tv, &in.to, &grad.tlse, &options);
+    attnc_status status = runForward(kernel, in, &grad.tlse, options);
     auto t1 = std::chrono::steady_clock::now();
-    if (status == ATTNC_OK)
+    if (status == ATTNC_OK && in.varlen)
+      status = attnc_run_backward_varlen(kernel, &in.tq, &in.tk, &in.tv, &in.to, &grad.tdO, &grad.tlse, &grad.tdq,
+                                         &grad.tdk, &grad.tdv, in.varlen, &options);
+    else if (status == ATTNC_OK)
       status = attnc_run_backward(kernel, &in.tq, &in.tk, &in.tv, &in.to, &grad.tdO, &grad.tlse, &grad.tdq,
                                   &grad.tdk, &grad.tdv, &options);
     auto t2 = std::chrono::steady_clock::now();

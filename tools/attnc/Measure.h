@@ -3,6 +3,7 @@
 
 #include "attnc/attnc.h"
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,9 +15,25 @@ namespace attnc::tool {
 struct RandomInputs {
   RandomInputs(int64_t batch, int64_t heads, int64_t n, int64_t d, uint32_t seed,
                attnc_dtype dtype = ATTNC_DTYPE_F32);
+  /// Q and O of `qShape` [B, Hq, nq, d], K and V of `kvShape` [B, Hkv, nk,
+  /// d] (grouped-query heads, fewer queries than keys); the same draws as
+  /// the constructor above when the shapes are equal.
+  RandomInputs(const std::array<int64_t, 4> &qShape, const std::array<int64_t, 4> &kvShape, uint32_t seed,
+               attnc_dtype dtype = ATTNC_DTYPE_F32);
+  RandomInputs(const RandomInputs &) = delete; // `varlen` points into it
+  RandomInputs &operator=(const RandomInputs &) = delete;
+  /// Makes every run a variable-length batch (attnc_run_varlen) of
+  /// sequences of these lengths, each its own queries and keys; their sum
+  /// must be the tensors' n, and the batch 1.
+  void setVarlen(const std::vector<int64_t> &lengths);
   std::vector<float> q, k, v, o;
   std::vector<uint16_t> qb, kb, vb, ob; ///< the bf16 tensors' elements
   attnc_tensor tq, tk, tv, to;
+  std::vector<int32_t> cuSeqlens;  ///< setVarlen's offsets
+  const attnc_varlen *varlen = nullptr; ///< null: a dense batch
+
+private:
+  attnc_varlen varlenArgs{};
 };
 
 /// One warm-up run (it builds the plan or CSR for n; its time goes to
@@ -30,8 +47,9 @@ double medianRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run
 /// caught by it).
 double timeOneRunMs(const attnc_kernel *kernel, RandomInputs &in, const attnc_run_options &options);
 
-/// What a training step adds to `in` (same shape and dtype): Normal(0, 1)
-/// dO, the log-sum-exp (f32 [batch, heads, n, 1]) and dQ, dK, dV buffers.
+/// What a training step adds to `in` (same shapes and dtype): Normal(0, 1)
+/// dO, the log-sum-exp (f32 [batch, heads, nq, 1]) and dQ (Q's shape), dK,
+/// dV (K's shape) buffers.
 struct BackwardBuffers {
   BackwardBuffers(const RandomInputs &in, uint32_t seed);
   std::vector<float> dO, lse, dq, dk, dv;

@@ -69,7 +69,8 @@ struct Slice {
   /// ranges (Backend::takesRowRange); the runtime pads the others' slices.
   int64_t firstRow = 0;
   /// bf16 inputs left as bf16, contiguous row-major [n, d], when the backend
-  /// takes them (Backend::takesBf16); q, k and v are null then.
+  /// takes them (Backend::takesBf16, or takesBf16Rows for a row range); q,
+  /// k and v are null then.
   const uint16_t *qb = nullptr, *kb = nullptr, *vb = nullptr;
 };
 
@@ -103,9 +104,13 @@ public:
   /// for head dimension d on this CPU; otherwise they are widened to f32.
   virtual bool takesBf16(int64_t d) const { return false; }
   /// Whether runSlice computes `rows` queries at the end of n positions
-  /// itself (Slice::firstRow = n - rows), in f32. Otherwise the runtime
-  /// gives it n rows, the first n - rows of them zero, and drops those.
+  /// itself (Slice::firstRow = n - rows), then with no per-n state.
+  /// Otherwise the runtime gives it n rows, the first n - rows of them
+  /// zero, and drops those.
   virtual bool takesRowRange(int64_t rows, int64_t n) const { return false; }
+  /// Whether such a row-range slice takes bf16 inputs as they are
+  /// (Slice::qb, kb, vb) on any CPU.
+  virtual bool takesBf16Rows() const { return false; }
 
   /// Identifies what a call with head dimension d runs on (e.g. a plan tuned
   /// for d): prepared states are cached per (n, variant(d)).

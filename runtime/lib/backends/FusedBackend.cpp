@@ -69,8 +69,10 @@ public:
   bool writesLse() const override { return true; }
   bool hasBackward() const override { return true; }
   /// The fused kernels on bf16 where this CPU has them; the dense baseline
-  /// stays the f32 kernel it is measured as.
+  /// stays the f32 kernel it is measured as. (Rows run on their own take
+  /// bf16 on any CPU: Slice::firstRow > 0 reads them as they are.)
   bool takesBf16(int64_t d) const override { return !dense_ && fusedBf16Available(d); }
+  bool takesBf16Rows() const override { return !dense_; }
   /// A few queries at the end of the keys (a decoding step) run row by row
   /// over their own keys: the row blocks of all n positions would compute
   /// n / rows times the work, and be built anew for every length.
@@ -80,7 +82,11 @@ public:
 
   void runSlice(const LengthState &state, const Slice &s, Scratch &scratch, int threads) const override {
     if (s.firstRow > 0) {
-      runRows(sets_[static_cast<size_t>(s.set)], s.n, s.firstRow, s.d, s.q, s.k, s.v, s.o, s.lse, s.scale, threads);
+      const ir::SetRef &rows = sets_[static_cast<size_t>(s.set)];
+      if (s.qb)
+        runRows(rows, s.n, s.firstRow, s.d, s.qb, s.kb, s.vb, s.o, s.lse, s.scale, threads);
+      else
+        runRows(rows, s.n, s.firstRow, s.d, s.q, s.k, s.v, s.o, s.lse, s.scale, threads);
       return;
     }
     const auto &fused = static_cast<const FusedState &>(state);

@@ -37,4 +37,20 @@ void referenceLse(const ir::Csr &csr, const float *q, const float *k, float *lse
 void referenceBackward(const ir::Csr &csr, const float *q, const float *k, const float *v,
                        const float *dO, float *dQ, float *dK, float *dV, int64_t d, double scale);
 
+/// Queries at positions firstRow .. csr.n - 1 of one slice (the last of its
+/// keys: fewer queries than keys, bottom-right aligned): q and o are
+/// [csr.n - firstRow, d], query row r being position firstRow + r, and k, v
+/// [csr.n, d]; otherwise referenceAttention. Rows of csr before firstRow are
+/// not read (they may be empty).
+void referenceAttentionRows(const ir::Csr &csr, int64_t firstRow, const float *q, const float *k, const float *v,
+                            float *o, int64_t d, double scale);
+
+/// referenceBackward for the queries at positions firstRow .. csr.n - 1 (q,
+/// dO, dQ: [csr.n - firstRow, d]; k, v: [csr.n, d]). dQ is overwritten;
+/// dK and dV ([csr.n, d], double) are added to, scaled as referenceBackward
+/// scales them, so that several query heads sharing one key/value head
+/// (grouped-query attention) sum their gradients in double.
+void referenceBackwardRows(const ir::Csr &csr, int64_t firstRow, const float *q, const float *k, const float *v,
+                           const float *dO, float *dQ, double *dK, double *dV, int64_t d, double scale);
+
 } // namespace attnc
