@@ -1,5 +1,15 @@
 //===- Analysis.cpp - Row statistics and tile classification --------------===//
+//
+// Two ways to the same numbers (RowMethod): row by row over IntervalSets, the
+// reference, and over periodic segments (KeySegments.h), which a row of
+// strided or fixed needs O(1) of instead of O(n / l) intervals. The segment
+// path gives up as a whole (std::nullopt) when its patterns pass their
+// limits; the caller then starts over row by row.
+//
+//===----------------------------------------------------------------------===//
 #include "attnc/analysis/Analysis.h"
+
+#include "KeySegments.h"
 
 #include "attnc/plan/RowEvaluator.h"
 
@@ -8,7 +18,17 @@
 
 namespace attnc::ir {
 
-RowStats analyzeRows(const SetRef &set, int64_t n) {
+namespace {
+
+/// (i, j) for the first key j > i of row i's keys, if any.
+std::optional<std::pair<int64_t, int64_t>> firstLeak(const IntervalSet &keys, int64_t i) {
+  for (const Interval &x : keys)
+    if (x.hi - 1 > i)
+      return std::make_pair(i, std::max(x.lo, i + 1));
+  return std::nullopt;
+}
+
+RowStats rowsByRow(const SetRef &set, int64_t n) {
   RowEvaluator eval(set, n);
   RowStats s;
   s.n = n;
@@ -27,23 +47,15 @@ RowStats analyzeRows(const SetRef &set, int64_t n) {
     if (!keys.empty() && keys.back().hi - 1 > i) {
       // Keys > i: the part of the row above the diagonal.
       s.leaks += cardinality(clip(keys, i + 1, n));
-      if (!s.leakWitness) {
-        int64_t j = std::max(keys.back().lo, i + 1);
-        for (const Interval &x : keys)
-          if (x.hi - 1 > i) {
-            j = std::max(x.lo, i + 1);
-            break;
-          }
-        s.leakWitness = std::make_pair(i, j);
-      }
+      if (!s.leakWitness)
+        s.leakWitness = firstLeak(keys, i);
     }
   }
   s.mean = static_cast<double>(s.nnz) / static_cast<double>(n);
   return s;
 }
 
-TileStats analyzeTiles(const SetRef &set, int64_t n, int64_t blockRows, int64_t blockCols) {
-  ATTNC_CHECK(blockRows >= 1 && blockCols >= 1, "tile sides must be positive");
+TileStats tilesByRow(const SetRef &set, int64_t n, int64_t blockRows, int64_t blockCols) {
   RowEvaluator eval(set, n);
   TileStats t;
   t.blockRows = blockRows;
@@ -92,6 +104,104 @@ TileStats analyzeTiles(const SetRef &set, int64_t n, int64_t blockRows, int64_t 
   }
   t.waste = nnz == 0 ? 1.0 : static_cast<double>(t.executedPairs) / static_cast<double>(nnz);
   return t;
+}
+
+/// Row statistics and, with tileCols > 0, tiles from one pass over the rows'
+/// segments. A tile is empty when no row of its row block has a key in it
+/// and full when every row has all of its keys: from the union and the
+/// intersection of the block's rows, whose column blocks are counted
+/// segment by segment.
+std::optional<std::pair<RowStats, TileStats>> bySegments(const SetRef &set, int64_t n,
+                                                         int64_t tileRows, int64_t tileCols) {
+  if (!SegmentEvaluator::supports(*set))
+    return std::nullopt;
+  PatternTable table;
+  SegmentEvaluator eval(set, n, table);
+  Segments keys, some, every, combined;
+  RowStats s;
+  s.n = n;
+  s.method = RowMethod::Segments;
+  s.minRow = std::numeric_limits<int64_t>::max();
+  TileStats t;
+  t.blockRows = tileRows;
+  t.blockCols = tileCols;
+  t.method = RowMethod::Segments;
+  const bool tiles = tileCols > 0;
+  const int64_t numColBlocks = tiles ? (n + tileCols - 1) / tileCols : 0;
+  for (int64_t r0 = 0; r0 < n; r0 += tileRows) {
+    const int64_t r1 = std::min(n, r0 + tileRows);
+    for (int64_t i = r0; i < r1; ++i) {
+      if (!eval.row(i, keys))
+        return std::nullopt;
+      const int64_t count = countKeys(table, keys, 0, n);
+      s.nnz += count;
+      s.minRow = std::min(s.minRow, count);
+      s.maxRow = std::max(s.maxRow, count);
+      if (count == 0) {
+        ++s.emptyRows;
+        if (!s.emptyWitness)
+          s.emptyWitness = i;
+      }
+      if (!keys.empty() && keys.back().hi - 1 > i) {
+        const int64_t above = countKeys(table, keys, i + 1, n);
+        s.leaks += above;
+        if (above > 0 && !s.leakWitness) // once: the row's intervals find the key
+          s.leakWitness = firstLeak(RowEvaluator(set, n).row(i), i);
+      }
+      if (!tiles)
+        continue;
+      if (i == r0) {
+        some = keys;
+        every = keys;
+        continue;
+      }
+      if (!combineSegments(table, SetOp::Unite, some, keys, combined))
+        return std::nullopt;
+      some.swap(combined);
+      if (!combineSegments(table, SetOp::Intersect, every, keys, combined))
+        return std::nullopt;
+      every.swap(combined);
+    }
+    if (!tiles)
+      continue;
+    const BlockCount met = countBlocks(table, some, n, tileCols, false);
+    const BlockCount full = countBlocks(table, every, n, tileCols, true);
+    t.empty += numColBlocks - met.blocks;
+    t.full += full.blocks;
+    t.partial += met.blocks - full.blocks;
+    t.executedPairs += (r1 - r0) * met.width;
+  }
+  s.mean = static_cast<double>(s.nnz) / static_cast<double>(n);
+  t.waste = s.nnz == 0 ? 1.0 : static_cast<double>(t.executedPairs) / static_cast<double>(s.nnz);
+  return std::make_pair(s, t);
+}
+
+} // namespace
+
+RowStats analyzeRows(const SetRef &set, int64_t n, RowMethod method) {
+  if (method == RowMethod::Segments)
+    if (auto fast = bySegments(set, n, n, 0))
+      return fast->first;
+  return rowsByRow(set, n);
+}
+
+TileStats analyzeTiles(const SetRef &set, int64_t n, int64_t blockRows, int64_t blockCols,
+                       RowMethod method) {
+  ATTNC_CHECK(blockRows >= 1 && blockCols >= 1, "tile sides must be positive");
+  if (method == RowMethod::Segments)
+    if (auto fast = bySegments(set, n, blockRows, blockCols))
+      return fast->second;
+  return tilesByRow(set, n, blockRows, blockCols);
+}
+
+std::pair<RowStats, TileStats> analyzeRowsAndTiles(const SetRef &set, int64_t n,
+                                                   int64_t blockRows, int64_t blockCols,
+                                                   RowMethod method) {
+  ATTNC_CHECK(blockRows >= 1 && blockCols >= 1, "tile sides must be positive");
+  if (method == RowMethod::Segments)
+    if (auto fast = bySegments(set, n, blockRows, blockCols))
+      return *fast;
+  return {rowsByRow(set, n), tilesByRow(set, n, blockRows, blockCols)};
 }
 
 } // namespace attnc::ir

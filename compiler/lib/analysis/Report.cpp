@@ -41,8 +41,8 @@ PatternReport analyzePattern(const PatternIR &ir, const ReportOptions &options) 
   const int64_t cols = options.blockCols ? options.blockCols : options.blockRows;
   std::vector<SetRef> sets;
   for (const PatternIR::Head &h : ir.heads) {
-    report.heads.push_back({h.heads, analyzeRows(h.set, options.n),
-                            analyzeTiles(h.set, options.n, options.blockRows, cols)});
+    auto [rows, tiles] = analyzeRowsAndTiles(h.set, options.n, options.blockRows, cols);
+    report.heads.push_back({h.heads, rows, tiles});
     sets.push_back(h.set);
   }
   if (options.connectivity) {

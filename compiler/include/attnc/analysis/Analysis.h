@@ -1,9 +1,12 @@
 //===- Analysis.h - What a pattern is: counts, rows, tiles, reachability --===//
 //
-// Every analysis works from the closed-form row sets of a RowEvaluator, so it
-// costs O(intervals + tiles), never O(n^2) (except for rows of a generic
-// predicate, which must examine keys). The brute-force oracle in Oracle.h
-// computes the same numbers by enumerating every (i, j); tests compare them.
+// Every analysis works from closed-form row sets, never from an n x n mask.
+// Row and tile statistics see each row's keys as periodic segments (a stripe
+// or a residue class is one segment, not one interval per period), so they
+// cost O(n segments): linear in n for the library's patterns. Rows of a
+// generic predicate, which must examine keys, go row by row through the
+// RowEvaluator's IntervalSets. The brute-force oracle in Oracle.h computes
+// the same numbers by enumerating every (i, j); tests compare them.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -16,6 +19,17 @@
 
 namespace attnc::ir {
 
+/// How analyzeRows and analyzeTiles visit the rows; both give the same numbers.
+enum class RowMethod {
+  /// Each row's keys as periodic segments: O(segments) per row. A set with
+  /// a predicate, or whose combined periods pass the segments' limits (large
+  /// coprime moduli), is done RowByRow instead.
+  Segments,
+  /// Each row's IntervalSet: O(intervals) per row, so O(n^2 / m) for a
+  /// stripe or residue class of period m. The reference for Segments.
+  RowByRow,
+};
+
 struct RowStats {
   int64_t n = 0;
   int64_t nnz = 0;
@@ -25,6 +39,7 @@ struct RowStats {
   std::optional<int64_t> emptyWitness;               ///< First empty row.
   int64_t leaks = 0;                                 ///< Pairs with j > i.
   std::optional<std::pair<int64_t, int64_t>> leakWitness; ///< First (i, j) with j > i.
+  RowMethod method = RowMethod::RowByRow;            ///< How the rows were visited.
 };
 
 /// Tiles are blockRows x blockCols rectangles from (0, 0), clipped at n. A
@@ -37,10 +52,17 @@ struct TileStats {
   int64_t executedPairs = 0;
   /// executedPairs / nnz (1 when nnz == 0).
   double waste = 1;
+  RowMethod method = RowMethod::RowByRow; ///< How the rows were visited.
 };
 
-RowStats analyzeRows(const SetRef &set, int64_t n);
-TileStats analyzeTiles(const SetRef &set, int64_t n, int64_t blockRows, int64_t blockCols);
+/// The statistics of `set` at length n (>= 1), by `method` where it applies.
+RowStats analyzeRows(const SetRef &set, int64_t n, RowMethod method = RowMethod::Segments);
+TileStats analyzeTiles(const SetRef &set, int64_t n, int64_t blockRows, int64_t blockCols,
+                       RowMethod method = RowMethod::Segments);
+/// Both, from one pass over the rows (what analyzePattern runs).
+std::pair<RowStats, TileStats> analyzeRowsAndTiles(const SetRef &set, int64_t n,
+                                                   int64_t blockRows, int64_t blockCols,
+                                                   RowMethod method = RowMethod::Segments);
 
 /// The Sparse Transformer's criterion 2: the smallest p such that from every
 /// query i every key j <= i is reachable in at most p attention steps, where

@@ -42,8 +42,9 @@ struct PatternReport {
   double seconds = 0;                      ///< Wall time of the analyses.
 };
 
-/// Runs every analysis of `ir` at `options.n`: O(intervals + tiles) per set,
-/// plus criterion 2's reachability search when asked for.
+/// Runs every analysis of `ir` at `options.n`: one pass over the rows per
+/// set, O(segments) each (Analysis.h), plus criterion 2's reachability
+/// search when asked for.
 PatternReport analyzePattern(const PatternIR &ir, const ReportOptions &options);
 
 /// The report as one JSON object and a newline (the schema in docs/cli.md).
