@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git python3
   python3-venv python3-dev
   llvm-19-dev llvm-19-tools libmlir-19-dev mlir-19-tools clang-19 liblld-19-dev
+  libclang-rt-19-dev
   libcli11-dev libgtest-dev libgmock-dev libhalide14-0-dev
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev
 )

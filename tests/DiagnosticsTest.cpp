@@ -20,6 +20,7 @@
 // while it fails, and fails once it passes, so that the mark is removed.
 //
 //===----------------------------------------------------------------------===//
+#include "attnc/frontend/Canonicalize.h"
 #include "attnc/frontend/Driver.h"
 
 #include <gtest/gtest.h>
@@ -35,7 +36,8 @@ namespace attnc {
 namespace {
 
 const char *const kInvalidFiles[] = {"division.attn", "heads.attn",  "lexer.attn", "module.attn",
-                                     "names.attn",    "parser.attn", "slips.attn",  "types.attn"};
+                                     "names.attn",    "nesting.attn", "overflow.attn", "parser.attn",
+                                     "slips.attn",    "types.attn"};
 
 std::string invalidDir() { return std::string(ATTNC_SOURCE_DIR) + "/tests/dsl/invalid/"; }
 
@@ -550,6 +552,61 @@ TEST(AcceptedInput, DivisorThatIsPositiveForEveryQueryIsAccepted) {
   ASSERT_TRUE(fe.parseString("d.attn", "pattern p { attend { j : j % (n - i) == 0 } }"));
   EXPECT_TRUE(fe.analyze({}));
   EXPECT_EQ(fe.diags().diagnostics().size(), 0u);
+}
+
+// ---- Inputs too deep for a recursive walk -----------------------------------
+
+TEST(NestingLimit, FiveThousandParenthesesFailTheWayCheckFailsWithOneError) {
+  const std::string text = "pattern p {\n  attend " + std::string(5000, '(') + "{ j : j <= i }" +
+                           std::string(5000, ')') + "\n}\n";
+  Frontend fe;
+  EXPECT_FALSE(fe.parseString("deep.attn", text));
+  ASSERT_EQ(fe.diags().errorCount(), 1u);
+  std::string printed = fe.diags().format(fe.diags().diagnostics()[0]);
+  EXPECT_EQ(printed.substr(0, printed.find('\n')),
+            "deep.attn:2:266: error: expressions nest 257 levels deep; the limit is 256");
+  EXPECT_NE(printed.find("^"), std::string::npos) << printed;
+}
+
+TEST(NestingLimit, LetChainDeeperThanTheLimitIsRefusedWhereItPassesIt) {
+  // Each let is one level on top of the last: a<k> is k + 1 levels deep.
+  std::string text = "pattern p {\n  let a0 = i\n";
+  for (int k = 1; k < 2000; ++k)
+    text += "  let a" + std::to_string(k) + " = a" + std::to_string(k - 1) + " + 1\n";
+  text += "  attend { j : j < a1999 }\n}\n";
+  Frontend fe;
+  ASSERT_TRUE(fe.parseString("lets.attn", text));
+  EXPECT_FALSE(fe.analyze({}));
+  ASSERT_EQ(fe.diags().errorCount(), 1u);
+  const dsl::Diagnostic &d = fe.diags().diagnostics()[0];
+  EXPECT_EQ(d.message, "expression nests 257 levels deep with its lets expanded; the limit is 256");
+  EXPECT_EQ(fe.sources().lineAndColumn(d.range.begin).first, 258u); // a256
+}
+
+TEST(NestingLimit, DoublingLetsAreRefusedBeforeTheyExpandExponentially) {
+  std::string text = "pattern p {\n  heads 4\n  let a0 = { j : j <= i + h }\n";
+  for (int k = 1; k < 64; ++k)
+    text += "  let a" + std::to_string(k) + " = a" + std::to_string(k - 1) + " | a" +
+            std::to_string(k - 1) + "\n";
+  text += "  attend a63\n}\n";
+  Frontend fe;
+  ASSERT_TRUE(fe.parseString("lets.attn", text));
+  EXPECT_FALSE(fe.analyze({}));
+  ASSERT_EQ(fe.diags().errorCount(), 1u);
+  EXPECT_NE(fe.diags().diagnostics()[0].message.find("nodes with its lets expanded; the limit is 65536"),
+            std::string::npos);
+}
+
+TEST(AcceptedInput, ComparisonWhoseClosedFormOverflowsKeepsItsPredicate) {
+  // j's coefficient, 2^62 * 4, and the bound's constant do not fit in int64:
+  // the canonical form gives up and the comparison stays a predicate.
+  Frontend fe;
+  ASSERT_TRUE(fe.parseString("o.attn", "pattern p { attend { j : j * 4611686018427387904 * 4 <= "
+                                       "i - 9223372036854775807 - 9223372036854775807 } }"));
+  ASSERT_TRUE(fe.analyze({}));
+  ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
+  ASSERT_EQ(ir.heads.size(), 1u);
+  EXPECT_EQ(ir.heads[0].set->kind, ir::Gen::Predicate);
 }
 
 TEST(AcceptedInput, LibraryPatternsCheckWithoutDiagnostics) {

@@ -434,6 +434,94 @@ TEST(ParserRecovery, StrayTokensBetweenPatternsAreSkippedOnce) {
   EXPECT_EQ(p->module.patterns.size(), 2u);
 }
 
+// ---- Nesting limit ---------------------------------------------------------------
+
+std::string repeat(const std::string &s, size_t times) {
+  std::string out;
+  out.reserve(s.size() * times);
+  for (size_t k = 0; k < times; ++k)
+    out += s;
+  return out;
+}
+
+std::string nestedIn(size_t parens, const std::string &inner) {
+  return repeat("(", parens) + inner + repeat(")", parens);
+}
+
+const std::string kTooDeep = "expressions nest 257 levels deep; the limit is 256";
+
+TEST(NestingLimit, ExactlyTheLimitParses) {
+  // 255 parentheses around a name: 256 levels.
+  auto p = parseExpr(nestedIn(255, "i"));
+  ASSERT_FALSE(p->diags.hasErrors()) << errorsOf(*p);
+  EXPECT_EQ(valueOf(*p).nesting, kMaxExprNesting);
+}
+
+TEST(NestingLimit, EveryConstructCountsOneLevel) {
+  auto nesting = [](const std::string &expr) {
+    auto p = parseExpr(expr);
+    return p->diags.hasErrors() ? 0u : valueOf(*p).nesting;
+  };
+  EXPECT_EQ(nesting("i"), 1u);
+  EXPECT_EQ(nesting("(i)"), 2u);
+  EXPECT_EQ(nesting("-(i + 1)"), 4u);
+  EXPECT_EQ(nesting("i < j < n"), 3u);
+  EXPECT_EQ(nesting("{ j : j <= i }"), 3u);
+  EXPECT_EQ(nesting("min(i, (j))"), 3u);
+  EXPECT_EQ(nesting("1 + 2 + 3 + 4"), 4u);
+}
+
+TEST(NestingLimit, OneLevelPastTheLimitIsOneErrorAtTheTokenThatOpensIt) {
+  auto p = parseExpr(nestedIn(257, "i"));
+  ASSERT_EQ(p->diags.errorCount(), 1u) << errorsOf(*p);
+  const Diagnostic &d = p->diags.diagnostics()[0];
+  EXPECT_EQ(d.message, kTooDeep);
+  EXPECT_EQ(p->at(d.range), "1:" + std::to_string(std::string("pattern p { attend ").size() + 257));
+}
+
+TEST(NestingLimit, FiveThousandParenthesesAroundASetAreOneError) {
+  auto p = parseExpr(nestedIn(5000, "{ j : j <= i }"));
+  ASSERT_EQ(p->diags.errorCount(), 1u) << errorsOf(*p);
+  EXPECT_EQ(p->diags.diagnostics()[0].message, kTooDeep);
+  // Recovery skips the rest of the statement, the pattern is still whole.
+  ASSERT_EQ(p->module.patterns.size(), 1u);
+  EXPECT_TRUE(p->module.patterns[0].body.empty());
+}
+
+TEST(NestingLimit, HundredThousandUnclosedParenthesesDoNotExhaustTheStack) {
+  auto p = parseText("pattern p { attend " + repeat("(", 100000));
+  ASSERT_GE(p->diags.errorCount(), 1u);
+  EXPECT_EQ(p->diags.diagnostics()[0].message, kTooDeep);
+}
+
+TEST(NestingLimit, LongUnaryChainIsRefused) {
+  auto p = parseExpr(repeat("- ", 100000) + "i");
+  ASSERT_EQ(p->diags.errorCount(), 1u) << errorsOf(*p);
+  EXPECT_EQ(p->diags.diagnostics()[0].message, kTooDeep);
+}
+
+TEST(NestingLimit, LongLeftAssociativeChainIsRefusedWithoutRecursing) {
+  // A chain builds its depth in a loop; the node past the limit is refused.
+  auto p = parseExpr("{ j : j < " + repeat("1 + ", 100000) + "1 }");
+  ASSERT_EQ(p->diags.errorCount(), 1u) << errorsOf(*p);
+  EXPECT_EQ(p->diags.diagnostics()[0].message, kTooDeep);
+}
+
+TEST(NestingLimit, LongComparisonChainIsRefused) {
+  auto p = parseExpr("{ j : " + repeat("j < ", 100000) + "j }");
+  ASSERT_EQ(p->diags.errorCount(), 1u) << errorsOf(*p);
+  EXPECT_EQ(p->diags.diagnostics()[0].message, kTooDeep);
+}
+
+TEST(NestingLimit, DeepSetLiteralsAndCallsAreRefused) {
+  for (const std::string &open : {"{", "{ j : j in ", "min(1, ", "{ 0 .. "}) {
+    std::string close = open[0] == 'm' ? ")" : open == "{ 0 .. " ? " }" : " }";
+    auto p = parseExpr(repeat(open, 5000) + "i" + repeat(close, 5000));
+    ASSERT_GE(p->diags.errorCount(), 1u) << open;
+    EXPECT_EQ(p->diags.diagnostics()[0].message, kTooDeep) << open;
+  }
+}
+
 // ---- Printing ------------------------------------------------------------------
 
 TEST(PrintAst, ShowsEveryNodeWithItsLocation) {

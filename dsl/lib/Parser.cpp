@@ -3,6 +3,12 @@
 // One token of lookahead; every production returns nullptr after reporting an
 // error, and statements resynchronise at the next statement keyword or '}'.
 //
+// Nesting is bounded two ways (Parser.h): parseUnary, which every cycle of the
+// grammar's call graph passes through, counts the levels open on the way
+// down and refuses the one past the limit before recursing; each node, once
+// built, gets its Expr::nesting from its operands, which catches the depth
+// that left-associative chains build without recursing.
+//
 // Where a mistake has a likely cause, the error gets a note saying what to
 // write instead, with a fix-it: operators spelled as words ('and', 'or', 'not',
 // 'mod', 'div'), '=' for '==', '//' for floor division or a comment, '**' and
@@ -93,6 +99,37 @@ private:
     Parser &parser_;
     Shape saved_;
   };
+
+  /// One level of the parser's recursion, for the lifetime of the scope.
+  class DepthScope {
+  public:
+    explicit DepthScope(Parser &parser) : parser_(parser) { ++parser.depth_; }
+    ~DepthScope() { --parser_.depth_; }
+    DepthScope(const DepthScope &) = delete;
+    DepthScope &operator=(const DepthScope &) = delete;
+
+  private:
+    Parser &parser_;
+  };
+
+  void reportNesting(unsigned levels, SourceRange at) {
+    diags_.error(at, "expressions nest " + std::to_string(levels) + " levels deep; the limit is " +
+                         std::to_string(kMaxExprNesting));
+  }
+
+  /// Sets `e.nesting` to `extra` levels above its deepest operand (one for a
+  /// node, the operator count for a comparison chain) and reports, at `at`,
+  /// an expression that passes the limit.
+  bool setNesting(Expr &e, SourceRange at, unsigned extra = 1) {
+    unsigned deepest = 0;
+    for (const ExprPtr &c : e.operands)
+      deepest = std::max(deepest, c->nesting);
+    e.nesting = deepest + extra;
+    if (e.nesting <= kMaxExprNesting)
+      return true;
+    reportNesting(e.nesting, at);
+    return false;
+  }
 
   ExprPtr parseExprIn(Shape context) {
     ContextScope scope(*this, context);
@@ -507,6 +544,8 @@ private:
     e->opRange = opRange;
     e->operands.push_back(std::move(lhs));
     e->operands.push_back(std::move(rhs));
+    if (!setNesting(*e, opRange))
+      return nullptr;
     return e;
   }
 
@@ -537,6 +576,8 @@ private:
       if (!rhs)
         return nullptr;
       lhs = makeBinary(match->second, opRange, std::move(lhs), std::move(rhs));
+      if (!lhs)
+        return nullptr;
     }
   }
 
@@ -615,13 +656,15 @@ private:
     if (!lhs)
       return nullptr;
     if (at(TokenKind::KwIn)) {
-      advance();
+      SourceRange inRange = advance().range;
       ExprPtr rhs = parseUnion();
       if (!rhs)
         return nullptr;
       auto e = makeExpr(ExprKind::In, SourceRange::merge(lhs->outerRange(), rhs->outerRange()));
       e->operands.push_back(std::move(lhs));
       e->operands.push_back(std::move(rhs));
+      if (!setNesting(*e, inRange))
+        return nullptr;
       return e;
     }
     CompareOp op;
@@ -630,13 +673,15 @@ private:
     auto e = makeExpr(ExprKind::Compare, lhs->outerRange());
     e->operands.push_back(std::move(lhs));
     while (compareOp(tok().kind, op)) {
-      advance();
+      SourceRange opRange = advance().range;
       ExprPtr rhs = parseUnion();
       if (!rhs)
         return nullptr;
       e->range = SourceRange::merge(e->range, rhs->outerRange());
       e->compareOps.push_back(op);
       e->operands.push_back(std::move(rhs));
+      if (!setNesting(*e, opRange, static_cast<unsigned>(e->compareOps.size())))
+        return nullptr;
     }
     return e;
   }
@@ -688,6 +733,8 @@ private:
         return nullptr;
       last = rhs.get();
       lhs = makeBinary(op, opRange, std::move(lhs), std::move(rhs));
+      if (!lhs)
+        return nullptr;
     }
   }
 
@@ -803,6 +850,11 @@ private:
   }
 
   ExprPtr parseUnary() {
+    DepthScope scope(*this);
+    if (depth_ > kMaxExprNesting) {
+      reportNesting(depth_, tok().range);
+      return nullptr;
+    }
     if (at(TokenKind::Minus) || at(TokenKind::Bang)) {
       SourceRange start = tok().range;
       UnaryOp op = at(TokenKind::Minus) ? UnaryOp::Neg : UnaryOp::Not;
@@ -813,6 +865,8 @@ private:
       auto e = makeExpr(ExprKind::Unary, SourceRange::merge(start, operand->outerRange()));
       e->unaryOp = op;
       e->operands.push_back(std::move(operand));
+      if (!setNesting(*e, start))
+        return nullptr;
       return e;
     }
     return parsePrimary();
@@ -876,6 +930,8 @@ private:
       if (!expect(TokenKind::RParen, " to close the call to '" + e->name + "'"))
         return nullptr;
       e->range = SourceRange::merge(nameRange, prevRange());
+      if (!setNesting(*e, nameRange))
+        return nullptr;
       return e;
     }
     case TokenKind::LParen: {
@@ -889,6 +945,10 @@ private:
       // recorded for the nodes built around it. For '((a))' the outer pair
       // wins.
       inner->parenRange = SourceRange::merge(open, prevRange());
+      if (++inner->nesting > kMaxExprNesting) {
+        reportNesting(inner->nesting, open);
+        return nullptr;
+      }
       return inner;
     }
     case TokenKind::LBrace:
@@ -918,6 +978,8 @@ private:
       if (!expect(TokenKind::RBrace, " to close the set"))
         return nullptr;
       e->range = SourceRange::merge(start, prevRange());
+      if (!setNesting(*e, start))
+        return nullptr;
       return e;
     }
     if (at(TokenKind::RBrace)) {
@@ -938,6 +1000,8 @@ private:
       auto e = makeExpr(ExprKind::SetRange, SourceRange::merge(start, prevRange()));
       e->operands.push_back(std::move(first));
       e->operands.push_back(std::move(last));
+      if (!setNesting(*e, start))
+        return nullptr;
       return e;
     }
     auto e = makeExpr(ExprKind::SetList, start);
@@ -952,11 +1016,15 @@ private:
     if (!expect(TokenKind::RBrace, " to close the set"))
       return nullptr;
     e->range = SourceRange::merge(start, prevRange());
+    if (!setNesting(*e, start))
+      return nullptr;
     return e;
   }
 
   std::vector<Token> tokens_;
   size_t pos_ = 0;
+  /// Levels of parseUnary open now (DepthScope).
+  unsigned depth_ = 0;
   const SourceManager &sources_;
   DiagnosticEngine &diags_;
   Module module_;

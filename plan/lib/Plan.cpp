@@ -345,6 +345,19 @@ Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
   return plan;
 }
 
+/// A reference block and, per partial position, the pairs its rows lack
+/// before it (the useful pairs of any clipped copy, without a popcount per
+/// key).
+struct BlockSource::Reference {
+  BlockShape shape;
+  std::vector<int64_t> missingBefore; ///< [k]: rows lacking keys at partial entries < k
+  explicit Reference(BlockShape s) : shape(std::move(s)) {
+    missingBefore.assign(shape.partial.size() + 1, 0);
+    for (size_t k = 0; k < shape.partial.size(); ++k)
+      missingBefore[k + 1] = missingBefore[k] + shape.rows - std::popcount(shape.partial[k].second);
+  }
+};
+
 BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
     : set_(std::move(set)), n_(n), R_(R), rows_(n) {}
 
@@ -436,19 +449,6 @@ void clipRuns(const KeyRuns &runs, int64_t lo, int64_t hi, KeyRuns &out) {
 }
 
 } // namespace
-
-/// A reference block and, per partial position, the pairs its rows lack
-/// before it (the useful pairs of any clipped copy, without a popcount per
-/// key).
-struct BlockSource::Reference {
-  BlockShape shape;
-  std::vector<int64_t> missingBefore; ///< [k]: rows lacking keys at partial entries < k
-  explicit Reference(BlockShape s) : shape(std::move(s)) {
-    missingBefore.assign(shape.partial.size() + 1, 0);
-    for (size_t k = 0; k < shape.partial.size(); ++k)
-      missingBefore[k + 1] = missingBefore[k] + shape.rows - std::popcount(shape.partial[k].second);
-  }
-};
 
 namespace {
 

@@ -134,21 +134,33 @@ TermRef Term::make(Op op, std::vector<TermRef> args, SourceRange loc) {
   return TermRef(new Term(op, type, 0, std::move(args), loc));
 }
 
+namespace {
+/// Two's-complement arithmetic modulo 2^64: Sema refuses constants that
+/// overflow, but a term kept for evaluation (`j * 4611686018427387904 * 4
+/// <= i`) can still overflow at some i, j; it wraps instead of being
+/// undefined behaviour.
+int64_t wrapped(uint64_t x) { return static_cast<int64_t>(x); }
+} // namespace
+
 int64_t evalInt(const Term &t, const Env &env) {
   auto a = [&](size_t k) { return evalInt(*t.arg(k), env); };
+  auto u = [&](size_t k) { return static_cast<uint64_t>(a(k)); };
   switch (t.op()) {
   case Op::Const: return t.value();
   case Op::VarI: return env.i;
   case Op::VarJ: return env.j;
   case Op::VarN: return env.n;
   case Op::VarH: return env.h;
-  case Op::Add: return a(0) + a(1);
-  case Op::Sub: return a(0) - a(1);
-  case Op::Mul: return a(0) * a(1);
+  case Op::Add: return wrapped(u(0) + u(1));
+  case Op::Sub: return wrapped(u(0) - u(1));
+  case Op::Mul: return wrapped(u(0) * u(1));
   case Op::Div: return floorDiv(a(0), a(1));
   case Op::Mod: return floorMod(a(0), a(1));
-  case Op::Neg: return -a(0);
-  case Op::Abs: return std::abs(a(0));
+  case Op::Neg: return wrapped(0 - u(0));
+  case Op::Abs: {
+    const int64_t v = a(0);
+    return v < 0 ? wrapped(0 - static_cast<uint64_t>(v)) : v;
+  }
   case Op::Min: case Op::Max: {
     int64_t v = a(0);
     for (size_t k = 1; k < t.args().size(); ++k)

@@ -145,7 +145,8 @@ bool nonOverlapping(const int64_t shape[4], const int64_t strides[4]) {
       continue;
     if (strides[k] < span)
       return false;
-    span = strides[k] * shape[k];
+    if (__builtin_mul_overflow(strides[k], shape[k], &span))
+      span = INT64_MAX; // past every address: any further dimension overlaps
   }
   return true;
 }

@@ -132,7 +132,9 @@ bool parseNpy(const std::string &bytes, NpyArray &out, std::string &error) {
     return false;
   }
   out.data.resize(static_cast<size_t>(count));
-  std::memcpy(out.data.data(), bytes.data() + headerStart + headerLen, payload);
+  // An empty array's data() may be null, which memcpy must never be given.
+  if (payload)
+    std::memcpy(out.data.data(), bytes.data() + headerStart + headerLen, payload);
   return true;
 }
 

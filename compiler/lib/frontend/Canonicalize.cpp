@@ -4,9 +4,16 @@
 // `X % m` forms (stripe / residue), then `X / l` forms (block ranges), then
 // linear forms c*j + R (bands / key ranges), then the predicate fallback.
 //
+// The coefficients and constants of those forms are int64 and the user's
+// constants can be anywhere in that range: every sum, product and negation
+// here is checked, and a comparison whose canonical form would overflow
+// keeps its predicate (which is exact; only the closed form is lost).
+//
 //===----------------------------------------------------------------------===//
 #include "attnc/frontend/Canonicalize.h"
 
+#include <algorithm>
+#include <limits>
 #include <optional>
 
 namespace attnc::ir {
@@ -14,7 +21,47 @@ namespace {
 
 using T = TermRef;
 
-T mk(Op op, std::vector<T> args, SourceRange loc = {}) { return Term::make(op, std::move(args), loc); }
+/// Thrown where a canonical form's arithmetic overflows; caught where the
+/// form is chosen (canonCompare, tidy, classifyRange), which fall back.
+struct Overflow {};
+
+int64_t add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    throw Overflow{};
+  return r;
+}
+int64_t sub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r))
+    throw Overflow{};
+  return r;
+}
+int64_t mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw Overflow{};
+  return r;
+}
+int64_t neg(int64_t a) { return sub(0, a); }
+
+/// Term::make, whose constant folding is unchecked int64: the fold is
+/// checked here first.
+T mk(Op op, std::vector<T> args, SourceRange loc = {}) {
+  if (!args.empty() &&
+      std::all_of(args.begin(), args.end(), [](const T &a) { return a->op() == Op::Const; })) {
+    int64_t a = args[0]->value(), b = args.size() > 1 ? args[1]->value() : 0;
+    switch (op) {
+    case Op::Add: add(a, b); break;
+    case Op::Sub: sub(a, b); break;
+    case Op::Mul: mul(a, b); break;
+    case Op::Neg:
+    case Op::Abs: neg(a); break;
+    default: break;
+    }
+  }
+  return Term::make(op, std::move(args), loc);
+}
 T cst(int64_t v) { return Term::constant(v); }
 
 /// term == cj * j + rest, with rest j-free.
@@ -35,14 +82,14 @@ std::optional<Linear> linearize(const T &t) {
     if (!a || !b)
       return std::nullopt;
     if (t->op() == Op::Add)
-      return Linear{a->cj + b->cj, mk(Op::Add, {a->rest, b->rest})};
-    return Linear{a->cj - b->cj, mk(Op::Sub, {a->rest, b->rest})};
+      return Linear{add(a->cj, b->cj), mk(Op::Add, {a->rest, b->rest})};
+    return Linear{sub(a->cj, b->cj), mk(Op::Sub, {a->rest, b->rest})};
   }
   case Op::Neg: {
     auto a = linearize(t->arg(0));
     if (!a)
       return std::nullopt;
-    return Linear{-a->cj, mk(Op::Neg, {a->rest})};
+    return Linear{neg(a->cj), mk(Op::Neg, {a->rest})};
   }
   case Op::Mul: {
     for (int k = 0; k < 2; ++k) {
@@ -52,7 +99,7 @@ std::optional<Linear> linearize(const T &t) {
       auto a = linearize(t->arg(1 - k));
       if (!a)
         return std::nullopt;
-      return Linear{a->cj * c->value(), mk(Op::Mul, {c, a->rest})};
+      return Linear{mul(a->cj, c->value()), mk(Op::Mul, {c, a->rest})};
     }
     return std::nullopt;
   }
@@ -76,14 +123,15 @@ std::optional<Affine> affineOf(const T &t) {
     auto a = affineOf(t->arg(0)), b = affineOf(t->arg(1));
     if (!a || !b)
       return std::nullopt;
-    int64_t s = t->op() == Op::Add ? 1 : -1;
-    return Affine{a->ci + s * b->ci, a->cn + s * b->cn, a->c0 + s * b->c0};
+    if (t->op() == Op::Add)
+      return Affine{add(a->ci, b->ci), add(a->cn, b->cn), add(a->c0, b->c0)};
+    return Affine{sub(a->ci, b->ci), sub(a->cn, b->cn), sub(a->c0, b->c0)};
   }
   case Op::Neg: {
     auto a = affineOf(t->arg(0));
     if (!a)
       return std::nullopt;
-    return Affine{-a->ci, -a->cn, -a->c0};
+    return Affine{neg(a->ci), neg(a->cn), neg(a->c0)};
   }
   case Op::Mul:
     for (int k = 0; k < 2; ++k)
@@ -92,7 +140,7 @@ std::optional<Affine> affineOf(const T &t) {
         if (!a)
           return std::nullopt;
         int64_t c = t->arg(k)->value();
-        return Affine{a->ci * c, a->cn * c, a->c0 * c};
+        return Affine{mul(a->ci, c), mul(a->cn, c), mul(a->c0, c)};
       }
     return std::nullopt;
   default:
@@ -100,9 +148,7 @@ std::optional<Affine> affineOf(const T &t) {
   }
 }
 
-/// Rebuilds an affine term in the canonical order `ci*i + cn*n + c0`, so that
-/// the IR prints `i - 128` instead of `-(0 - i + 128)`.
-T tidy(const T &t) {
+T tidyAffine(const T &t) {
   auto a = affineOf(t);
   if (!a)
     return t;
@@ -123,8 +169,19 @@ T tidy(const T &t) {
   if (a->c0 > 0)
     out = mk(Op::Add, {out, cst(a->c0)});
   else if (a->c0 < 0)
-    out = mk(Op::Sub, {out, cst(-a->c0)});
+    out = mk(Op::Sub, {out, cst(neg(a->c0))});
   return out;
+}
+
+/// Rebuilds an affine term in the canonical order `ci*i + cn*n + c0`, so that
+/// the IR prints `i - 128` instead of `-(0 - i + 128)`; a term whose form
+/// overflows stays as it is.
+T tidy(const T &t) {
+  try {
+    return tidyAffine(t);
+  } catch (const Overflow &) {
+    return t;
+  }
 }
 
 Op flip(Op op) {
@@ -175,7 +232,12 @@ SetRef classifyRange(SetRef s) {
       out = kUnbounded;
       return true;
     }
-    auto a = affineOf(t);
+    std::optional<Affine> a;
+    try {
+      a = affineOf(t);
+    } catch (const Overflow &) {
+      return false;
+    }
     if (!a || a->ci != 1 || a->cn != 0)
       return false;
     out = a->c0;
@@ -190,7 +252,7 @@ SetRef classifyRange(SetRef s) {
 /// Solves c*j + R OP 0 (c != 0) for j.
 SetRef solveLinear(Op op, Linear lin, SourceRange loc) {
   if (lin.cj < 0) {
-    lin.cj = -lin.cj;
+    lin.cj = neg(lin.cj);
     lin.rest = mk(Op::Neg, {lin.rest});
     op = flip(op);
   }
@@ -228,9 +290,9 @@ std::pair<int64_t, int64_t> residueRange(Op op, int64_t b, int64_t m) {
       return {0, -1}; // 'j % 5 == 7' never holds
     return {b, b};
   case Op::Le: return {0, std::min(b, m - 1)};
-  case Op::Lt: return {0, std::min(b - 1, m - 1)};
+  case Op::Lt: return {0, std::min(sub(b, 1), m - 1)};
   case Op::Ge: return {std::max<int64_t>(b, 0), m - 1};
-  case Op::Gt: return {std::max<int64_t>(b + 1, 0), m - 1};
+  case Op::Gt: return {std::max<int64_t>(add(b, 1), 0), m - 1};
   default: ATTNC_CHECK(false, "no residue range for this operator");
   }
   return {0, -1};
@@ -262,8 +324,8 @@ std::optional<SetRef> tryModulo(Op op, const T &modTerm, const T &other, SourceR
       return SetNode::none(loc);
     int64_t c = restAffine->c0;
     if (lin->cj == 1) // j % m in [s - c, e - c]
-      return SetNode::stripe(mod, s - c, e - c, loc);
-    return SetNode::stripe(mod, c - e, c - s, loc); // (c - j) % m in [s, e]
+      return SetNode::stripe(mod, sub(s, c), sub(e, c), loc);
+    return SetNode::stripe(mod, sub(c, e), sub(c, s), loc); // (c - j) % m in [s, e]
   }
   // Residue: (i - j + c) % m == b  or  (j - i + c) % m == b.
   if (op == Op::Eq && restAffine && restAffine->cn == 0 && restAffine->ci == -lin->cj &&
@@ -271,7 +333,7 @@ std::optional<SetRef> tryModulo(Op op, const T &modTerm, const T &other, SourceR
     int64_t c = restAffine->c0, b = other->value();
     if (b < 0 || b >= mod)
       return SetNode::none(loc);
-    return SetNode::residueClass(mod, lin->cj == -1 ? b - c : c - b, loc);
+    return SetNode::residueClass(mod, lin->cj == -1 ? sub(b, c) : sub(c, b), loc);
   }
   // Residue: X % m == Y % m  ==>  (X - Y) % m == 0.
   if (op == Op::Eq && other->op() == Op::Mod && other->arg(1)->op() == Op::Const &&
@@ -317,7 +379,17 @@ std::optional<SetRef> tryDivision(Op op, const T &divTerm, const T &other, Sourc
   return classifyRange(out);
 }
 
+SetRef canonCompareForm(const T &p);
+
 SetRef canonCompare(const T &p) {
+  try {
+    return canonCompareForm(p);
+  } catch (const Overflow &) {
+    return SetNode::predicate(p, p->loc());
+  }
+}
+
+SetRef canonCompareForm(const T &p) {
   SourceRange loc = p->loc();
   Op op = p->op();
   T a = p->arg(0), b = p->arg(1);

@@ -5,13 +5,24 @@
 // `require`s and lowers `let`s and sets to Terms, in statement order (a let
 // is visible after its definition only).
 //
+// Lets are inlined by sharing their Terms, so a term can be far deeper than
+// the expression it came from (a chain of lets, each one level on top of the
+// last) and far larger once expanded (each let twice its predecessor). Every
+// expression is measured as it is lowered and refused past kMaxExprNesting
+// levels or kMaxTermNodes nodes: the passes after Sema walk terms
+// recursively and without memoisation, and are then bounded in stack and
+// time.
+//
 //===----------------------------------------------------------------------===//
 #include "attnc/frontend/Sema.h"
+
+#include "attnc/dsl/Parser.h"
 
 #include <algorithm>
 #include <limits>
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 namespace attnc {
 
@@ -92,6 +103,12 @@ unsigned editDistance(const std::string &a, const std::string &b) {
   }
   return prev[b.size()];
 }
+
+/// The most nodes a term may have with its lets expanded: far above any
+/// written pattern (a list of 60,000 keys fits), far below what doubling
+/// lets reach in a few lines, and small enough that canonicalising the
+/// largest term allowed takes well under a second.
+constexpr uint64_t kMaxTermNodes = uint64_t(1) << 16;
 
 const char *typeName(Type t) {
   switch (t) {
@@ -451,7 +468,93 @@ private:
   }
 
   // ---- Expressions -----------------------------------------------------
+  /// Lowers `e` and refuses a result deeper or larger than the limits.
   TermRef lower(const Expr &e) {
+    TermRef t = lowerNode(e);
+    if (!t)
+      return nullptr;
+    Extent x = extentOf(t);
+    if (x.depth > kMaxExprNesting) {
+      diags_.error(e.range, "expression nests " + std::to_string(x.depth) +
+                                " levels deep with its lets expanded; the limit is " +
+                                std::to_string(kMaxExprNesting));
+      noteLets(e, [](const Extent &x) { return uint64_t(x.depth); }, "is", " levels deep");
+      return nullptr;
+    }
+    if (x.nodes > kMaxTermNodes) {
+      diags_.error(e.range, "expression has " +
+                                (x.nodes == UINT64_MAX ? std::string("more than 2^64")
+                                                       : std::to_string(x.nodes)) +
+                                " nodes with its lets expanded; the limit is " +
+                                std::to_string(kMaxTermNodes));
+      noteLets(e, [](const Extent &x) { return x.nodes; }, "has", " nodes");
+      return nullptr;
+    }
+    return t;
+  }
+
+  /// Depth and node count of a term with its lets expanded (shared subterms
+  /// counted once per use); the node count saturates at UINT64_MAX.
+  struct Extent {
+    unsigned depth = 1;
+    uint64_t nodes = 1;
+  };
+
+  /// Measures `root`, memoised over every term measured before: each new
+  /// node costs O(its operands). Iterative, because the term measured may be
+  /// the one too deep to walk recursively.
+  Extent extentOf(const TermRef &root) {
+    if (auto it = extents_.find(root.get()); it != extents_.end())
+      return it->second;
+    // Measured terms stay alive with the root, so that no address in the
+    // memo is ever reused by another term.
+    measured_.push_back(root);
+    std::vector<std::pair<const Term *, size_t>> stack{{root.get(), 0}};
+    while (!stack.empty()) {
+      const Term *t = stack.back().first;
+      size_t next = stack.back().second;
+      if (next < t->args().size()) {
+        ++stack.back().second;
+        const Term *a = t->arg(next).get();
+        if (!extents_.count(a))
+          stack.push_back({a, 0});
+        continue;
+      }
+      Extent x;
+      for (const TermRef &a : t->args()) {
+        const Extent &y = extents_.at(a.get());
+        x.depth = std::max(x.depth, y.depth + 1);
+        x.nodes = y.nodes > UINT64_MAX - x.nodes ? UINT64_MAX : x.nodes + y.nodes;
+      }
+      extents_[t] = x;
+      stack.pop_back();
+    }
+    return extents_.at(root.get());
+  }
+
+  /// Notes the let that `e` uses with the largest `measure`: "'a' is 200
+  /// levels deep".
+  template <typename Measure>
+  void noteLets(const Expr &e, Measure measure, const char *verb, const char *unit) {
+    std::vector<std::string> names;
+    collectNames(e, names);
+    const Binding *deepest = nullptr;
+    std::string deepestName;
+    for (const std::string &name : names) {
+      auto it = scope_.find(name);
+      if (it == scope_.end() || it->second.kind != Binding::Let)
+        continue;
+      if (!deepest || measure(extentOf(it->second.term)) > measure(extentOf(deepest->term))) {
+        deepest = &it->second;
+        deepestName = name;
+      }
+    }
+    if (deepest)
+      diags_.note(deepest->decl, "'" + deepestName + "' " + verb + " " +
+                                     std::to_string(measure(extentOf(deepest->term))) + unit);
+  }
+
+  TermRef lowerNode(const Expr &e) {
     switch (e.kind) {
     case ExprKind::Int:
       return Term::constant(e.intValue, e.range);
@@ -469,7 +572,10 @@ private:
                                   typeName(want) + " operand, got " + typeName(a->type()));
         return nullptr;
       }
-      return Term::make(e.unaryOp == UnaryOp::Neg ? Op::Neg : Op::Not, {a}, e.range);
+      Op op = e.unaryOp == UnaryOp::Neg ? Op::Neg : Op::Not;
+      if (!foldFits(op, {a}, e))
+        return nullptr;
+      return Term::make(op, {a}, e.range);
     }
     case ExprKind::Binary:
       return lowerBinary(e);
@@ -608,6 +714,8 @@ private:
       if (!checkDivisor(b, *e.operands[1], op == Op::Mod))
         return nullptr;
     }
+    if (!foldFits(op, {a, b}, e))
+      return nullptr;
     return Term::make(op, {a, b}, e.range);
   }
 
@@ -739,7 +847,53 @@ private:
         return nullptr;
       }
     }
+    if (!foldFits(fn->op, args, e))
+      return nullptr;
     return Term::make(fn->op, std::move(args), e.range);
+  }
+
+  /// Term::make folds an operation on constants in int64; one whose result
+  /// does not fit is the user's error, reported here before it is folded.
+  bool foldFits(Op op, const std::vector<TermRef> &args, const Expr &e) {
+    if (args.empty() || !std::all_of(args.begin(), args.end(),
+                                      [](const TermRef &a) { return a->op() == Op::Const; }))
+      return true;
+    int64_t a = args[0]->value(), b = args.size() > 1 ? args[1]->value() : 0, r;
+    std::string values;
+    switch (op) {
+    case Op::Add:
+      if (!__builtin_add_overflow(a, b, &r))
+        return true;
+      values = std::to_string(a) + " + " + std::to_string(b);
+      break;
+    case Op::Sub:
+      if (!__builtin_sub_overflow(a, b, &r))
+        return true;
+      values = std::to_string(a) + " - " + std::to_string(b);
+      break;
+    case Op::Mul:
+      if (!__builtin_mul_overflow(a, b, &r))
+        return true;
+      values = std::to_string(a) + " * " + std::to_string(b);
+      break;
+    case Op::Neg:
+      if (a != std::numeric_limits<int64_t>::min())
+        return true;
+      values = "-(" + std::to_string(a) + ")";
+      break;
+    case Op::Abs:
+      if (a != std::numeric_limits<int64_t>::min())
+        return true;
+      values = "abs(" + std::to_string(a) + ")";
+      break;
+    default:
+      return true;
+    }
+    std::string text(sources_.slice(e.range));
+    diags_.error(e.range, "'" + text + "' overflows a 64-bit integer" +
+                              (text == values ? std::string() : ": it is " + values));
+    noteParams(e);
+    return false;
   }
 
   const PatternDecl &decl_;
@@ -765,6 +919,8 @@ private:
     bool modulo;
   };
   std::vector<PendingDivisor> pendingDivisors_;
+  std::unordered_map<const Term *, Extent> extents_;
+  std::vector<TermRef> measured_;
 };
 
 } // namespace

@@ -6,7 +6,10 @@
 // type its context needs, parameters are integers that satisfy every
 // `require`, every divisor is >= 1 for all i, j in [0, n), n >= 1, the head
 // count is >= 1 and every head has exactly one set. The result holds, per
-// head, a Set term with h substituted and `causal` already applied.
+// head, a Set term with h substituted and `causal` already applied. Every
+// term nests at most dsl::kMaxExprNesting levels (one more with `causal`)
+// and has at most 65,536 nodes with its lets expanded, and no constant
+// arithmetic overflows int64: recursive walks of the terms are bounded.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -59,6 +59,13 @@ struct Expr {
   BinaryOp binaryOp = BinaryOp::Add;
   std::vector<CompareOp> compareOps; ///< Compare
   std::vector<ExprPtr> operands;
+  /// How many levels the expression nests, its own node and its parentheses
+  /// included: a name is 1, `(x)` 2, `-(x + 1)` 4, `a < b < c` 3 (each
+  /// comparison of a chain is a level: Sema lowers the chain to a nest of
+  /// '&&'). The parser never returns an expression deeper than
+  /// kMaxExprNesting (Parser.h), so every recursive walk of the tree is
+  /// bounded by it.
+  unsigned nesting = 1;
 
   /// `range` with the parentheses around it, if any.
   SourceRange outerRange() const { return parenRange.isValid() ? parenRange : range; }

@@ -22,12 +22,21 @@
 // Errors are reported to the DiagnosticEngine; the parser recovers at the next
 // statement keyword so that one run reports several mistakes.
 //
+// Expressions nest at most kMaxExprNesting levels (Expr::nesting): deeper
+// input is an error, reported where it passes the limit, so that neither the
+// parser's recursion nor any later walk of the tree can exhaust the stack.
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include "attnc/dsl/AST.h"
 
 namespace attnc::dsl {
+
+/// The deepest an expression may nest (Expr::nesting). Each level costs the
+/// parser about sixteen stack frames; at 256 levels that stays far below the
+/// 8 MiB of a main thread, sanitizers included.
+constexpr unsigned kMaxExprNesting = 256;
 
 /// Parses one buffer. Always returns a module (possibly partial); check
 /// `diags.hasErrors()`.

@@ -96,6 +96,9 @@ struct Env {
   int64_t i = 0, j = 0, n = 1, h = 0;
 };
 
+/// The term's value at `env`. +, -, *, unary minus and abs wrap modulo 2^64
+/// (Sema refuses constants that overflow; a term kept for evaluation may
+/// still overflow at some i, j, and then wraps rather than being undefined).
 int64_t evalInt(const Term &t, const Env &env);
 bool evalBool(const Term &t, const Env &env);
 /// Membership of key `env.j` in the set term `t` for query `env.i`, including
