@@ -9,6 +9,13 @@ GFLOP/s uses the same definition as `attnc bench`: 4 * nnz * d * batch * heads
 
   python3 bench/peers.py --n 4096 --d 64 --threads 2 [--patterns fixed,strided] [--backward]
 
+The shapes of `attnc bench` too: --kv-heads H_kv (grouped-query attention:
+SDPA's and flex_attention's enable_gqa), --queries NQ (the last NQ of --n
+positions, bottom-right aligned as attnc aligns them: the mask's rows are the
+square's last rows) and --varlen L1,L2,... (packed sequences, each attending
+within itself: flex_attention with a document mask_mod; SDPA would need the
+whole packed square's mask, so it is skipped).
+
 With --backward it also times forward + backward (O.backward(dO), the
 gradients of sum(O * dO) for Q, K and V) of both peers, and reports the
 backward alone as the difference: bwd_ms = fwdbwd_ms - the forward's ms, and
@@ -90,27 +97,59 @@ def main():
     ap.add_argument("--patterns", default="fixed,strided,local,longformer,bigbird")
     ap.add_argument("--backward", action="store_true", help="also time forward + backward")
     ap.add_argument("--no-sdpa", action="store_true", help="skip the dense masked SDPA (slow at large n)")
+    ap.add_argument("--kv-heads", type=int, default=0, help="key/value heads (default: --heads)")
+    ap.add_argument("--queries", type=int, default=0, help="queries: the last NQ of --n positions (default: n)")
+    ap.add_argument("--varlen", default="", help="packed sequence lengths L1,L2,... (--n is their sum)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    n, d = args.n, args.d
+    lengths = [int(x) for x in args.varlen.split(",")] if args.varlen else []
+    n, d = (sum(lengths) if lengths else args.n), args.d
+    nq = args.queries or n
+    hkv = args.kv_heads or args.heads
+    gqa = hkv != args.heads
     g = torch.Generator().manual_seed(1)
-    shape = (args.batch, args.heads, n, d)
-    q, k, v = (torch.randn(shape, generator=g) for _ in range(3))
-    idx = torch.arange(n)
+    shape = (args.batch, args.heads, nq, d)
+    q = torch.randn(shape, generator=g)
+    k, v = (torch.randn((args.batch, hkv, n, d), generator=g) for _ in range(2))
+    first = n - nq  # the position of the first query
+    if lengths:
+        # Each packed token's sequence and its position in it.
+        doc = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+        starts = torch.cumsum(torch.tensor([0] + lengths[:-1]), 0)
+        pos = torch.arange(n) - starts[doc]
+        args.no_sdpa = True
     for name in args.patterns.split(","):
         mod = mask_mods()[name]
-        if name == "bigbird":
-            mod = mod(n)
-        mask = mod(0, 0, idx[:, None], idx[None, :])
-        nnz = int(mask.sum())
+        if lengths:
+            # bigbird's random blocks depend on n: every sequence uses the longest's.
+            inner = mod(max(lengths)) if name == "bigbird" else mod
+            mod = lambda b, h, i, j, inner=inner: (doc[i] == doc[j]) & inner(b, h, pos[i], pos[j])
+            nnz = 0
+            for length in lengths:
+                idx = torch.arange(length)
+                nnz += int(inner(0, 0, idx[:, None], idx[None, :]).sum())
+        else:
+            if name == "bigbird":
+                mod = mod(n)
+            if first:
+                mod = lambda b, h, i, j, square=mod: square(b, h, i + first, j)
+            mask = mod(0, 0, torch.arange(nq)[:, None], torch.arange(n)[None, :])
+            nnz = int(mask.sum())
         flops = 4.0 * nnz * d * args.batch * args.heads
         row = {"pattern": name, "n": n, "d": d, "nnz_per_head": nnz}
-        sdpa = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if nq != n:
+            row["queries"] = nq
+        if gqa:
+            row["kv_heads"] = hkv
+        if lengths:
+            row["varlen"] = lengths
+        sdpa = lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                                                 enable_gqa=gqa)
         if not args.no_sdpa:
             row["sdpa_ms"] = timed(lambda: sdpa(q, k, v), args.repeat)
-        block_mask = create_block_mask(mod, B=None, H=None, Q_LEN=n, KV_LEN=n, device="cpu")
+        block_mask = create_block_mask(mod, B=None, H=None, Q_LEN=nq, KV_LEN=n, device="cpu")
         compiled = torch.compile(flex_attention)
-        row["flex_ms"] = timed(lambda: compiled(q, k, v, block_mask=block_mask), args.repeat)
+        row["flex_ms"] = timed(lambda: compiled(q, k, v, block_mask=block_mask, enable_gqa=gqa), args.repeat)
         # Pairs flex_attention computes: every non-empty 128 x 128 block.
         kv_blocks = int(block_mask.kv_num_blocks.sum())
         if block_mask.full_kv_num_blocks is not None:
@@ -124,7 +163,7 @@ def main():
             bwd_flops = 10.0 * nnz * d * args.batch * args.heads
             qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
             d_o = torch.randn(shape, generator=g)
-            peers = [("flex", lambda: compiled(qg, kg, vg, block_mask=block_mask))]
+            peers = [("flex", lambda: compiled(qg, kg, vg, block_mask=block_mask, enable_gqa=gqa))]
             if not args.no_sdpa:
                 peers.append(("sdpa", lambda: sdpa(qg, kg, vg)))
             for peer, forward in peers:
