@@ -147,7 +147,10 @@ def main():
                                                                                  enable_gqa=gqa)
         if not args.no_sdpa:
             row["sdpa_ms"] = timed(lambda: sdpa(q, k, v), args.repeat)
-        block_mask = create_block_mask(mod, B=None, H=None, Q_LEN=nq, KV_LEN=n, device="cpu")
+        # A packed batch's mask_mod indexes tensors: compiled, create_block_mask
+        # evaluates it block by block instead of materialising n x n.
+        block_mask = create_block_mask(mod, B=None, H=None, Q_LEN=nq, KV_LEN=n, device="cpu",
+                                       _compile=bool(lengths))
         compiled = torch.compile(flex_attention)
         row["flex_ms"] = timed(lambda: compiled(q, k, v, block_mask=block_mask, enable_gqa=gqa), args.repeat)
         # Pairs flex_attention computes: every non-empty 128 x 128 block.
