@@ -16,3 +16,5 @@ ATTNC_BUILD_DIR=$build-min ATTNC_CMAKE_FLAGS="-DATTNC_WITH_MLIR=OFF -DATTNC_WITH
   bash scripts/build.sh
 (cd "$build-min" && ctest --output-on-failure -j"$(nproc)")
 bash scripts/test-python.sh
+# Last, the sanitizer builds in ${ATTNC_BUILD_DIR:-build}-asan and -tsan (scripts/test-sanitizers.sh).
+bash scripts/test-sanitizers.sh

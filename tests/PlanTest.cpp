@@ -206,10 +206,10 @@ TEST(Plan, TranslationPeriods) {
     Frontend fe;
     EXPECT_TRUE(fe.parseString("p.attn", text));
     EXPECT_TRUE(fe.analyze({}));
+    // (A named plan: a range-for over a temporary's member would outlive the temporary.)
+    const plan::Plan built = plan::buildPlan(ir::canonicalizePattern(fe.patterns().front()), {32, 64});
     std::vector<int64_t> out;
-    for (const plan::Piece &piece : plan::buildPlan(ir::canonicalizePattern(fe.patterns().front()), {32, 64})
-                                        .heads[0]
-                                        .pieces)
+    for (const plan::Piece &piece : built.heads[0].pieces)
       out.push_back(piece.period);
     return out;
   };

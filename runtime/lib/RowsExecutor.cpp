@@ -23,7 +23,9 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__x86_64__) && !defined(ATTNC_FUSED_GENERIC_ONLY)
+// Not under TSan: GCC instruments a target_clones resolver with
+// __tsan_func_entry, and the dynamic loader runs resolvers before TSan is up.
+#if defined(__x86_64__) && !defined(ATTNC_FUSED_GENERIC_ONLY) && !defined(__SANITIZE_THREAD__)
 #define ATTNC_ROWS_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
 #else
 #define ATTNC_ROWS_CLONES

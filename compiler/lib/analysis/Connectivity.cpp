@@ -302,7 +302,9 @@ std::optional<RowReach> searchSegments(SegmentUnions &unions, int64_t i, int64_t
       }
       // A periodic segment's rows, one interval of its pattern at a time.
       const int64_t period = table.period(seg->pattern);
-      const IntervalSet &pattern = table.keys(seg->pattern);
+      // A copy: expand() stores new sets in the same table, which may move
+      // its entries (ASan caught the reference dangling).
+      const IntervalSet pattern = table.keys(seg->pattern);
       for (int64_t base = floorDiv(seg->hi - 1, period) * period; base + period > seg->lo && !done;
            base -= period)
         for (auto x = pattern.rbegin(); x != pattern.rend() && !done; ++x)

@@ -77,7 +77,11 @@ typedef enum attnc_status {
 typedef enum attnc_dtype {
   ATTNC_DTYPE_F32 = 0,
   ATTNC_DTYPE_BF16 = 1, /**< bfloat16 (uint16_t elements): computed and accumulated in f32 */
-  ATTNC_DTYPE_F16 = 2   /**< reserved */
+  ATTNC_DTYPE_F16 = 2,  /**< reserved */
+  /** Not a dtype. It widens the enum's range in C++ to every non-negative
+      int32, so that the runtime may read and reject any value a C caller
+      stores (42 read as an attnc_dtype is undefined behaviour otherwise). */
+  ATTNC_DTYPE_MAX_ENUM = 0x7fffffff
 } attnc_dtype;
 
 /** A strided 4-D view [batch, heads, n, d]. Strides are in elements. */

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Sanitizer builds (docs/reliability.md, "Sanitizers in CI"); scripts/test.sh
+# runs this after its other steps. Two build directories next to the normal
+# one, each configured with ATTNC_SANITIZE (top-level CMakeLists.txt):
+#
+#   ${ATTNC_BUILD_DIR:-build}-asan  ASan + UBSan + LeakSanitizer, the full
+#       configuration (MLIR, Halide, CLI): the unit, front-end, support,
+#       kernel, CLI and fuzz-replay tests, so that every source file runs.
+#   ${ATTNC_BUILD_DIR:-build}-tsan  TSan, the runtime-only configuration
+#       (no MLIR, no Halide: nothing uninstrumented runs threads): the thread
+#       pool, the fused backend's parallel runs and the JIT cache.
+#
+# Only the test targets needed are built. Any report fails its test:
+# halt_on_error everywhere, -fno-sanitize-recover=undefined for UBSan, and
+# a leak LeakSanitizer reports at exit makes the exit code nonzero.
+# ATTNC_SAN_JOBS sets ninja's and ctest's parallelism (default: nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${ATTNC_BUILD_DIR:-build}
+jobs=${ATTNC_SAN_JOBS:-$(nproc)}
+
+# The options are exported for the builds too: gtest_discover_tests runs
+# each test binary at build time to list its tests.
+export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:check_initialization_order=1:strict_string_checks=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+# -g1 makes ccache hash the build directory; without that, and with paths
+# taken relative to the checkout, a fresh clone or a new build directory
+# reuses the objects of an earlier sanitizer build.
+export CCACHE_NOHASHDIR=1 CCACHE_BASEDIR=$PWD
+
+configure() { # DIR SANITIZERS FLAGS...
+  local dir=$1 sanitize=$2
+  shift 2
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNC_SANITIZE="$sanitize" "$@" >/dev/null
+}
+
+# run_gtest BINARY: all of a gtest binary's tests in $jobs shards at once,
+# one process each (a process per test, as ctest runs them, costs more than
+# the tests under ASan); a failing shard's output is shown.
+run_gtest() {
+  local bin=$1 i failed=0
+  local pids=()
+  for ((i = 0; i < jobs; ++i)); do
+    GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$i "$bin" >"$bin.shard$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < jobs; ++i)); do
+    if ! wait "${pids[i]}"; then
+      cat "$bin.shard$i.log"
+      failed=1
+    fi
+  done
+  echo "$bin: $(grep -h '^\[==========\] .* ran' "$bin".shard*.log | awk '{n += $2} END {print n}') tests, failed: $failed"
+  return "$failed"
+}
+
+# ASan + UBSan: the gtest binaries whole, then ctest's other tests (the
+# example, mlir-opt, fuzz corpus replays and the fused kernels' portable and
+# uncached variants). Left out: the install test (an external project whose
+# executables are not linked with ASan), the layering check (a shell
+# script), and the generic-only and bf16 copies of the fused executor (a
+# third and fourth compile of its largest file; the same code runs in
+# attnc_kernel_tests).
+asan=$build-asan
+configure "$asan" address,undefined
+ninja -C "$asan" -j"$jobs" attnc_unit_tests attnc_frontend_tests attnc_support_tests attnc_kernel_tests \
+  attnc_jit_worker attnc_cli_tests attnc jit_fixed FuzzPattern FuzzKernelFile FuzzNpy FuzzRunArgs
+status=0
+for bin in tests/attnc_unit_tests tests/attnc_support_tests tests/attnc_frontend_tests \
+  tests/runtime/attnc_kernel_tests tests/attnc_cli_tests; do
+  (cd "$(dirname "$asan/$bin")" && run_gtest "./$(basename "$bin")") || status=1
+done
+(cd "$asan" && ctest --output-on-failure -j"$jobs" \
+  -R '^(Example\.|EmitMlir\.|Fuzz\.|FusedKernel\.(Portable|Uncached)\.)') || status=1
+
+# TSan: the thread pool, and the fused backend's cases of the kernel,
+# gradient, tile-shape, concurrency and JIT cache suites. Left out: the two
+# tests that count a worker process's threads (TSan starts a thread of its
+# own with the first pthread_create).
+tsan=$build-tsan
+configure "$tsan" thread -DATTNC_WITH_MLIR=OFF -DATTNC_WITH_HALIDE=OFF
+ninja -C "$tsan" -j"$jobs" attnc_support_tests attnc_kernel_tests attnc_jit_worker
+(cd "$tsan" && ctest --output-on-failure -j"$jobs" \
+  -R '^(ThreadPool\.|Concurrency|JitCache|Jit\.|.*/fused([ _]|$)|.*FusedTileShapes\.|FusedWaitingKeys\.)' \
+  -E '^Concurrency\.(NumThreadsBoundsTheThreadsARunUses|TheEnvironmentSetsTheDefaultThreadCount)$') || status=1
+exit "$status"
