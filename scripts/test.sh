@@ -8,6 +8,9 @@
 # `pip install ./python`, its pytest suite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache hashes absolute paths (and, with -g, the build directory): taken
+# relative to the checkout, a fresh clone reuses an earlier build's objects.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 bash scripts/bootstrap.sh
 build=${ATTNC_BUILD_DIR:-build}
 bash scripts/build.sh
