@@ -28,6 +28,18 @@ std::optional<std::pair<int64_t, int64_t>> firstLeak(const IntervalSet &keys, in
   return std::nullopt;
 }
 
+/// Row i with `count` keys into the totals, extremes and empty-row witness.
+void addRow(RowStats &s, int64_t i, int64_t count) {
+  s.nnz += count;
+  s.minRow = std::min(s.minRow, count);
+  s.maxRow = std::max(s.maxRow, count);
+  if (count == 0) {
+    ++s.emptyRows;
+    if (!s.emptyWitness)
+      s.emptyWitness = i;
+  }
+}
+
 RowStats rowsByRow(const SetRef &set, int64_t n) {
   RowEvaluator eval(set, n);
   RowStats s;
@@ -35,15 +47,8 @@ RowStats rowsByRow(const SetRef &set, int64_t n) {
   s.minRow = std::numeric_limits<int64_t>::max();
   for (int64_t i = 0; i < n; ++i) {
     IntervalSet keys = eval.row(i);
-    int64_t count = cardinality(keys);
-    s.nnz += count;
-    s.minRow = std::min(s.minRow, count);
-    s.maxRow = std::max(s.maxRow, count);
-    if (count == 0) {
-      ++s.emptyRows;
-      if (!s.emptyWitness)
-        s.emptyWitness = i;
-    }
+    const int64_t count = cardinality(keys);
+    addRow(s, i, count);
     if (!keys.empty() && keys.back().hi - 1 > i) {
       // Keys > i: the part of the row above the diagonal.
       s.leaks += cardinality(clip(keys, i + 1, n));
@@ -134,14 +139,7 @@ std::optional<std::pair<RowStats, TileStats>> bySegments(const SetRef &set, int6
       if (!eval.row(i, keys))
         return std::nullopt;
       const int64_t count = countKeys(table, keys, 0, n);
-      s.nnz += count;
-      s.minRow = std::min(s.minRow, count);
-      s.maxRow = std::max(s.maxRow, count);
-      if (count == 0) {
-        ++s.emptyRows;
-        if (!s.emptyWitness)
-          s.emptyWitness = i;
-      }
+      addRow(s, i, count);
       if (!keys.empty() && keys.back().hi - 1 > i) {
         const int64_t above = countKeys(table, keys, i + 1, n);
         s.leaks += above;
