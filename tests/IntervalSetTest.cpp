@@ -40,8 +40,9 @@ std::vector<bool> bits(const IntervalSet &s) {
 void expectNormalised(const IntervalSet &s) {
   for (size_t k = 0; k < s.size(); ++k) {
     EXPECT_LT(s[k].lo, s[k].hi);
-    if (k > 0)
+    if (k > 0) {
       EXPECT_LT(s[k - 1].hi, s[k].lo) << "sorted, disjoint, not adjacent";
+    }
   }
 }
 

@@ -247,8 +247,9 @@ TEST_P(CpuKernelRows, EmptyRowsProduceZeros) {
   std::vector<float> ref = referenceFromSource(source, {}, q, k, v, 1, 1, n, d);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t c = 0; c < d; ++c) {
-      if (i == 0 || i % 2 == 1)
+      if (i == 0 || i % 2 == 1) {
         EXPECT_EQ(o[i * d + c], 0.0f) << "row " << i;
+      }
       EXPECT_NEAR(o[i * d + c], ref[i * d + c], 1e-5) << "row " << i;
     }
 }
