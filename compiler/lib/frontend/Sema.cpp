@@ -109,6 +109,10 @@ unsigned editDistance(const std::string &a, const std::string &b) {
 /// lets reach in a few lines, and small enough that canonicalising the
 /// largest term allowed takes well under a second.
 constexpr uint64_t kMaxTermNodes = uint64_t(1) << 16;
+/// The most heads a pattern may have (declared, or implied by its largest
+/// head index): every layer keeps a table per head, and k + 1 must not
+/// overflow.
+constexpr int64_t kMaxHeads = int64_t(1) << 16;
 
 const char *typeName(Type t) {
   switch (t) {
@@ -208,9 +212,10 @@ private:
         TermRef count = lowerConstant(*s.value, "'heads'");
         if (!count)
           continue;
-        if (count->value() < 1) {
-          diags_.error(s.value->range, "head count must be at least 1, got '" +
-                                           std::string(sources_.slice(s.value->range)) +
+        if (count->value() < 1 || count->value() > kMaxHeads) {
+          diags_.error(s.value->range, std::string("head count must be ") +
+                                           (count->value() < 1 ? "at least 1" : "at most " + std::to_string(kMaxHeads)) +
+                                           ", got '" + std::string(sources_.slice(s.value->range)) +
                                            "' which is " + std::to_string(count->value()));
           noteParams(*s.value);
           continue;
@@ -410,11 +415,12 @@ private:
       return;
     }
     int64_t k = index->value();
-    if (k < 0 || (declaredHeads_ && k >= *declaredHeads_)) {
+    if (k < 0 || k >= kMaxHeads || (declaredHeads_ && k >= *declaredHeads_)) {
       std::string range = declaredHeads_ ? "; pattern '" + decl_.name + "' has " +
                                                std::to_string(*declaredHeads_) + " heads (0 to " +
                                                std::to_string(*declaredHeads_ - 1) + ")"
-                                         : "; head indices start at 0";
+                          : k < 0        ? "; head indices start at 0"
+                                         : "; a pattern has at most " + std::to_string(kMaxHeads) + " heads";
       diags_.error(s.head->range, "head index " + std::to_string(k) + " is out of range" + range);
       if (declaredHeads_)
         diags_.note(headsStmt_->range, "head count declared here");
