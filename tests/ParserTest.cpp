@@ -161,6 +161,25 @@ TEST(Lexer, CommentsRunToTheEndOfTheLine) {
   EXPECT_FALSE(diags.hasErrors());
 }
 
+TEST(SourceManager, LineAndColumnOfEveryOffsetMatchesAScanFromTheTop) {
+  // The definition: line = 1 + newlines before the offset, column = 1 +
+  // bytes since the last of them (offsets past the end clamp to the end).
+  auto scan = [](std::string_view text, size_t offset) {
+    unsigned line = 1, col = 1;
+    for (size_t k = 0; k < std::min(offset, text.size()); ++k)
+      text[k] == '\n' ? (++line, col = 1) : ++col;
+    return std::make_pair(line, col);
+  };
+  SourceManager sm;
+  for (std::string text : {"", "x", "\n", "\n\n\nab", "ab\ncd\n", "a\r\nb\r\n\r\n", "  let a = {0..3}\n\n  attend a\n"}) {
+    const uint32_t b = sm.addBuffer("t", text);
+    for (size_t offset = 0; offset <= text.size() + 2; ++offset)
+      EXPECT_EQ(sm.lineAndColumn({b, static_cast<uint32_t>(offset)}), scan(text, offset))
+          << "offset " << offset << " of '" << text << "'";
+  }
+  EXPECT_EQ(sm.lineAndColumn({0, 5}), std::make_pair(1u, 1u)); // no buffer: the command line
+}
+
 TEST(Lexer, StringsUnescapeQuotesAndNewlines) {
   SourceManager sm;
   DiagnosticEngine diags(sm);

@@ -9,7 +9,11 @@
 namespace attnc::dsl {
 
 uint32_t SourceManager::addBuffer(std::string name, std::string text) {
-  buffers_.push_back({std::move(name), std::move(text)});
+  std::vector<size_t> lineStarts{0};
+  for (size_t k = 0; k < text.size(); ++k)
+    if (text[k] == '\n')
+      lineStarts.push_back(k + 1);
+  buffers_.push_back({std::move(name), std::move(text), std::move(lineStarts)});
   return static_cast<uint32_t>(buffers_.size());
 }
 
@@ -41,18 +45,15 @@ std::string_view SourceManager::text(uint32_t buffer) const {
 }
 
 std::pair<unsigned, unsigned> SourceManager::lineAndColumn(SourceLoc loc) const {
-  std::string_view t = text(loc.buffer);
-  size_t end = std::min<size_t>(loc.offset, t.size());
-  unsigned line = 1, col = 1;
-  for (size_t k = 0; k < end; ++k) {
-    if (t[k] == '\n') {
-      ++line;
-      col = 1;
-    } else {
-      ++col;
-    }
-  }
-  return {line, col};
+  if (loc.buffer == 0 || loc.buffer > buffers_.size())
+    return {1, 1};
+  const Buffer &b = buffers_[loc.buffer - 1];
+  const size_t at = std::min<size_t>(loc.offset, b.text.size());
+  // The last line that starts at or before `at` (a binary search: files with
+  // thousands of diagnostics, or AST dumps that print a location per node,
+  // made a scan from the top quadratic).
+  const auto line = std::upper_bound(b.lineStarts.begin(), b.lineStarts.end(), at) - 1;
+  return {static_cast<unsigned>(line - b.lineStarts.begin() + 1), static_cast<unsigned>(at - *line + 1)};
 }
 
 std::string_view SourceManager::lineText(SourceLoc loc) const {

@@ -59,6 +59,7 @@ private:
   struct Buffer {
     std::string name;
     std::string text;
+    std::vector<size_t> lineStarts; ///< offsets where lines begin (0 first)
   };
   std::vector<Buffer> buffers_;
 };
