@@ -447,15 +447,12 @@ private:
       for (const auto &[k, stmt] : headStmts_)
         count = std::max(count, k + 1);
     }
+    std::vector<int64_t> missing; // heads without a set (a failed 'head' statement was already reported)
     for (int64_t k = 0; k < count; ++k) {
       TermRef set = headSets_.count(k) ? headSets_[k] : defaultSet_;
       if (!set) {
-        if (headStatementFailed_)
-          continue; // a failed 'head' statement was already reported
-        diags_.error(decl_.nameRange, "head " + std::to_string(k) + " of pattern '" + decl_.name +
-                                          "' has no set");
-        diags_.note(decl_.nameRange, "give it one with 'head " + std::to_string(k) +
-                                         " attends ...' or add a default 'attend ...'");
+        if (!headStatementFailed_)
+          missing.push_back(k);
         continue;
       }
       if (set->uses(kUsesH) && !declaredHeads_ && headStmts_.empty() && k == 0)
@@ -471,6 +468,38 @@ private:
       }
       pattern_.heads.push_back(head);
     }
+    reportMissingHeads(missing);
+  }
+
+  /// One error per head without a set, or for more than kMaxListedHeads of
+  /// them one error that lists them as runs ("heads 0, 1, 3 .. 29999"):
+  /// 'heads 30000' with one 'head' statement would print 29,999 errors.
+  void reportMissingHeads(const std::vector<int64_t> &missing) {
+    constexpr size_t kMaxListedHeads = 4;
+    const std::string hint = " attends ...' or add a default 'attend ...'";
+    if (missing.size() <= kMaxListedHeads) {
+      for (int64_t k : missing) {
+        diags_.error(decl_.nameRange,
+                     "head " + std::to_string(k) + " of pattern '" + decl_.name + "' has no set");
+        diags_.note(decl_.nameRange, "give it one with 'head " + std::to_string(k) + hint);
+      }
+      return;
+    }
+    std::string runs;
+    for (size_t a = 0; a < missing.size();) {
+      size_t b = a;
+      while (b + 1 < missing.size() && missing[b + 1] == missing[b] + 1)
+        ++b;
+      runs += (runs.empty() ? "" : ", ") + std::to_string(missing[a]);
+      if (b == a + 1)
+        runs += ", " + std::to_string(missing[b]);
+      else if (b > a)
+        runs += " .. " + std::to_string(missing[b]);
+      a = b + 1;
+    }
+    diags_.error(decl_.nameRange, std::to_string(missing.size()) + " heads of pattern '" + decl_.name +
+                                      "' have no set: " + runs);
+    diags_.note(decl_.nameRange, "give each one with 'head K" + hint);
   }
 
   // ---- Expressions -----------------------------------------------------
