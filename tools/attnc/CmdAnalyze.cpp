@@ -2,6 +2,9 @@
 //
 // The analyses and their JSON form (a contract, docs/cli.md) are the
 // compiler's (attnc/analysis/Report.h); the text form is this command's.
+// With --queries NQ every count is over the last NQ rows (bottom-right
+// aligned, as the runtime takes fewer queries than keys); without it, or
+// with NQ = n, the output is the square's, unchanged.
 //
 //===----------------------------------------------------------------------===//
 #include "Common.h"
@@ -18,6 +21,7 @@ namespace {
 struct AnalyzeOptions {
   PatternOptions pattern;
   int64_t n = 0;
+  std::optional<int64_t> queries; ///< unset: n
   int64_t block = 64;
   int64_t blockCols = 0;
   bool json = false;
@@ -35,6 +39,8 @@ void printText(const LoadedPattern &lp, const AnalyzeOptions &opts, const ir::Pa
   const std::vector<ir::HeadReport> &heads = report.heads;
   const std::optional<ir::Connectivity> &conn = report.connectivity;
   const Pattern &p = *lp.pattern;
+  const int64_t nq = report.queries, first = opts.n - nq;
+  const bool rectangular = nq != opts.n;
   std::ostringstream os;
   os << "pattern " << p.name << ": n=" << opts.n << ", " << p.numHeads()
      << (p.numHeads() == 1 ? " head" : " heads") << ", " << heads.size()
@@ -42,17 +48,28 @@ void printText(const LoadedPattern &lp, const AnalyzeOptions &opts, const ir::Pa
   for (const ParamValue &v : p.params)
     os << ", " << v.name << "=" << v.value;
   os << "\n";
-  double pairs = static_cast<double>(opts.n) * static_cast<double>(opts.n);
-  double lower = static_cast<double>(opts.n) * static_cast<double>(opts.n + 1) / 2;
+  if (rectangular)
+    os << "queries " << nq << ": rows i = " << first << " .. " << opts.n - 1 << ", the last " << nq
+       << " of the " << opts.n << " key positions; every count below is over these rows (tiles from ("
+       << first << ", 0))\n";
+  // The pairs of the rows counted, and those with j <= i: rows first .. n-1
+  // have first + 1 .. n of them.
+  double pairs = static_cast<double>(nq) * static_cast<double>(opts.n);
+  double lower = static_cast<double>(nq) * static_cast<double>(first + 1 + opts.n) / 2;
   for (const ir::HeadReport &h : heads) {
     os << "head";
     for (int64_t k : h.heads)
       os << " " << k;
     os << ":\n";
     os << "  nnz           " << h.rows.nnz << "  (" << fmtDouble(100.0 * h.rows.nnz / pairs, 3)
-       << "% of n^2, " << fmtDouble(100.0 * h.rows.nnz / lower, 3) << "% of the causal triangle)\n";
+       << (rectangular ? "% of queries*n, " : "% of n^2, ") << fmtDouble(100.0 * h.rows.nnz / lower, 3)
+       << (rectangular ? "% of their causal part" : "% of the causal triangle") << ")\n";
     os << "  keys per row  min " << h.rows.minRow << ", max " << h.rows.maxRow << ", mean "
        << fmtDouble(h.rows.mean, 2) << "\n";
+    if (rectangular && h.rows.keysRead)
+      os << "  keys read     " << *h.rows.keysRead << "  ("
+         << fmtDouble(100.0 * static_cast<double>(*h.rows.keysRead) / static_cast<double>(opts.n), 3)
+         << "% of n: the distinct keys these rows attend, the key/value rows a call reads)\n";
     os << "  empty rows    " << h.rows.emptyRows;
     if (h.rows.emptyWitness)
       os << "  (first: row " << *h.rows.emptyWitness << "; its output is all zeros)";
@@ -69,7 +86,8 @@ void printText(const LoadedPattern &lp, const AnalyzeOptions &opts, const ir::Pa
        << "x  (pairs a tile-granular kernel computes / pairs in the pattern)\n";
   }
   if (conn) {
-    os << "criterion 2 (every j <= i reachable from i):  ";
+    os << "criterion 2 (every j <= i reachable from i"
+       << (rectangular ? ", for the " + std::to_string(nq) + " query rows" : std::string()) << "):  ";
     if (conn->p)
       os << "p = " << *conn->p;
     else if (conn->gaveUp)
@@ -80,13 +98,15 @@ void printText(const LoadedPattern &lp, const AnalyzeOptions &opts, const ir::Pa
     else
       os << "NOT reachable: row " << conn->unreachableWitness->first << " never reaches key "
          << conn->unreachableWitness->second;
+    const std::string rowsName = rectangular ? "query rows" : "rows";
     if (conn->stoppedEarly)
-      os << "  (" << conn->rowsChecked << " rows spread over [0, n) checked before the "
-         << fmtDouble(opts.connectivitySeconds, 1)
+      os << "  (" << conn->rowsChecked << " " << rowsName << " spread over "
+         << (rectangular ? "[" + std::to_string(first) + ", " + std::to_string(opts.n) + ")" : "[0, n)")
+         << " checked before the " << fmtDouble(opts.connectivitySeconds, 1)
          << " s limit; --connectivity-seconds 0 checks every chosen row)";
     else
-      os << (conn->exact ? "  (every row checked)"
-                         : "  (" + std::to_string(conn->rowsChecked) + " sampled rows checked)");
+      os << (conn->exact ? std::string(rectangular ? "  (every query row checked)" : "  (every row checked)")
+                         : "  (" + std::to_string(conn->rowsChecked) + " sampled " + rowsName + " checked)");
     os << "\n";
   }
   os << "analysis time " << fmtDouble(report.seconds * 1e3, 1) << " ms\n";
@@ -98,8 +118,11 @@ int runAnalyze(const AnalyzeOptions &opts) {
   auto lp = loadPattern(opts.pattern, exitCode);
   if (!lp)
     return exitCode;
+  if (int code = checkQueries(opts.queries.value_or(opts.n), opts.n); code != kExitOk)
+    return code;
   ir::ReportOptions options;
   options.n = opts.n;
+  options.queries = opts.queries.value_or(opts.n);
   options.blockRows = opts.block;
   options.blockCols = opts.blockCols;
   options.connectivity = opts.connectivity;
@@ -124,6 +147,10 @@ void setupAnalyze(CLI::App &app, int &exitCode) {
   cmd->add_option("--n", opts->n, "Sequence length (at most 2^24)")
       ->required()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--queries", opts->queries,
+                  "Count only the last NQ query rows (default: --n, the square): query row r is position "
+                  "r + n - NQ, bottom-right aligned as in a decoding step (NQ = 1) with a key/value cache")
+      ->type_name("NQ");
   cmd->add_option("--block", opts->block, "Tile side for the full/partial/empty count")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
@@ -135,12 +162,13 @@ void setupAnalyze(CLI::App &app, int &exitCode) {
                 "Compute the Sparse Transformer's criterion 2 (default: on)");
   cmd->add_option("--connectivity-seconds", opts->connectivitySeconds,
                   "Time budget of criterion 2's search; past it, p is the worst over the rows checked "
-                  "so far (spread over [0, n)) and the output says so. 0: no limit")
+                  "so far (spread over [0, n), or over the --queries rows) and the output says so. 0: no limit")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
   cmd->footer(examplesFooter({"attnc analyze patterns/fixed.attn --n 4096",
                               "attnc analyze patterns/strided.attn --n 16384 -D l=128 --json",
-                              "attnc analyze patterns/fixed.attn --n 4096 --block 64 --block-cols 8"}));
+                              "attnc analyze patterns/fixed.attn --n 4096 --block 64 --block-cols 8",
+                              "attnc analyze patterns/local.attn --n 32768 --queries 1"}));
   cmd->callback([opts, &exitCode] { exitCode = runAnalyze(*opts); });
 }
 

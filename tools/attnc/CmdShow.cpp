@@ -1,4 +1,11 @@
 //===- CmdShow.cpp - attnc show -------------------------------------------===//
+//
+// With --queries NQ the picture is the last NQ query rows of the n x n
+// square (bottom-right aligned, as the runtime takes fewer queries than
+// keys), its rows labelled with their positions; without it, or with
+// NQ = n, it is the square's.
+//
+//===----------------------------------------------------------------------===//
 #include "Common.h"
 #include "Picture.h"
 
@@ -12,6 +19,7 @@ namespace {
 struct ShowOptions {
   PatternOptions pattern;
   int64_t n = 0;
+  std::optional<int64_t> queries; ///< unset: n
   std::optional<int64_t> head;
   std::string format;
   std::string output;
@@ -46,6 +54,9 @@ int runShow(const ShowOptions &opts) {
               << p.numHeads() - 1 << ")\n";
     return kExitUserError;
   }
+  const int64_t queries = opts.queries.value_or(opts.n);
+  if (int code = checkQueries(queries, opts.n); code != kExitOk)
+    return code;
   std::string format = inferFormat(opts);
   if (format != "ascii" && opts.output.empty()) {
     std::cerr << "attnc: error: --format " << format << " needs an output file: -o FILE\n";
@@ -54,8 +65,8 @@ int runShow(const ShowOptions &opts) {
   int64_t maxSide = opts.maxSide ? opts.maxSide : (format == "ascii" ? 128 : 768);
   std::vector<ir::Layer> layers =
       ir::layersOf(lp->ir, opts.head, ir::SetNames(*lp->frontend, p.name));
-  ir::Raster raster = ir::rasterize(layers, opts.n, maxSide);
-  const std::string title = ir::pictureTitle(lp->ir, opts.n, opts.head);
+  ir::Raster raster = ir::rasterize(layers, opts.n, maxSide, queries);
+  const std::string title = ir::pictureTitle(lp->ir, opts.n, opts.head, queries);
 
   std::string text;
   std::vector<uint8_t> bytes;
@@ -80,7 +91,7 @@ int runShow(const ShowOptions &opts) {
     std::cerr << "attnc: error: cannot write '" << opts.output << "'\n";
     return kExitUserError;
   }
-  std::cerr << "wrote " << opts.output << " (" << raster.side << "x" << raster.side << " cells)\n";
+  std::cerr << "wrote " << opts.output << " (" << raster.rows << "x" << raster.cols << " cells)\n";
   return kExitOk;
 }
 } // namespace
@@ -93,6 +104,10 @@ void setupShow(CLI::App &app, int &exitCode) {
   cmd->add_option("--n", opts->n, "Sequence length to draw")
       ->required()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--queries", opts->queries,
+                  "Draw only the last NQ query rows (default: --n, the square): query row r is position "
+                  "r + n - NQ, bottom-right aligned as in a decoding step (NQ = 1) with a key/value cache")
+      ->type_name("NQ");
   cmd->add_option("--head", opts->head,
                   "Draw this head only, coloured by set (default: head 0, or every head in its "
                   "own colour when the heads differ)");
@@ -108,7 +123,8 @@ void setupShow(CLI::App &app, int &exitCode) {
       ->check(CLI::Range(int64_t{8}, int64_t{4096}));
   cmd->footer(examplesFooter({"attnc show patterns/fixed.attn --n 64 -D l=16 -D c=4",
                               "attnc show patterns/strided.attn --n 256 -D l=16 -o strided.svg --grid 16",
-                              "attnc show patterns/fixed_multihead.attn --n 512 -o fixed.png"}));
+                              "attnc show patterns/fixed_multihead.attn --n 512 -o fixed.png",
+                              "attnc show patterns/longformer.attn --n 128 --queries 8 -D w=16"}));
   cmd->callback([opts, &exitCode] { exitCode = runShow(*opts); });
 }
 

@@ -88,6 +88,15 @@ int64_t countRowPairs(const ir::SetRef &set, int64_t n, int64_t firstRow, Interv
   return pairs;
 }
 
+int checkQueries(int64_t queries, int64_t n) {
+  if (queries >= 1 && queries <= n)
+    return kExitOk;
+  std::cerr << "attnc: error: --queries " << queries
+            << (queries < 1 ? " leaves no query row" : " is more than --n " + std::to_string(n))
+            << "; the queries are the last NQ of the n key positions, so 1 <= --queries <= --n\n";
+  return kExitUserError;
+}
+
 std::string parseIntList(const std::string &spec, const std::string &what, int64_t minValue, int64_t maxValue,
                          std::vector<int64_t> &out) {
   out.clear();

@@ -56,6 +56,10 @@ using support::jsonString;
 /// also the union of their keys (the key rows those queries read).
 int64_t countRowPairs(const ir::SetRef &set, int64_t n, int64_t firstRow, IntervalSet *keys = nullptr);
 
+/// --queries NQ of analyze and show, the last NQ of the n key positions:
+/// kExitOk when 1 <= NQ <= n, else prints why and returns kExitUserError.
+int checkQueries(int64_t queries, int64_t n);
+
 /// Parses a comma-separated list of integers, each in [minValue, maxValue]
 /// ("0,5,12"). Returns the reason when `spec` is not one, naming `what` and
 /// the offending entry; "" when it is.

@@ -4,6 +4,9 @@
 // a running y, then the width is whatever the widest of them needs. Text is
 // the 5x7 font of Font.h at an integer scale, so every pixel is either ink
 // or background and the file compresses as well as the bare raster did.
+// A raster of fewer queries than keys is as wide as the square's and as
+// tall as its rows make it; its row labels are the queries' positions, and
+// a caption under the title says where they start.
 //
 //===----------------------------------------------------------------------===//
 #include "Picture.h"
@@ -135,21 +138,24 @@ std::vector<uint8_t> encodePng(const Canvas &canvas, const std::string &title) {
   return png;
 }
 
-/// The labels of one axis: 0 and n always, grid lines' where they fit
-/// between their neighbours (`extent`: a label's size along the axis).
-std::vector<int64_t> labelledTicks(int64_t n, int64_t grid, int64_t size,
+/// The ticks of one axis of `count` cells' worth of positions origin ..
+/// origin + count, `size` pixels long, as offsets from origin: 0 always,
+/// count always on the square (origin 0) and otherwise where it fits, and
+/// the positions that are multiples of `grid` where they fit between their
+/// neighbours (`extent`: the size along the axis of a position's label).
+std::vector<int64_t> labelledTicks(int64_t count, int64_t origin, int64_t grid, int64_t size,
                                    int64_t (*extent)(int64_t)) {
   std::vector<int64_t> ticks = {0};
-  auto at = [&](int64_t k) { return k * size / n; };
+  auto at = [&](int64_t k) { return k * size / count; };
   auto fits = [&](int64_t a, int64_t b) {
-    return at(b) - at(a) >= (extent(a) + extent(b)) / 2 + 2 * kTextScale * kGlyphAdvance;
+    return at(b) - at(a) >= (extent(origin + a) + extent(origin + b)) / 2 + 2 * kTextScale * kGlyphAdvance;
   };
   if (grid > 0)
-    for (int64_t k = grid; k < n; k += grid)
-      if (fits(ticks.back(), k) && fits(k, n))
+    for (int64_t k = (origin / grid + 1) * grid - origin; k < count; k += grid)
+      if (fits(ticks.back(), k) && fits(k, count))
         ticks.push_back(k);
-  if (n > 0)
-    ticks.push_back(n);
+  if (count > 0 && (origin == 0 || fits(ticks.back(), count)))
+    ticks.push_back(count);
   return ticks;
 }
 
@@ -161,88 +167,104 @@ int64_t labelHeight(int64_t) { return kGlyphCapHeight * kTextScale; }
 std::vector<uint8_t> renderPng(const ir::Raster &r, const std::vector<ir::Layer> &layers,
                                const std::string &title, int64_t grid) {
   // Small n gets large cells; large n at least 2 pixels a cell while the
-  // raster stays within 1024 pixels, one beyond.
-  int64_t scale = std::max<int64_t>({1, 768 / r.side, std::min<int64_t>(2, 1024 / r.side)});
-  int64_t size = r.side * scale;
+  // raster stays within 1024 pixels, one beyond. There are never more rows
+  // than columns.
+  int64_t scale = std::max<int64_t>({1, 768 / r.cols, std::min<int64_t>(2, 1024 / r.cols)});
+  const int64_t rowScale = ir::rowHeight(scale, r.rows);
+  const int64_t plotWidth = r.cols * scale, plotHeight = r.rows * rowScale;
+  const int64_t first = r.firstRow();
   const int64_t capHeight = kGlyphCapHeight * kTextScale;
   const int64_t lineHeight = kGlyphRows * kTextScale;
   const bool showGrid = grid > 0 && grid < r.n;
 
-  std::vector<int64_t> keyTicks = labelledTicks(r.n, showGrid ? grid : 0, size, labelWidth);
-  std::vector<int64_t> rowTicks = labelledTicks(r.n, showGrid ? grid : 0, size, labelHeight);
+  std::vector<int64_t> keyTicks = labelledTicks(r.n, 0, showGrid ? grid : 0, plotWidth, labelWidth);
+  std::vector<int64_t> rowTicks =
+      labelledTicks(r.queries, first, showGrid ? grid : 0, plotHeight, labelHeight);
   int64_t rowLabelWidth = 0;
   for (int64_t k : rowTicks)
-    rowLabelWidth = std::max(rowLabelWidth, labelWidth(k));
+    rowLabelWidth = std::max(rowLabelWidth, labelWidth(first + k));
 
   // Columns: "query i" turned on its side, the row labels, the ticks, the frame.
   const int64_t plotLeft = kMargin + lineHeight + 12 + rowLabelWidth + 4 + kTickLength + 1;
-  const int64_t titleScale = textWidth(title, 3) <= size + plotLeft - kMargin ? 3 : 2;
-  // Rows: the title, "key j", the key labels, the ticks, the frame.
+  const int64_t titleScale = textWidth(title, 3) <= plotWidth + plotLeft - kMargin ? 3 : 2;
+  // Rows: the title, a rectangle's caption, "key j", the key labels, the
+  // ticks, the frame.
+  const std::string caption = r.square() ? std::string() : ir::rowsCaption(r);
   const int64_t titleY = kMargin;
-  const int64_t keyAxisY = titleY + kGlyphRows * titleScale + 14;
+  const int64_t captionY = titleY + kGlyphRows * titleScale + 10;
+  const int64_t keyAxisY = caption.empty() ? titleY + kGlyphRows * titleScale + 14 : captionY + lineHeight + 14;
   const int64_t keyLabelY = keyAxisY + lineHeight + 6;
   const int64_t plotTop = keyLabelY + capHeight + 4 + kTickLength + 1;
-  const int64_t legendY = plotTop + size + 1 + 22;
+  // "query i →" runs down beside the raster, past it when the raster is
+  // shorter than the words.
+  const std::string rowAxis = "query i \u2192";
+  const int64_t rowAxisLength = textWidth(rowAxis, kTextScale);
+  const int64_t legendY = plotTop + std::max(plotHeight + 1, rowAxisLength) + 22;
 
   std::vector<std::string> legend;
   for (const ir::Layer &l : layers)
     legend.push_back(l.label);
   legend.push_back("not attended");
-  if (r.side < r.n) {
-    int64_t per = (r.n + r.side - 1) / r.side;
-    legend.push_back("each cell covers about " + std::to_string(per) + "x" + std::to_string(per) +
-                     " pairs");
-  }
+  if (r.cols < r.n || r.rows < r.queries)
+    legend.push_back("each cell covers about " + std::to_string(r.rowsPerCell()) + "x" +
+                     std::to_string(r.keysPerCell()) + " pairs");
   const int64_t legendX = plotLeft - 1;
   const int64_t legendTextX = legendX + kSwatch + 10;
-  int64_t width = plotLeft + size + 1 + labelWidth(r.n) / 2 + kMargin;
+  int64_t width = plotLeft + plotWidth + 1 + labelWidth(r.n) / 2 + kMargin;
   width = std::max(width, kMargin + textWidth(title, titleScale) + kMargin);
+  width = std::max(width, kMargin + textWidth(caption, kTextScale) + kMargin);
   for (const std::string &line : legend)
     width = std::max(width, legendTextX + textWidth(line, kTextScale) + kMargin);
   const int64_t height = legendY + static_cast<int64_t>(legend.size()) * kLegendLine + kMargin;
 
   Canvas canvas(width, height);
   canvas.text(kMargin, titleY, title, titleScale, kInk);
+  if (!caption.empty())
+    canvas.text(kMargin, captionY, caption, kTextScale, kMuted);
 
   const std::string keyAxis = "key j \u2192";
-  canvas.text(plotLeft + (size - textWidth(keyAxis, kTextScale)) / 2, keyAxisY, keyAxis, kTextScale,
-              kMuted);
+  canvas.text(plotLeft + (plotWidth - textWidth(keyAxis, kTextScale)) / 2, keyAxisY, keyAxis,
+              kTextScale, kMuted);
   // Turned clockwise, the arrow of "query i →" points down the rows.
-  const std::string rowAxis = "query i \u2192";
-  canvas.text(kMargin, plotTop + (size - textWidth(rowAxis, kTextScale)) / 2, rowAxis, kTextScale,
-              kMuted, /*down=*/true);
+  canvas.text(kMargin, plotTop + std::max<int64_t>(0, (plotHeight - rowAxisLength) / 2), rowAxis,
+              kTextScale, kMuted, /*down=*/true);
 
-  // Tick k marks the first pixel of key k; the outer two sit on the frame.
-  auto at = [&](int64_t k) { return k == 0 ? -1 : k * size / r.n; };
+  // Tick k marks the first pixel of key (or query row) k; the outer two sit
+  // on the frame.
+  auto at = [](int64_t k, int64_t count, int64_t size) { return k == 0 ? -1 : k * size / count; };
   for (int64_t k : keyTicks) {
-    int64_t x = plotLeft + at(k);
+    int64_t x = plotLeft + at(k, r.n, plotWidth);
     canvas.fill(x, plotTop - 1 - kTickLength, 1, kTickLength, kFrame);
     std::string label = std::to_string(k);
     canvas.text(x - labelWidth(k) / 2, keyLabelY, label, kTextScale, kInk);
   }
   for (int64_t k : rowTicks) {
-    int64_t y = plotTop + at(k);
+    int64_t y = plotTop + at(k, r.queries, plotHeight);
     canvas.fill(plotLeft - 1 - kTickLength, y, kTickLength, 1, kFrame);
-    std::string label = std::to_string(k);
-    canvas.text(plotLeft - 1 - kTickLength - 4 - labelWidth(k), y - capHeight / 2, label,
+    std::string label = std::to_string(first + k);
+    canvas.text(plotLeft - 1 - kTickLength - 4 - labelWidth(first + k), y - capHeight / 2, label,
                 kTextScale, kInk);
   }
 
-  auto isGrid = [&](int64_t px) {
+  // Pixel p of an axis covers positions [origin + p*count/size, origin +
+  // (p+1)*count/size): a line where a multiple of `grid` starts inside it.
+  auto isGrid = [&](int64_t p, int64_t origin, int64_t count, int64_t size) {
     if (!showGrid)
       return false;
-    // Pixel px covers keys [px*n/size, (px+1)*n/size): a line where a
-    // multiple of `grid` starts inside it.
-    int64_t k0 = px * r.n / size, k1 = (px + 1) * r.n / size;
-    return k0 > 0 && (k1 - 1) / grid != (k0 - 1) / grid;
+    int64_t k0 = p * count / size, k1 = (p + 1) * count / size;
+    return k0 > 0 && (origin + k1 - 1) / grid != (origin + k0 - 1) / grid;
   };
-  for (int64_t y = 0; y < size; ++y)
-    for (int64_t x = 0; x < size; ++x) {
-      uint8_t v = r.cells[(y / scale) * r.side + x / scale];
-      ir::Rgb c = v ? ir::layerColor(v) : (isGrid(x) || isGrid(y)) ? kGridLine : kUnattended;
+  for (int64_t y = 0; y < plotHeight; ++y) {
+    const bool gridRow = isGrid(y, first, r.queries, plotHeight);
+    for (int64_t x = 0; x < plotWidth; ++x) {
+      uint8_t v = r.cells[(y / rowScale) * r.cols + x / scale];
+      ir::Rgb c = v                                                ? ir::layerColor(v)
+                  : (gridRow || isGrid(x, 0, r.n, plotWidth)) ? kGridLine
+                                                                   : kUnattended;
       canvas.fill(plotLeft + x, plotTop + y, 1, 1, c);
     }
-  canvas.outline(plotLeft - 1, plotTop - 1, size + 2, size + 2, kFrame);
+  }
+  canvas.outline(plotLeft - 1, plotTop - 1, plotWidth + 2, plotHeight + 2, kFrame);
 
   for (size_t k = 0; k < legend.size(); ++k) {
     int64_t y = legendY + static_cast<int64_t>(k) * kLegendLine;

@@ -20,8 +20,11 @@ namespace attnc::tool {
 /// and tick labels to its left (at 0, n and every `grid` keys when grid > 0,
 /// where grid lines are drawn too), and below it the legend, one colour
 /// swatch and label per layer. The raster sits in a 1-pixel frame, each
-/// cell a square of max(1, 768 / side) pixels, at least 2 while the raster
-/// stays within 1024 pixels.
+/// cell a square of max(1, 768 / cols) pixels, at least 2 while the raster
+/// stays within 1024 pixels. With fewer queries than keys the rows' labels
+/// are their positions (n - queries at the top), a caption under the title
+/// says so (ir::rowsCaption), and a raster of few rows has them stretched
+/// to stay ir::kMinRasterHeight pixels tall.
 std::vector<uint8_t> renderPng(const ir::Raster &r, const std::vector<ir::Layer> &layers,
                                const std::string &title, int64_t grid);
 

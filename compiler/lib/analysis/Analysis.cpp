@@ -4,7 +4,8 @@
 // reference, and over periodic segments (KeySegments.h), which a row of
 // strided or fixed needs O(1) of instead of O(n / l) intervals. The segment
 // path gives up as a whole (std::nullopt) when its patterns pass their
-// limits; the caller then starts over row by row.
+// limits; the caller then starts over row by row. Both visit only the rows
+// asked for (QueryRows): the last `queries` of the n positions.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/analysis/Analysis.h"
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 
 namespace attnc::ir {
 
@@ -40,15 +42,81 @@ void addRow(RowStats &s, int64_t i, int64_t count) {
   }
 }
 
-RowStats rowsByRow(const SetRef &set, int64_t n) {
+/// The union of the keys of many rows, counted without a walk over the
+/// union per row: each segment's [lo, hi) is kept with its pattern, runs of
+/// one pattern merged, and each pattern's ranges are spelled out once at the
+/// end. O(segments) per row plus O(n / period) per pattern in all.
+class KeysRead {
+public:
+  void add(const Segments &row) {
+    for (const Segment &s : row)
+      addRange(s.pattern, s.lo, s.hi);
+  }
+  void add(const IntervalSet &row) {
+    for (const Interval &x : row)
+      addRange(kEveryKey, x.lo, x.hi);
+  }
+
+  /// The keys in the union; `table` holds every pattern added but kEveryKey
+  /// (may be null when there is no other).
+  int64_t count(const PatternTable *table) {
+    IntervalSet keys;
+    for (auto &[pattern, ranges] : ranges_) {
+      normalize(ranges);
+      if (pattern == kEveryKey) {
+        keys.insert(keys.end(), ranges.begin(), ranges.end());
+        continue;
+      }
+      ATTNC_CHECK(table, "periodic keys without their pattern table");
+      for (const Interval &x : ranges) {
+        IntervalSet some = expandKeys(*table, Segments{{x.lo, x.hi, pattern}}, x.lo, x.hi);
+        keys.insert(keys.end(), some.begin(), some.end());
+      }
+    }
+    normalize(keys);
+    return cardinality(keys);
+  }
+
+private:
+  void addRange(PatternId pattern, int64_t lo, int64_t hi) {
+    IntervalSet &ranges = ranges_[pattern];
+    // Rows come in order, so a pattern's next range mostly extends its last.
+    if (!ranges.empty() && lo >= ranges.back().lo && lo <= ranges.back().hi) {
+      ranges.back().hi = std::max(ranges.back().hi, hi);
+      return;
+    }
+    ranges.push_back({lo, hi});
+    size_t &limit = limits_[pattern];
+    if (ranges.size() > limit) { // keep memory linear in the union, not in the rows
+      normalize(ranges);
+      limit = 2 * ranges.size() + 1024;
+    }
+  }
+
+  std::unordered_map<PatternId, IntervalSet> ranges_;
+  std::unordered_map<PatternId, size_t> limits_;
+};
+
+/// 1 to n rows of n positions (n = 0, no rows, is let through as before:
+/// its mean is not a number).
+bool validRows(QueryRows rows) {
+  return rows.queries <= rows.n && (rows.queries >= 1 || rows.n == 0);
+}
+
+RowStats rowsByRow(const SetRef &set, QueryRows rows) {
+  const int64_t n = rows.n;
   RowEvaluator eval(set, n);
   RowStats s;
   s.n = n;
+  s.queries = rows.queries;
   s.minRow = std::numeric_limits<int64_t>::max();
-  for (int64_t i = 0; i < n; ++i) {
+  KeysRead read;
+  for (int64_t i = rows.firstRow(); i < n; ++i) {
     IntervalSet keys = eval.row(i);
     const int64_t count = cardinality(keys);
     addRow(s, i, count);
+    if (!rows.square())
+      read.add(keys);
     if (!keys.empty() && keys.back().hi - 1 > i) {
       // Keys > i: the part of the row above the diagonal.
       s.leaks += cardinality(clip(keys, i + 1, n));
@@ -56,11 +124,14 @@ RowStats rowsByRow(const SetRef &set, int64_t n) {
         s.leakWitness = firstLeak(keys, i);
     }
   }
-  s.mean = static_cast<double>(s.nnz) / static_cast<double>(n);
+  s.mean = static_cast<double>(s.nnz) / static_cast<double>(rows.queries);
+  if (!rows.square())
+    s.keysRead = read.count(nullptr);
   return s;
 }
 
-TileStats tilesByRow(const SetRef &set, int64_t n, int64_t blockRows, int64_t blockCols) {
+TileStats tilesByRow(const SetRef &set, QueryRows rows, int64_t blockRows, int64_t blockCols) {
+  const int64_t n = rows.n;
   RowEvaluator eval(set, n);
   TileStats t;
   t.blockRows = blockRows;
@@ -70,7 +141,7 @@ TileStats tilesByRow(const SetRef &set, int64_t n, int64_t blockRows, int64_t bl
   // difference array of rows that cover the whole block.
   std::vector<int64_t> edgeCount(numColBlocks), fullRows(numColBlocks + 1);
   int64_t nnz = 0;
-  for (int64_t r0 = 0; r0 < n; r0 += blockRows) {
+  for (int64_t r0 = rows.firstRow(); r0 < n; r0 += blockRows) {
     int64_t r1 = std::min(n, r0 + blockRows);
     std::fill(edgeCount.begin(), edgeCount.end(), 0);
     std::fill(fullRows.begin(), fullRows.end(), 0);
@@ -116,15 +187,18 @@ TileStats tilesByRow(const SetRef &set, int64_t n, int64_t blockRows, int64_t bl
 /// and full when every row has all of its keys: from the union and the
 /// intersection of the block's rows, whose column blocks are counted
 /// segment by segment.
-std::optional<std::pair<RowStats, TileStats>> bySegments(const SetRef &set, int64_t n,
+std::optional<std::pair<RowStats, TileStats>> bySegments(const SetRef &set, QueryRows rows,
                                                          int64_t tileRows, int64_t tileCols) {
   if (!SegmentEvaluator::supports(*set))
     return std::nullopt;
+  const int64_t n = rows.n;
   PatternTable table;
   SegmentEvaluator eval(set, n, table);
   Segments keys, some, every, combined;
+  KeysRead read;
   RowStats s;
   s.n = n;
+  s.queries = rows.queries;
   s.method = RowMethod::Segments;
   s.minRow = std::numeric_limits<int64_t>::max();
   TileStats t;
@@ -133,13 +207,15 @@ std::optional<std::pair<RowStats, TileStats>> bySegments(const SetRef &set, int6
   t.method = RowMethod::Segments;
   const bool tiles = tileCols > 0;
   const int64_t numColBlocks = tiles ? (n + tileCols - 1) / tileCols : 0;
-  for (int64_t r0 = 0; r0 < n; r0 += tileRows) {
+  for (int64_t r0 = rows.firstRow(); r0 < n; r0 += tileRows) {
     const int64_t r1 = std::min(n, r0 + tileRows);
     for (int64_t i = r0; i < r1; ++i) {
       if (!eval.row(i, keys))
         return std::nullopt;
       const int64_t count = countKeys(table, keys, 0, n);
       addRow(s, i, count);
+      if (!rows.square())
+        read.add(keys);
       if (!keys.empty() && keys.back().hi - 1 > i) {
         const int64_t above = countKeys(table, keys, i + 1, n);
         s.leaks += above;
@@ -169,7 +245,9 @@ std::optional<std::pair<RowStats, TileStats>> bySegments(const SetRef &set, int6
     t.partial += met.blocks - full.blocks;
     t.executedPairs += (r1 - r0) * met.width;
   }
-  s.mean = static_cast<double>(s.nnz) / static_cast<double>(n);
+  s.mean = static_cast<double>(s.nnz) / static_cast<double>(rows.queries);
+  if (!rows.square())
+    s.keysRead = read.count(&table);
   t.waste = s.nnz == 0 ? 1.0 : static_cast<double>(t.executedPairs) / static_cast<double>(s.nnz);
   return std::make_pair(s, t);
 }
@@ -177,29 +255,42 @@ std::optional<std::pair<RowStats, TileStats>> bySegments(const SetRef &set, int6
 } // namespace
 
 RowStats analyzeRows(const SetRef &set, int64_t n, RowMethod method) {
-  if (method == RowMethod::Segments)
-    if (auto fast = bySegments(set, n, n, 0))
-      return fast->first;
-  return rowsByRow(set, n);
+  return analyzeRows(set, QueryRows{n, n}, method);
 }
 
 TileStats analyzeTiles(const SetRef &set, int64_t n, int64_t blockRows, int64_t blockCols,
                        RowMethod method) {
   ATTNC_CHECK(blockRows >= 1 && blockCols >= 1, "tile sides must be positive");
+  const QueryRows rows{n, n};
   if (method == RowMethod::Segments)
-    if (auto fast = bySegments(set, n, blockRows, blockCols))
+    if (auto fast = bySegments(set, rows, blockRows, blockCols))
       return fast->second;
-  return tilesByRow(set, n, blockRows, blockCols);
+  return tilesByRow(set, rows, blockRows, blockCols);
 }
 
 std::pair<RowStats, TileStats> analyzeRowsAndTiles(const SetRef &set, int64_t n,
                                                    int64_t blockRows, int64_t blockCols,
                                                    RowMethod method) {
-  ATTNC_CHECK(blockRows >= 1 && blockCols >= 1, "tile sides must be positive");
+  return analyzeRowsAndTiles(set, QueryRows{n, n}, blockRows, blockCols, method);
+}
+
+RowStats analyzeRows(const SetRef &set, QueryRows rows, RowMethod method) {
+  ATTNC_CHECK(validRows(rows), "the rows counted must be the last 1 to n of n positions");
   if (method == RowMethod::Segments)
-    if (auto fast = bySegments(set, n, blockRows, blockCols))
+    if (auto fast = bySegments(set, rows, rows.queries, 0))
+      return fast->first;
+  return rowsByRow(set, rows);
+}
+
+std::pair<RowStats, TileStats> analyzeRowsAndTiles(const SetRef &set, QueryRows rows,
+                                                   int64_t blockRows, int64_t blockCols,
+                                                   RowMethod method) {
+  ATTNC_CHECK(blockRows >= 1 && blockCols >= 1, "tile sides must be positive");
+  ATTNC_CHECK(validRows(rows), "the rows counted must be the last 1 to n of n positions");
+  if (method == RowMethod::Segments)
+    if (auto fast = bySegments(set, rows, blockRows, blockCols))
       return *fast;
-  return {rowsByRow(set, n), tilesByRow(set, n, blockRows, blockCols)};
+  return {rowsByRow(set, rows), tilesByRow(set, rows, blockRows, blockCols)};
 }
 
 } // namespace attnc::ir

@@ -4,7 +4,9 @@
 // R_{k+1} = R_k united with S(j) for every j newly reached in step k. Keys are
 // expanded from the highest down (in causal patterns later rows see more)
 // and the search stops as soon as [0, i] is covered, which keeps the seeds'
-// p = 2 patterns to a few hundred row evaluations per query.
+// p = 2 patterns to a few hundred row evaluations per query. With fewer
+// queries than keys (ConnectivityOptions::firstRow) only the searches start
+// from the last rows; their steps go through any row.
 //
 // The sets are periodic segments (KeySegments.h) where the heads allow: a
 // stripe or residue class reached by a row is then one segment, where an
@@ -32,24 +34,26 @@ bool coversPrefix(const IntervalSet &r, int64_t i) {
   return !r.empty() && r.front().lo <= 0 && r.front().hi >= i + 1;
 }
 
+/// The query rows [o.firstRow, n) to search from: all of them, or a sample.
 std::vector<int64_t> rowsToCheck(int64_t n, const ConnectivityOptions &o, bool &exact) {
   std::vector<int64_t> rows;
-  // A sample at least as large as the sequence is every row: its first and
-  // last rows would otherwise run past [0, n).
-  exact = n <= o.exactUpTo || n <= o.sampleRows;
+  const int64_t lo = std::clamp<int64_t>(o.firstRow, 0, n), count = n - lo;
+  // A sample at least as large as the rows is every row: its first and last
+  // rows would otherwise run past [lo, n).
+  exact = count <= o.exactUpTo || count <= o.sampleRows;
   if (exact) {
-    for (int64_t i = 0; i < n; ++i)
+    for (int64_t i = lo; i < n; ++i)
       rows.push_back(i);
     return rows;
   }
   int64_t edge = o.sampleRows / 4;
-  for (int64_t i = 0; i < edge; ++i)
+  for (int64_t i = lo; i < lo + edge; ++i)
     rows.push_back(i);
   for (int64_t i = n - edge; i < n; ++i)
     rows.push_back(i);
   int64_t middle = o.sampleRows - 2 * edge;
   for (int64_t k = 0; k < middle; ++k)
-    rows.push_back(edge + (n - 2 * edge) * k / std::max<int64_t>(1, middle));
+    rows.push_back(lo + edge + (count - 2 * edge) * k / std::max<int64_t>(1, middle));
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   return rows;

@@ -1,4 +1,11 @@
 //===- Picture.cpp - Drawing a pattern: ASCII and SVG ---------------------===//
+//
+// The square is the rectangle whose queries are all n positions: every
+// drawing takes rows and columns apart, and says where the rows start only
+// when they do not start at 0, so that the square's pictures stay as they
+// were.
+//
+//===----------------------------------------------------------------------===//
 #include "attnc/analysis/Picture.h"
 
 #include "attnc/frontend/Driver.h"
@@ -186,8 +193,23 @@ std::optional<std::string> SetNames::labelAt(SourceRange loc) const {
 
 Rgb layerColor(size_t layer) { return kPalette[(layer - 1) % kPalette.size()]; }
 
+std::string rowsCaption(const Raster &r) {
+  const std::string keys = "the " + std::to_string(r.n) + " key positions";
+  if (r.queries == 1)
+    return "the row is the query i = " + std::to_string(r.n - 1) + ", the last of " + keys;
+  return "rows are the queries i = " + std::to_string(r.firstRow()) + " .. " + std::to_string(r.n - 1) +
+         ", the last " + std::to_string(r.queries) + " of " + keys;
+}
+
 std::string pictureTitle(const PatternIR &ir, int64_t n, std::optional<int64_t> head) {
+  return pictureTitle(ir, n, head, n);
+}
+
+std::string pictureTitle(const PatternIR &ir, int64_t n, std::optional<int64_t> head,
+                         int64_t queries) {
   std::string title = ir.name + " (n=" + std::to_string(n);
+  if (queries != n)
+    title += ", queries=" + std::to_string(queries);
   for (const auto &[name, value] : ir.params)
     title += ", " + name + "=" + std::to_string(value);
   if (ir.causal)
@@ -245,19 +267,29 @@ std::vector<Layer> layersOf(const PatternIR &ir, std::optional<int64_t> head,
 }
 
 Raster rasterize(const std::vector<Layer> &layers, int64_t n, int64_t maxSide) {
+  return rasterize(layers, n, maxSide, n);
+}
+
+Raster rasterize(const std::vector<Layer> &layers, int64_t n, int64_t maxSide, int64_t queries) {
+  ATTNC_CHECK(n >= 1 && maxSide >= 1 && queries >= 1 && queries <= n,
+              "a picture has 1 to n query rows of n >= 1 keys");
   Raster r;
   r.n = n;
-  r.side = std::min(n, maxSide);
-  r.cells.assign(static_cast<size_t>(r.side * r.side), 0);
+  r.queries = queries;
+  r.cols = std::min(n, maxSide);
+  // The rows shrink by the columns' factor, so a cell stays as many query
+  // rows tall as it is keys wide (the square: as many rows as columns).
+  r.rows = (queries * r.cols + n - 1) / n;
+  r.cells.assign(static_cast<size_t>(r.rows * r.cols), 0);
   std::vector<RowEvaluator> evals;
   for (const Layer &l : layers)
     evals.emplace_back(l.set, n);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t pr = i * r.side / n;
-    uint8_t *row = &r.cells[pr * r.side];
+  for (int64_t q = 0; q < queries; ++q) {
+    const int64_t i = r.firstRow() + q;
+    uint8_t *row = &r.cells[q * r.rows / queries * r.cols];
     for (size_t k = 0; k < evals.size(); ++k)
       for (const Interval &x : evals[k].row(i)) {
-        int64_t c0 = x.lo * r.side / n, c1 = (x.hi - 1) * r.side / n;
+        int64_t c0 = x.lo * r.cols / n, c1 = (x.hi - 1) * r.cols / n;
         for (int64_t c = c0; c <= c1; ++c)
           if (!row[c])
             row[c] = static_cast<uint8_t>(k + 1);
@@ -270,15 +302,17 @@ std::string renderAscii(const Raster &r, const std::vector<Layer> &layers, const
                         bool color) {
   std::ostringstream os;
   os << title << "\n";
-  if (r.side < r.n)
-    os << "(each character covers about " << (r.n + r.side - 1) / r.side << "x"
-       << (r.n + r.side - 1) / r.side << " pairs)\n";
+  if (!r.square())
+    os << "(" << rowsCaption(r) << ")\n";
+  if (r.cols < r.n || r.rows < r.queries)
+    os << "(each character covers about " << r.rowsPerCell() << "x" << r.keysPerCell()
+       << " pairs)\n";
   for (size_t k = 0; k < layers.size(); ++k)
     os << "  " << kGlyphs[k % 8] << "  " << layers[k].label << "\n";
   os << "  .  not attended\n";
-  for (int64_t pr = 0; pr < r.side; ++pr) {
-    for (int64_t c = 0; c < r.side; ++c) {
-      uint8_t v = r.cells[pr * r.side + c];
+  for (int64_t pr = 0; pr < r.rows; ++pr) {
+    for (int64_t c = 0; c < r.cols; ++c) {
+      uint8_t v = r.cells[pr * r.cols + c];
       if (!v) {
         os << '.';
         continue;
@@ -298,44 +332,54 @@ std::string renderAscii(const Raster &r, const std::vector<Layer> &layers, const
 
 std::string renderSvg(const Raster &r, const std::vector<Layer> &layers, const std::string &title,
                       int64_t grid) {
-  int64_t cell = std::max<int64_t>(1, 720 / r.side);
-  int64_t size = cell * r.side;
-  int64_t margin = 40, top = 50, legendLine = 20;
-  int64_t width = size + 2 * margin;
-  int64_t height = top + size + 20 + legendLine * static_cast<int64_t>(layers.size()) + 20;
+  int64_t cell = std::max<int64_t>(1, 720 / r.cols), rowCell = rowHeight(cell, r.rows);
+  int64_t width = cell * r.cols, height = rowCell * r.rows;
+  // A rectangle's rows get a second caption line.
+  int64_t margin = 40, top = r.square() ? 50 : 64, legendLine = 20;
+  int64_t docWidth = width + 2 * margin;
+  int64_t docHeight = top + height + 20 + legendLine * static_cast<int64_t>(layers.size()) + 20;
   std::ostringstream os;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-     << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"sans-serif\">\n";
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << docWidth << "\" height=\""
+     << docHeight << "\" viewBox=\"0 0 " << docWidth << " " << docHeight
+     << "\" font-family=\"sans-serif\">\n";
   os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   os << "<text x=\"" << margin << "\" y=\"24\" font-size=\"16\">" << xmlEscape(title) << "</text>\n";
   os << "<text x=\"" << margin << "\" y=\"42\" font-size=\"11\" fill=\"#555\">query i (rows, "
         "top to bottom) attends to key j (columns, left to right)</text>\n";
+  if (!r.square())
+    os << "<text x=\"" << margin << "\" y=\"56\" font-size=\"11\" fill=\"#555\">"
+       << xmlEscape(rowsCaption(r)) << "</text>\n";
   os << "<g transform=\"translate(" << margin << "," << top << ")\" shape-rendering=\"crispEdges\">\n";
-  os << "<rect width=\"" << size << "\" height=\"" << size
+  os << "<rect width=\"" << width << "\" height=\"" << height
      << "\" fill=\"#f4f4f4\" stroke=\"#999\"/>\n";
-  for (int64_t pr = 0; pr < r.side; ++pr) {
-    for (int64_t c = 0; c < r.side;) {
-      uint8_t v = r.cells[pr * r.side + c];
+  for (int64_t pr = 0; pr < r.rows; ++pr) {
+    for (int64_t c = 0; c < r.cols;) {
+      uint8_t v = r.cells[pr * r.cols + c];
       int64_t e = c;
-      while (e < r.side && r.cells[pr * r.side + e] == v)
+      while (e < r.cols && r.cells[pr * r.cols + e] == v)
         ++e;
       if (v)
-        os << "<rect x=\"" << c * cell << "\" y=\"" << pr * cell << "\" width=\"" << (e - c) * cell
-           << "\" height=\"" << cell << "\" fill=\"" << hex(layerColor(v)) << "\"/>\n";
+        os << "<rect x=\"" << c * cell << "\" y=\"" << pr * rowCell << "\" width=\"" << (e - c) * cell
+           << "\" height=\"" << rowCell << "\" fill=\"" << hex(layerColor(v)) << "\"/>\n";
       c = e;
     }
   }
   if (grid > 0 && grid < r.n) {
+    // Lines at every multiple of `grid`: keys across, query positions down.
     for (int64_t g = grid; g < r.n; g += grid) {
-      double at = static_cast<double>(g) * static_cast<double>(size) / static_cast<double>(r.n);
-      os << "<line x1=\"" << at << "\" y1=\"0\" x2=\"" << at << "\" y2=\"" << size
+      double at = static_cast<double>(g) * static_cast<double>(width) / static_cast<double>(r.n);
+      os << "<line x1=\"" << at << "\" y1=\"0\" x2=\"" << at << "\" y2=\"" << height
          << "\" stroke=\"#bbb\" stroke-width=\"0.5\"/>\n";
-      os << "<line x1=\"0\" y1=\"" << at << "\" x2=\"" << size << "\" y2=\"" << at
+      if (g <= r.firstRow())
+        continue;
+      at = static_cast<double>(g - r.firstRow()) * static_cast<double>(height) /
+           static_cast<double>(r.queries);
+      os << "<line x1=\"0\" y1=\"" << at << "\" x2=\"" << width << "\" y2=\"" << at
          << "\" stroke=\"#bbb\" stroke-width=\"0.5\"/>\n";
     }
   }
   os << "</g>\n";
-  int64_t y = top + size + 24;
+  int64_t y = top + height + 24;
   for (size_t k = 0; k < layers.size(); ++k, y += legendLine) {
     os << "<rect x=\"" << margin << "\" y=\"" << y - 11 << "\" width=\"14\" height=\"14\" fill=\""
        << hex(layerColor(k + 1)) << "\"/>\n";

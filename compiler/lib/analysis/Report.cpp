@@ -38,15 +38,18 @@ PatternReport analyzePattern(const PatternIR &ir, const ReportOptions &options) 
   auto start = std::chrono::steady_clock::now();
   PatternReport report;
   report.n = options.n;
+  report.queries = options.queries ? options.queries : options.n;
+  const QueryRows queryRows{report.n, report.queries};
   const int64_t cols = options.blockCols ? options.blockCols : options.blockRows;
   std::vector<SetRef> sets;
   for (const PatternIR::Head &h : ir.heads) {
-    auto [rows, tiles] = analyzeRowsAndTiles(h.set, options.n, options.blockRows, cols);
+    auto [rows, tiles] = analyzeRowsAndTiles(h.set, queryRows, options.blockRows, cols);
     report.heads.push_back({h.heads, rows, tiles});
     sets.push_back(h.set);
   }
   if (options.connectivity) {
     ConnectivityOptions search;
+    search.firstRow = queryRows.firstRow();
     search.timeBudgetSeconds = options.connectivitySeconds;
     report.connectivity = analyzeConnectivity(sets, options.n, search);
   }
@@ -56,7 +59,12 @@ PatternReport analyzePattern(const PatternIR &ir, const ReportOptions &options) 
 
 std::string reportJson(const PatternIR &ir, const PatternReport &report) {
   std::ostringstream os;
-  os << "{\"pattern\": " << jsonString(ir.name) << ", \"n\": " << report.n << ", \"params\": {";
+  // The square's object is what it always was; fewer queries add keys.
+  const bool rectangular = report.queries != report.n;
+  os << "{\"pattern\": " << jsonString(ir.name) << ", \"n\": " << report.n;
+  if (rectangular)
+    os << ", \"queries\": " << report.queries << ", \"first_row\": " << report.n - report.queries;
+  os << ", \"params\": {";
   for (size_t k = 0; k < ir.params.size(); ++k)
     os << (k ? ", " : "") << jsonString(ir.params[k].first) << ": " << ir.params[k].second;
   os << "}, \"num_heads\": " << ir.numHeads << ", \"causal\": " << (ir.causal ? "true" : "false")
@@ -67,8 +75,10 @@ std::string reportJson(const PatternIR &ir, const PatternReport &report) {
     for (size_t m = 0; m < h.heads.size(); ++m)
       os << (m ? ", " : "") << h.heads[m];
     os << "], \"nnz\": " << h.rows.nnz << ", \"row_nnz\": {\"min\": " << h.rows.minRow
-       << ", \"max\": " << h.rows.maxRow << ", \"mean\": " << fmtDouble(h.rows.mean, 6)
-       << "}, \"empty_rows\": " << h.rows.emptyRows << ", \"empty_row_witness\": "
+       << ", \"max\": " << h.rows.maxRow << ", \"mean\": " << fmtDouble(h.rows.mean, 6) << "}";
+    if (rectangular && h.rows.keysRead)
+      os << ", \"keys_read\": " << *h.rows.keysRead;
+    os << ", \"empty_rows\": " << h.rows.emptyRows << ", \"empty_row_witness\": "
        << (h.rows.emptyWitness ? std::to_string(*h.rows.emptyWitness) : "null")
        << ", \"causal_leaks\": " << h.rows.leaks
        << ", \"causal_leak_witness\": " << witnessPair(h.rows.leakWitness)

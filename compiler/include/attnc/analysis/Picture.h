@@ -2,8 +2,11 @@
 //
 // A pattern is drawn the way the Sparse Transformer paper draws it: query
 // rows top to bottom, keys left to right, one colour per set (the operands
-// of the head's top-level union) or per head. Large n is drawn at reduced
-// resolution: a cell is coloured when any pair it covers is attended.
+// of the head's top-level union) or per head. With fewer queries than keys
+// the rows are the last `queries` positions (bottom-right alignment, as the
+// runtime takes them), and the picture is that queries x n rectangle. Large
+// n is drawn at reduced resolution, by one factor along both axes: a cell
+// is coloured when any pair it covers is attended.
 // The legend names each colour the way the author did: IR nodes keep the
 // source range they were built from, and SetNames maps a range back to the
 // `let` (or the set written inline) it lies in. `attnc show` and the Python
@@ -15,6 +18,7 @@
 
 #include "attnc/plan/PatternIR.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -72,18 +76,41 @@ private:
 std::vector<Layer> layersOf(const PatternIR &ir, std::optional<int64_t> head,
                             const SetNames &names = {});
 
-/// side x side cells; 0 = not attended, k = first layer (1-based) that covers it.
+/// rows x cols cells, row-major; 0 = not attended, k = first layer
+/// (1-based) that covers it. Cell row pr covers the query positions
+/// firstRow() + [pr * queries / rows, (pr + 1) * queries / rows), cell
+/// column c the keys [c * n / cols, (c + 1) * n / cols).
 struct Raster {
-  int64_t n = 0;
-  int64_t side = 0;
+  int64_t n = 0;       ///< keys, and the positions the queries are the last of
+  int64_t queries = 0; ///< query rows drawn: positions [n - queries, n)
+  int64_t rows = 0, cols = 0;
   std::vector<uint8_t> cells;
+
+  int64_t firstRow() const { return n - queries; }
+  bool square() const { return queries == n; }
+  /// Query rows and keys one cell covers at most (1 x 1 when not downsampled).
+  int64_t rowsPerCell() const { return (queries + rows - 1) / rows; }
+  int64_t keysPerCell() const { return (n + cols - 1) / cols; }
 };
 
-/// min(n, maxSide) cells per side (n, maxSide >= 1); O(intervals + cells).
+/// The n x n square: min(n, maxSide) cells per side (n, maxSide >= 1);
+/// O(intervals + cells).
 Raster rasterize(const std::vector<Layer> &layers, int64_t n, int64_t maxSide);
+/// The last `queries` rows (1 <= queries <= n) of n: min(n, maxSide) columns
+/// and as many rows as the same downsampling leaves of `queries`,
+/// ceil(queries * cols / n); O(intervals of those rows + cells).
+Raster rasterize(const std::vector<Layer> &layers, int64_t n, int64_t maxSide, int64_t queries);
 
-/// "fixed (n=512, l=64, c=8, causal, head 0)": the picture's title.
+/// How a rectangle's rows are numbered: "rows are the queries i = 4089 ..
+/// 4095, the last 7 of the 4096 key positions" ("the row is the query i =
+/// 4095, the last of the 4096 key positions" for one).
+std::string rowsCaption(const Raster &r);
+
+/// "fixed (n=512, l=64, c=8, causal, head 0)": the picture's title; with
+/// fewer queries than n, "fixed (n=512, queries=8, l=64, ...)".
 std::string pictureTitle(const PatternIR &ir, int64_t n, std::optional<int64_t> head);
+std::string pictureTitle(const PatternIR &ir, int64_t n, std::optional<int64_t> head,
+                         int64_t queries);
 
 struct Rgb {
   uint8_t r, g, b;
@@ -92,11 +119,27 @@ struct Rgb {
 /// The colour of layer k (1-based); the palette repeats after 8.
 Rgb layerColor(size_t layer);
 
-/// Text, one character per cell and a legend; `color` adds 24-bit ANSI colours.
+/// Text, one character per cell and a legend; `color` adds 24-bit ANSI
+/// colours. With fewer queries than n, a line under the title names the
+/// rows' positions.
 std::string renderAscii(const Raster &r, const std::vector<Layer> &layers, const std::string &title,
                         bool color);
-/// A standalone SVG document, with grid lines every `grid` keys when grid > 0.
+/// A standalone SVG document, with grid lines every `grid` keys (and at
+/// every query position that is a multiple of it) when grid > 0. With
+/// fewer queries than n, a line under the axes' caption names the rows'
+/// positions, and a raster of few rows has them drawn taller than its cells
+/// are wide, so that it stays at least kMinRasterHeight units tall.
 std::string renderSvg(const Raster &r, const std::vector<Layer> &layers, const std::string &title,
                       int64_t grid);
+
+/// The height below which a picture's rows are stretched (a decoding
+/// step's one row would otherwise be a line one pixel thin).
+constexpr int64_t kMinRasterHeight = 24;
+
+/// The height of a row of cells `cell` units wide: `cell`, or taller when
+/// `rows` of them would make the raster shorter than kMinRasterHeight.
+inline int64_t rowHeight(int64_t cell, int64_t rows) {
+  return std::max(cell, (kMinRasterHeight + rows - 1) / rows);
+}
 
 } // namespace attnc::ir

@@ -6,7 +6,10 @@
 // a contract (docs/cli.md): one object with "pattern", "n", "params" and one
 // "heads" entry per distinct head set holding "head", "nnz", "row_nnz" {min,
 // max, mean}, "empty_rows" and "blocks" {size, full, partial, empty}; the
-// other fields are extensions.
+// other fields are extensions. With fewer queries than keys (ReportOptions::
+// queries < n) every per-head number counts those query rows only, and the
+// object says so with the extensions "queries", "first_row" and
+// "heads[].keys_read"; for the square it is what it always was.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -21,7 +24,10 @@
 namespace attnc::ir {
 
 struct ReportOptions {
-  int64_t n = 0;               ///< Sequence length, >= 1.
+  int64_t n = 0;               ///< Sequence length (keys), >= 1.
+  /// Query rows: the last `queries` of the n positions (QueryRows), in
+  /// [1, n]; 0: n, the square.
+  int64_t queries = 0;
   int64_t blockRows = 64;      ///< Tile side for the full/partial/empty count, >= 1.
   int64_t blockCols = 0;       ///< Tile width; 0: blockRows.
   bool connectivity = true;    ///< Compute criterion 2 (the costliest analysis).
@@ -37,14 +43,15 @@ struct HeadReport {
 
 struct PatternReport {
   int64_t n = 0;
+  int64_t queries = 0;                     ///< Rows counted, the last of n; n: the square.
   std::vector<HeadReport> heads;           ///< One per distinct set, in the IR's order.
   std::optional<Connectivity> connectivity; ///< Unset when not asked for.
   double seconds = 0;                      ///< Wall time of the analyses.
 };
 
-/// Runs every analysis of `ir` at `options.n`: one pass over the rows per
-/// set, O(segments) each (Analysis.h), plus criterion 2's reachability
-/// search when asked for.
+/// Runs every analysis of `ir` at `options.n` over its query rows: one pass
+/// over those rows per set, O(segments) each (Analysis.h), plus criterion
+/// 2's reachability search from those rows when asked for.
 PatternReport analyzePattern(const PatternIR &ir, const ReportOptions &options);
 
 /// The report as one JSON object and a newline (the schema in docs/cli.md).
