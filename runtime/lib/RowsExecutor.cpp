@@ -10,6 +10,13 @@
 // Keys and values are f32, or bf16 widened as they are read. On x86-64 the
 // loops are compiled for AVX-512 and for baseline x86-64 and the CPU picks.
 //
+// The backward pass (runRowsBackward) needs no online softmax: the forward's
+// log-sum-exp gives each pair's P = exp(scale q.k - lse) on its own, so the
+// pairs of a row are independent and the work can be cut along keys as well
+// as rows. Per row, delta = rowsum(dO * O) first; then per key of the row
+// the two dot products (scores, dP) and three updates along d (dV and dK of
+// the key, dQ of the row), one pass over the key's rows.
+//
 //===----------------------------------------------------------------------===//
 #include "RowsExecutor.h"
 
@@ -136,6 +143,178 @@ void runRowsOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, co
   });
 }
 
+/// A dot product over d in eight partial sums (as runRow's scores): a
+/// reduction the compiler keeps in vector lanes without reassociating.
+template <typename T> inline float dotRow(const float *a, const T *b, int64_t d) {
+  float part[8] = {};
+  int64_t c = 0;
+  for (; c + 8 <= d; c += 8)
+    for (int x = 0; x < 8; ++x)
+      part[x] += a[c + x] * widen(b[c + x]);
+  for (; c < d; ++c)
+    part[c % 8] += a[c] * widen(b[c]);
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+/// One pair's updates along d: dV_j += p dO_i, dK_j += ds q_i, dQ_i += ds k_j.
+template <typename T>
+inline void updatePair(int64_t d, float p, float ds, const float *__restrict q, const float *__restrict dO,
+                       const T *__restrict key, float *__restrict dq, float *__restrict dk, float *__restrict dv) {
+  for (int64_t c = 0; c < d; ++c) {
+    dv[c] += p * dO[c];
+    dk[c] += ds * q[c];
+    dq[c] += ds * widen(key[c]);
+  }
+}
+
+/// One row's gradients over keys `keys`: its dQ row dq (added to) and the
+/// keys' dK and dV rows (added to). `delta` is rowsum(dO * O).
+template <typename T>
+ATTNC_ROWS_CLONES void gradRow(const IntervalSet &keys, int64_t d, const float *q, const float *dO, float lse,
+                               float delta, const T *k, const T *v, float *dq, float *dk, float *dv, float scale) {
+  for (size_t at = 0; at < keys.size(); ++at) {
+    for (size_t ahead = at + 1; ahead <= at + kAheadIntervals && ahead < keys.size(); ++ahead) {
+      const int64_t rows = std::min(kAheadRows, keys[ahead].size());
+      prefetchRows(k, keys[ahead].lo, rows, d);
+      prefetchRows(v, keys[ahead].lo, rows, d);
+      prefetchRows(dk, keys[ahead].lo, rows, d);
+      prefetchRows(dv, keys[ahead].lo, rows, d);
+    }
+    const Interval &iv = keys[at];
+    for (int64_t j = iv.lo; j < iv.hi; ++j) {
+      const T *key = k + j * d;
+      const float p = std::exp(scale * dotRow(q, key, d) - lse);
+      const float ds = scale * p * (dotRow(dO, v + j * d, d) - delta);
+      updatePair(d, p, ds, q, dO, key, dq, dk + j * d, dv + j * d);
+    }
+  }
+}
+
+/// Work (pairs x d) below which one more thread costs more than it saves:
+/// about 1,000 pairs at d = 64, some 30 us of the loop above.
+constexpr int64_t kWorkPerThread = int64_t{1} << 16;
+/// Key ranges per thread: enough for the pool to even out ranges whose
+/// pairs differ in cost (cache misses), few enough that each row's keys are
+/// evaluated only a few times.
+constexpr int64_t kRangesPerThread = 4;
+/// The bytes of K, V, dK and dV rows a key range may touch: a quarter of a
+/// typical 1-2 MiB L2, so that they stay there while every row passes over
+/// the range.
+constexpr int64_t kRangeBytes = int64_t{256} << 10;
+
+template <typename T>
+void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const T *k,
+                       const T *v, const float *o, const float *dO, const float *lse, float *dq, float *dk, float *dv,
+                       float scale, RowsGradScratch &s, int threads) {
+  const ir::RowEvaluator rows(set, n);
+  const int64_t count = n - firstRow;
+  const float empty = -std::numeric_limits<float>::infinity(); // lse of a row without keys (NaN is not empty)
+  s.delta.resize(static_cast<size_t>(count));
+  for (int64_t r = 0; r < count; ++r)
+    s.delta[static_cast<size_t>(r)] = dotRow(dO + r * d, o + r * d, d);
+  std::fill(dq, dq + count * d, 0.0f);
+  // Rows [0, count) over keys [lo, hi), into dQ rows `dqOut`.
+  auto runRange = [&](int64_t lo, int64_t hi, float *dqOut) {
+    thread_local IntervalSet keys;
+    for (int64_t r = 0; r < count; ++r) {
+      if (lse[r] == empty)
+        continue;
+      rows.row(firstRow + r, lo, hi, keys);
+      gradRow(keys, d, q + r * d, dO + r * d, lse[r], s.delta[static_cast<size_t>(r)], k, v, dqOut + r * d, dk, dv,
+              scale);
+    }
+  };
+  if (count == 1 && threads <= 1) {
+    runRange(0, n, dq);
+    return;
+  }
+  // Rows pass over the keys one range at a time, so that the range's key
+  // rows are read from cache by every row after the first (the rows of a
+  // block mostly share their keys: the pattern's stripes and blocks).
+  // Threads split those ranges, not the rows: every key's dK and dV rows are
+  // then written by one thread, and only dQ ([rows, d], at most a quarter of
+  // the keys' size) needs per-thread partial sums. Split by rows, each
+  // thread would need partial dK and dV over the keys its rows touch, which
+  // would be nearly all the touched keys, once per thread. With threads, a
+  // range also holds at most an even share of the pairs (from a prefix sum
+  // of pairs per key: O(n), as clearing dK and dV is anyway); a small slice
+  // runs on one thread.
+  s.keyPairs.assign(static_cast<size_t>(n + 1), 0);
+  int64_t pairs = 0;
+  {
+    IntervalSet keys;
+    for (int64_t r = 0; r < count; ++r) {
+      if (lse[r] == empty)
+        continue;
+      rows.row(firstRow + r, 0, n, keys);
+      for (const Interval &iv : keys) {
+        ++s.keyPairs[static_cast<size_t>(iv.lo)];
+        --s.keyPairs[static_cast<size_t>(iv.hi)];
+        pairs += iv.size();
+      }
+    }
+  }
+  threads = static_cast<int>(std::clamp<int64_t>(pairs * d / kWorkPerThread, 1, std::max(1, threads)));
+  if (count == 1 && threads <= 1) {
+    runRange(0, n, dq);
+    return;
+  }
+  // keyPairs[j]: pairs with a key before j.
+  int64_t perKey = 0, before = 0;
+  for (int64_t j = 0; j <= n; ++j) {
+    perKey += s.keyPairs[static_cast<size_t>(j)];
+    s.keyPairs[static_cast<size_t>(j)] = before;
+    before += perKey;
+  }
+  const int64_t keysPerRange = std::max<int64_t>(16, kRangeBytes / (4 * d * static_cast<int64_t>(sizeof(float))));
+  const int64_t pairsPerRange =
+      threads > 1 ? std::max<int64_t>(1, pairs / (threads * kRangesPerThread)) : std::numeric_limits<int64_t>::max();
+  s.cuts.assign(1, 0);
+  int64_t touched = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t at = static_cast<int64_t>(s.cuts.back());
+    touched += s.keyPairs[static_cast<size_t>(j + 1)] > s.keyPairs[static_cast<size_t>(j)];
+    if (touched >= keysPerRange ||
+        s.keyPairs[static_cast<size_t>(j + 1)] - s.keyPairs[static_cast<size_t>(at)] >= pairsPerRange) {
+      s.cuts.push_back(j + 1);
+      touched = 0;
+    }
+  }
+  if (s.cuts.back() != n)
+    s.cuts.push_back(n);
+  const int64_t ranges = static_cast<int64_t>(s.cuts.size()) - 1;
+  auto hasPairs = [&](int64_t lo, int64_t hi) {
+    return s.keyPairs[static_cast<size_t>(hi)] > s.keyPairs[static_cast<size_t>(lo)];
+  };
+  if (threads <= 1) {
+    for (int64_t x = 0; x < ranges; ++x)
+      if (hasPairs(s.cuts[static_cast<size_t>(x)], s.cuts[static_cast<size_t>(x + 1)]))
+        runRange(s.cuts[static_cast<size_t>(x)], s.cuts[static_cast<size_t>(x + 1)], dq);
+    return;
+  }
+  s.dq.resize(static_cast<size_t>(threads));
+  s.used.assign(static_cast<size_t>(threads), 0);
+  support::parallelFor(ranges, threads, [&](int w, int64_t x) {
+    const int64_t lo = s.cuts[static_cast<size_t>(x)], hi = s.cuts[static_cast<size_t>(x + 1)];
+    if (!hasPairs(lo, hi))
+      return;
+    float *dqOut = dq;
+    if (w > 0) {
+      std::vector<float> &partial = s.dq[static_cast<size_t>(w)];
+      if (!s.used[static_cast<size_t>(w)]) {
+        partial.assign(static_cast<size_t>(count * d), 0.0f);
+        s.used[static_cast<size_t>(w)] = 1;
+      }
+      dqOut = partial.data();
+    }
+    runRange(lo, hi, dqOut);
+  });
+  for (int w = 1; w < threads; ++w)
+    if (s.used[static_cast<size_t>(w)])
+      for (int64_t x = 0; x < count * d; ++x)
+        dq[x] += s.dq[static_cast<size_t>(w)][static_cast<size_t>(x)];
+}
+
 } // namespace
 
 void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const float *k,
@@ -146,6 +325,18 @@ void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, cons
 void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const uint16_t *q, const uint16_t *k,
              const uint16_t *v, float *o, float *lse, float scale, int threads) {
   runRowsOf(set, n, firstRow, d, q, k, v, o, lse, scale, threads);
+}
+
+void runRowsBackward(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const float *k,
+                     const float *v, const float *o, const float *dO, const float *lse, float *dq, float *dk,
+                     float *dv, float scale, RowsGradScratch &scratch, int threads) {
+  runRowsBackwardOf(set, n, firstRow, d, q, k, v, o, dO, lse, dq, dk, dv, scale, scratch, threads);
+}
+
+void runRowsBackward(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q,
+                     const uint16_t *k, const uint16_t *v, const float *o, const float *dO, const float *lse,
+                     float *dq, float *dk, float *dv, float scale, RowsGradScratch &scratch, int threads) {
+  runRowsBackwardOf(set, n, firstRow, d, q, k, v, o, dO, lse, dq, dk, dv, scale, scratch, threads);
 }
 
 } // namespace attnc::rt

@@ -5,6 +5,7 @@
 // from the pattern's closed forms (RowEvaluator, O(intervals) per row), and
 // only the key and value rows they name are read. Nothing is prepared per
 // n, so a decoder whose cache grows by one key per step builds no plan.
+// The backward pass of such rows works the same way (runRowsBackward).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -12,6 +13,7 @@
 #include "attnc/plan/PatternIR.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace attnc::rt {
 
@@ -26,5 +28,34 @@ void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, cons
 /// that only the named rows are touched.
 void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const uint16_t *q, const uint16_t *k,
              const uint16_t *v, float *o, float *lse, float scale, int threads);
+
+/// runRowsBackward's scratch, reused across the slices and calls of a worker.
+struct RowsGradScratch {
+  std::vector<float> delta;             ///< rowsum(dO * O) of each query row
+  std::vector<int64_t> keyPairs;        ///< per key position: the (row, key) pairs up to it (n + 1)
+  std::vector<int64_t> cuts;            ///< the key ranges the threads share out: parts + 1 positions
+  std::vector<std::vector<float>> dq;   ///< workers 1 .. threads - 1: their partial dQ ([rows, d])
+  std::vector<char> used;               ///< per worker: whether its partial dQ holds a sum of this call
+};
+
+/// The gradients of the queries at positions firstRow .. n - 1 of `set` at
+/// length n (see attnc_run_backward): q, o, dO and dq are [n - firstRow, d],
+/// k, v, dk and dv [n, d], contiguous row-major; lse has n - firstRow floats
+/// (the forward's). Each row's P is recomputed from q, k and lse over the
+/// row's keys, which the closed forms give as for runRows. dq is
+/// overwritten (zeros for a row without keys, lse -inf); dk and dv are
+/// added to, so that the caller clears them once and the query heads of a
+/// group sum into them in place. NaN reaches what it touches, as in the
+/// block kernels: a NaN in row r's q, dO, o or lse makes dQ row r and the
+/// dK and dV rows of r's keys NaN. `threads` threads of the shared pool
+/// split the keys into ranges (each key's dK, dV rows written by one).
+void runRowsBackward(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const float *k,
+                     const float *v, const float *o, const float *dO, const float *lse, float *dq, float *dk,
+                     float *dv, float scale, RowsGradScratch &scratch, int threads);
+/// The same on bf16 k and v (uint16_t), widened as they are read, so that
+/// only the key and value rows the queries name are touched.
+void runRowsBackward(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q,
+                     const uint16_t *k, const uint16_t *v, const float *o, const float *dO, const float *lse,
+                     float *dq, float *dk, float *dv, float scale, RowsGradScratch &scratch, int threads);
 
 } // namespace attnc::rt

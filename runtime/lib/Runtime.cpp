@@ -517,13 +517,12 @@ struct Call {
   Shape shape;
   float scale;
   int threadsPerSlice;
-  bool rowRanges; ///< whether the backend may take sequences' query rows alone (forward only)
   int64_t set(int64_t h) const {
     return kernel.ir.headsDeclared ? kernel.headToSet[static_cast<size_t>(h)] : 0;
   }
   /// Whether the backend computes sequence `s`'s queries itself, without
-  /// the zero rows before them (and without a per-n state).
-  bool rowRange(const Seq &s) const { return rowRanges && s.nq < s.nk && backend.takesRowRange(s.nq, s.nk); }
+  /// the zero rows before them (and without a per-n state), in either pass.
+  bool rowRange(const Seq &s) const { return s.nq < s.nk && backend.takesRowRange(s.nq, s.nk); }
 };
 
 /// A slice worker's scratch: the backend's, and packed inputs and outputs.
@@ -548,7 +547,7 @@ const attnc::rt::LengthState &noState() {
 /// with every thread inside (Threading::Inside).
 template <typename Body>
 void runSlices(const attnc_kernel &kernel, const Shape &shape, const std::vector<Seq> &seqs, int64_t heads,
-               bool rowRanges, const attnc_run_options *options, Body &&body) {
+               const attnc_run_options *options, Body &&body) {
   const attnc::rt::Backend &backend = *kernel.backend;
   const int threads = attnc::support::resolveThreads(options ? options->num_threads : 0);
   const float scale =
@@ -563,7 +562,7 @@ void runSlices(const attnc_kernel &kernel, const Shape &shape, const std::vector
   const int64_t tasks = static_cast<int64_t>(order.size()) * heads;
   const bool inside = backend.threading() == attnc::rt::Threading::Inside;
   const int sliceThreads = inside ? 1 : static_cast<int>(std::min<int64_t>(threads, tasks));
-  const Call call{kernel, backend, shape, scale, inside ? threads : std::max(1, threads / sliceThreads), rowRanges};
+  const Call call{kernel, backend, shape, scale, inside ? threads : std::max(1, threads / sliceThreads)};
   // One state per distinct length, prepared before the slices run.
   std::vector<std::shared_ptr<const attnc::rt::LengthState>> states(seqs.size());
   for (size_t s : order) {
@@ -592,7 +591,7 @@ void runSlices(const attnc_kernel &kernel, const Shape &shape, const std::vector
 void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<Seq> &seqs, const attnc_tensor &q,
              const attnc_tensor &k, const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse,
              const attnc_run_options *options) {
-  runSlices(kernel, shape, seqs, shape.hq, true, options,
+  runSlices(kernel, shape, seqs, shape.hq, options,
             [&](SliceWorker &ws, const Call &c, const Seq &s, int64_t h, const attnc::rt::LengthState &state) {
               const int64_t d = c.shape.d, g = h / c.shape.group();
               const bool rowRange = c.rowRange(s);
@@ -631,25 +630,41 @@ void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<S
 
 /// The backward pass of a validated call. A task is one key/value head:
 /// its group's query heads run one after another, dK and dV summed over
-/// them. Query rows fewer than the keys are padded with zero rows (q, o,
-/// dO and lse 0), which add exactly nothing: their dP and delta are 0.
+/// them. A few queries at the end of many keys run on their own where the
+/// backend takes row ranges (Call::rowRange): the backend adds their dK and
+/// dV into the group's sums, cleared once here. Otherwise query rows fewer
+/// than the keys are padded with zero rows (q, o, dO and lse 0), which add
+/// exactly nothing: their dP and delta are 0.
 void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<Seq> &seqs,
               const attnc_tensor &q, const attnc_tensor &k, const attnc_tensor &v, const attnc_tensor &o,
               const attnc_tensor &dO, const attnc_tensor &lse, const attnc_tensor &dq, const attnc_tensor &dk,
               const attnc_tensor &dv, const attnc_run_options *options) {
-  runSlices(kernel, shape, seqs, shape.hkv, false, options,
+  runSlices(kernel, shape, seqs, shape.hkv, options,
             [&](SliceWorker &ws, const Call &c, const Seq &s, int64_t g, const attnc::rt::LengthState &state) {
-              const int64_t d = c.shape.d, n = s.nk, pad = s.nk - s.nq, group = c.shape.group();
+              const int64_t d = c.shape.d, n = s.nk, group = c.shape.group();
+              const bool rowRange = c.rowRange(s);
+              const int64_t pad = rowRange ? 0 : s.nk - s.nq, rows = pad + s.nq;
               const size_t size = static_cast<size_t>(n * d);
-              const float *kIn = inputRows(k, s.b, g, s.k0, n, 0, ws.in[1], ws.packed[1]);
-              const float *vIn = inputRows(v, s.b, g, s.k0, n, 0, ws.in[2], ws.packed[2]);
+              // A row-range slice reads bf16 keys and values as they are,
+              // only the rows its queries name.
+              const bool bf16 = rowRange && k.dtype == ATTNC_DTYPE_BF16 && c.backend.takesBf16Rows();
+              const float *kIn = bf16 ? nullptr : inputRows(k, s.b, g, s.k0, n, 0, ws.in[1], ws.packed[1]);
+              const float *vIn = bf16 ? nullptr : inputRows(v, s.b, g, s.k0, n, 0, ws.in[2], ws.packed[2]);
+              const uint16_t *kbIn = bf16 ? inputRows(k, s.b, g, s.k0, n, 0, ws.inBf16[1], ws.packedBf16[1]) : nullptr;
+              const uint16_t *vbIn = bf16 ? inputRows(v, s.b, g, s.k0, n, 0, ws.inBf16[2], ws.packedBf16[2]) : nullptr;
               // dK and dV of the group: in place when that is possible and
-              // one query head writes them, else summed in `ws.sum`.
-              float *dkOut = group == 1 ? directRows(dk, s.b, g, s.k0, n) : nullptr;
-              float *dvOut = group == 1 ? directRows(dv, s.b, g, s.k0, n) : nullptr;
+              // one query head writes them or a row range adds to them, else
+              // summed in `ws.sum`.
+              const bool inPlace = group == 1 || rowRange;
+              float *dkOut = inPlace ? directRows(dk, s.b, g, s.k0, n) : nullptr;
+              float *dvOut = inPlace ? directRows(dv, s.b, g, s.k0, n) : nullptr;
               float *dkSum = dkOut ? dkOut : (ws.sum[0].resize(size), ws.sum[0].data());
               float *dvSum = dvOut ? dvOut : (ws.sum[1].resize(size), ws.sum[1].data());
-              ws.lse.resize(static_cast<size_t>(n));
+              if (rowRange) {
+                std::fill(dkSum, dkSum + size, 0.0f);
+                std::fill(dvSum, dvSum + size, 0.0f);
+              }
+              ws.lse.resize(static_cast<size_t>(rows));
               for (int64_t u = 0; u < group; ++u) {
                 const int64_t h = g * group + u;
                 std::fill(ws.lse.begin(), ws.lse.begin() + pad, 0.0f);
@@ -657,8 +672,11 @@ void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<
                   ws.lse[static_cast<size_t>(pad + i)] = lseAt(lse, s.b, h, s.q0 + i);
                 float *dqOut = pad == 0 ? directRows(dq, s.b, h, s.q0, s.nq) : nullptr;
                 if (!dqOut)
-                  ws.out[0].resize(size);
-                if (u > 0) {
+                  ws.out[0].resize(static_cast<size_t>(rows * d));
+                // The padded path overwrites its dK and dV: a group's later
+                // heads write theirs apart and add them.
+                const bool apart = u > 0 && !rowRange;
+                if (apart) {
                   ws.out[1].resize(size);
                   ws.out[2].resize(size);
                 }
@@ -669,14 +687,17 @@ void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<
                                            inputRows(dO, s.b, h, s.q0, s.nq, pad, ws.in[4], ws.packed[4]),
                                            ws.lse.data(),
                                            dqOut ? dqOut : ws.out[0].data(),
-                                           u == 0 ? dkSum : ws.out[1].data(),
-                                           u == 0 ? dvSum : ws.out[2].data(),
+                                           apart ? ws.out[1].data() : dkSum,
+                                           apart ? ws.out[2].data() : dvSum,
                                            n,
                                            d,
                                            c.set(h),
                                            c.scale};
+                slice.firstRow = rowRange ? s.nk - s.nq : 0;
+                slice.kb = kbIn;
+                slice.vb = vbIn;
                 c.backend.runBackwardSlice(state, slice, *ws.scratch, c.threadsPerSlice);
-                if (u > 0)
+                if (apart)
                   for (size_t x = 0; x < size; ++x) {
                     dkSum[x] += ws.out[1][x];
                     dvSum[x] += ws.out[2][x];

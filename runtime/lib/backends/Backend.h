@@ -75,13 +75,25 @@ struct Slice {
 };
 
 /// One slice of a backward pass: the forward's inputs, O, dO and lse in;
-/// dQ, dK, dV out (overwritten). Contiguous row-major f32 [n, d] (lse: n).
+/// dQ, dK, dV out. Contiguous row-major f32: k, v, dk, dv [n, d]; q, o, dO,
+/// dq [n - firstRow, d] and lse n - firstRow floats, the queries at
+/// positions firstRow .. n - 1.
 struct GradSlice {
   const float *q, *k, *v, *o, *dO, *lse;
   float *dq, *dk, *dv;
   int64_t n, d;
   int64_t set;
   float scale;
+  /// Positions before the first query: 0 unless the backend takes row
+  /// ranges (Backend::takesRowRange), as in Slice. With 0, dq, dk and dv
+  /// are overwritten; with firstRow > 0 dq is overwritten and dk and dv are
+  /// added to (the runtime clears them once per key/value head, and the
+  /// group's query heads sum into them in place).
+  int64_t firstRow = 0;
+  /// bf16 keys and values left as bf16, [n, d], in a row-range slice of a
+  /// backend that takes them (Backend::takesBf16Rows); k and v are null
+  /// then. q, o and dO arrive widened to f32: they are only the query rows.
+  const uint16_t *kb = nullptr, *vb = nullptr;
 };
 
 enum class Threading {
@@ -104,12 +116,14 @@ public:
   /// for head dimension d on this CPU; otherwise they are widened to f32.
   virtual bool takesBf16(int64_t d) const { return false; }
   /// Whether runSlice computes `rows` queries at the end of n positions
-  /// itself (Slice::firstRow = n - rows), then with no per-n state.
+  /// itself (Slice::firstRow = n - rows), then with no per-n state, and so
+  /// does runBackwardSlice (GradSlice::firstRow) when hasBackward().
   /// Otherwise the runtime gives it n rows, the first n - rows of them
-  /// zero, and drops those.
+  /// zero, and drops those (in the backward pass zero rows of Q, O and dO
+  /// add nothing to dK and dV).
   virtual bool takesRowRange(int64_t rows, int64_t n) const { return false; }
   /// Whether such a row-range slice takes bf16 inputs as they are
-  /// (Slice::qb, kb, vb) on any CPU.
+  /// (Slice::qb, kb, vb; GradSlice::kb, vb) on any CPU.
   virtual bool takesBf16Rows() const { return false; }
 
   /// Identifies what a call with head dimension d runs on (e.g. a plan tuned

@@ -46,6 +46,7 @@ struct FusedState : LengthState {
 struct FusedWorker : Scratch {
   FusedScratch fused;
   FusedGradScratch grad;
+  RowsGradScratch rowsGrad;
 };
 
 class FusedBackend final : public Backend {
@@ -73,9 +74,10 @@ public:
   /// bf16 on any CPU: Slice::firstRow > 0 reads them as they are.)
   bool takesBf16(int64_t d) const override { return !dense_ && fusedBf16Available(d); }
   bool takesBf16Rows() const override { return !dense_; }
-  /// A few queries at the end of the keys (a decoding step) run row by row
-  /// over their own keys: the row blocks of all n positions would compute
-  /// n / rows times the work, and be built anew for every length.
+  /// A few queries at the end of the keys (a decoding step, or its
+  /// backward pass) run row by row over their own keys: the row blocks of
+  /// all n positions would compute n / rows times the work, and be built
+  /// anew for every length.
   bool takesRowRange(int64_t rows, int64_t n) const override { return !dense_ && rows * kRowRangeRatio <= n; }
 
   std::unique_ptr<Scratch> newScratch() const override { return std::make_unique<FusedWorker>(); }
@@ -110,6 +112,17 @@ public:
   }
 
   void runBackwardSlice(const LengthState &state, const GradSlice &s, Scratch &scratch, int threads) const override {
+    if (s.firstRow > 0) {
+      const ir::SetRef &rows = sets_[static_cast<size_t>(s.set)];
+      RowsGradScratch &rowsGrad = static_cast<FusedWorker &>(scratch).rowsGrad;
+      if (s.kb)
+        runRowsBackward(rows, s.n, s.firstRow, s.d, s.q, s.kb, s.vb, s.o, s.dO, s.lse, s.dq, s.dk, s.dv, s.scale,
+                        rowsGrad, threads);
+      else
+        runRowsBackward(rows, s.n, s.firstRow, s.d, s.q, s.k, s.v, s.o, s.dO, s.lse, s.dq, s.dk, s.dv, s.scale,
+                        rowsGrad, threads);
+      return;
+    }
     const auto &fused = static_cast<const FusedState &>(state);
     const size_t set = static_cast<size_t>(s.set);
     runFusedBackward(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d, s.q,
