@@ -92,19 +92,11 @@ ScratchDir &cacheDir() {
   return dir;
 }
 
-using KernelPtr = std::unique_ptr<attnc_kernel, void (*)(attnc_kernel *)>;
-
 KernelPtr compile(const GradPattern &pc, const char *backend) {
-  std::vector<const char *> defs;
-  for (const std::string &d : pc.defines)
-    defs.push_back(d.c_str());
-  attnc_jit_options options{defs.data(), static_cast<int32_t>(defs.size()), nullptr,
-                            cacheDir().path().c_str(), 0, backend};
-  attnc_kernel *kernel = nullptr;
-  attnc_status s = pc.file ? attnc_jit_compile_file(patternPath(pc.file).c_str(), &options, &kernel)
-                           : attnc_jit_compile_string(pc.source, "inline.attn", &options, &kernel);
-  EXPECT_EQ(s, ATTNC_OK) << pc.label << ": " << attnc_last_error();
-  return KernelPtr(kernel, attnc_kernel_free);
+  std::string error;
+  KernelPtr kernel = jitCompile(pc.file, pc.source, pc.defines, backend, cacheDir().path(), error);
+  EXPECT_TRUE(kernel) << pc.label << ": " << error;
+  return kernel;
 }
 
 /// The heads a call uses: the declared count, else 3 (any is accepted).

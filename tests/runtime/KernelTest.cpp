@@ -69,18 +69,11 @@ ScratchDir &cacheDir() {
   return dir;
 }
 
-using KernelPtr = std::unique_ptr<attnc_kernel, void (*)(attnc_kernel *)>;
-
 KernelPtr compile(const PatternCase &pc, const char *backend = "fused") {
-  std::vector<const char *> defs;
-  for (const std::string &d : pc.defines)
-    defs.push_back(d.c_str());
-  attnc_jit_options options{defs.data(), static_cast<int32_t>(defs.size()), nullptr,
-                            cacheDir().path().c_str(), 0, backend};
-  attnc_kernel *kernel = nullptr;
-  attnc_status s = attnc_jit_compile_file(patternPath(pc.file).c_str(), &options, &kernel);
-  EXPECT_EQ(s, ATTNC_OK) << attnc_last_error();
-  return KernelPtr(kernel, attnc_kernel_free);
+  std::string error;
+  KernelPtr kernel = jitCompile(pc.file, nullptr, pc.defines, backend, cacheDir().path(), error);
+  EXPECT_TRUE(kernel) << error;
+  return kernel;
 }
 
 /// Runs the kernel and the reference on the same inputs; returns max |diff|.
@@ -226,11 +219,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 /// Compiles source text (not a library file) with the JIT.
 KernelPtr compileSource(const char *source, const char *backend) {
-  attnc_jit_options options{nullptr, 0, nullptr, cacheDir().path().c_str(), 0, backend};
-  attnc_kernel *kernel = nullptr;
-  EXPECT_EQ(attnc_jit_compile_string(source, "inline.attn", &options, &kernel), ATTNC_OK)
-      << attnc_last_error();
-  return KernelPtr(kernel, attnc_kernel_free);
+  std::string error;
+  KernelPtr kernel = jitCompile(nullptr, source, {}, backend, cacheDir().path(), error);
+  EXPECT_TRUE(kernel) << error;
+  return kernel;
 }
 
 TEST_P(CpuKernelRows, EmptyRowsProduceZeros) {

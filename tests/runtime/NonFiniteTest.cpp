@@ -24,8 +24,6 @@
 namespace attnc::test {
 namespace {
 
-using KernelPtr = std::unique_ptr<attnc_kernel, void (*)(attnc_kernel *)>;
-
 constexpr int64_t kN = 64, kD = 16, kHeads = 2;
 const std::vector<std::string> kDefines = {"l=16", "c=4"};
 
@@ -35,14 +33,10 @@ ScratchDir &cacheDir() {
 }
 
 KernelPtr compileFixed(const char *backend) {
-  std::vector<const char *> defs;
-  for (const std::string &d : kDefines)
-    defs.push_back(d.c_str());
-  attnc_jit_options options{defs.data(), static_cast<int32_t>(defs.size()), nullptr, cacheDir().path().c_str(), 0,
-                            backend};
-  attnc_kernel *kernel = nullptr;
-  EXPECT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &kernel), ATTNC_OK) << attnc_last_error();
-  return KernelPtr(kernel, attnc_kernel_free);
+  std::string error;
+  KernelPtr kernel = jitCompile("fixed", nullptr, kDefines, backend, cacheDir().path(), error);
+  EXPECT_TRUE(kernel) << error;
+  return kernel;
 }
 
 const std::vector<char> &mask() {

@@ -30,8 +30,6 @@
 namespace attnc::test {
 namespace {
 
-using KernelPtr = std::unique_ptr<attnc_kernel, void (*)(attnc_kernel *)>;
-
 ScratchDir &cacheDir() {
   static ScratchDir dir;
   return dir;
@@ -70,16 +68,10 @@ const RowsPattern &pattern(const char *label) {
 }
 
 KernelPtr compile(const RowsPattern &pc) {
-  std::vector<const char *> defs;
-  for (const std::string &d : pc.defines)
-    defs.push_back(d.c_str());
-  attnc_jit_options options{defs.data(), static_cast<int32_t>(defs.size()), nullptr, cacheDir().path().c_str(), 0,
-                            "fused"};
-  attnc_kernel *kernel = nullptr;
-  attnc_status s = pc.file ? attnc_jit_compile_file(patternPath(pc.file).c_str(), &options, &kernel)
-                           : attnc_jit_compile_string(pc.source, "inline.attn", &options, &kernel);
-  EXPECT_EQ(s, ATTNC_OK) << pc.label << ": " << attnc_last_error();
-  return KernelPtr(kernel, attnc_kernel_free);
+  std::string error;
+  KernelPtr kernel = jitCompile(pc.file, pc.source, pc.defines, "fused", cacheDir().path(), error);
+  EXPECT_TRUE(kernel) << pc.label << ": " << error;
+  return kernel;
 }
 
 /// One sequence: batch element b, query rows [q0, q0 + nq), key rows [k0, k0 + nk).

@@ -2,6 +2,7 @@
 #include "TestSupport.h"
 
 #include "attnc/attnc.hpp"
+#include "attnc/attnc_jit.h"
 #include "attnc/compiler/Compile.h"
 #include "attnc/frontend/Driver.h"
 #include "support/Oracle.h"
@@ -254,6 +255,19 @@ float fromBf16(uint16_t x) {
 
 attnc_tensor view(std::vector<float> &data, int64_t batch, int64_t heads, int64_t n, int64_t d) {
   return tensorView(data.data(), {batch, heads, n, d});
+}
+
+KernelPtr jitCompile(const char *file, const char *source, const std::vector<std::string> &defines,
+                     const char *backend, const std::string &cacheDir, std::string &error) {
+  std::vector<const char *> defs;
+  for (const std::string &d : defines)
+    defs.push_back(d.c_str());
+  attnc_jit_options options{defs.data(), static_cast<int32_t>(defs.size()), nullptr, cacheDir.c_str(), 0, backend};
+  attnc_kernel *kernel = nullptr;
+  const attnc_status s = file ? attnc_jit_compile_file(patternPath(file).c_str(), &options, &kernel)
+                              : attnc_jit_compile_string(source, "inline.attn", &options, &kernel);
+  error = s == ATTNC_OK ? "" : attnc_last_error();
+  return KernelPtr(s == ATTNC_OK ? kernel : nullptr, attnc_kernel_free);
 }
 
 std::string patternPath(const std::string &name) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,14 @@ float fromBf16(uint16_t x);
 /// A contiguous [batch, heads, n, d] view.
 attnc_tensor view(std::vector<float> &data, int64_t batch, int64_t heads, int64_t n, int64_t d);
 
+/// A kernel that frees itself.
+using KernelPtr = std::unique_ptr<attnc_kernel, void (*)(attnc_kernel *)>;
+/// JIT-compiles library pattern `file` ("fixed"), or pattern source text
+/// `source` when `file` is null, with `defines` ("l=16") for `backend`,
+/// through the cache in `cacheDir`. A failure gives a null kernel and the
+/// runtime's message in `error`.
+KernelPtr jitCompile(const char *file, const char *source, const std::vector<std::string> &defines,
+                     const char *backend, const std::string &cacheDir, std::string &error);
 /// The path of a library pattern.
 std::string patternPath(const std::string &name);
 
