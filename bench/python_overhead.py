@@ -1,6 +1,7 @@
 """What calling attnc from Python costs over calling its C ABI directly.
 
     python bench/python_overhead.py [--n 64 4096] [--threads 1] [--cold] [--clock wall|cpu]
+                                    [--seconds S] [--modes NAME ...]
 
 For each n, on [1, 8, n, 64] float32 with the *fixed* pattern (l=128, c=8), in one
 process, rounds that alternate between:
@@ -9,21 +10,28 @@ process, rounds that alternate between:
                  written in place; ctypes adds about a microsecond of its own)
   C, no lse      the same with lse = NULL (what a numpy call asks for)
   extension      attnc._attnc.run_forward on preallocated torch tensors: the 5 DLPack
-                 conversions and the GIL release
+                 conversions (torch._C._to_dlpack, as attnc.torch passes) and the GIL release
   extension, fresh O
                  the same on O and lse from torch.empty at each call: what allocating
                  the outputs costs (and first touching them, where the allocator hands
                  out pages the process has not touched yet)
   numpy          kernel(q, k, v) on numpy arrays (allocates O)
-  torch          kernel(q, k, v) on tensors: the checks, the custom op's dispatch,
-                 O and lse allocated
-  torch+autograd the same with q, k, v requiring grad (the autograd node and the
-                 saved tensors; forward only)
+  torch          kernel(q, k, v) on tensors: in eager mode attnc.torch calls the op's
+                 implementation (no custom-op dispatch); O allocated, no lse (as 'C, no lse')
+  torch+autograd the same with q, k, v requiring grad (O and lse, the autograd node and
+                 the saved tensors; forward only)
+  op             torch.ops.attnc.attention(q, k, v, id, 0.0): the custom op through
+                 torch.library's dispatch (what traced graphs call)
+  op+autograd    the same with q, k, v requiring grad
 
-Prints each mode's median time per call and its difference from C's. At small n the
-kernel's work is tiny and the differences are the layers' costs; at n = 4096 the kernel
-takes milliseconds and the differences are the same layers plus noise (the median of
-many alternating rounds keeps that noise small).
+Each round runs every mode once, in a random order. Prints each mode's median time per
+call, the median over rounds of its difference from its C counterpart's in the same round
+(with the interquartile range of those differences), and the difference of the two modes'
+first quartiles (robust where other work on the machine slows a quarter of the calls or
+more). At small n the kernel's work is tiny and the differences are the layers' costs; at
+n = 4096 the kernel takes milliseconds and the differences are the same layers plus noise
+(pairing within rounds and the median of many rounds keep that noise small; raise
+--seconds on a busy machine).
 
 At n = 4096 the layers cost more than at n = 64 because they run with cold caches: the
 kernel streams Q, K, V and O (32 MiB) through the caches, evicting the interpreter's and
@@ -41,6 +49,7 @@ import argparse
 import ctypes
 import os
 import pathlib
+import random
 import statistics
 import time
 
@@ -68,6 +77,12 @@ def c_tensor(a: np.ndarray) -> Tensor:
     return Tensor(a.ctypes.data, 0, (ctypes.c_int64 * 4)(*shape), (ctypes.c_int64 * 4)(*strides))
 
 
+def quartile(values: list) -> float:
+    """The first quartile: other work on the machine only ever adds time, so the faster calls
+    are the undisturbed ones."""
+    return statistics.quantiles(values, n=4)[0] if len(values) > 1 else values[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, nargs="+", default=[64, 4096])
@@ -77,6 +92,8 @@ def main() -> None:
                         help="wall: time.perf_counter; cpu: the process's CPU time (for busy machines)")
     parser.add_argument("--cold", action="store_true",
                         help="evict the caches (a 64 MiB sweep, untimed) before each timed call")
+    parser.add_argument("--modes", nargs="+", metavar="NAME",
+                        help="run only these modes (C and, for numpy and torch, 'C, no lse' are always run)")
     args = parser.parse_args()
 
     lib = ctypes.CDLL(os.path.join(os.path.dirname(attnc.__file__), "libattnc.so"))
@@ -86,7 +103,8 @@ def main() -> None:
     options = Options(0.0, args.threads)
 
     print(f"torch {torch.__version__}, attnc threads {args.threads}, torch threads {torch.get_num_threads()}, "
-          f"{args.clock} clock" + (", cold caches" if args.cold else ""))
+          f"{args.clock} clock" + (", cold caches" if args.cold else "") +
+          ", load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     clock = time.perf_counter_ns if args.clock == "wall" else time.process_time_ns
     # 64 MiB, past any L3 this runs on; numpy's one thread, so that no OpenMP worker spins
     # on into the timed call (which the cpu clock would count).
@@ -108,19 +126,29 @@ def main() -> None:
             assert lib.attnc_run_forward(address, *pointers[:4], None, ctypes.byref(options)) == 0
 
         handle = kernel._handle
+        to_dlpack = torch._C._to_dlpack
 
         def fresh_outputs():
-            attnc._attnc.run_forward(handle, q, k, v, torch.empty(shape), torch.empty(shape[:3]), 0.0, args.threads)
+            attnc._attnc.run_forward(handle, q, k, v, torch.empty(shape), torch.empty(shape[:3]), 0.0, args.threads,
+                                     to_dlpack)
 
         modes = {
             "C": c_call,
             "C, no lse": c_call_no_lse,
-            "extension": lambda: attnc._attnc.run_forward(handle, q, k, v, o, lse, 0.0, args.threads),
+            "extension": lambda: attnc._attnc.run_forward(handle, q, k, v, o, lse, 0.0, args.threads, to_dlpack),
             "extension, fresh O": fresh_outputs,
             "numpy": lambda: kernel(qn, kn, vn),
             "torch": lambda: kernel(q, k, v),
             "torch+autograd": lambda: kernel(qg, kg, vg),
+            "op": lambda: torch.ops.attnc.attention(q, k, v, kernel.id, 0.0),
+            "op+autograd": lambda: torch.ops.attnc.attention(qg, kg, vg, kernel.id, 0.0),
         }
+        if args.modes:
+            unknown = set(args.modes) - set(modes)
+            if unknown:
+                parser.error(f"unknown modes {sorted(unknown)}; known: {list(modes)}")
+            keep = {"C", *args.modes} | ({"C, no lse"} if {"numpy", "torch"} & set(args.modes) else set())
+            modes = {name: f for name, f in modes.items() if name in keep}
         for f in modes.values():  # warm up: row blocks for n, allocator, dispatch caches
             for _ in range(3):
                 f()
@@ -129,22 +157,30 @@ def main() -> None:
         per_call = time.perf_counter() - start
         calls = 1 if args.cold else max(1, int(0.002 / max(per_call, 1e-7)))  # about 2 ms of calls per sample
         samples = {name: [] for name in modes}
+        order = list(modes.items())
+        rng = random.Random(n)
         deadline = time.perf_counter() + args.seconds
         while time.perf_counter() < deadline:
-            for name, f in modes.items():
+            rng.shuffle(order)
+            for name, f in order:
                 if args.cold:
                     np.add(sweep, 1.0, out=sweep)
                 t0 = clock()
                 for _ in range(calls):
                     f()
                 samples[name].append((clock() - t0) / calls / 1e3)
-        medians = {name: statistics.median(values) for name, values in samples.items()}
         print(f"n = {n}: {len(samples['C'])} rounds of {calls} calls per mode")
-        for name, m in medians.items():
-            # numpy calls ask for no log-sum-exp: their C counterpart is the call without it.
-            base = "C, no lse" if name == "numpy" else "C"
-            over = f"{m - medians[base]:+8.1f} us over {base}" if not name.startswith("C") else ""
-            print(f"  {name:<18} {m:10.1f} us/call   {over}")
+        for name, values in samples.items():
+            line = f"  {name:<18} {statistics.median(values):10.1f} us/call"
+            if not name.startswith("C"):
+                # numpy calls and torch calls that record no graph ask for no log-sum-exp: their C
+                # counterpart is the call without it.
+                base = "C, no lse" if name in ("numpy", "torch") else "C"
+                diffs = [a - b for a, b in zip(values, samples[base])]
+                q1, mid, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (diffs[0],) * 3
+                low = quartile(values) - quartile(samples[base])
+                line += f"   {mid:+8.1f} us over {base} (IQR {q1:+.1f} .. {q3:+.1f}; lower quartiles {low:+.1f})"
+            print(line)
 
 
 if __name__ == "__main__":

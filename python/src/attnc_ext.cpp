@@ -4,12 +4,13 @@
 // their varlen forms),
 // the JIT (attnc_jit.h) and the compiler's analyses (analysis/Report.h,
 // analysis/Picture.h). It converts arrays, which arrive through DLPack (or the
-// buffer protocol) as nb::ndarray views with any strides and are never
-// copied, and forwards; every policy the user sees (defaults, dtype and
-// device checks, messages, the torch integration) lives in the pure-Python
-// package around it. A failing status becomes attnc.AttncError carrying the
-// status and the runtime's message (for a pattern that does not check, the
-// clang-style diagnostics). The GIL is released while attnc computes.
+// buffer protocol; torch tensors through the converter attnc.torch passes)
+// as nb::ndarray views with any strides and are never copied, and forwards;
+// every policy the user sees (defaults, dtype and device checks, messages, the
+// torch integration) lives in the pure-Python package around it. A failing
+// status becomes attnc.AttncError carrying the status and the runtime's
+// message (for a pattern that does not check, the clang-style diagnostics).
+// The GIL is released while attnc computes.
 //
 //===----------------------------------------------------------------------===//
 #include "attnc/attnc.h"
@@ -118,6 +119,28 @@ attnc_run_options runOptions(float scale, int32_t numThreads) {
   return options;
 }
 
+/// An array argument: a DLPack capsule, anything nanobind imports (numpy arrays,
+/// objects with __dlpack__), or, when `toDlpack` is given, an object it turns
+/// into a capsule. attnc.torch passes torch._C._to_dlpack (C code), which
+/// spares each tensor torch.Tensor.__dlpack__ (Python code that checks its
+/// arguments, what nanobind would call) and a call from Python of its own.
+template <typename Array> Array arrayOf(nb::handle x, nb::handle toDlpack, const char *name) {
+  nb::object source = toDlpack.is_none() ? nb::borrow(x) : toDlpack(x);
+  Array out;
+  if (!nb::try_cast(source, out))
+    throw nb::type_error((std::string("attnc: '") + name + "' is not an array attnc can read in place (a CPU "
+                                                            "array or tensor with DLPack support)")
+                             .c_str());
+  return out;
+}
+
+template <typename Array>
+std::optional<Array> optionalArrayOf(nb::handle x, nb::handle toDlpack, const char *name) {
+  if (x.is_none())
+    return std::nullopt;
+  return arrayOf<Array>(x, toDlpack, name);
+}
+
 /// The varlen description of a call: cu_seqlens_k absent means the keys
 /// take the queries' offsets (attnc_varlen's null).
 attnc_varlen varlenOf(const Offsets &cuQ, const std::optional<Offsets> &cuK) {
@@ -171,30 +194,44 @@ void backward(const Kernel &kernel, const InArray &q, const InArray &k, const In
   check(status);
 }
 
-void runForward(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const OutArray &o,
-                const std::optional<OutArray> &lse, float scale, int32_t numThreads) {
-  forward(kernel, q, k, v, o, lse, nullptr, scale, numThreads);
+void runForward(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
+                float scale, int32_t numThreads, nb::handle toDlpack) {
+  forward(kernel, arrayOf<InArray>(q, toDlpack, "q"), arrayOf<InArray>(k, toDlpack, "k"),
+          arrayOf<InArray>(v, toDlpack, "v"), arrayOf<OutArray>(o, toDlpack, "o"),
+          optionalArrayOf<OutArray>(lse, toDlpack, "lse"), nullptr, scale, numThreads);
 }
 
-void runBackward(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const InArray &o,
-                 const InArray &dO, const InArray &lse, const OutArray &dq, const OutArray &dk, const OutArray &dv,
-                 float scale, int32_t numThreads) {
-  backward(kernel, q, k, v, o, dO, lse, dq, dk, dv, nullptr, scale, numThreads);
+void runBackward(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle dO,
+                 nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, float scale, int32_t numThreads,
+                 nb::handle toDlpack) {
+  backward(kernel, arrayOf<InArray>(q, toDlpack, "q"), arrayOf<InArray>(k, toDlpack, "k"),
+           arrayOf<InArray>(v, toDlpack, "v"), arrayOf<InArray>(o, toDlpack, "o"),
+           arrayOf<InArray>(dO, toDlpack, "d_o"), arrayOf<InArray>(lse, toDlpack, "lse"),
+           arrayOf<OutArray>(dq, toDlpack, "d_q"), arrayOf<OutArray>(dk, toDlpack, "d_k"),
+           arrayOf<OutArray>(dv, toDlpack, "d_v"), nullptr, scale, numThreads);
 }
 
-void runVarlen(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const OutArray &o,
-               const std::optional<OutArray> &lse, const Offsets &cuQ, const std::optional<Offsets> &cuK,
-               float scale, int32_t numThreads) {
-  const attnc_varlen varlen = varlenOf(cuQ, cuK);
-  forward(kernel, q, k, v, o, lse, &varlen, scale, numThreads);
+void runVarlen(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
+               nb::handle cuQ, nb::handle cuK, float scale, int32_t numThreads, nb::handle toDlpack) {
+  const Offsets offsetsQ = arrayOf<Offsets>(cuQ, toDlpack, "cu_seqlens_q");
+  const std::optional<Offsets> offsetsK = optionalArrayOf<Offsets>(cuK, toDlpack, "cu_seqlens_k");
+  const attnc_varlen varlen = varlenOf(offsetsQ, offsetsK);
+  forward(kernel, arrayOf<InArray>(q, toDlpack, "q"), arrayOf<InArray>(k, toDlpack, "k"),
+          arrayOf<InArray>(v, toDlpack, "v"), arrayOf<OutArray>(o, toDlpack, "o"),
+          optionalArrayOf<OutArray>(lse, toDlpack, "lse"), &varlen, scale, numThreads);
 }
 
-void runBackwardVarlen(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const InArray &o,
-                       const InArray &dO, const InArray &lse, const OutArray &dq, const OutArray &dk,
-                       const OutArray &dv, const Offsets &cuQ, const std::optional<Offsets> &cuK, float scale,
-                       int32_t numThreads) {
-  const attnc_varlen varlen = varlenOf(cuQ, cuK);
-  backward(kernel, q, k, v, o, dO, lse, dq, dk, dv, &varlen, scale, numThreads);
+void runBackwardVarlen(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle dO,
+                       nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle cuQ, nb::handle cuK,
+                       float scale, int32_t numThreads, nb::handle toDlpack) {
+  const Offsets offsetsQ = arrayOf<Offsets>(cuQ, toDlpack, "cu_seqlens_q");
+  const std::optional<Offsets> offsetsK = optionalArrayOf<Offsets>(cuK, toDlpack, "cu_seqlens_k");
+  const attnc_varlen varlen = varlenOf(offsetsQ, offsetsK);
+  backward(kernel, arrayOf<InArray>(q, toDlpack, "q"), arrayOf<InArray>(k, toDlpack, "k"),
+           arrayOf<InArray>(v, toDlpack, "v"), arrayOf<InArray>(o, toDlpack, "o"),
+           arrayOf<InArray>(dO, toDlpack, "d_o"), arrayOf<InArray>(lse, toDlpack, "lse"),
+           arrayOf<OutArray>(dq, toDlpack, "d_q"), arrayOf<OutArray>(dk, toDlpack, "d_k"),
+           arrayOf<OutArray>(dv, toDlpack, "d_v"), &varlen, scale, numThreads);
 }
 
 std::unique_ptr<Kernel> compile(const std::string &source, const std::string &name,
@@ -331,15 +368,18 @@ NB_MODULE(_attnc, m) {
         return std::make_unique<Kernel>(handle);
       }, "path"_a, "attnc_kernel_load: a kernel file written by `attnc compile`");
   m.def("run_forward", &runForward, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(), "scale"_a,
-        "num_threads"_a, "attnc_run_forward: o (and lse when given) from q, k, v");
+        "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
+        "attnc_run_forward: o (and lse when given) from q, k, v; arrays, capsules, or objects `to_dlpack` "
+        "turns into capsules");
   m.def("run_backward", &runBackward, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a,
-        "d_k"_a, "d_v"_a, "scale"_a, "num_threads"_a, "attnc_run_backward: d_q, d_k, d_v");
+        "d_k"_a, "d_v"_a, "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
+        "attnc_run_backward: d_q, d_k, d_v");
   m.def("run_varlen", &runVarlen, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(), "cu_seqlens_q"_a,
-        "cu_seqlens_k"_a.none(), "scale"_a, "num_threads"_a,
+        "cu_seqlens_k"_a.none(), "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_varlen: o (and lse) of a batch-1 call whose sequences cu_seqlens (int32) delimit");
   m.def("run_backward_varlen", &runBackwardVarlen, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a,
         "d_q"_a, "d_k"_a, "d_v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a.none(), "scale"_a, "num_threads"_a,
-        "attnc_run_backward_varlen: d_q, d_k, d_v of a varlen call");
+        "to_dlpack"_a.none() = nb::none(), "attnc_run_backward_varlen: d_q, d_k, d_v of a varlen call");
   m.def("analyze", &analyze, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "block"_a,
         "block_cols"_a, "connectivity"_a, "(the analyze --json object, warnings)");
   m.def("show", &show, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "head"_a.none(), "grid"_a,

@@ -42,6 +42,19 @@ _NEXT_ID = itertools.count(1)
 _LOCK = threading.Lock()
 
 
+# attnc.torch.attention once attnc.torch is imported (an import statement per call costs a
+# lookup through the import machinery).
+_torch_attention = None
+
+
+def _import_torch_attention():
+    global _torch_attention
+    from .torch import attention
+
+    _torch_attention = attention
+    return attention
+
+
 def _kernel_by_id(kernel_id: int) -> "Kernel":
     kernel = _KERNELS.get(kernel_id)
     if kernel is None:
@@ -120,9 +133,8 @@ class Kernel:
         """
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(q, torch.Tensor):
-            from .torch import attention
-
-            return attention(q, k, v, self, scale=scale)
+            attention = _torch_attention or _import_torch_attention()
+            return attention(q, k, v, self, scale)
         o, _ = self.forward(q, k, v, scale=scale, lse=False)
         return o
 

@@ -26,6 +26,14 @@ contiguous and have their input's dtype (float32 or bfloat16; attnc computes
 in float32). Inputs may have any strides; ones attnc cannot take (a
 broadcast's 0 stride) are copied once. The packed [total, heads, d] tensors
 reach attnc as [1, heads, total, d] views of the same memory: never copied.
+
+The public functions call the ops' implementations directly in plain eager
+mode (CPU tensors of type torch.Tensor; nothing compiling, tracing, in a
+TorchFunctionMode or TorchDispatchMode, under functorch, forward-mode AD or the
+profiler), with a torch.autograd.Function when autograd records a graph: the
+same results, bitwise, without torch.library's dispatch, which costs more than
+the rest of a call. Everywhere else, and always under torch.compile, the ops are
+called.
 """
 
 from __future__ import annotations
@@ -44,26 +52,24 @@ _DTYPES = (torch.float32, torch.bfloat16)
 _OFFSET_DTYPES = (torch.int32, torch.int64)
 _INT32_MAX = 2**31 - 1
 
-# A tensor's DLPack capsule, made in C: a tenth of the cost of calling
-# Tensor.__dlpack__ (which checks its arguments in Python), five times a call.
-_dlpack = getattr(torch.utils.dlpack, "to_dlpack", None) or (lambda t: t.__dlpack__())
+# Tensors reach the extension as DLPack capsules that it makes with this C function:
+# a tenth of the cost of Tensor.__dlpack__ (Python code that checks its arguments),
+# which it would call otherwise.
+_to_dlpack = getattr(torch.utils.dlpack, "to_dlpack", None)
 
 Offsets = Union[Tensor, Sequence[int]]
 
 
 def _run(call, kernel: "_api.Kernel", tensors: list, copyable: int, scale: float, offsets: tuple = ()) -> None:
-    """Calls `call` on the tensors (then the offsets) as DLPack capsules; once more on row-major
-    copies of the first `copyable` (the inputs) when attnc cannot take their strides. Capsules are
-    made per attempt: the extension consumes them."""
-    for attempt in (0, 1):
-        try:
-            capsules = [None if x is None else _dlpack(x) for x in (*tensors, *offsets)]
-            call(kernel._handle, *capsules, scale, kernel.num_threads)
-            return
-        except (AttncError, TypeError, BufferError) as e:
-            if attempt or not _api._needs_copy(e):
-                raise
-            tensors = [_api._contiguous(x) for x in tensors[:copyable]] + tensors[copyable:]
+    """Calls `call` on the tensors (then the offsets); once more on row-major copies of the first
+    `copyable` (the inputs) when attnc cannot take their strides."""
+    try:
+        call(kernel._handle, *tensors, *offsets, scale, kernel.num_threads, _to_dlpack)
+    except (AttncError, TypeError, BufferError) as e:
+        if not _api._needs_copy(e):
+            raise
+        tensors = [_api._contiguous(x) for x in tensors[:copyable]] + tensors[copyable:]
+        call(kernel._handle, *tensors, *offsets, scale, kernel.num_threads, _to_dlpack)
 
 
 def _packed(x: Tensor) -> Tensor:
@@ -88,9 +94,8 @@ def _offsets(cu: Optional[Tensor], name: str) -> Optional[Tensor]:
 # ---- dense batches ----------------------------------------------------------
 
 
-@torch.library.custom_op("attnc::attention", mutates_args=(), device_types="cpu")
-def _attention(q: Tensor, k: Tensor, v: Tensor, kernel_id: int, scale: float) -> Tuple[Tensor, Tensor]:
-    kernel = _api._kernel_by_id(kernel_id)
+def _forward(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: float) -> Tuple[Tensor, Tensor]:
+    """O and lse of a dense call: attnc::attention's implementation, and the eager path's."""
     o = torch.empty(q.shape, dtype=q.dtype)
     lse = torch.empty(q.shape[:3], dtype=torch.float32)
     if kernel._has_lse:
@@ -101,17 +106,17 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, kernel_id: int, scale: float) ->
     return o, lse
 
 
-@_attention.register_fake
-def _attention_fake(q: Tensor, k: Tensor, v: Tensor, kernel_id: int, scale: float) -> Tuple[Tensor, Tensor]:
-    _api._check_shapes(q.shape, k.shape, v.shape)
-    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+def _forward_o(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: float) -> Tensor:
+    """O alone (the runtime writes no log-sum-exp): the eager path of a call that keeps no graph."""
+    o = torch.empty(q.shape, dtype=q.dtype)
+    _run(_attnc.run_forward, kernel, [q, k, v, o, None], 3, scale)
+    return o
 
 
-@torch.library.custom_op("attnc::attention_backward", mutates_args=(), device_types="cpu")
-def _attention_backward(
-    d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kernel_id: int, scale: float
+def _backward(
+    d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kernel: "_api.Kernel", scale: float
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    kernel = _api._kernel_by_id(kernel_id)
+    """dQ, dK, dV of a dense call: attnc::attention_backward's implementation, and the eager path's."""
     if d_o.dtype != o.dtype:
         d_o = d_o.to(o.dtype)
     d_q, d_k, d_v = torch.empty(q.shape, dtype=q.dtype), torch.empty(k.shape, dtype=k.dtype), \
@@ -120,7 +125,55 @@ def _attention_backward(
     return d_q, d_k, d_v
 
 
-@_attention_backward.register_fake
+def _varlen_forward(
+    q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Optional[Tensor], kernel: "_api.Kernel",
+    scale: float
+) -> Tuple[Tensor, Tensor]:
+    cu_q, cu_k = _offsets(cu_seqlens_q, "cu_seqlens_q"), _offsets(cu_seqlens_k, "cu_seqlens_k")
+    o = torch.empty(q.shape, dtype=q.dtype)
+    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    views = [_packed(x) for x in (q, k, v, o)]
+    if kernel._has_lse:
+        _run(_attnc.run_varlen, kernel, views + [lse.unsqueeze(0)], 3, scale, (cu_q, cu_k))
+    else:
+        _run(_attnc.run_varlen, kernel, views + [None], 3, scale, (cu_q, cu_k))
+        lse.fill_(float("nan"))
+    return o, lse
+
+
+def _varlen_backward(
+    d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, cu_seqlens_q: Tensor,
+    cu_seqlens_k: Optional[Tensor], kernel: "_api.Kernel", scale: float
+) -> Tuple[Tensor, Tensor, Tensor]:
+    cu_q, cu_k = _offsets(cu_seqlens_q, "cu_seqlens_q"), _offsets(cu_seqlens_k, "cu_seqlens_k")
+    if d_o.dtype != o.dtype:
+        d_o = d_o.to(o.dtype)
+    d_q, d_k, d_v = torch.empty(q.shape, dtype=q.dtype), torch.empty(k.shape, dtype=k.dtype), \
+        torch.empty(v.shape, dtype=v.dtype)
+    views = [_packed(x) for x in (q, k, v, o, d_o)] + [lse.unsqueeze(0)] + [_packed(x) for x in (d_q, d_k, d_v)]
+    _run(_attnc.run_backward_varlen, kernel, views, 6, scale, (cu_q, cu_k))
+    return d_q, d_k, d_v
+
+
+@torch.library.custom_op("attnc::attention", mutates_args=(), device_types="cpu")
+def _attention_op(q: Tensor, k: Tensor, v: Tensor, kernel_id: int, scale: float) -> Tuple[Tensor, Tensor]:
+    return _forward(q, k, v, _api._kernel_by_id(kernel_id), scale)
+
+
+@_attention_op.register_fake
+def _attention_fake(q: Tensor, k: Tensor, v: Tensor, kernel_id: int, scale: float) -> Tuple[Tensor, Tensor]:
+    _api._check_shapes(q.shape, k.shape, v.shape)
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("attnc::attention_backward", mutates_args=(), device_types="cpu")
+def _attention_backward_op(
+    d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kernel_id: int, scale: float
+) -> Tuple[Tensor, Tensor, Tensor]:
+    return _backward(d_o, q, k, v, o, lse, _api._kernel_by_id(kernel_id), scale)
+
+
+@_attention_backward_op.register_fake
 def _attention_backward_fake(
     d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kernel_id: int, scale: float
 ) -> Tuple[Tensor, Tensor, Tensor]:
@@ -136,37 +189,27 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.scale = scale
 
 
-def _backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
+def _attention_op_backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
     q, k, v, o, lse = ctx.saved_tensors
     d_q, d_k, d_v = torch.ops.attnc.attention_backward(d_o, q, k, v, o, lse, ctx.kernel_id, ctx.scale)
     return d_q, d_k, d_v, None, None
 
 
-_attention.register_autograd(_backward, setup_context=_setup_context)
+_attention_op.register_autograd(_attention_op_backward, setup_context=_setup_context)
 
 
 # ---- variable-length batches ------------------------------------------------
 
 
 @torch.library.custom_op("attnc::attention_varlen", mutates_args=(), device_types="cpu")
-def _attention_varlen(
+def _attention_varlen_op(
     q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Optional[Tensor], kernel_id: int,
     scale: float
 ) -> Tuple[Tensor, Tensor]:
-    kernel = _api._kernel_by_id(kernel_id)
-    cu_q, cu_k = _offsets(cu_seqlens_q, "cu_seqlens_q"), _offsets(cu_seqlens_k, "cu_seqlens_k")
-    o = torch.empty(q.shape, dtype=q.dtype)
-    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32)
-    views = [_packed(x) for x in (q, k, v, o)]
-    if kernel._has_lse:
-        _run(_attnc.run_varlen, kernel, views + [lse.unsqueeze(0)], 3, scale, (cu_q, cu_k))
-    else:
-        _run(_attnc.run_varlen, kernel, views + [None], 3, scale, (cu_q, cu_k))
-        lse.fill_(float("nan"))
-    return o, lse
+    return _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, _api._kernel_by_id(kernel_id), scale)
 
 
-@_attention_varlen.register_fake
+@_attention_varlen_op.register_fake
 def _attention_varlen_fake(
     q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Optional[Tensor], kernel_id: int,
     scale: float
@@ -176,22 +219,14 @@ def _attention_varlen_fake(
 
 
 @torch.library.custom_op("attnc::attention_varlen_backward", mutates_args=(), device_types="cpu")
-def _attention_varlen_backward(
+def _attention_varlen_backward_op(
     d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, cu_seqlens_q: Tensor,
     cu_seqlens_k: Optional[Tensor], kernel_id: int, scale: float
 ) -> Tuple[Tensor, Tensor, Tensor]:
-    kernel = _api._kernel_by_id(kernel_id)
-    cu_q, cu_k = _offsets(cu_seqlens_q, "cu_seqlens_q"), _offsets(cu_seqlens_k, "cu_seqlens_k")
-    if d_o.dtype != o.dtype:
-        d_o = d_o.to(o.dtype)
-    d_q, d_k, d_v = torch.empty(q.shape, dtype=q.dtype), torch.empty(k.shape, dtype=k.dtype), \
-        torch.empty(v.shape, dtype=v.dtype)
-    views = [_packed(x) for x in (q, k, v, o, d_o)] + [lse.unsqueeze(0)] + [_packed(x) for x in (d_q, d_k, d_v)]
-    _run(_attnc.run_backward_varlen, kernel, views, 6, scale, (cu_q, cu_k))
-    return d_q, d_k, d_v
+    return _varlen_backward(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, _api._kernel_by_id(kernel_id), scale)
 
 
-@_attention_varlen_backward.register_fake
+@_attention_varlen_backward_op.register_fake
 def _attention_varlen_backward_fake(
     d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, cu_seqlens_q: Tensor,
     cu_seqlens_k: Optional[Tensor], kernel_id: int, scale: float
@@ -208,14 +243,111 @@ def _setup_varlen_context(ctx, inputs, output) -> None:
     ctx.scale = scale
 
 
-def _varlen_backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
+def _attention_varlen_op_backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
     q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
     d_q, d_k, d_v = torch.ops.attnc.attention_varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, ctx.kernel_id,
                                                                ctx.scale)
     return d_q, d_k, d_v, None, None, None, None
 
 
-_attention_varlen.register_autograd(_varlen_backward, setup_context=_setup_varlen_context)
+_attention_varlen_op.register_autograd(_attention_varlen_op_backward, setup_context=_setup_varlen_context)
+
+
+# ---- the eager path -----------------------------------------------------------
+#
+# torch.library's dispatch of a custom op costs more than attnc's kernel call
+# around it (python/README.md, "Cost of a call"). In plain eager mode nothing
+# observes that dispatch, so the public functions call the implementations
+# above directly, with a torch.autograd.Function for the graph when one is
+# recorded (its backward calls the backward implementation, under the same
+# conditions). Anything that traces, transforms or intercepts operators
+# (torch.compile and export, TorchFunctionMode and TorchDispatchMode including
+# fake tensors, functorch's vmap/grad/functionalize, torch.jit.trace, forward-mode
+# AD, the profiler) and tensor subclasses get the custom ops instead. A call that
+# fails is repeated on the op path, whose checks give the error its message.
+
+_Tensor = torch.Tensor
+_is_compiling = torch.compiler.is_compiling
+_function_mode = torch._C._is_torch_function_mode_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch = torch._C._are_functorch_transforms_active
+_tracing = torch._C._is_tracing
+_grad_enabled = torch.is_grad_enabled
+_profiler = torch.autograd.profiler
+_forward_ad = torch.autograd.forward_ad
+
+
+def _eager(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """Whether a call may skip the custom ops' dispatch: plain CPU tensors in plain eager mode.
+    torch.compile folds is_compiling() to True, so the rest is never traced."""
+    return not (_is_compiling() or _function_mode() or _dispatch_modes() or _functorch()
+                or _tracing() or _profiler._is_profiler_enabled
+                or _forward_ad._current_level >= 0) \
+        and type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor and q.is_cpu and k.is_cpu and v.is_cpu
+
+
+class _EagerAttention(torch.autograd.Function):
+    """attnc::attention's forward and backward without the dispatcher (the same implementations)."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: float):
+        o, lse = _forward(q, k, v, kernel, scale)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.mark_non_differentiable(lse)
+        ctx.kernel = kernel
+        ctx.scale = scale
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
+        q, k, v, o, lse = ctx.saved_tensors
+        # The op where the backward pass is observed, or records a graph of its own
+        # (create_graph: the op has no derivative, as on the op path).
+        if _grad_enabled() or not _eager(d_o, q, k):
+            grads = torch.ops.attnc.attention_backward(d_o, q, k, v, o, lse, ctx.kernel.id, ctx.scale)
+        else:
+            grads = _backward(d_o, q, k, v, o, lse, ctx.kernel, ctx.scale)
+        return (*grads, None, None)
+
+
+class _EagerAttentionVarlen(torch.autograd.Function):
+    """attnc::attention_varlen's forward and backward without the dispatcher."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Optional[Tensor], kernel: "_api.Kernel",
+                scale: float):
+        o, lse = _varlen_forward(q, k, v, cu_q, cu_k, kernel, scale)
+        ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+        ctx.mark_non_differentiable(lse)
+        ctx.kernel = kernel
+        ctx.scale = scale
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
+        q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+        if _grad_enabled() or not _eager(d_o, q, k):
+            grads = torch.ops.attnc.attention_varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, ctx.kernel.id,
+                                                              ctx.scale)
+        else:
+            grads = _varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, ctx.kernel, ctx.scale)
+        return (*grads, None, None, None, None)
+
+
+def _eager_attention(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float], lse: bool):
+    """(O, lse), or O alone when `lse` is false, without the dispatcher; None when the call fails:
+    the op path then repeats it with the checks that say what is wrong (the runtime checks
+    everything again, so a call it accepts is one the checks accept)."""
+    try:
+        scale = 0.0 if scale is None else _api._scale(scale)
+        if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            out = _EagerAttention.apply(q, k, v, kernel, scale)
+            return out if lse else out[0]
+        if lse:
+            return _forward(q, k, v, kernel, scale)
+        return _forward_o(q, k, v, kernel, scale)
+    except (AttncError, TypeError, BufferError):
+        return None
 
 
 # ---- checks and the public functions ----------------------------------------
@@ -295,6 +427,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Opt
     traceable by ``torch.compile(fullgraph=True)``. Returns O, contiguous, with q's shape and
     dtype.
     """
+    if _eager(q, k, v):
+        o = _eager_attention(q, k, v, kernel, scale, False)
+        if o is not None:
+            return o
     _check_tensors(q, k, v)
     _api._check_shapes(q.shape, k.shape, v.shape)
     o, _ = torch.ops.attnc.attention(q, k, v, kernel.id, _api._scale(scale))
@@ -306,6 +442,10 @@ def attention_with_lse(
 ) -> Tuple[Tensor, Tensor]:
     """:func:`attention` and each row's log-sum-exp (float32 ``[batch, Hq, nq]``, -inf for a row
     with no keys; not differentiable)."""
+    if _eager(q, k, v):
+        out = _eager_attention(q, k, v, kernel, scale, True)
+        if out is not None:
+            return out
     _check_tensors(q, k, v)
     _api._check_shapes(q.shape, k.shape, v.shape)
     return torch.ops.attnc.attention(q, k, v, kernel.id, _api._scale(scale))
@@ -324,7 +464,12 @@ def attention_varlen_with_lse(
     if cu_q is None:
         raise TypeError("'cu_seqlens_q' is None; a varlen call needs its queries' offsets")
     _check_varlen_shapes(q, k, v, cu_q, cu_k)
-    return torch.ops.attnc.attention_varlen(q, k, v, cu_q, cu_k, kernel.id, _api._scale(scale))
+    scale = _api._scale(scale)
+    if _eager(q, k, v) and type(cu_q) is _Tensor and (cu_k is None or type(cu_k) is _Tensor):
+        if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            return _EagerAttentionVarlen.apply(q, k, v, cu_q, cu_k, kernel, scale)
+        return _varlen_forward(q, k, v, cu_q, cu_k, kernel, scale)
+    return torch.ops.attnc.attention_varlen(q, k, v, cu_q, cu_k, kernel.id, scale)
 
 
 def attention_varlen(
