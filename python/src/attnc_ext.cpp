@@ -293,10 +293,12 @@ std::unique_ptr<Loaded> load(const std::string &source, const std::string &name,
 
 std::pair<std::string, std::string> analyze(const std::string &source, const std::string &name,
                                             const std::vector<std::string> &defines, const std::string &pattern,
-                                            int64_t n, int64_t block, int64_t blockCols, bool connectivity) {
+                                            int64_t n, int64_t queries, int64_t block, int64_t blockCols,
+                                            bool connectivity) {
   std::unique_ptr<Loaded> loaded = load(source, name, defines, pattern);
   attnc::ir::ReportOptions options;
   options.n = n;
+  options.queries = queries;
   options.blockRows = block;
   options.blockCols = blockCols;
   options.connectivity = connectivity;
@@ -310,8 +312,8 @@ std::pair<std::string, std::string> analyze(const std::string &source, const std
 
 std::pair<std::string, std::string> show(const std::string &source, const std::string &name,
                                          const std::vector<std::string> &defines, const std::string &pattern,
-                                         int64_t n, std::optional<int64_t> head, int64_t grid, int64_t maxSide,
-                                         const std::string &format) {
+                                         int64_t n, int64_t queries, std::optional<int64_t> head, int64_t grid,
+                                         int64_t maxSide, const std::string &format) {
   std::unique_ptr<Loaded> loaded = load(source, name, defines, pattern);
   const attnc::ir::PatternIR &ir = loaded->ir;
   if (head && (*head < 0 || *head >= ir.numHeads))
@@ -324,8 +326,8 @@ std::pair<std::string, std::string> show(const std::string &source, const std::s
     nb::gil_scoped_release release;
     const std::vector<attnc::ir::Layer> layers =
         attnc::ir::layersOf(ir, head, attnc::ir::SetNames(loaded->frontend, loaded->pattern->name));
-    const attnc::ir::Raster raster = attnc::ir::rasterize(layers, n, maxSide);
-    const std::string title = attnc::ir::pictureTitle(ir, n, head);
+    const attnc::ir::Raster raster = attnc::ir::rasterize(layers, n, maxSide, queries);
+    const std::string title = attnc::ir::pictureTitle(ir, n, head, queries);
     text = format == "ascii" ? attnc::ir::renderAscii(raster, layers, title, /*color=*/false)
                              : attnc::ir::renderSvg(raster, layers, title, grid);
   }
@@ -380,9 +382,9 @@ NB_MODULE(_attnc, m) {
   m.def("run_backward_varlen", &runBackwardVarlen, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a,
         "d_q"_a, "d_k"_a, "d_v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a.none(), "scale"_a, "num_threads"_a,
         "to_dlpack"_a.none() = nb::none(), "attnc_run_backward_varlen: d_q, d_k, d_v of a varlen call");
-  m.def("analyze", &analyze, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "block"_a,
+  m.def("analyze", &analyze, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "queries"_a, "block"_a,
         "block_cols"_a, "connectivity"_a, "(the analyze --json object, warnings)");
-  m.def("show", &show, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "head"_a.none(), "grid"_a,
+  m.def("show", &show, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "queries"_a, "head"_a.none(), "grid"_a,
         "max_side"_a, "format"_a, "(the picture as SVG or ASCII text, warnings)");
   m.def("cache_stats", [] {
         int64_t hits = 0, misses = 0, rebuilt = 0;

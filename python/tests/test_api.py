@@ -131,11 +131,31 @@ def test_analyze_counts_what_the_formula_gives():
     assert "connectivity" not in result
 
 
+@pytest.mark.parametrize("queries", [1, 7, 500, 1000])
+def test_analyze_queries_counts_the_last_rows(queries):
+    n, l, c = 1000, 32, 5
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    rows = ((j <= i) & ((j // l == i // l) | (j % l >= l - c)))[n - queries:]
+    result = attnc.analyze(FIXED, n=n, queries=queries, connectivity=False, l=l, c=c)
+    head = result["heads"][0]
+    assert head["nnz"] == rows.sum()
+    assert head["row_nnz"]["min"] == rows.sum(1).min() and head["row_nnz"]["max"] == rows.sum(1).max()
+    assert head["row_nnz"]["mean"] == pytest.approx(rows.sum() / queries, abs=1e-6)
+    if queries < n:
+        assert result["queries"] == queries and result["first_row"] == n - queries
+        assert head["keys_read"] == rows.any(0).sum()
+    else:  # the square, exactly as without queries (but the time taken)
+        square = attnc.analyze(FIXED, n=n, connectivity=False, l=l, c=c)
+        assert {**result, "seconds": 0} == {**square, "seconds": 0}
+
+
 def test_analyze_argument_errors():
     with pytest.raises(ValueError, match="n must be"):
         attnc.analyze(FIXED, n=0)
     with pytest.raises(ValueError, match="block must be"):
         attnc.analyze(FIXED, n=10, block=0)
+    with pytest.raises(ValueError, match=r"queries must be an integer in \[1, 10\]"):
+        attnc.analyze(FIXED, n=10, queries=11)
 
 
 def test_analyze_reports_warnings():
@@ -160,6 +180,18 @@ def test_show_ascii_cells_are_the_pattern():
     i, j = np.meshgrid(np.arange(24), np.arange(24), indexing="ij")
     want = (j <= i) & ((j // 8 == i // 8) | (j % 8 >= 6))
     assert np.array_equal(np.array([[ch != "." for ch in r] for r in rows]), want)
+
+
+def test_show_queries_draws_the_last_rows():
+    text = attnc.show(FIXED, n=24, queries=5, format="ascii", l=8, c=2)
+    assert "queries=5" in text
+    rows = text.rstrip("\n").split("\n")[-5:]
+    i, j = np.meshgrid(np.arange(24), np.arange(24), indexing="ij")
+    want = ((j <= i) & ((j // 8 == i // 8) | (j % 8 >= 6)))[19:]
+    assert np.array_equal(np.array([[ch != "." for ch in r] for r in rows]), want)
+    assert attnc.show(FIXED, n=24, queries=24, l=8, c=2) == attnc.show(FIXED, n=24, l=8, c=2)
+    with pytest.raises(ValueError, match="queries must be"):
+        attnc.show(FIXED, n=24, queries=0)
 
 
 def test_show_head_out_of_range():

@@ -318,6 +318,7 @@ def analyze(
     path_or_source: PathOrSource,
     n: int,
     *,
+    queries: Optional[int] = None,
     block: int = 64,
     block_cols: Optional[int] = None,
     connectivity: bool = True,
@@ -329,14 +330,19 @@ def analyze(
     Per distinct head set: ``nnz``, ``row_nnz`` {min, max, mean}, ``empty_rows``, causal leaks,
     ``blocks`` (tiles of ``block`` x ``block_cols``: full, partial, empty, waste); with
     ``connectivity`` the Sparse Transformer's criterion 2. The schema is in docs/cli.md.
+    ``queries`` (default ``n``) counts only the last ``queries`` rows, the positions of a call
+    with fewer queries than keys (``attnc analyze --queries``); the dict then has ``queries``,
+    ``first_row`` and each head's ``keys_read``.
     """
     _check_range("n", n, 1, 1 << 24)
+    if queries is not None:
+        _check_range("queries", queries, 1, n)
     _check_range("block", block, 1, 1 << 31)
     if block_cols is not None:
         _check_range("block_cols", block_cols, 1, 1 << 31)
     source, name = _pattern_text(path_or_source)
-    text, warned = _attnc.analyze(source, name, _defines(params), pattern or "", int(n), int(block),
-                                  int(block_cols or 0), bool(connectivity))
+    text, warned = _attnc.analyze(source, name, _defines(params), pattern or "", int(n), int(queries or 0),
+                                  int(block), int(block_cols or 0), bool(connectivity))
     _warn(warned)
     return json.loads(text)
 
@@ -345,6 +351,7 @@ def show(
     path_or_source: PathOrSource,
     n: int,
     *,
+    queries: Optional[int] = None,
     head: Optional[int] = None,
     grid: int = 0,
     max_side: Optional[int] = None,
@@ -356,15 +363,18 @@ def show(
     (``format="svg"``) or text (``"ascii"``). Rows are queries, columns keys, one colour per set
     (or per head when heads differ and ``head`` is None); ``grid`` draws lines every ``grid`` keys;
     above ``max_side`` cells per side (768 for SVG, 128 for text) the picture is downsampled.
+    ``queries`` (default ``n``) draws only the last ``queries`` rows (``attnc show --queries``).
     """
     if format not in ("svg", "ascii"):
         raise ValueError(f"format must be 'svg' or 'ascii', got {format!r}")
     _check_range("n", n, 1, 1 << 20)
+    if queries is not None:
+        _check_range("queries", queries, 1, n)
     _check_range("grid", grid, 0, 1 << 31)
     side = max_side if max_side is not None else (768 if format == "svg" else 128)
     _check_range("max_side", side, 8, 4096)
     source, name = _pattern_text(path_or_source)
-    text, warned = _attnc.show(source, name, _defines(params), pattern or "", int(n),
+    text, warned = _attnc.show(source, name, _defines(params), pattern or "", int(n), int(queries or n),
                                None if head is None else int(head), int(grid), int(side), format)
     _warn(warned)
     return text
