@@ -18,6 +18,9 @@ process, rounds that alternate between:
   numpy          kernel(q, k, v) on numpy arrays (allocates O)
   torch          kernel(q, k, v) on tensors: in eager mode attnc.torch calls the op's
                  implementation (no custom-op dispatch); O allocated, no lse (as 'C, no lse')
+  torch, out=    kernel(q, k, v, out=o): O written into a preallocated tensor (no
+                 allocation; the same work as 'C, no lse')
+  numpy, out=    the same on numpy arrays
   torch+autograd the same with q, k, v requiring grad (O and lse, the autograd node and
                  the saved tensors; forward only)
   op             torch.ops.attnc.attention(q, k, v, id, 0.0): the custom op through
@@ -58,6 +61,9 @@ import torch
 
 import attnc
 import attnc.torch
+
+# The modes that ask for no log-sum-exp, compared with the C call that writes none.
+NO_LSE = {"numpy", "torch", "torch, out=", "numpy, out="}
 
 PATTERN = pathlib.Path(__file__).resolve().parents[1] / "patterns" / "fixed.attn"
 
@@ -115,6 +121,8 @@ def main() -> None:
         qn, kn, vn = (x.numpy() for x in (q, k, v))
         qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
         o, lse = torch.empty(shape), torch.empty(shape[:3])
+        o2 = torch.empty(shape)  # out= of its own (o is the C call's)
+        on2 = o2.numpy()
         cq, ck, cv, co, cl = (c_tensor(x) for x in (qn, kn, vn, o.numpy(), lse.numpy()))
         pointers = [ctypes.byref(t) for t in (cq, ck, cv, co, cl)]
         address = kernel._handle.address
@@ -139,6 +147,8 @@ def main() -> None:
             "extension, fresh O": fresh_outputs,
             "numpy": lambda: kernel(qn, kn, vn),
             "torch": lambda: kernel(q, k, v),
+            "torch, out=": lambda: kernel(q, k, v, out=o2),
+            "numpy, out=": lambda: kernel(qn, kn, vn, out=on2),
             "torch+autograd": lambda: kernel(qg, kg, vg),
             "op": lambda: torch.ops.attnc.attention(q, k, v, kernel.id, 0.0),
             "op+autograd": lambda: torch.ops.attnc.attention(qg, kg, vg, kernel.id, 0.0),
@@ -147,7 +157,7 @@ def main() -> None:
             unknown = set(args.modes) - set(modes)
             if unknown:
                 parser.error(f"unknown modes {sorted(unknown)}; known: {list(modes)}")
-            keep = {"C", *args.modes} | ({"C, no lse"} if {"numpy", "torch"} & set(args.modes) else set())
+            keep = {"C", *args.modes} | ({"C, no lse"} if set(args.modes) & NO_LSE else set())
             modes = {name: f for name, f in modes.items() if name in keep}
         for f in modes.values():  # warm up: row blocks for n, allocator, dispatch caches
             for _ in range(3):
@@ -175,7 +185,7 @@ def main() -> None:
             if not name.startswith("C"):
                 # numpy calls and torch calls that record no graph ask for no log-sum-exp: their C
                 # counterpart is the call without it.
-                base = "C, no lse" if name in ("numpy", "torch") else "C"
+                base = "C, no lse" if name in NO_LSE else "C"
                 diffs = [a - b for a, b in zip(values, samples[base])]
                 q1, mid, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (diffs[0],) * 3
                 low = quartile(values) - quartile(samples[base])

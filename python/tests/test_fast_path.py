@@ -287,3 +287,68 @@ def test_a_failing_eager_call_reports_what_the_checks_say(op_runs):
     assert e.value.status_name == "ATTNC_ERROR_SHAPE"
     assert "'v' has shape [2, 4, 45, 16] but 'k' has [2, 4, 44, 16]" in str(e.value)
     assert op_runs == []  # the checks caught it before the op
+
+
+# ---- out= ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_out_is_written_in_place_with_the_ops_bits(case, op_runs):
+    hq, hkv, nq, dtype = case
+    kernel = library_kernel("fixed")
+    q, k, v = dense_inputs(hq, hkv, nq, dtype)
+    out = torch.full(q.shape, float("nan"), dtype=dtype)
+    assert kernel(q, k, v, out=out) is out
+    assert attnc.torch.attention(q, k, v, kernel, 0.3, out=out) is out
+    assert op_runs == []  # the runtime wrote into out: no op, no allocation of O
+    want, _ = op_call(q, k, v, kernel, 0.3)
+    assert torch.equal(out, want)
+
+
+def test_out_with_strides_attnc_cannot_write_is_copied_into():
+    kernel = library_kernel("fixed")
+    q, k, v = dense_inputs(4, 4, NK)
+    base = torch.zeros((2, 4, NK, 2 * D))
+    out = base[..., ::2]  # every other column: a stride attnc's O cannot have, or can (either way right)
+    attnc.torch.attention(q, k, v, kernel, out=out)
+    assert torch.equal(out, kernel(q, k, v))
+    assert torch.count_nonzero(base[..., 1::2]) == 0  # nothing written between out's columns
+
+
+def test_out_under_compile_matches_eager():
+    kernel = library_kernel("fixed")
+    q, k, v = dense_inputs(4, 2, 20)
+    out = torch.empty(q.shape)
+    fn = torch.compile(lambda q, k, v, o: attnc.torch.attention(q, k, v, kernel, out=o), fullgraph=True)
+    fn(q, k, v, out)
+    assert torch.equal(out, kernel(q, k, v))
+
+
+def test_out_errors():
+    kernel = library_kernel("fixed")
+    q, k, v = dense_inputs(4, 4, NK)
+    with pytest.raises(attnc.AttncError, match=r"'out' must have q's shape \[2, 4, 45, 16\]"):
+        kernel(q, k, v, out=torch.empty(2, 4, NK, D + 1))
+    with pytest.raises(attnc.AttncError, match="dtype torch.float32"):
+        kernel(q, k, v, out=torch.empty(q.shape, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="'out' is a ndarray"):
+        attnc.torch.attention(q, k, v, kernel, out=np.empty(q.shape, dtype=np.float32))
+    q.requires_grad_(True)
+    with pytest.raises(RuntimeError, match="out= does not support automatic differentiation"):
+        kernel(q, k, v, out=torch.empty(q.shape))
+    with torch.no_grad():
+        kernel(q, k, v, out=torch.empty(q.shape))
+
+
+def test_numpy_out():
+    kernel = library_kernel("fixed")
+    q, k, v = (x.numpy() for x in dense_inputs(4, 2, 20))
+    out = np.full(q.shape, np.nan, dtype=np.float32)
+    assert kernel(q, k, v, out=out) is out
+    assert np.array_equal(out, kernel(q, k, v))
+    with pytest.raises(attnc.AttncError, match="'out' must be a float32 numpy array of q's shape"):
+        kernel(q, k, v, out=np.empty(q.shape, dtype=np.float64))
+    frozen = np.empty(q.shape, dtype=np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(attnc.AttncError, match="read-only"):
+        kernel(q, k, v, out=frozen)

@@ -125,18 +125,29 @@ class Kernel:
     def backend(self) -> str:
         return self._handle.metadata("backend")
 
-    def __call__(self, q: Any, k: Any, v: Any, scale: Optional[float] = None) -> Any:
+    def __call__(self, q: Any, k: Any, v: Any, scale: Optional[float] = None, *, out: Any = None) -> Any:
         """Attention of q [batch, Hq, nq, d] over k, v [batch, Hkv, nk, d] (see the class);
         returns O like q (a tensor or a numpy array).
 
-        ``scale`` defaults to ``1/sqrt(d)``.
+        ``scale`` defaults to ``1/sqrt(d)``. ``out``: an array of q's shape and dtype that O is
+        written into (and returned), as in torch's ``out=``; nothing is allocated then.
         """
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(q, torch.Tensor):
             attention = _torch_attention or _import_torch_attention()
-            return attention(q, k, v, self, scale)
-        o, _ = self.forward(q, k, v, scale=scale, lse=False)
-        return o
+            return attention(q, k, v, self, scale) if out is None else attention(q, k, v, self, scale, out=out)
+        if out is None:
+            o, _ = self.forward(q, k, v, scale=scale, lse=False)
+            return o
+        q, k, v = (_numpy_input(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
+        _check_shapes(q.shape, k.shape, v.shape)
+        if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != q.shape:
+            raise error(SHAPE, f"'out' must be a float32 numpy array of q's shape {list(q.shape)}, got "
+                               f"{_describe(out)}")
+        if not out.flags.writeable:
+            raise error(INVALID_ARGUMENT, "'out' is a read-only array")
+        self._forward(q, k, v, out, None, _scale(scale))
+        return out
 
     # -- numpy --------------------------------------------------------------
 
@@ -226,6 +237,13 @@ def _check_shapes(q: Tuple[Any, ...], k: Tuple[Any, ...], v: Tuple[Any, ...]) ->
     if q[2] > k[2]:
         raise error(SHAPE, f"'q' has {q[2]} rows but 'k' {k[2]}; the queries are the last nq of the nk key "
                            "positions (bottom-right aligned), so nq <= nk")
+
+
+def _describe(x: Any) -> str:
+    """'a float64 array of shape [2, 3]', or the type's name."""
+    if hasattr(x, "dtype") and hasattr(x, "shape"):
+        return f"a {x.dtype} array of shape {list(x.shape)}"
+    return f"a {type(x).__name__}"
 
 
 def _numpy_input(x: Any, name: str) -> np.ndarray:

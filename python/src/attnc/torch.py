@@ -410,7 +410,10 @@ def _as_offsets(cu: Optional[Offsets], name: str) -> Optional[Tensor]:
     raise TypeError(f"'{name}' is a {type(cu).__name__}; cu_seqlens are an int32 tensor or a list of ints")
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float] = None) -> Tensor:
+def attention(
+    q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float] = None, *,
+    out: Optional[Tensor] = None
+) -> Tensor:
     """attnc attention with the pattern of ``kernel``: q ``[batch, Hq, nq, d]`` over k, v
     ``[batch, Hkv, nk, d]`` (CPU tensors, float32 or bfloat16, any strides); ``scale``
     defaults to ``1/sqrt(d)``.
@@ -425,8 +428,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Opt
 
     Differentiable (attnc's backward pass; dK and dV sum over each group's query heads),
     traceable by ``torch.compile(fullgraph=True)``. Returns O, contiguous, with q's shape and
-    dtype.
+    dtype; or, with ``out`` (a tensor of q's shape and dtype, any strides), writes O into it
+    and returns it, allocating nothing in eager mode (as torch's ``out=``: not differentiable).
     """
+    if out is not None:
+        return _attention_out(q, k, v, kernel, scale, out)
     if _eager(q, k, v):
         o = _eager_attention(q, k, v, kernel, scale, False)
         if o is not None:
@@ -435,6 +441,28 @@ def attention(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Opt
     _api._check_shapes(q.shape, k.shape, v.shape)
     o, _ = torch.ops.attnc.attention(q, k, v, kernel.id, _api._scale(scale))
     return o
+
+
+def _attention_out(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float],
+                   out: Tensor) -> Tensor:
+    """attention(..., out=out): in eager mode the runtime writes O into `out` itself; elsewhere,
+    or where it cannot take `out`'s strides, O is computed and copied into it."""
+    if not isinstance(out, Tensor):
+        raise TypeError(f"'out' is a {type(out).__name__}; it must be a tensor")
+    if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or out.requires_grad):
+        raise RuntimeError("attnc.torch.attention(): out= does not support automatic differentiation (an input "
+                           "requires grad); call it under torch.no_grad() or without out=")
+    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+        raise error(SHAPE, f"'out' must have q's shape {list(q.shape)}, dtype {q.dtype} and device {q.device}, "
+                           f"got {list(out.shape)}, {out.dtype} and {out.device}")
+    if _eager(q, k, v) and type(out) is _Tensor:
+        try:
+            _run(_attnc.run_forward, kernel, [q, k, v, out, None], 3, 0.0 if scale is None else _api._scale(scale))
+            return out
+        except (AttncError, TypeError, BufferError):
+            pass  # the path below words the error, or copies into an `out` attnc cannot write
+    out.copy_(attention(q, k, v, kernel, scale))
+    return out
 
 
 def attention_with_lse(
