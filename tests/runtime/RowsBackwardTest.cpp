@@ -74,47 +74,6 @@ KernelPtr compile(const RowsPattern &pc) {
   return kernel;
 }
 
-/// One sequence: batch element b, query rows [q0, q0 + nq), key rows [k0, k0 + nk).
-struct Seq {
-  int64_t b, q0, nq, k0, nk;
-};
-
-/// A call's sizes: q [batch, hq, nqTotal, d], k and v [batch, hkv, nkTotal, d].
-struct Problem {
-  int64_t batch, hq, hkv, nqTotal, nkTotal, d;
-  std::vector<Seq> seqs;
-  std::vector<int32_t> cuQ, cuK; ///< varlen offsets (empty: a dense batch)
-  size_t qSize() const { return static_cast<size_t>(batch * hq * nqTotal * d); }
-  size_t kSize() const { return static_cast<size_t>(batch * hkv * nkTotal * d); }
-  size_t lseSize() const { return static_cast<size_t>(batch * hq * nqTotal); }
-  std::string text() const {
-    std::ostringstream os;
-    os << "hq=" << hq << " hkv=" << hkv << " d=" << d << " seqs";
-    for (const Seq &s : seqs)
-      os << " " << s.nq << "/" << s.nk;
-    return os.str();
-  }
-};
-
-Problem dense(int64_t batch, int64_t hq, int64_t hkv, int64_t nq, int64_t nk, int64_t d) {
-  Problem p{batch, hq, hkv, nq, nk, d, {}, {}, {}};
-  for (int64_t b = 0; b < batch; ++b)
-    p.seqs.push_back({b, 0, nq, 0, nk});
-  return p;
-}
-
-Problem varlen(int64_t hq, int64_t hkv, const std::vector<std::pair<int64_t, int64_t>> &lengths, int64_t d) {
-  Problem p{1, hq, hkv, 0, 0, d, {}, {0}, {0}};
-  for (auto [nq, nk] : lengths) {
-    p.seqs.push_back({0, p.nqTotal, nq, p.nkTotal, nk});
-    p.nqTotal += nq;
-    p.nkTotal += nk;
-    p.cuQ.push_back(static_cast<int32_t>(p.nqTotal));
-    p.cuK.push_back(static_cast<int32_t>(p.nkTotal));
-  }
-  return p;
-}
-
 /// The oracle's membership masks of `heads` heads at length n, computed
 /// once per (pattern, n) for the whole suite.
 const std::vector<std::vector<char>> &masks(const RowsPattern &pc, int64_t heads, int64_t n) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 
 namespace attnc::test {
@@ -255,6 +256,33 @@ float fromBf16(uint16_t x) {
 
 attnc_tensor view(std::vector<float> &data, int64_t batch, int64_t heads, int64_t n, int64_t d) {
   return tensorView(data.data(), {batch, heads, n, d});
+}
+
+std::string Problem::text() const {
+  std::ostringstream os;
+  os << "hq=" << hq << " hkv=" << hkv << " d=" << d << " seqs";
+  for (const Seq &s : seqs)
+    os << " " << s.nq << "/" << s.nk;
+  return os.str();
+}
+
+Problem dense(int64_t batch, int64_t hq, int64_t hkv, int64_t nq, int64_t nk, int64_t d) {
+  Problem p{batch, hq, hkv, nq, nk, d, {}, {}, {}};
+  for (int64_t b = 0; b < batch; ++b)
+    p.seqs.push_back({b, 0, nq, 0, nk});
+  return p;
+}
+
+Problem varlen(int64_t hq, int64_t hkv, const std::vector<std::pair<int64_t, int64_t>> &lengths, int64_t d) {
+  Problem p{1, hq, hkv, 0, 0, d, {}, {0}, {0}};
+  for (auto [nq, nk] : lengths) {
+    p.seqs.push_back({0, p.nqTotal, nq, p.nkTotal, nk});
+    p.nqTotal += nq;
+    p.nkTotal += nk;
+    p.cuQ.push_back(static_cast<int32_t>(p.nqTotal));
+    p.cuK.push_back(static_cast<int32_t>(p.nkTotal));
+  }
+  return p;
 }
 
 KernelPtr jitCompile(const char *file, const char *source, const std::vector<std::string> &defines,

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attnc::test {
@@ -75,6 +76,30 @@ float fromBf16(uint16_t x);
 
 /// A contiguous [batch, heads, n, d] view.
 attnc_tensor view(std::vector<float> &data, int64_t batch, int64_t heads, int64_t n, int64_t d);
+
+/// One sequence of a call: batch element b, query rows [q0, q0 + nq), key
+/// rows [k0, k0 + nk).
+struct Seq {
+  int64_t b, q0, nq, k0, nk;
+};
+
+/// A call's sizes: q [batch, hq, nqTotal, d], k and v [batch, hkv, nkTotal,
+/// d], and its sequences (one per batch element for a dense batch).
+struct Problem {
+  int64_t batch, hq, hkv, nqTotal, nkTotal, d;
+  std::vector<Seq> seqs;
+  std::vector<int32_t> cuQ, cuK; ///< varlen offsets (empty: a dense batch)
+  size_t qSize() const { return static_cast<size_t>(batch * hq * nqTotal * d); }
+  size_t kSize() const { return static_cast<size_t>(batch * hkv * nkTotal * d); }
+  size_t lseSize() const { return static_cast<size_t>(batch * hq * nqTotal); }
+  /// "hq=8 hkv=2 d=16 seqs 7/37 ...": for failure messages.
+  std::string text() const;
+};
+
+/// A dense batch: every element nq queries over nk keys.
+Problem dense(int64_t batch, int64_t hq, int64_t hkv, int64_t nq, int64_t nk, int64_t d);
+/// A varlen batch of one element: the (nq, nk) of each sequence, packed.
+Problem varlen(int64_t hq, int64_t hkv, const std::vector<std::pair<int64_t, int64_t>> &lengths, int64_t d);
 
 /// A kernel that frees itself.
 using KernelPtr = std::unique_ptr<attnc_kernel, void (*)(attnc_kernel *)>;
