@@ -9,6 +9,8 @@ process, rounds that alternate between:
   C              attnc_run_forward through ctypes on preallocated buffers (O and lse
                  written in place; ctypes adds about a microsecond of its own)
   C, no lse      the same with lse = NULL (what a numpy call asks for)
+  C, fresh O     the same into an O from np.empty at each call: what a C caller that
+                 allocates its output pays (malloc's pages, and O's place in the caches)
   extension      attnc._attnc.run_forward on preallocated torch tensors: the 5 DLPack
                  conversions (torch._C._to_dlpack, as attnc.torch passes) and the GIL release
   extension, fresh O
@@ -31,7 +33,13 @@ Each round runs every mode once, in a random order. Prints each mode's median ti
 call, the median over rounds of its difference from its C counterpart's in the same round
 (with the interquartile range of those differences), and the difference of the two modes'
 first quartiles (robust where other work on the machine slows a quarter of the calls or
-more). At small n the kernel's work is tiny and the differences are the layers' costs; at
+more). For the modes that go through the extension it also prints the split of each call
+(wall clock only, from attnc._attnc.last_call(), when the call entered and left the C ABI):
+`before` and `after`, the call's time in the layers before and after the runtime, and `in C`,
+the runtime's own time, to compare with the C modes'. The layers' figure is free of the kernel's run-to-run noise
+(hundreds of microseconds at n = 4096), and a kernel that runs slower on a fresh O (its
+pages faulted in, or not in the caches) shows in `in C`, as it does in 'C, fresh O'.
+At small n the kernel's work is tiny and the differences are the layers' costs; at
 n = 4096 the kernel takes milliseconds and the differences are the same layers plus noise
 (pairing within rounds and the median of many rounds keep that noise small; raise
 --seconds on a busy machine).
@@ -111,7 +119,8 @@ def main() -> None:
     print(f"torch {torch.__version__}, attnc threads {args.threads}, torch threads {torch.get_num_threads()}, "
           f"{args.clock} clock" + (", cold caches" if args.cold else "") +
           ", load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
-    clock = time.perf_counter_ns if args.clock == "wall" else time.process_time_ns
+    # monotonic_ns: CLOCK_MONOTONIC, the clock attnc._attnc.last_call() reports in
+    clock = time.monotonic_ns if args.clock == "wall" else time.process_time_ns
     # 64 MiB, past any L3 this runs on; numpy's one thread, so that no OpenMP worker spins
     # on into the timed call (which the cpu clock would count).
     sweep = np.ones(16 << 20, dtype=np.float32) if args.cold else None
@@ -133,6 +142,12 @@ def main() -> None:
         def c_call_no_lse():
             assert lib.attnc_run_forward(address, *pointers[:4], None, ctypes.byref(options)) == 0
 
+        def c_call_fresh_o():
+            out = np.empty(shape, dtype=np.float32)  # (the descriptor does not keep it alive)
+            assert lib.attnc_run_forward(address, *pointers[:3], ctypes.byref(c_tensor(out)), None,
+                                         ctypes.byref(options)) == 0
+            return out
+
         handle = kernel._handle
         to_dlpack = torch._C._to_dlpack
 
@@ -143,6 +158,7 @@ def main() -> None:
         modes = {
             "C": c_call,
             "C, no lse": c_call_no_lse,
+            "C, fresh O": c_call_fresh_o,
             "extension": lambda: attnc._attnc.run_forward(handle, q, k, v, o, lse, 0.0, args.threads, to_dlpack),
             "extension, fresh O": fresh_outputs,
             "numpy": lambda: kernel(qn, kn, vn),
@@ -157,7 +173,7 @@ def main() -> None:
             unknown = set(args.modes) - set(modes)
             if unknown:
                 parser.error(f"unknown modes {sorted(unknown)}; known: {list(modes)}")
-            keep = {"C", *args.modes} | ({"C, no lse"} if set(args.modes) & NO_LSE else set())
+            keep = {"C", *args.modes} | ({"C, no lse", "C, fresh O"} if set(args.modes) & NO_LSE else set())
             modes = {name: f for name, f in modes.items() if name in keep}
         for f in modes.values():  # warm up: row blocks for n, allocator, dispatch caches
             for _ in range(3):
@@ -167,6 +183,9 @@ def main() -> None:
         per_call = time.perf_counter() - start
         calls = 1 if args.cold else max(1, int(0.002 / max(per_call, 1e-7)))  # about 2 ms of calls per sample
         samples = {name: [] for name in modes}
+        # (before, in C, after) in us per call, for the modes through the extension
+        split = {name: [] for name in modes if not name.startswith("C")} if args.clock == "wall" else {}
+        last_call = attnc._attnc.last_call
         order = list(modes.items())
         rng = random.Random(n)
         deadline = time.perf_counter() + args.seconds
@@ -175,10 +194,23 @@ def main() -> None:
             for name, f in order:
                 if args.cold:
                     np.add(sweep, 1.0, out=sweep)
+                parts = [0, 0, 0]
                 t0 = clock()
-                for _ in range(calls):
-                    f()
+                if name in split:
+                    for _ in range(calls):
+                        begin = clock()
+                        f()
+                        end = clock()
+                        enter, leave = last_call()
+                        parts[0] += enter - begin
+                        parts[1] += leave - enter
+                        parts[2] += end - leave
+                else:
+                    for _ in range(calls):
+                        f()
                 samples[name].append((clock() - t0) / calls / 1e3)
+                if name in split:
+                    split[name].append([p / calls / 1e3 for p in parts])
         print(f"n = {n}: {len(samples['C'])} rounds of {calls} calls per mode")
         for name, values in samples.items():
             line = f"  {name:<18} {statistics.median(values):10.1f} us/call"
@@ -191,6 +223,15 @@ def main() -> None:
                 low = quartile(values) - quartile(samples[base])
                 line += f"   {mid:+8.1f} us over {base} (IQR {q1:+.1f} .. {q3:+.1f}; lower quartiles {low:+.1f})"
             print(line)
+        if split:
+            print("  each call split at the C ABI (medians over rounds): the layers before it, the runtime, "
+                  "the layers after it")
+            for name, rows in split.items():
+                before, in_c, after = (statistics.median(r[i] for r in rows) for i in range(3))
+                layers = [r[0] + r[2] for r in rows]
+                q1, mid, q3 = statistics.quantiles(layers, n=4) if len(layers) > 1 else (layers[0],) * 3
+                print(f"  {name:<18} before {before:7.1f} us, in C {in_c:10.1f} us, after {after:7.1f} us; "
+                      f"before + after {mid:7.1f} us (IQR {q1:.1f} .. {q3:.1f})")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
+#include <ctime>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +62,28 @@ struct Kernel {
   ~Kernel() { attnc_kernel_free(handle); }
   attnc_kernel *handle;
 };
+
+/// When the last run_* call on this thread entered and left the C ABI, in
+/// nanoseconds of CLOCK_MONOTONIC (Python's time.perf_counter_ns, monotonic_ns):
+/// bench/python_overhead.py splits a Python call's wall time with it into the
+/// layers before the kernel, the kernel, and the layers after it, free of the
+/// kernel's own noise.
+thread_local std::pair<int64_t, int64_t> lastCall{0, 0};
+
+int64_t monotonicNs() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+/// Runs `call` (the C ABI, the GIL released) and records when.
+template <typename Call> attnc_status timedCall(Call &&call) {
+  nb::gil_scoped_release release;
+  const int64_t start = monotonicNs();
+  const attnc_status status = call();
+  lastCall = {start, monotonicNs()};
+  return status;
+}
 
 using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
 using OutArray = nb::ndarray<nb::device::cpu>;
@@ -166,14 +190,11 @@ void forward(const Kernel &kernel, const InArray &q, const InArray &k, const InA
   if (lse)
     tl = viewLse(*lse);
   const attnc_run_options options = runOptions(scale, numThreads);
-  attnc_status status;
-  {
-    nb::gil_scoped_release release;
-    attnc_tensor *l = tl ? &*tl : nullptr;
-    status = varlen ? attnc_run_varlen(kernel.handle, &tq, &tk, &tv, &to, l, varlen, &options)
-                    : attnc_run_forward(kernel.handle, &tq, &tk, &tv, &to, l, &options);
-  }
-  check(status);
+  attnc_tensor *l = tl ? &*tl : nullptr;
+  check(timedCall([&] {
+    return varlen ? attnc_run_varlen(kernel.handle, &tq, &tk, &tv, &to, l, varlen, &options)
+                  : attnc_run_forward(kernel.handle, &tq, &tk, &tv, &to, l, &options);
+  }));
 }
 
 /// attnc_run_backward, or attnc_run_backward_varlen when `varlen` is given.
@@ -184,14 +205,11 @@ void backward(const Kernel &kernel, const InArray &q, const InArray &k, const In
                      tdo = view4(dO, "d_o"), tl = viewLse(lse);
   attnc_tensor tdq = view4(dq, "d_q"), tdk = view4(dk, "d_k"), tdv = view4(dv, "d_v");
   const attnc_run_options options = runOptions(scale, numThreads);
-  attnc_status status;
-  {
-    nb::gil_scoped_release release;
-    status = varlen ? attnc_run_backward_varlen(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
-                                                varlen, &options)
-                    : attnc_run_backward(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
-  }
-  check(status);
+  check(timedCall([&] {
+    return varlen ? attnc_run_backward_varlen(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
+                                              varlen, &options)
+                  : attnc_run_backward(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
+  }));
 }
 
 void runForward(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
@@ -386,6 +404,9 @@ NB_MODULE(_attnc, m) {
         "block_cols"_a, "connectivity"_a, "(the analyze --json object, warnings)");
   m.def("show", &show, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "queries"_a, "head"_a.none(), "grid"_a,
         "max_side"_a, "format"_a, "(the picture as SVG or ASCII text, warnings)");
+  m.def("last_call", [] { return lastCall; },
+        "(start, end): when the last run_* call on this thread entered and left the C ABI, in ns of "
+        "time.monotonic_ns()'s clock (for bench/python_overhead.py)");
   m.def("cache_stats", [] {
         int64_t hits = 0, misses = 0, rebuilt = 0;
         attnc_jit_cache_stats(&hits, &misses, &rebuilt);

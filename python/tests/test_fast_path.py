@@ -9,6 +9,8 @@ by id (attnc._api._kernel_by_id); the eager path never does.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -352,3 +354,23 @@ def test_numpy_out():
     frozen.flags.writeable = False
     with pytest.raises(attnc.AttncError, match="read-only"):
         kernel(q, k, v, out=frozen)
+
+
+def test_last_call_brackets_the_runtime_inside_the_python_call():
+    """attnc._attnc.last_call() (bench/python_overhead.py's split of a call) gives when the
+    last run_* call entered and left the C ABI, on time.monotonic_ns's clock: within the Python
+    call that made it, for torch, numpy and the backward alike."""
+    kernel = library_kernel("local")
+    q, k, v = dense_inputs(2, 2, NK)
+    for call in (lambda: kernel(q, k, v), lambda: kernel(q.numpy(), k.numpy(), v.numpy()),
+                 lambda: attnc.torch.attention_with_lse(q, k, v, kernel)):
+        begin = time.monotonic_ns()
+        call()
+        end = time.monotonic_ns()
+        enter, leave = attnc._attnc.last_call()
+        assert begin <= enter <= leave <= end
+    before = attnc._attnc.last_call()
+    d_q, _, _ = kernel.backward(*(x.numpy() for x in (q, k, v)), *kernel.forward(q.numpy(), k.numpy(), v.numpy()),
+                                q.numpy())
+    assert attnc._attnc.last_call()[0] > before[1]
+    assert np.isfinite(d_q).all()
