@@ -14,7 +14,9 @@
 # Exit status 1 when a row is flagged. Environment: ATTNC_BENCH_NS (default
 # "16384" here), ATTNC_BENCH_DS (default "64 128"), ATTNC_BENCH_THREADS
 # (default 2), ATTNC_BENCH_REPEAT (runs per bench, default 3),
-# ATTNC_COMPARE_ROUNDS (default 3), ATTNC_COMPARE_TOLERANCE (default 5).
+# ATTNC_COMPARE_ROUNDS (default 3), ATTNC_COMPARE_TOLERANCE (default 5),
+# ATTNC_BENCH_DTYPE (f32 or bf16, default f32: the element type of the runs,
+# for a change to the bf16 kernels).
 set -euo pipefail
 if [ $# -ne 2 ]; then
   echo "usage: bash bench/compare_builds.sh OLD-BUILD-DIR NEW-BUILD-DIR" >&2
@@ -31,6 +33,7 @@ for bin in "$old" "$new"; do
   fi
 done
 repeat=${ATTNC_BENCH_REPEAT:-3}
+dtype=${ATTNC_BENCH_DTYPE:-f32}
 rounds=${ATTNC_COMPARE_ROUNDS:-3}
 tolerance=${ATTNC_COMPARE_TOLERANCE:-5}
 flagged=0
@@ -38,10 +41,10 @@ fused_ms() { # BINARY NAME N D [-D k=v ...]: the fused backend's median in ms
   local bin=$1 name=$2 n=$3 d=$4
   shift 4
   "$bin" bench "patterns/$name.attn" "$@" --n "$n" --d "$d" --batch 1 --heads 8 --threads "$threads" \
-    --repeat "$repeat" --backend fused --json |
+    --repeat "$repeat" --backend fused --dtype "$dtype" --json |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["results"][0]["ms"])'
 }
-echo "| pattern | n | d | old ms | new ms | new / old | rounds slower by > ${tolerance}% | |"
+echo "| pattern | n | d | old ms ($dtype) | new ms | new / old | rounds slower by > ${tolerance}% | |"
 echo "|---|---|---|---|---|---|---|---|"
 compare_row() { # NAME N D [-D k=v ...]
   local name=$1 n=$2 d=$3 r a b olds=() news=() line
