@@ -87,14 +87,9 @@ std::string shapeText(const Shape &s, int64_t heads) {
 }
 
 /// One cache directory for the whole suite: each pattern compiles once.
-ScratchDir &cacheDir() {
-  static ScratchDir dir;
-  return dir;
-}
-
 KernelPtr compile(const GradPattern &pc, const char *backend) {
   std::string error;
-  KernelPtr kernel = jitCompile(pc.file, pc.source, pc.defines, backend, cacheDir().path(), error);
+  KernelPtr kernel = jitCompile(pc.file, pc.source, pc.defines, backend, jitCacheDir(), error);
   EXPECT_TRUE(kernel) << pc.label << ": " << error;
   return kernel;
 }

@@ -64,14 +64,9 @@ const Shape kShapes[] = {{1, 1, 4},   {2, 37, 16}, {1, 100, 33}, {2, 130, 8}, {1
                          {1, 70, 64}, {1, 45, 128}, {1, 53, 80}, {1, 40, 96}};
 
 /// One cache directory for the whole suite: each pattern compiles once.
-ScratchDir &cacheDir() {
-  static ScratchDir dir;
-  return dir;
-}
-
 KernelPtr compile(const PatternCase &pc, const char *backend = "fused") {
   std::string error;
-  KernelPtr kernel = jitCompile(pc.file, nullptr, pc.defines, backend, cacheDir().path(), error);
+  KernelPtr kernel = jitCompile(pc.file, nullptr, pc.defines, backend, jitCacheDir(), error);
   EXPECT_TRUE(kernel) << error;
   return kernel;
 }
@@ -220,7 +215,7 @@ INSTANTIATE_TEST_SUITE_P(
 /// Compiles source text (not a library file) with the JIT.
 KernelPtr compileSource(const char *source, const char *backend) {
   std::string error;
-  KernelPtr kernel = jitCompile(nullptr, source, {}, backend, cacheDir().path(), error);
+  KernelPtr kernel = jitCompile(nullptr, source, {}, backend, jitCacheDir(), error);
   EXPECT_TRUE(kernel) << error;
   return kernel;
 }

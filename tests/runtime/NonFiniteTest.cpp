@@ -27,14 +27,9 @@ namespace {
 constexpr int64_t kN = 64, kD = 16, kHeads = 2;
 const std::vector<std::string> kDefines = {"l=16", "c=4"};
 
-ScratchDir &cacheDir() {
-  static ScratchDir dir;
-  return dir;
-}
-
 KernelPtr compileFixed(const char *backend) {
   std::string error;
-  KernelPtr kernel = jitCompile("fixed", nullptr, kDefines, backend, cacheDir().path(), error);
+  KernelPtr kernel = jitCompile("fixed", nullptr, kDefines, backend, jitCacheDir(), error);
   EXPECT_TRUE(kernel) << error;
   return kernel;
 }

@@ -30,11 +30,6 @@
 namespace attnc::test {
 namespace {
 
-ScratchDir &cacheDir() {
-  static ScratchDir dir;
-  return dir;
-}
-
 struct RowsPattern {
   const char *label;
   const char *file;   ///< a library pattern, or null
@@ -69,7 +64,7 @@ const RowsPattern &pattern(const char *label) {
 
 KernelPtr compile(const RowsPattern &pc) {
   std::string error;
-  KernelPtr kernel = jitCompile(pc.file, pc.source, pc.defines, "fused", cacheDir().path(), error);
+  KernelPtr kernel = jitCompile(pc.file, pc.source, pc.defines, "fused", jitCacheDir(), error);
   EXPECT_TRUE(kernel) << pc.label << ": " << error;
   return kernel;
 }

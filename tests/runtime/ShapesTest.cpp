@@ -29,11 +29,6 @@
 namespace attnc::test {
 namespace {
 
-ScratchDir &cacheDir() {
-  static ScratchDir dir;
-  return dir;
-}
-
 struct PatternCase {
   const char *label;
   const char *file;   ///< a library pattern, or null
@@ -56,7 +51,7 @@ const PatternCase kPatterns[] = {
 
 KernelPtr compile(const PatternCase &pc, const char *backend) {
   std::string error;
-  KernelPtr kernel = jitCompile(pc.file, pc.source, pc.defines, backend, cacheDir().path(), error);
+  KernelPtr kernel = jitCompile(pc.file, pc.source, pc.defines, backend, jitCacheDir(), error);
   EXPECT_TRUE(kernel) << pc.label << ": " << error;
   return kernel;
 }

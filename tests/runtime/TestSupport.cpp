@@ -298,6 +298,11 @@ KernelPtr jitCompile(const char *file, const char *source, const std::vector<std
   return KernelPtr(s == ATTNC_OK ? kernel : nullptr, attnc_kernel_free);
 }
 
+const std::string &jitCacheDir() {
+  static const ScratchDir dir;
+  return dir.path();
+}
+
 std::string patternPath(const std::string &name) {
   return std::string(ATTNC_SOURCE_DIR) + "/patterns/" + name + ".attn";
 }

@@ -109,6 +109,9 @@ using KernelPtr = std::unique_ptr<attnc_kernel, void (*)(attnc_kernel *)>;
 /// runtime's message in `error`.
 KernelPtr jitCompile(const char *file, const char *source, const std::vector<std::string> &defines,
                      const char *backend, const std::string &cacheDir, std::string &error);
+/// The JIT cache directory of this process's suites (a ScratchDir, removed
+/// at exit), for jitCompile's `cacheDir`.
+const std::string &jitCacheDir();
 /// The path of a library pattern.
 std::string patternPath(const std::string &name);
 
