@@ -533,7 +533,7 @@ TEST(NestingLimit, LongComparisonChainIsRefused) {
 }
 
 TEST(NestingLimit, DeepSetLiteralsAndCallsAreRefused) {
-  for (const std::string &open : {"{", "{ j : j in ", "min(1, ", "{ 0 .. "}) {
+  for (const std::string open : {"{", "{ j : j in ", "min(1, ", "{ 0 .. "}) {
     std::string close = open[0] == 'm' ? ")" : open == "{ 0 .. " ? " }" : " }";
     auto p = parseExpr(repeat(open, 5000) + "i" + repeat(close, 5000));
     ASSERT_GE(p->diags.errorCount(), 1u) << open;

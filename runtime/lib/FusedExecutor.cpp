@@ -45,7 +45,18 @@
 #endif
 
 #if ATTNC_FUSED_X86
+// GCC 12 reports every inlined _mm512_max_ps and friends as "'__Y' may be
+// used uninitialized": their _mm512_undefined_ps() is `__m512 __Y = __Y;`, a
+// deliberate undefined value (324 warnings in this file alone). The warning
+// is placed in the header, so it is silenced for the header's text only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 namespace attnc::rt {
@@ -116,6 +127,12 @@ using namespace avx512;
 #endif
 
 #define ATTNC_TILES_AVX512 0
+// (GCC notes, at the end of the file, that 64-byte vectors passed without
+// AVX-512 change the ABI: these functions are internal to this file, never
+// called across that boundary, so the note is off for the file.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 namespace generic {
 namespace {
 #include "FusedTiles.inc"

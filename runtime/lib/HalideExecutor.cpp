@@ -82,9 +82,8 @@ private:
 /// each {min 0, extent, stride}).
 struct View {
   halide_dimension_t dims[3];
-  halide_buffer_t buf;
+  halide_buffer_t buf{};
   View(const void *host, halide_type_code_t code, std::initializer_list<std::pair<int64_t, int64_t>> shape) {
-    std::memset(&buf, 0, sizeof buf);
     int k = 0;
     for (auto [extent, stride] : shape)
       dims[k++] = halide_dimension_t(0, static_cast<int32_t>(extent), static_cast<int32_t>(stride));

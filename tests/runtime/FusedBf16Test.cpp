@@ -101,7 +101,7 @@ struct Inputs {
 
 /// Uniform in [-qkScale, qkScale] for q and k, [-vScale, vScale] for v.
 Inputs randomInputs(int64_t n, int64_t d, uint32_t seed, float qkScale = 1.0f, float vScale = 1.0f) {
-  Inputs in{n, d};
+  Inputs in{n, d, {}, {}, {}, {}, {}, {}};
   const size_t count = static_cast<size_t>(n * d);
   for (auto *b : {&in.q, &in.k, &in.v})
     b->resize(count);

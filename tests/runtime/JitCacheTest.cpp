@@ -37,7 +37,7 @@ Stats stats() {
 
 attnc_status compileFixed(const std::string &cache, const char *define = "l=16") {
   const char *defs[] = {define};
-  attnc_jit_options options{defs, 1, nullptr, cache.c_str(), 0};
+  attnc_jit_options options{defs, 1, nullptr, cache.c_str(), 0, nullptr};
   attnc_kernel *k = nullptr;
   attnc_status s = attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k);
   attnc_kernel_free(k);
@@ -454,7 +454,7 @@ TEST(JitCache, EightProcessesCompilingOneHalideKernelAgree) {
 TEST(JitCache, NoCacheLeavesTheDirectoryEmpty) {
   ScratchDir dir;
   const char *defs[] = {"l=16"};
-  attnc_jit_options options{defs, 1, nullptr, dir.path().c_str(), 1};
+  attnc_jit_options options{defs, 1, nullptr, dir.path().c_str(), 1, nullptr};
   attnc_kernel *k = nullptr;
   ASSERT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k), ATTNC_OK);
   attnc_kernel_free(k);
@@ -463,7 +463,7 @@ TEST(JitCache, NoCacheLeavesTheDirectoryEmpty) {
 
 TEST(Jit, PatternErrorsComeBackAsDiagnostics) {
   ScratchDir dir;
-  attnc_jit_options options{nullptr, 0, nullptr, dir.path().c_str(), 0};
+  attnc_jit_options options{nullptr, 0, nullptr, dir.path().c_str(), 0, nullptr};
   attnc_kernel *k = nullptr;
   EXPECT_EQ(attnc_jit_compile_string("pattern p { attend { j : j / 0 == 1 } }", "bad.attn",
                                      &options, &k),
@@ -477,7 +477,7 @@ TEST(Jit, PatternErrorsComeBackAsDiagnostics) {
 TEST(Jit, BadDefineIsAnInvalidArgument) {
   ScratchDir dir;
   const char *defs[] = {"l"};
-  attnc_jit_options options{defs, 1, nullptr, dir.path().c_str(), 0};
+  attnc_jit_options options{defs, 1, nullptr, dir.path().c_str(), 0, nullptr};
   attnc_kernel *k = nullptr;
   EXPECT_EQ(attnc_jit_compile_file(patternPath("fixed").c_str(), &options, &k),
             ATTNC_ERROR_INVALID_ARGUMENT);

@@ -709,8 +709,8 @@ private:
     TermRef b = lower(*e.operands[1]);
     if (!a || !b)
       return nullptr;
-    Op op;
-    Type want;
+    Op op{};       // (every case below sets both; GCC 12 cannot tell)
+    Type want{};
     switch (e.binaryOp) {
     case BinaryOp::Add: op = Op::Add; want = Type::Int; break;
     case BinaryOp::Sub:
@@ -811,7 +811,7 @@ private:
     }
     TermRef result;
     for (size_t k = 0; k < e.compareOps.size(); ++k) {
-      Op op;
+      Op op{}; // (every case below sets it)
       switch (e.compareOps[k]) {
       case CompareOp::Eq: op = Op::Eq; break;
       case CompareOp::Ne: op = Op::Ne; break;
