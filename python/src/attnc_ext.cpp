@@ -64,7 +64,7 @@ struct Kernel {
 };
 
 /// When the last run_* call on this thread entered and left the C ABI, in
-/// nanoseconds of CLOCK_MONOTONIC (Python's time.perf_counter_ns, monotonic_ns):
+/// nanoseconds of CLOCK_MONOTONIC (Python's time.monotonic_ns):
 /// bench/python_overhead.py splits a Python call's wall time with it into the
 /// layers before the kernel, the kernel, and the layers after it, free of the
 /// kernel's own noise.

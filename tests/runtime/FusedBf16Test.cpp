@@ -297,6 +297,23 @@ TEST(FusedBf16Values, ExtremeScoresMatchReference) {
   }
 }
 
+TEST(FusedBf16Values, ScoreDifferencesPastF32RangeGiveZeroWeights) {
+  SKIP_WITHOUT_BF16();
+  // Scores of +-2.5e38 are finite, but a negative one minus the row's
+  // maximum is -5e38, -inf in f32: its weight must still come out 0, not
+  // NaN (the unclamped exponential's reduction makes f NaN there, and
+  // vscalefps by -inf gives 0 all the same).
+  std::unique_ptr<Planned> p = planPattern(kPatterns[2]);
+  ASSERT_TRUE(p);
+  Inputs in = randomInputs(64, 1, 4);
+  for (int64_t i = 0; i < 64; ++i) {
+    in.set(in.q, in.qf, i, 1.0e19f);
+    in.set(in.k, in.kf, i, i % 3 == 0 ? 2.5e19f : -2.5e19f);
+  }
+  const double worst = expectMatches(runBf16(*p, 0, in, 1.0f), reference(*p, 0, in, 1.0f), in);
+  RecordProperty("max_error", std::to_string(worst));
+}
+
 TEST(FusedBf16Values, TinyValuesMatchReference) {
   SKIP_WITHOUT_BF16();
   // Products of q and k below f32's normal range (flushed by vdpbf16ps;
