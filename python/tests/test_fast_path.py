@@ -116,6 +116,24 @@ def test_eager_gradients_equal_the_ops_and_the_reference(case, op_runs):
         torch.testing.assert_close(got.double(), want_ref, **tolerance)
 
 
+def test_eager_outputs_are_contiguous_for_strided_inputs(op_runs):
+    """O and the gradients are new contiguous tensors of the inputs' shapes even where q, k
+    and v are transposed views (the eager path allocates them like its inputs, in row-major
+    order), and bitwise the op's."""
+    kernel = library_kernel("fixed")
+    x = [randn((2, NK, 4, D), seed, requires_grad=True).transpose(1, 2) for seed in (1, 2, 3)]
+    assert not any(t.is_contiguous() for t in x)
+    o = kernel(*x)
+    d_o = randn(o.shape, 4)
+    grads = torch.autograd.grad(o, x, d_o)
+    assert op_runs == []
+    want_o = op_call(*x, kernel)[0]
+    want = torch.autograd.grad(want_o, x, d_o)
+    assert o.is_contiguous() and o.shape == x[0].shape and torch.equal(o, want_o)
+    for got, op, t in zip(grads, want, x):
+        assert got.is_contiguous() and got.shape == t.shape and torch.equal(got, op)
+
+
 def test_no_graph_without_grad_mode(op_runs):
     kernel = library_kernel("fixed")
     x = dense_inputs(4, 4, NK, requires_grad=True)
