@@ -294,36 +294,16 @@ def _eager(q: Tensor, k: Tensor, v: Tensor) -> bool:
 
 
 class _EagerAttention(torch.autograd.Function):
-    """attnc::attention's forward and backward without the dispatcher (the same implementations)."""
+    """attnc::attention's and attnc::attention_varlen's forward and backward without the
+    dispatcher (the same implementations); cu_q is None for a dense batch."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: float):
-        o, lse = _forward(q, k, v, kernel, scale)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.mark_non_differentiable(lse)
-        ctx.kernel = kernel
-        ctx.scale = scale
-        return o, lse
-
-    @staticmethod
-    def backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
-        q, k, v, o, lse = ctx.saved_tensors
-        # The op where the backward pass is observed, or records a graph of its own
-        # (create_graph: the op has no derivative, as on the op path).
-        if _grad_enabled() or not _eager(d_o, q, k):
-            grads = torch.ops.attnc.attention_backward(d_o, q, k, v, o, lse, ctx.kernel.id, ctx.scale)
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: float,
+                cu_q: Optional[Tensor] = None, cu_k: Optional[Tensor] = None):
+        if cu_q is None:
+            o, lse = _forward(q, k, v, kernel, scale)
         else:
-            grads = _backward(d_o, q, k, v, o, lse, ctx.kernel, ctx.scale)
-        return (*grads, None, None)
-
-
-class _EagerAttentionVarlen(torch.autograd.Function):
-    """attnc::attention_varlen's forward and backward without the dispatcher."""
-
-    @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, cu_q: Tensor, cu_k: Optional[Tensor], kernel: "_api.Kernel",
-                scale: float):
-        o, lse = _varlen_forward(q, k, v, cu_q, cu_k, kernel, scale)
+            o, lse = _varlen_forward(q, k, v, cu_q, cu_k, kernel, scale)
         ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
         ctx.mark_non_differentiable(lse)
         ctx.kernel = kernel
@@ -333,11 +313,16 @@ class _EagerAttentionVarlen(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
         q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
-        if _grad_enabled() or not _eager(d_o, q, k):
-            grads = torch.ops.attnc.attention_varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, ctx.kernel.id,
-                                                              ctx.scale)
+        kernel, scale = ctx.kernel, ctx.scale
+        # The op where the backward pass is observed, or records a graph of its own
+        # (create_graph: the op has no derivative, as on the op path).
+        on_op = _grad_enabled() or not _eager(d_o, q, k)
+        if cu_q is None:
+            grads = torch.ops.attnc.attention_backward(d_o, q, k, v, o, lse, kernel.id, scale) if on_op \
+                else _backward(d_o, q, k, v, o, lse, kernel, scale)
         else:
-            grads = _varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, ctx.kernel, ctx.scale)
+            grads = torch.ops.attnc.attention_varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, kernel.id, scale) \
+                if on_op else _varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, kernel, scale)
         return (*grads, None, None, None, None)
 
 
@@ -502,7 +487,7 @@ def attention_varlen_with_lse(
     scale = _api._scale(scale)
     if _eager(q, k, v) and type(cu_q) is _Tensor and (cu_k is None or type(cu_k) is _Tensor):
         if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-            return _EagerAttentionVarlen.apply(q, k, v, cu_q, cu_k, kernel, scale)
+            return _EagerAttention.apply(q, k, v, kernel, scale, cu_q, cu_k)
         return _varlen_forward(q, k, v, cu_q, cu_k, kernel, scale)
     return torch.ops.attnc.attention_varlen(q, k, v, cu_q, cu_k, kernel.id, scale)
 
