@@ -2,6 +2,7 @@
 
     python bench/python_overhead.py [--n 64 4096] [--threads 1] [--cold] [--clock wall|cpu]
                                     [--seconds S] [--modes NAME ...]
+    python bench/python_overhead.py --steps
 
 For each n, on [1, 8, n, 64] float32 with the *fixed* pattern (l=128, c=8), in one
 process, rounds that alternate between:
@@ -52,6 +53,10 @@ so at n = 64 the differences are the layers' cold costs without the kernel's noi
 --clock cpu times the process's CPU time instead of the wall clock: on a machine shared
 with other work, time spent descheduled is left out (with --threads 1 attnc runs on one
 core, so the two agree on an idle machine).
+
+--steps times, instead, single steps of what a call does before the runtime is entered, on
+[1, 8, 64, 64] tensors, each after a 64 MiB sweep (cold) and back to back (warm), in a random
+order, median of 400 each: what the floor of a cold call is made of.
 """
 
 from __future__ import annotations
@@ -108,7 +113,12 @@ def main() -> None:
                         help="evict the caches (a 64 MiB sweep, untimed) before each timed call")
     parser.add_argument("--modes", nargs="+", metavar="NAME",
                         help="run only these modes (C and, for numpy and torch, 'C, no lse' are always run)")
+    parser.add_argument("--steps", action="store_true",
+                        help="time single steps of a call, cold and warm, instead of the modes")
     args = parser.parse_args()
+    if args.steps:
+        steps()
+        return
 
     lib = ctypes.CDLL(os.path.join(os.path.dirname(attnc.__file__), "libattnc.so"))
     lib.attnc_run_forward.argtypes = [ctypes.c_void_p] + [ctypes.POINTER(Tensor)] * 5 + [ctypes.POINTER(Options)]
@@ -232,6 +242,43 @@ def main() -> None:
                 q1, mid, q3 = statistics.quantiles(layers, n=4) if len(layers) > 1 else (layers[0],) * 3
                 print(f"  {name:<18} before {before:7.1f} us, in C {in_c:10.1f} us, after {after:7.1f} us; "
                       f"before + after {mid:7.1f} us (IQR {q1:.1f} .. {q3:.1f})")
+
+
+def steps() -> None:
+    """--steps: single steps of a call before the C ABI, cold and warm."""
+    import attnc.torch as eager
+
+    q = torch.randn(1, 8, 64, 64)
+    shape = q.shape
+    sweep = np.ones(16 << 20, dtype=np.float32)
+    cases = {
+        "a Python call that does nothing": lambda: None,
+        "one mode check (torch._C._is_torch_function_mode_enabled)": torch._C._is_torch_function_mode_enabled,
+        "q.requires_grad": lambda: q.requires_grad,
+        "all the eager path's checks (attnc.torch._eager)": lambda: eager._eager(q, q, q),
+        "torch.empty(shape, dtype=q.dtype)": lambda: torch.empty(shape, dtype=q.dtype),
+        "torch.empty_like(q, memory_format=torch.contiguous_format)":
+            lambda: torch.empty_like(q, memory_format=torch.contiguous_format),
+        "np.empty(shape, np.float32)": lambda: np.empty(shape, np.float32),
+        "torch._C._to_dlpack(q)": lambda: torch._C._to_dlpack(q),
+    }
+    print(f"torch {torch.__version__}, median of 400 per step, us; load average "
+          "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    rng = random.Random(0)
+    for cold in (True, False):
+        times = {name: [] for name in cases}
+        names = list(cases)
+        for _ in range(400):
+            rng.shuffle(names)
+            for name in names:
+                if cold:
+                    np.add(sweep, 1.0, out=sweep)
+                t0 = time.perf_counter_ns()
+                cases[name]()
+                times[name].append((time.perf_counter_ns() - t0) / 1e3)
+        print("cold (after a 64 MiB sweep)" if cold else "warm")
+        for name, values in times.items():
+            print(f"  {name:<60} {statistics.median(values):8.1f}")
 
 
 if __name__ == "__main__":
