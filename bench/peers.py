@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch peers for docs/benchmarks.md: scaled_dot_product_attention with a
 boolean mask, and flex_attention (compiled) with the same mask_mod and its
-create_block_mask, on the CPU, float32, [batch, heads, n, d].
+create_block_mask, on the CPU, float32, [batch, heads, n, d]; and, in the same
+process, attnc through its Python package (`import attnc`, where it is
+installed: python/README.md), kernel(q, k, v) on the same tensors, with each
+row's largest difference between attnc's O and flex_attention's (the patterns
+here are written independently of patterns/*.attn, so that is a check of both).
 
 The patterns are written here again, independently, as mask_mods. Effective
 GFLOP/s uses the same definition as `attnc bench`: 4 * nnz * d * batch * heads
@@ -24,7 +28,9 @@ definition).
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -76,6 +82,22 @@ def random_blocks(seed, query_block, count, num_blocks):
     return sorted(out)
 
 
+# The benchmark rows' parameters (bench/common.sh), the mask_mods' defaults above.
+ATTNC_PARAMS = {"fixed": {"l": 128, "c": 8}, "strided": {"l": 128}, "local": {"w": 512},
+                "longformer": {"w": 256, "g": 4}, "bigbird": {"b": 64, "g": 2, "r": 3, "seed": 1234}}
+
+
+def attnc_package():
+    """The attnc package, or None (with a note) where it is not installed."""
+    try:
+        import attnc
+        import attnc.torch  # noqa: F401 (registers the ops)
+    except ImportError as e:
+        print(f"peers.py: attnc is not importable ({e}); its columns are left out", file=sys.stderr)
+        return None
+    return attnc
+
+
 def timed(fn, repeat):
     fn()  # warm-up (compiles flex_attention on first use)
     times = []
@@ -100,7 +122,10 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=0, help="key/value heads (default: --heads)")
     ap.add_argument("--queries", type=int, default=0, help="queries: the last NQ of --n positions (default: n)")
     ap.add_argument("--varlen", default="", help="packed sequence lengths L1,L2,... (--n is their sum)")
+    ap.add_argument("--no-attnc", action="store_true", help="leave out attnc (the Python package)")
     args = ap.parse_args()
+    attnc = None if args.no_attnc else attnc_package()
+    patterns_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "patterns")
     torch.set_num_threads(args.threads)
     lengths = [int(x) for x in args.varlen.split(",")] if args.varlen else []
     n, d = (sum(lengths) if lengths else args.n), args.d
@@ -151,6 +176,9 @@ def main():
         # evaluates it block by block instead of materialising n x n.
         block_mask = create_block_mask(mod, B=None, H=None, Q_LEN=nq, KV_LEN=n, device="cpu",
                                        _compile=bool(lengths))
+        # Each row compiles afresh: after a row's failed backward (flex_attention has none on the
+        # CPU) the next rows' compiled forwards ran 10-33x slower in one process without this.
+        torch._dynamo.reset()
         compiled = torch.compile(flex_attention)
         row["flex_ms"] = timed(lambda: compiled(q, k, v, block_mask=block_mask, enable_gqa=gqa), args.repeat)
         # Pairs flex_attention computes: every non-empty 128 x 128 block.
@@ -162,6 +190,21 @@ def main():
         if not args.no_sdpa:
             row["sdpa_gflops"] = flops / (row["sdpa_ms"] * 1e6)
         row["flex_gflops"] = flops / (row["flex_ms"] * 1e6)
+        if attnc is not None:
+            kernel = attnc.compile(os.path.join(patterns_dir, name + ".attn"), **ATTNC_PARAMS[name])
+            kernel.num_threads = args.threads
+            if lengths:
+                # FlashAttention's packed layout: [total, heads, d] views of the same tensors.
+                cu = torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+                ours = lambda q, k, v: attnc.torch.attention_varlen(
+                    q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1), cu,
+                    kernel=kernel).transpose(0, 1).unsqueeze(0)
+            else:
+                ours = kernel
+            row["attnc_ms"] = timed(lambda: ours(q, k, v), args.repeat)
+            row["attnc_gflops"] = flops / (row["attnc_ms"] * 1e6)
+            flex_o = compiled(q, k, v, block_mask=block_mask, enable_gqa=gqa)
+            row["attnc_max_abs_diff_vs_flex"] = float((ours(q, k, v) - flex_o).abs().max())
         if args.backward:
             bwd_flops = 10.0 * nnz * d * args.batch * args.heads
             qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
@@ -169,6 +212,9 @@ def main():
             peers = [("flex", lambda: compiled(qg, kg, vg, block_mask=block_mask, enable_gqa=gqa))]
             if not args.no_sdpa:
                 peers.append(("sdpa", lambda: sdpa(qg, kg, vg)))
+            if attnc is not None:
+                peers.append(("attnc", lambda: ours(qg, kg, vg)))
+            grads = {}
             for peer, forward in peers:
                 def step():
                     for x in (qg, kg, vg):
@@ -180,8 +226,12 @@ def main():
                     # (torch 2.x: "FlexAttention does not support backward on CPU")
                     row[peer + "_bwd_error"] = str(e).splitlines()[0]
                     continue
+                grads[peer] = [x.grad.clone() for x in (qg, kg, vg)]
                 row[peer + "_bwd_ms"] = row[peer + "_fwdbwd_ms"] - row[peer + "_ms"]
                 row[peer + "_bwd_gflops"] = bwd_flops / (row[peer + "_bwd_ms"] * 1e6)
+            if "attnc" in grads and "sdpa" in grads:
+                row["attnc_grad_max_abs_diff_vs_sdpa"] = max(
+                    float((a - b).abs().max()) for a, b in zip(grads["attnc"], grads["sdpa"]))
         print(json.dumps(row), flush=True)
 
 
