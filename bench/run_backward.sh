@@ -30,7 +30,7 @@ bench_row() { # NAME N D [-D k=v ...]
   if [ -n "${ATTNC_PEERS_PYTHON:-}" ]; then
     local sdpa=--no-sdpa
     if [ "$n" -le "$dense_max" ]; then sdpa=; fi
-    "$ATTNC_PEERS_PYTHON" "$(dirname "$0")/peers.py" --n "$n" --d "$d" --threads "$threads" \
+    "$ATTNC_PEERS_PYTHON" "$(dirname "$0")/peers.py" --no-attnc --n "$n" --d "$d" --threads "$threads" \
       --repeat "$repeat" --patterns "$name" --backward $sdpa >> "$peers"
   fi
 }

@@ -34,7 +34,7 @@ peers() { # FILE [peers.py args...]
   local file=$1
   shift
   if [ -n "$py" ]; then
-    "$py" "$(dirname "$0")/peers.py" --threads "$threads" --repeat "${ATTNC_PEERS_REPEAT:-1}" "$@" \
+    "$py" "$(dirname "$0")/peers.py" --no-attnc --threads "$threads" --repeat "${ATTNC_PEERS_REPEAT:-1}" "$@" \
       >> "$out/$file" 2>/dev/null ||
       echo '{"error": "peers.py failed"}' >> "$out/$file"
   fi
