@@ -229,6 +229,17 @@ def test_a_dispatch_mode_sees_the_varlen_ops():
     assert "attnc.attention_varlen_backward.default" in mode.ops
 
 
+def test_a_dispatch_mode_sees_the_varlen_backward_of_an_eager_forward(op_runs):
+    kernel = library_kernel("causal")
+    q, k, v, cu_q, cu_k = varlen_inputs(requires_grad=True)
+    o = attnc.torch.attention_varlen(q, k, v, cu_q, cu_k, kernel=kernel)
+    assert op_runs == []  # the forward took the eager path
+    with RecordOps() as mode:
+        o.sum().backward()
+    assert "attnc.attention_varlen_backward.default" in mode.ops
+    assert "attnc.attention_backward.default" not in mode.ops
+
+
 def test_a_function_mode_sees_the_op(op_runs):
     kernel = library_kernel("fixed")
     with RecordFunctions() as mode:

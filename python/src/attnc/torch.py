@@ -317,12 +317,14 @@ class _EagerAttention(torch.autograd.Function):
         # The op where the backward pass is observed, or records a graph of its own
         # (create_graph: the op has no derivative, as on the op path).
         on_op = _grad_enabled() or not _eager(d_o, q, k)
-        if cu_q is None:
-            grads = torch.ops.attnc.attention_backward(d_o, q, k, v, o, lse, kernel.id, scale) if on_op \
-                else _backward(d_o, q, k, v, o, lse, kernel, scale)
+        if cu_q is None and on_op:
+            grads = torch.ops.attnc.attention_backward(d_o, q, k, v, o, lse, kernel.id, scale)
+        elif cu_q is None:
+            grads = _backward(d_o, q, k, v, o, lse, kernel, scale)
+        elif on_op:
+            grads = torch.ops.attnc.attention_varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, kernel.id, scale)
         else:
-            grads = torch.ops.attnc.attention_varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, kernel.id, scale) \
-                if on_op else _varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, kernel, scale)
+            grads = _varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, kernel, scale)
         return (*grads, None, None, None, None)
 
 
