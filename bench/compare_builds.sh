@@ -16,7 +16,9 @@
 # (default 2), ATTNC_BENCH_REPEAT (runs per bench, default 3),
 # ATTNC_COMPARE_ROUNDS (default 3), ATTNC_COMPARE_TOLERANCE (default 5),
 # ATTNC_BENCH_DTYPE (f32 or bf16, default f32: the element type of the runs,
-# for a change to the bf16 kernels).
+# for a change to the bf16 kernels), ATTNC_COMPARE_PASS (forward, the
+# default, or backward: the time of attnc_run_backward from `bench
+# --backward`, for a change to the backward's kernels).
 set -euo pipefail
 if [ $# -ne 2 ]; then
   echo "usage: bash bench/compare_builds.sh OLD-BUILD-DIR NEW-BUILD-DIR" >&2
@@ -36,15 +38,24 @@ repeat=${ATTNC_BENCH_REPEAT:-3}
 dtype=${ATTNC_BENCH_DTYPE:-f32}
 rounds=${ATTNC_COMPARE_ROUNDS:-3}
 tolerance=${ATTNC_COMPARE_TOLERANCE:-5}
+pass=${ATTNC_COMPARE_PASS:-forward}
+case $pass in
+  forward) pass_flags=() field=ms ;;
+  backward) pass_flags=(--backward) field=bwd_ms ;;
+  *)
+    echo "compare_builds: ATTNC_COMPARE_PASS is forward or backward, not '$pass'" >&2
+    exit 2
+    ;;
+esac
 flagged=0
-fused_ms() { # BINARY NAME N D [-D k=v ...]: the fused backend's median in ms
+fused_ms() { # BINARY NAME N D [-D k=v ...]: the fused backend's median in ms (of the pass compared)
   local bin=$1 name=$2 n=$3 d=$4
   shift 4
   "$bin" bench "patterns/$name.attn" "$@" --n "$n" --d "$d" --batch 1 --heads 8 --threads "$threads" \
-    --repeat "$repeat" --backend fused --dtype "$dtype" --json |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["results"][0]["ms"])'
+    --repeat "$repeat" --backend fused --dtype "$dtype" "${pass_flags[@]}" --json |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["results"][0][sys.argv[1]])' "$field"
 }
-echo "| pattern | n | d | old ms ($dtype) | new ms | new / old | rounds slower by > ${tolerance}% | |"
+echo "| pattern | n | d | old $pass ms ($dtype) | new ms | new / old | rounds slower by > ${tolerance}% | |"
 echo "|---|---|---|---|---|---|---|---|"
 compare_row() { # NAME N D [-D k=v ...]
   local name=$1 n=$2 d=$3 r a b olds=() news=() line

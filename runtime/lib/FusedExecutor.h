@@ -89,6 +89,9 @@ struct GradScratch {
   std::vector<float> cq, cdo, clse, cdelta, ck, cv, cdq, cdk, cdv;
   const float *doAct[64], *qAct[64]; ///< the rows of a tile that have keys
   float *dqAct[64];
+  /// Lines of the next block (its Q, dO, K and V rows) to prefetch, one per
+  /// step of the S loops.
+  std::vector<const void *> ahead;
 };
 
 /// Per-slice scratch of the backward pass, reused across calls.

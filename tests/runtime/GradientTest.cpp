@@ -294,9 +294,10 @@ INSTANTIATE_TEST_SUITE_P(GradientPatterns, GradientForward,
 
 class GradientBackward : public ::testing::TestWithParam<std::tuple<GradPattern, const char *>> {};
 
-// Every n of 1, 7, 33, 100, 257 and every d of 16, 64, 80, 128 (80: a slice
-// of 64 columns and one of 16) per pattern; batch 2 on some.
-const Shape kBackwardShapes[] = {{2, 1, 80}, {1, 7, 128}, {2, 33, 16}, {1, 100, 64}, {1, 257, 80}, {2, 100, 128}};
+// Every n of 1, 7, 33, 70, 100, 257 and every d of 16, 64, 80, 128 (80: a
+// slice of 64 columns and one of 16) and 40 (not a multiple of 16: Q^T and
+// dO^T element by element) per pattern; batch 2 on some.
+const Shape kBackwardShapes[] = {{2, 1, 80}, {1, 7, 128}, {2, 33, 16}, {1, 100, 64}, {1, 257, 80}, {2, 100, 128}, {1, 70, 40}};
 
 TEST_P(GradientBackward, F32MatchesReference) {
   auto [pc, backend] = GetParam();
