@@ -561,11 +561,11 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
     // Q, dO, K and V, for the kernel to prefetch as it runs this one (as
     // the forward does; fixed, n = 4096: 3% of the backward).
     const int64_t R = plan.options.tileRows, next = (b + threads) * R;
-    const int64_t lines = std::max<int64_t>(0, std::min(n, next + R) - next) * ((d + 15) / 16);
-    ws.ahead.resize(static_cast<size_t>(4 * lines));
+    const int64_t rows = std::max<int64_t>(0, std::min(n, next + R) - next), lines = (d + 15) / 16;
+    ws.ahead.resize(static_cast<size_t>(4 * rows * lines));
     const void **line = ws.ahead.data();
     for (const float *array : {q, dO, k, v})
-      for (int64_t t = next; t < next + lines / ((d + 15) / 16); ++t)
+      for (int64_t t = next; t < next + rows; ++t)
         for (int64_t x = 0; x < d; x += 16)
           *line++ = array + t * d + x;
     kernel(ws.tiles, argsFor(worker), ws);
