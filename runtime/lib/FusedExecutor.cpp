@@ -93,6 +93,11 @@ struct GradArgs {
   int64_t d;
   float scale;
   int64_t tileRows;
+  /// Where not null, a byte per row of dq (per key of dk and dv): nonzero
+  /// while nothing has been written there. The first sum is stored, not
+  /// added, so the arrays need no clearing pass first (fixed, n = 4096,
+  /// d = 128: 3% of the backward); what stays fresh is cleared at the end.
+  uint8_t *dqFresh = nullptr, *kvFresh = nullptr;
 };
 
 constexpr int kGradTile = 48; // keys per tile of the backward pass (a multiple of every key group, 24 / H)
@@ -261,18 +266,66 @@ void gatherRows(const T *src, int64_t first, int64_t stride, int64_t count, int6
 }
 
 /// dst rows first, first + stride, ... (`count` of them, d floats each) +=
-/// the consecutive rows of `src`, prefetching ahead as gatherRows does.
-void addRowsBack(float *dst, int64_t first, int64_t stride, int64_t count, int64_t d, const float *src) {
+/// the consecutive rows of `src` (=, where `fresh` is not null and the
+/// row's byte in it nonzero: see GradArgs::dqFresh), prefetching ahead as
+/// gatherRows does.
+void addRowsBack(float *dst, int64_t first, int64_t stride, int64_t count, int64_t d, const float *src,
+                 const uint8_t *fresh) {
   constexpr int64_t kAhead = 8, kLine = 16;
   for (int64_t u = 0; u < count; ++u) {
+    const int64_t i = first + u * stride;
     if (u + kAhead < count)
       for (int64_t x = 0; x < d; x += kLine)
-        __builtin_prefetch(dst + (first + (u + kAhead) * stride) * d + x, 1, 3);
-    float *row = dst + (first + u * stride) * d;
+        __builtin_prefetch(dst + (i + kAhead * stride) * d + x, 1, 3);
+    float *row = dst + i * d;
     const float *from = src + u * d;
-    for (int64_t x = 0; x < d; ++x)
-      row[x] += from[x];
+    if (fresh && fresh[i])
+      std::memcpy(row, from, static_cast<size_t>(d) * sizeof(float));
+    else
+      for (int64_t x = 0; x < d; ++x)
+        row[x] += from[x];
   }
+}
+
+/// The keys of blocks `parts` (of the same rows, keys ascending, no pair in
+/// two of them) as one block: keys ascending, a key's masks OR-ed.
+void mergeBlocks(const std::vector<plan::BlockTiles> &parts, plan::BlockTiles &out) {
+  out.firstRow = parts[0].firstRow;
+  out.rows = parts[0].rows;
+  out.allRows = parts[0].allRows;
+  out.keys.clear();
+  out.masks.clear();
+  std::vector<size_t> at(parts.size(), 0);
+  for (;;) {
+    int32_t key = std::numeric_limits<int32_t>::max();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      ATTNC_CHECK(parts[i].firstRow == out.firstRow, "the backward's row-tiles pieces do not share their row blocks");
+      if (at[i] < parts[i].keys.size())
+        key = std::min(key, parts[i].keys[at[i]]);
+    }
+    if (key == std::numeric_limits<int32_t>::max())
+      return;
+    uint64_t mask = 0;
+    for (size_t i = 0; i < parts.size(); ++i)
+      if (at[i] < parts[i].keys.size() && parts[i].keys[at[i]] == key)
+        mask |= parts[i].masks[at[i]++];
+    out.keys.push_back(key);
+    out.masks.push_back(mask);
+  }
+}
+
+/// Marks rows first, first + stride, ... (`count` of them) written.
+void markWritten(uint8_t *fresh, int64_t first, int64_t stride, int64_t count) {
+  if (fresh)
+    for (int64_t u = 0; u < count; ++u)
+      fresh[first + u * stride] = 0;
+}
+
+/// Zeroes the rows of `array` ([n, d]) whose byte in `fresh` is nonzero.
+void clearFresh(float *array, const uint8_t *fresh, int64_t n, int64_t d) {
+  for (int64_t i = 0; i < n; ++i)
+    if (fresh[i])
+      std::fill(array + i * d, array + (i + 1) * d, 0.0f);
 }
 
 /// delta[i] = sum over x of dO[i, x] O[i, x] for rows [0, n): 16 partial sums
@@ -519,18 +572,20 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
   const size_t nd = static_cast<size_t>(n * d);
   s.delta.resize(static_cast<size_t>(n));
   rowDots(dO, o, n, d, s.delta.data());
-  std::memset(dq, 0, nd * sizeof(float));
-  std::memset(dk, 0, nd * sizeof(float));
-  std::memset(dv, 0, nd * sizeof(float));
+  s.dqFresh.assign(static_cast<size_t>(n), 1);
+  s.kvFresh.assign(static_cast<size_t>(n), 1);
   threads = std::max(1, threads);
   if (s.workers.size() < static_cast<size_t>(threads))
     s.workers.resize(static_cast<size_t>(threads));
   const GradBlock kernel = gradKernel();
-  GradArgs args{q, k, v, dO, lse, s.delta.data(), dq, dk, dv, d, scale, plan.options.tileRows};
-  // Worker 0 sums into dk and dv; the others into their own partial sums.
+  GradArgs args{q,  k,  v,  dO, lse, s.delta.data(), dq, dk, dv, d, scale, plan.options.tileRows,
+                s.dqFresh.data(), s.kvFresh.data()};
+  // Worker 0 sums into dk and dv; the others into their own partial sums
+  // (cleared: no fresh rows).
   auto argsFor = [&](int worker) {
     GradArgs wa = args;
     if (worker > 0) {
+      wa.kvFresh = nullptr;
       GradScratch &ws = s.workers[static_cast<size_t>(worker)];
       if (ws.dk.size() != nd) {
         ws.dk.assign(nd, 0.0f);
@@ -540,6 +595,9 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
       wa.dv = ws.dv.data();
     }
     return wa;
+  };
+  auto pieceBlocks = [&](size_t p, size_t c) -> const std::vector<plan::BlockShape> * {
+    return cached ? &cached->pieces[p][c] : nullptr;
   };
   // Block b of one source (a row-tiles piece, the dense baseline, or one
   // residue class) into ws.tiles, from the cache or generated now.
@@ -552,11 +610,25 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
       ws.tiles.expand(ws.shape, classLocal);
     }
   };
-  // A row-tiles (or dense) block: its rows are queries, in place.
-  auto runSource = [&](const plan::BlockSource &src, const std::vector<plan::BlockShape> *blocks, int worker,
-                       int64_t b) {
+  // Row block b of the row-tiles pieces `pieces` (or of the dense
+  // baseline: pieces empty): its rows are queries, in place. The pieces'
+  // keys run as one block, merged (ascending, each key's rows OR-ed: the
+  // pieces share no pair), as the forward runs a block's pieces together:
+  // one Q^T, dO^T and pass over the rows' dQ, and full tiles where a piece
+  // alone has a few keys (longformer's 4 global keys per block).
+  auto runRowBlock = [&](const std::vector<plan::BlockSource> &sources, const std::vector<size_t> &pieces,
+                         int worker, int64_t b) {
     GradScratch &ws = s.workers[static_cast<size_t>(worker)];
-    loadBlock(src, blocks, b, ws, false);
+    if (sources.size() == 1) {
+      loadBlock(sources[0], pieces.empty() ? pieceBlocks(0, 0) : pieceBlocks(pieces[0], 0), b, ws, false);
+    } else {
+      ws.parts.resize(sources.size());
+      for (size_t i = 0; i < sources.size(); ++i) {
+        loadBlock(sources[i], pieceBlocks(pieces[i], 0), b, ws, false);
+        std::swap(ws.parts[i], ws.tiles);
+      }
+      mergeBlocks(ws.parts, ws.tiles);
+    }
     // The lines of the next block this worker (likely) takes, its rows of
     // Q, dO, K and V, for the kernel to prefetch as it runs this one (as
     // the forward does; fixed, n = 4096: 3% of the backward).
@@ -571,21 +643,24 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
     kernel(ws.tiles, argsFor(worker), ws);
     ws.ahead.clear();
   };
-  auto pieceBlocks = [&](size_t p, size_t c) -> const std::vector<plan::BlockShape> * {
-    return cached ? &cached->pieces[p][c] : nullptr;
-  };
+  std::vector<plan::BlockSource> rowSources;
+  std::vector<size_t> rowPieces;
   if (dense) {
-    plan::BlockSource src = plan::BlockSource::dense(plan, head, n);
-    support::parallelFor(src.numBlocks(), threads,
-                         [&](int w, int64_t b) { runSource(src, pieceBlocks(0, 0), w, b); });
+    rowSources.push_back(plan::BlockSource::dense(plan, head, n));
   } else {
+    for (size_t p = 0; p < head.pieces.size(); ++p)
+      if (head.pieces[p].strategy == plan::Strategy::RowTiles) {
+        rowSources.emplace_back(plan, head.pieces[p], n, 0, !cached);
+        rowPieces.push_back(p);
+      }
+  }
+  if (!rowSources.empty())
+    support::parallelFor(rowSources.front().numBlocks(), threads,
+                         [&](int w, int64_t b) { runRowBlock(rowSources, rowPieces, w, b); });
+  if (!dense) {
     for (size_t p = 0; p < head.pieces.size(); ++p) {
       const plan::Piece &piece = head.pieces[p];
-      if (piece.strategy == plan::Strategy::RowTiles) {
-        plan::BlockSource src(plan, piece, n, 0, !cached);
-        support::parallelFor(src.numBlocks(), threads,
-                             [&](int w, int64_t b) { runSource(src, pieceBlocks(p, 0), w, b); });
-      } else {
+      if (piece.strategy == plan::Strategy::ResidueRelayout) {
         // Residue classes own disjoint rows and disjoint key classes: a
         // class per item. Its rows and keys are m rows apart in place (at
         // m d = 8192 floats every one maps to the same few L1 sets, as in
@@ -623,13 +698,19 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
             kernel(ws.tiles, classArgs, ws);
           }
           const GradArgs out = argsFor(w);
-          addRowsBack(dq, c, m, rows, d, ws.cdq.data());
-          addRowsBack(out.dk, keyClass, m, keys, d, ws.cdk.data());
-          addRowsBack(out.dv, keyClass, m, keys, d, ws.cdv.data());
+          addRowsBack(dq, c, m, rows, d, ws.cdq.data(), out.dqFresh);
+          markWritten(out.dqFresh, c, m, rows);
+          addRowsBack(out.dk, keyClass, m, keys, d, ws.cdk.data(), out.kvFresh);
+          addRowsBack(out.dv, keyClass, m, keys, d, ws.cdv.data(), out.kvFresh);
+          markWritten(out.kvFresh, keyClass, m, keys);
         });
       }
     }
   }
+  // Rows without keys and keys nobody attends were never written.
+  clearFresh(dq, s.dqFresh.data(), n, d);
+  clearFresh(dk, s.kvFresh.data(), n, d);
+  clearFresh(dv, s.kvFresh.data(), n, d);
   for (int w = 1; w < threads; ++w) {
     GradScratch &ws = s.workers[static_cast<size_t>(w)];
     if (ws.dk.size() != nd) // (this worker took no block: it has no sums of this shape)

@@ -83,6 +83,7 @@ struct GradScratch {
   std::vector<float> qt, dot, p, ds; ///< Q^T, dO^T of a block; P^T, dS^T of a tile
   plan::BlockShape shape;            ///< a block generated as it runs
   plan::BlockTiles tiles;            ///< the block being run
+  std::vector<plan::BlockTiles> parts; ///< its row-tiles pieces, before they are merged
   std::vector<float> dk, dv;         ///< a helper thread's partial sums ([n, d] each)
   /// A residue class's rows and keys copied to consecutive rows (q, dO,
   /// lse, delta; k, v) and its gradients before they are added back.
@@ -97,6 +98,7 @@ struct GradScratch {
 /// Per-slice scratch of the backward pass, reused across calls.
 struct FusedGradScratch {
   std::vector<float> delta;          ///< rowsum(dO * O), n floats
+  std::vector<uint8_t> dqFresh, kvFresh; ///< rows of dq, keys of dk and dv not yet written
   std::vector<GradScratch> workers;  ///< one per thread sharing the slice
 };
 
