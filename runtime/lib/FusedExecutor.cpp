@@ -98,6 +98,10 @@ struct GradArgs {
   /// added, so the arrays need no clearing pass first (fixed, n = 4096,
   /// d = 128: 3% of the backward); what stays fresh is cleared at the end.
   uint8_t *dqFresh = nullptr, *kvFresh = nullptr;
+  /// The dense baseline: every pair of every tile in every product, where
+  /// the fused kernels skip the 16-row vectors and the row and key ranges
+  /// that have no pair of the pattern.
+  bool everyPair = false;
 };
 
 constexpr int kGradTile = 48; // keys per tile of the backward pass (a multiple of every key group, 24 / H)
@@ -579,7 +583,7 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
     s.workers.resize(static_cast<size_t>(threads));
   const GradBlock kernel = gradKernel();
   GradArgs args{q,  k,  v,  dO, lse, s.delta.data(), dq, dk, dv, d, scale, plan.options.tileRows,
-                s.dqFresh.data(), s.kvFresh.data()};
+                s.dqFresh.data(), s.kvFresh.data(), dense};
   // Worker 0 sums into dk and dv; the others into their own partial sums
   // (cleared: no fresh rows).
   auto argsFor = [&](int worker) {
