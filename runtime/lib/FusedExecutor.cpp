@@ -582,8 +582,8 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
   if (s.workers.size() < static_cast<size_t>(threads))
     s.workers.resize(static_cast<size_t>(threads));
   const GradBlock kernel = gradKernel();
-  GradArgs args{q,  k,  v,  dO, lse, s.delta.data(), dq, dk, dv, d, scale, plan.options.tileRows,
-                s.dqFresh.data(), s.kvFresh.data(), dense};
+  GradArgs args{q, k, v, dO, lse, s.delta.data(), dq, dk, dv, d, scale, plan.options.tileRows, s.dqFresh.data(),
+                s.kvFresh.data(), dense};
   // Worker 0 sums into dk and dv; the others into their own partial sums
   // (cleared: no fresh rows).
   auto argsFor = [&](int worker) {
