@@ -299,14 +299,14 @@ void mergeBlocks(const std::vector<plan::BlockTiles> &parts, plan::BlockTiles &o
   out.allRows = parts[0].allRows;
   out.keys.clear();
   out.masks.clear();
+  for (const plan::BlockTiles &part : parts)
+    ATTNC_CHECK(part.firstRow == out.firstRow, "the backward's row-tiles pieces do not share their row blocks");
   std::vector<size_t> at(parts.size(), 0);
   for (;;) {
     int32_t key = std::numeric_limits<int32_t>::max();
-    for (size_t i = 0; i < parts.size(); ++i) {
-      ATTNC_CHECK(parts[i].firstRow == out.firstRow, "the backward's row-tiles pieces do not share their row blocks");
+    for (size_t i = 0; i < parts.size(); ++i)
       if (at[i] < parts[i].keys.size())
         key = std::min(key, parts[i].keys[at[i]]);
-    }
     if (key == std::numeric_limits<int32_t>::max())
       return;
     uint64_t mask = 0;
