@@ -265,5 +265,36 @@ TEST(Plan, DefaultRowsPerBlockFollowTheExecutedPairs) {
   }
 }
 
+/// The backward's rows: 64 where 64-row blocks execute at most
+/// kGradTallerWork times the forward's pairs, the forward's elsewhere.
+TEST(Plan, BackwardRowsPerBlockFollowTheExecutedPairs) {
+  auto irOf = [](const char *file) {
+    Frontend fe;
+    EXPECT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + file + ".attn"));
+    EXPECT_TRUE(fe.analyze({}));
+    return ir::canonicalizePattern(fe.patterns().front());
+  };
+  auto executed = [](const ir::PatternIR &ir, int64_t rows) {
+    int64_t total = 0;
+    for (const plan::HeadStats &h : plan::planStats(plan::buildPlan(ir, {rows, 64}), 4096))
+      total += h.executed;
+    return double(total);
+  };
+  for (const char *file : {"fixed", "local", "longformer", "causal"}) {
+    ir::PatternIR ir = irOf(file);
+    EXPECT_LE(executed(ir, 64), plan::kGradTallerWork * executed(ir, 32)) << file;
+    EXPECT_EQ(plan::gradTileRows(ir, {}), 64) << file;
+  }
+  // The band of 128 and the residue classes lose more than that at 64 rows.
+  for (const char *file : {"strided", "dilated"}) {
+    ir::PatternIR ir = irOf(file);
+    EXPECT_GT(executed(ir, 64), plan::kGradTallerWork * executed(ir, 32)) << file;
+    EXPECT_EQ(plan::gradTileRows(ir, {}), 32) << file;
+    EXPECT_EQ(plan::gradTileRows(ir, {16, 64}), 16) << file << ": the forward's rows";
+  }
+  for (const char *file : {"bigbird", "full"}) // (already 64 rows)
+    EXPECT_EQ(plan::gradTileRows(irOf(file), {}), 64) << file;
+}
+
 } // namespace
 } // namespace attnc

@@ -278,6 +278,21 @@ int64_t defaultTileRows(const ir::PatternIR &ir) {
   return double(executed(64)) <= 1.005 * double(executed(32)) ? 64 : 32;
 }
 
+int64_t gradTileRows(const ir::PatternIR &ir, const PlanOptions &forward) {
+  constexpr int64_t kReferenceN = 4096, kTaller = 64;
+  const PlanOptions resolved = resolveOptions(ir, forward);
+  if (resolved.tileRows >= kTaller)
+    return resolved.tileRows;
+  auto executed = [&](int64_t rows) {
+    int64_t total = 0;
+    for (const HeadStats &h : planStats(buildPlan(ir, {rows, resolved.tileCols}), kReferenceN))
+      total += h.executed;
+    return total;
+  };
+  return double(executed(kTaller)) <= kGradTallerWork * double(executed(resolved.tileRows)) ? kTaller
+                                                                                            : resolved.tileRows;
+}
+
 PlanOptions resolveOptions(const ir::PatternIR &ir, PlanOptions options) {
   if (options.tileRows == 0)
     options.tileRows = defaultTileRows(ir);

@@ -68,17 +68,17 @@ struct attnc_kernel {
   static constexpr size_t kCacheEntries = 64;
   static constexpr size_t kCacheBytes = size_t{256} << 20;
 
-  /// The backend's state for length n and head dimension d, prepared on
-  /// first use. Throws RunError.
-  std::shared_ptr<const attnc::rt::LengthState> prepared(int64_t n, int64_t d, int threads) {
-    const void *variant = backend->variant(d);
+  /// The backend's state for `pass` at length n and head dimension d,
+  /// prepared on first use. Throws RunError.
+  std::shared_ptr<const attnc::rt::LengthState> prepared(int64_t n, int64_t d, attnc::rt::Pass pass, int threads) {
+    const void *variant = backend->variant(d, pass);
     std::lock_guard<std::mutex> lock(cacheMutex);
     for (auto it = cache.begin(); it != cache.end(); ++it)
       if (it->n == n && it->variant == variant) {
         cache.splice(cache.begin(), cache, it);
         return cache.front().state;
       }
-    cache.push_front({n, variant, backend->prepare(n, d, threads)});
+    cache.push_front({n, variant, backend->prepare(n, d, pass, threads)});
     size_t bytes = 0;
     for (const Prepared &p : cache)
       bytes += p.state->bytes();
@@ -539,16 +539,18 @@ const attnc::rt::LengthState &noState() {
   return state;
 }
 
-/// Runs body(worker, call, sequence, head, state) for every sequence of the
-/// call with queries and every head in [0, heads) (Hq for the forward, Hkv
-/// for the backward, which runs a group's query heads in one task): slices
+/// Runs `pass`'s body(worker, call, sequence, head, state) for every
+/// sequence of the call with queries and every head (of Hq for the forward,
+/// of Hkv for the backward, which runs a group's query heads in one task),
+/// on the state the backend prepared for the pass and length: slices
 /// side by side on the shared pool, longest sequences first, each splitting
 /// its own work when there are fewer slices than threads, or one at a time
 /// with every thread inside (Threading::Inside).
 template <typename Body>
-void runSlices(const attnc_kernel &kernel, const Shape &shape, const std::vector<Seq> &seqs, int64_t heads,
+void runSlices(const attnc_kernel &kernel, attnc::rt::Pass pass, const Shape &shape, const std::vector<Seq> &seqs,
                const attnc_run_options *options, Body &&body) {
   const attnc::rt::Backend &backend = *kernel.backend;
+  const int64_t heads = pass == attnc::rt::Pass::Forward ? shape.hq : shape.hkv;
   const int threads = attnc::support::resolveThreads(options ? options->num_threads : 0);
   const float scale =
       options && options->scale != 0.0f ? options->scale : 1.0f / std::sqrt(static_cast<float>(shape.d));
@@ -574,7 +576,7 @@ void runSlices(const attnc_kernel &kernel, const Shape &shape, const std::vector
         break;
       }
     if (!states[s])
-      states[s] = const_cast<attnc_kernel &>(kernel).prepared(seqs[s].nk, shape.d, threads);
+      states[s] = const_cast<attnc_kernel &>(kernel).prepared(seqs[s].nk, shape.d, pass, threads);
   }
   backend.beginRun(threads);
   std::vector<SliceWorker> workers(static_cast<size_t>(sliceThreads));
@@ -591,7 +593,7 @@ void runSlices(const attnc_kernel &kernel, const Shape &shape, const std::vector
 void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<Seq> &seqs, const attnc_tensor &q,
              const attnc_tensor &k, const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse,
              const attnc_run_options *options) {
-  runSlices(kernel, shape, seqs, shape.hq, options,
+  runSlices(kernel, attnc::rt::Pass::Forward, shape, seqs, options,
             [&](SliceWorker &ws, const Call &c, const Seq &s, int64_t h, const attnc::rt::LengthState &state) {
               const int64_t d = c.shape.d, g = h / c.shape.group();
               const bool rowRange = c.rowRange(s);
@@ -639,7 +641,7 @@ void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<
               const attnc_tensor &q, const attnc_tensor &k, const attnc_tensor &v, const attnc_tensor &o,
               const attnc_tensor &dO, const attnc_tensor &lse, const attnc_tensor &dq, const attnc_tensor &dk,
               const attnc_tensor &dv, const attnc_run_options *options) {
-  runSlices(kernel, shape, seqs, shape.hkv, options,
+  runSlices(kernel, attnc::rt::Pass::Backward, shape, seqs, options,
             [&](SliceWorker &ws, const Call &c, const Seq &s, int64_t g, const attnc::rt::LengthState &state) {
               const int64_t d = c.shape.d, n = s.nk, group = c.shape.group();
               const bool rowRange = c.rowRange(s);

@@ -18,6 +18,9 @@
 #include "attnc/attnc.h"
 #include "attnc/attnc.hpp"
 #include "attnc/attnc_jit.h"
+#include "attnc/compiler/Compile.h"
+#include "attnc/format/KernelFile.h"
+#include "attnc/frontend/Driver.h"
 #include "attnc/plan/Csr.h"
 #include "attnc/reference/Reference.h"
 
@@ -373,6 +376,77 @@ INSTANTIATE_TEST_SUITE_P(GradientPatterns, GradientBackward,
                                             ::testing::ValuesIn(builtBackends({"fused", "dense"}))),
                          [](const ::testing::TestParamInfo<GradientBackward::ParamType> &info) {
                            return caseName(std::get<0>(info.param), std::get<1>(info.param));
+                         });
+
+//===----------------------------------------------------------------------===//
+// The backward pass on its own row blocks (grad_tile_rows), taller or
+// shorter than the forward's.
+//===----------------------------------------------------------------------===//
+
+struct GradTiles {
+  int64_t rows, cols, gradRows; ///< the forward's tiles, the backward's rows
+};
+
+class GradientTileShapes : public ::testing::TestWithParam<std::tuple<GradPattern, GradTiles>> {};
+
+/// The fused kernel of a library pattern with the forward's tiles given and
+/// grad_tile_rows set to `gradRows` in its metadata.
+KernelPtr fusedKernelWithGradRows(const GradPattern &pc, const GradTiles &tiles) {
+  Frontend fe;
+  SemaOptions sema;
+  for (const std::string &d : pc.defines)
+    sema.defines.push_back({d.substr(0, d.find('=')), std::stoll(d.substr(d.find('=') + 1))});
+  codegen::CodeGenOptions options;
+  options.planOptions = {tiles.rows, tiles.cols};
+  std::string bytes, error;
+  format::KernelFile file;
+  if (!fe.parseFile(patternPath(pc.file)) || !fe.analyze(sema) ||
+      !codegen::buildKernelFile(fe, fe.patterns().front(), options, bytes, error) ||
+      !format::decodeKernelFile(bytes, file, error)) {
+    ADD_FAILURE() << pc.label << ": " << error;
+    return KernelPtr(nullptr, attnc_kernel_free);
+  }
+  EXPECT_EQ(file.metadata.count("grad_tile_rows"), 1u) << "attnc compile records the backward's rows";
+  file.metadata["grad_tile_rows"] = std::to_string(tiles.gradRows);
+  bytes = format::encodeKernelFile(file);
+  attnc_kernel *raw = nullptr;
+  EXPECT_EQ(attnc_kernel_load_memory(bytes.data(), bytes.size(), &raw), ATTNC_OK) << attnc_last_error();
+  return KernelPtr(raw, attnc_kernel_free);
+}
+
+TEST_P(GradientTileShapes, MatchesReference) {
+  auto [pc, tiles] = GetParam();
+  KernelPtr kernel = fusedKernelWithGradRows(pc, tiles);
+  ASSERT_TRUE(kernel);
+  const int64_t heads = headsFor(kernel.get());
+  for (Shape s : {Shape{1, 130, 64}, Shape{2, 45, 33}, Shape{1, 97, 128}}) {
+    SCOPED_TRACE(pc.label + std::string(" ") + shapeText(s, heads));
+    const size_t count = static_cast<size_t>(s.batch * heads * s.n * s.d);
+    Inputs in = randomInputs(count, static_cast<uint32_t>(7 * s.n + s.d));
+    Result r;
+    if (!runContiguous(kernel.get(), in, s.batch, heads, s.n, s.d, nullptr, r))
+      return;
+    expectMatches(referenceFor(pc, in.q, in.k, in.v, in.dO, s.batch, heads, s.n, s.d), r, kF32);
+  }
+}
+
+const GradPattern kGradTilePatterns[] = {
+    {"FixedSmall", "fixed", nullptr, {"l=16", "c=4"}},
+    {"StridedSmall", "strided", nullptr, {"l=8"}},
+    {"Local", "local", nullptr, {"w=5"}},
+    {"Bigbird", "bigbird", nullptr, {"b=8", "g=1", "r=2"}},
+    {"LongformerG17", "longformer", nullptr, {"w=3", "g=17"}},
+    {"Causal", "causal", nullptr, {}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Library, GradientTileShapes,
+                         ::testing::Combine(::testing::ValuesIn(kGradTilePatterns),
+                                            ::testing::Values(GradTiles{32, 64, 64}, GradTiles{64, 64, 32},
+                                                              GradTiles{32, 64, 16}, GradTiles{7, 5, 48})),
+                         [](const ::testing::TestParamInfo<GradientTileShapes::ParamType> &info) {
+                           const GradTiles &t = std::get<1>(info.param);
+                           return std::string(std::get<0>(info.param).label) + "_" + std::to_string(t.rows) + "x" +
+                                  std::to_string(t.cols) + "_grad" + std::to_string(t.gradRows);
                          });
 
 //===----------------------------------------------------------------------===//

@@ -281,6 +281,17 @@ TEST_F(RuntimeErrors, FusedKernelWithBadTileSizesIsCorrupt) {
     EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL) << bad;
     EXPECT_NE(std::string(attnc_last_error()).find("tuned_tiles"), std::string::npos) << attnc_last_error();
   }
+  // The backward pass's rows per block, when given, are 1 .. 64 too.
+  file.metadata.erase("tuned_tiles");
+  for (const char *good : {"1", "16", "64"}) {
+    file.metadata["grad_tile_rows"] = good;
+    EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_OK) << good << ": " << attnc_last_error();
+  }
+  for (const char *bad : {"0", "65", "-32", "rows", ""}) {
+    file.metadata["grad_tile_rows"] = bad;
+    EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL) << bad;
+    EXPECT_NE(std::string(attnc_last_error()).find("bad tile sizes"), std::string::npos) << attnc_last_error();
+  }
 }
 
 TEST_F(RuntimeErrors, AnUnknownBackendIsCorruptAndNamesTheKnownOnes) {

@@ -42,9 +42,13 @@ int runEmit(const EmitOptions &opts) {
     });
     break;
   }
-  case Stage::Plan:
-    text = plan::printPlan(plan::buildPlan(lp->ir), opts.n);
+  case Stage::Plan: {
+    const plan::Plan forward = plan::buildPlan(lp->ir);
+    const int64_t gradRows = plan::gradTileRows(lp->ir, forward.options);
+    text = plan::printPlan(forward, opts.n) + "backward pass: row blocks of " + std::to_string(gradRows) +
+           (gradRows == forward.options.tileRows ? " (the forward's)\n" : " (grad_tile_rows)\n");
     break;
+  }
   case Stage::Halide: {
     if (std::string why = compiler::backendUnavailable(codegen::Backend::Halide); !why.empty()) {
       std::cerr << "attnc: error: --stage halide: " << why << "\n";

@@ -256,6 +256,8 @@ bool build(const Frontend &fe, const Compilation &c, format::KernelFile &file, s
     file.metadata["tile_cols"] = std::to_string(options.planOptions.tileCols);
     if (options.backend == Backend::Fused && !options.tunedTiles.empty())
       file.metadata["tuned_tiles"] = plan::formatTunedTiles(options.tunedTiles);
+    if (options.backend == Backend::Fused) // the backward pass's blocks, at every d
+      file.metadata["grad_tile_rows"] = std::to_string(plan::gradTileRows(c.ir, options.planOptions));
   }
   return true;
 }

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,6 +102,10 @@ enum class Threading {
   Inside,  ///< one slice at a time, every thread inside it (the backend runs its own parallel loops)
 };
 
+/// The pass a prepared state is for: a backend may run the backward pass
+/// on other tiles than the forward.
+enum class Pass { Forward, Backward };
+
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -126,13 +131,14 @@ public:
   /// (Slice::qb, kb, vb; GradSlice::kb, vb) on any CPU.
   virtual bool takesBf16Rows() const { return false; }
 
-  /// Identifies what a call with head dimension d runs on (e.g. a plan tuned
-  /// for d): prepared states are cached per (n, variant(d)).
-  virtual const void *variant(int64_t d) const { return nullptr; }
+  /// Identifies what a pass with head dimension d runs on (e.g. a plan tuned
+  /// for d, or the backward's own): prepared states are cached per
+  /// (n, variant(d, pass)), so passes that run on the same share one.
+  virtual const void *variant(int64_t d, Pass pass) const { return nullptr; }
 
-  /// What calls at length n with head dimension d need; `threads` may build
-  /// it in parallel.
-  virtual std::shared_ptr<const LengthState> prepare(int64_t n, int64_t d, int threads) const = 0;
+  /// What the pass at length n with head dimension d needs; `threads` may
+  /// build it in parallel.
+  virtual std::shared_ptr<const LengthState> prepare(int64_t n, int64_t d, Pass pass, int threads) const = 0;
 
   virtual std::unique_ptr<Scratch> newScratch() const = 0;
 
@@ -158,18 +164,27 @@ std::unique_ptr<Backend> makeBackend(const LoadedKernel &kernel);
 
 // Shared by the backends' files.
 
-/// The plan of a plan-driven kernel (fused, dense, halide) from its pattern
-/// and tile metadata, and the plans of the shapes tuned per d
-/// (`tuned_tiles`). Throws RunError on bad metadata.
+/// A forward plan and, where the kernel's grad_tile_rows differ from its
+/// rows, the backward pass's: the same pieces on blocks of those rows
+/// (plan::gradTileRows).
+struct PassPlans {
+  plan::Plan forward;
+  std::optional<plan::Plan> backward;
+  const plan::Plan &of(Pass pass) const { return pass == Pass::Backward && backward ? *backward : forward; }
+};
+
+/// The plans of a plan-driven kernel (fused, dense, halide) from its pattern
+/// and tile metadata, and those of the shapes tuned per d (`tuned_tiles`).
+/// Throws RunError on bad metadata.
 struct KernelPlans {
-  plan::Plan plan;
-  std::vector<std::pair<int64_t, plan::Plan>> tuned;
-  /// The plan a call with head dimension d runs: d's tuned shape if any.
-  const plan::Plan &forDim(int64_t d) const {
+  PassPlans base;
+  std::vector<std::pair<int64_t, PassPlans>> tuned;
+  /// The plans a call with head dimension d runs: d's tuned shape if any.
+  const PassPlans &forDim(int64_t d) const {
     for (const auto &[tunedD, p] : tuned)
       if (tunedD == d)
         return p;
-    return plan;
+    return base;
   }
 };
 KernelPlans kernelPlans(const LoadedKernel &kernel);

@@ -21,16 +21,27 @@ KernelPlans kernelPlans(const LoadedKernel &kernel) {
   // (Files without them predate tuning and were built for 32 x 32 tiles.)
   options.tileRows = get("tile_rows", 32);
   options.tileCols = get("tile_cols", 32);
-  if (options.tileRows < 1 || options.tileRows > 64 || options.tileCols < 1 || options.tileCols > 4096)
-    throw RunError{ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tile sizes"};
+  // (Files without it run the backward pass on the forward's blocks.)
+  const bool hasGrad = metadata.count("grad_tile_rows") != 0;
+  const int64_t gradRows = get("grad_tile_rows", 0);
+  if (options.tileRows < 1 || options.tileRows > 64 || options.tileCols < 1 || options.tileCols > 4096 ||
+      (hasGrad && (gradRows < 1 || gradRows > 64)))
+    throw RunError{ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tile sizes (tile_rows and "
+                                               "grad_tile_rows must be 1-64, tile_cols 1-4096)"};
+  auto both = [&](const plan::PlanOptions &forward) {
+    PassPlans p{plan::buildPlan(kernel.ir, forward), std::nullopt};
+    if (hasGrad && gradRows != forward.tileRows)
+      p.backward = plan::buildPlan(kernel.ir, {gradRows, forward.tileCols});
+    return p;
+  };
   KernelPlans plans;
-  plans.plan = plan::buildPlan(kernel.ir, options);
+  plans.base = both(options);
   if (auto tuned = metadata.find("tuned_tiles"); tuned != metadata.end()) {
     plan::TunedTiles tiles;
     if (!plan::parseTunedTiles(tuned->second, tiles))
       throw RunError{ATTNC_ERROR_CORRUPT_KERNEL, "kernel metadata has bad tuned_tiles '" + tuned->second + "'"};
     for (const auto &[d, t] : tiles)
-      plans.tuned.push_back({d, plan::buildPlan(kernel.ir, t)});
+      plans.tuned.push_back({d, both(t)});
   }
   return plans;
 }

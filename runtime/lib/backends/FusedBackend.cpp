@@ -56,12 +56,12 @@ public:
       sets_.push_back(head.set);
   }
 
-  const void *variant(int64_t d) const override { return &planFor(d); }
+  const void *variant(int64_t d, Pass pass) const override { return &planFor(d, pass); }
 
-  std::shared_ptr<const LengthState> prepare(int64_t n, int64_t d, int threads) const override {
+  std::shared_ptr<const LengthState> prepare(int64_t n, int64_t d, Pass pass, int threads) const override {
     checkKeysFit32Bits(n);
     auto state = std::make_shared<FusedState>();
-    state->plan = &planFor(d);
+    state->plan = &planFor(d, pass);
     plan::buildShapes(*state->plan, n, dense_, fusedCacheBytes(), state->blocks, threads);
     return state;
   }
@@ -131,8 +131,10 @@ public:
   }
 
 private:
-  /// The dense baseline always runs the kernel's own tiles.
-  const plan::Plan &planFor(int64_t d) const { return dense_ ? plans_.plan : plans_.forDim(d); }
+  /// The dense baseline always runs the kernel's own tiles, in both passes.
+  const plan::Plan &planFor(int64_t d, Pass pass) const {
+    return dense_ ? plans_.base.forward : plans_.forDim(d).of(pass);
+  }
 
   /// Queries at most 1 / kRowRangeRatio of the keys run row by row.
   static constexpr int64_t kRowRangeRatio = 4;

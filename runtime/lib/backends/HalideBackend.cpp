@@ -39,13 +39,13 @@ bool cpuHasAvx512() {
 
 class HalideBackend final : public Backend {
 public:
-  explicit HalideBackend(const LoadedKernel &kernel) : plans_(kernelPlans(kernel)) {
+  explicit HalideBackend(const LoadedKernel &kernel) : plan_(kernelPlans(kernel).base.forward) {
     // The code was compiled for the schedule's block rows and key chunk.
     const auto &metadata = kernel.file.metadata;
     auto schedule = metadata.find("halide_schedule");
     int rows = 0, chunk = 0;
     if (schedule == metadata.end() || std::sscanf(schedule->second.c_str(), "r%d-k%d-", &rows, &chunk) != 2 ||
-        rows != plans_.plan.options.tileRows || chunk != plans_.plan.options.tileCols)
+        rows != plan_.options.tileRows || chunk != plan_.options.tileCols)
       throw RunError{ATTNC_ERROR_CORRUPT_KERNEL,
                      "kernel metadata: the halide schedule does not match tile_rows and tile_cols"};
     if (!cpuHasAvx512())
@@ -58,10 +58,10 @@ public:
       throw RunError{ATTNC_ERROR_CORRUPT_KERNEL, error};
   }
 
-  std::shared_ptr<const LengthState> prepare(int64_t n, int64_t d, int threads) const override {
+  std::shared_ptr<const LengthState> prepare(int64_t n, int64_t d, Pass, int threads) const override {
     checkKeysFit32Bits(n);
     auto state = std::make_shared<HalideState>();
-    state->blocks = buildHalideBlocks(plans_.plan, n, threads);
+    state->blocks = buildHalideBlocks(plan_, n, threads);
     return state;
   }
 
@@ -77,7 +77,7 @@ public:
   void runSlice(const LengthState &state, const Slice &s, Scratch &scratch, int threads) const override {
     const auto &blocks = static_cast<const HalideState &>(state).blocks[static_cast<size_t>(s.set)];
     std::string error;
-    if (!runHalideHead(entries_, plans_.plan, blocks, s.n, s.d, s.q, s.k, s.v, s.o, s.scale,
+    if (!runHalideHead(entries_, plan_, blocks, s.n, s.d, s.q, s.k, s.v, s.o, s.scale,
                        static_cast<HalideWorker &>(scratch).halide, error))
       throw RunError{ATTNC_ERROR_INTERNAL, error};
     if (s.lse) // the lists' rows merged by their log-sum-exp: each row's own
@@ -85,7 +85,7 @@ public:
   }
 
 private:
-  KernelPlans plans_;
+  plan::Plan plan_; ///< the schedule's blocks (no tuned shapes, no backward pass)
   std::unique_ptr<NativeCode> code_;
   HalideCode entries_;
 };

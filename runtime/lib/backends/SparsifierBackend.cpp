@@ -33,7 +33,7 @@ public:
       entries_.push_back(reinterpret_cast<attnc_head_fn>(code_.symbol("attnc_head_" + std::to_string(k))));
   }
 
-  std::shared_ptr<const LengthState> prepare(int64_t n, int64_t d, int threads) const override {
+  std::shared_ptr<const LengthState> prepare(int64_t n, int64_t d, Pass, int threads) const override {
     auto state = std::make_shared<CsrState>();
     for (const auto &head : ir_.heads) {
       ir::Csr csr;

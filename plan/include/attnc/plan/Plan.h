@@ -88,6 +88,18 @@ PlanOptions resolveOptions(const ir::PatternIR &ir, PlanOptions options);
 /// band's diagonal.
 int64_t defaultTileRows(const ir::PatternIR &ir);
 
+/// The rows per block of the backward pass beside a forward plan with
+/// `forward` (resolved): 64 where 64-row blocks compute at most
+/// kGradTallerWork times the pairs of the forward's (counted at n = 4096),
+/// else the forward's. The backward narrows its products to the 16-row
+/// vectors and row ranges a tile's keys have, so padding costs it less than
+/// the forward, and a taller block loads each key row for more rows (fixed,
+/// local, longformer: 32 -> 64 rows, 1-3% faster; strided, whose band and
+/// residue classes execute 1.17x the pairs at 64 rows, 4% slower).
+/// attnc compile records it as the kernel's grad_tile_rows.
+int64_t gradTileRows(const ir::PatternIR &ir, const PlanOptions &forward);
+inline constexpr double kGradTallerWork = 1.14;
+
 /// `count` intervals [lo + k period, lo + k period + len), k = 0 .. count-1:
 /// a stripe's keys up to a block (one interval per period of it) are one
 /// run, so a block of *fixed* or *strided* is O(1) to store, not O(n / l).
