@@ -300,22 +300,30 @@ class GradientBackward : public ::testing::TestWithParam<std::tuple<GradPattern,
 // Every n of 1, 7, 33, 70, 100, 257 and every d of 16, 64, 80, 128 (80: a
 // slice of 64 columns and one of 16) and 40 (not a multiple of 16: Q^T and
 // dO^T element by element) per pattern; batch 2 on some.
-const Shape kBackwardShapes[] = {{2, 1, 80}, {1, 7, 128}, {2, 33, 16}, {1, 100, 64}, {1, 257, 80}, {2, 100, 128}, {1, 70, 40}};
+const std::vector<Shape> kBackwardShapes = {{2, 1, 80},  {1, 7, 128},   {2, 33, 16}, {1, 100, 64},
+                                           {1, 257, 80}, {2, 100, 128}, {1, 70, 40}};
+
+/// `kernel`'s forward and backward on random f32 inputs of each shape (seed
+/// seedPerRow * n + d) against the double reference.
+void expectF32Matches(const GradPattern &pc, attnc_kernel *kernel, const std::vector<Shape> &shapes,
+                      uint32_t seedPerRow) {
+  const int64_t heads = headsFor(kernel);
+  for (Shape s : shapes) {
+    SCOPED_TRACE(pc.label + std::string(" f32 ") + shapeText(s, heads));
+    const size_t count = static_cast<size_t>(s.batch * heads * s.n * s.d);
+    Inputs in = randomInputs(count, static_cast<uint32_t>(seedPerRow * s.n + s.d));
+    Result r;
+    if (!runContiguous(kernel, in, s.batch, heads, s.n, s.d, nullptr, r))
+      return;
+    expectMatches(referenceFor(pc, in.q, in.k, in.v, in.dO, s.batch, heads, s.n, s.d), r, kF32);
+  }
+}
 
 TEST_P(GradientBackward, F32MatchesReference) {
   auto [pc, backend] = GetParam();
   KernelPtr kernel = compile(pc, backend);
   ASSERT_TRUE(kernel);
-  const int64_t heads = headsFor(kernel.get());
-  for (Shape s : kBackwardShapes) {
-    SCOPED_TRACE(pc.label + std::string(" f32 ") + shapeText(s, heads));
-    const size_t count = static_cast<size_t>(s.batch * heads * s.n * s.d);
-    Inputs in = randomInputs(count, static_cast<uint32_t>(3 * s.n + s.d));
-    Result r;
-    if (!runContiguous(kernel.get(), in, s.batch, heads, s.n, s.d, nullptr, r))
-      return;
-    expectMatches(referenceFor(pc, in.q, in.k, in.v, in.dO, s.batch, heads, s.n, s.d), r, kF32);
-  }
+  expectF32Matches(pc, kernel.get(), kBackwardShapes, 3);
 }
 
 /// bf16 tensors [b, h, n, d] from float values (rounded to nearest even).
@@ -418,16 +426,7 @@ TEST_P(GradientTileShapes, MatchesReference) {
   auto [pc, tiles] = GetParam();
   KernelPtr kernel = fusedKernelWithGradRows(pc, tiles);
   ASSERT_TRUE(kernel);
-  const int64_t heads = headsFor(kernel.get());
-  for (Shape s : {Shape{1, 130, 64}, Shape{2, 45, 33}, Shape{1, 97, 128}}) {
-    SCOPED_TRACE(pc.label + std::string(" ") + shapeText(s, heads));
-    const size_t count = static_cast<size_t>(s.batch * heads * s.n * s.d);
-    Inputs in = randomInputs(count, static_cast<uint32_t>(7 * s.n + s.d));
-    Result r;
-    if (!runContiguous(kernel.get(), in, s.batch, heads, s.n, s.d, nullptr, r))
-      return;
-    expectMatches(referenceFor(pc, in.q, in.k, in.v, in.dO, s.batch, heads, s.n, s.d), r, kF32);
-  }
+  expectF32Matches(pc, kernel.get(), {{1, 130, 64}, {2, 45, 33}, {1, 97, 128}}, 7);
 }
 
 const GradPattern kGradTilePatterns[] = {
