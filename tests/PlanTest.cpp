@@ -240,15 +240,17 @@ TEST(Plan, SeedPatternsGetTheirDisjointPiecesAndRelayout) {
   EXPECT_LE(plan::executedOverUseful(plan::planStats(plan, 4096)), 1.35);
 }
 
+/// The IR of library pattern `file` with its default parameters.
+ir::PatternIR irOf(const char *file) {
+  Frontend fe;
+  EXPECT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + file + ".attn"));
+  EXPECT_TRUE(fe.analyze({}));
+  return ir::canonicalizePattern(fe.patterns().front());
+}
+
 /// The rows per block picked when none is given: 64 only where the bigger
 /// blocks compute no more pairs (blocks aligned to the pattern's own).
 TEST(Plan, DefaultRowsPerBlockFollowTheExecutedPairs) {
-  auto irOf = [](const char *file) {
-    Frontend fe;
-    EXPECT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + file + ".attn"));
-    EXPECT_TRUE(fe.analyze({}));
-    return ir::canonicalizePattern(fe.patterns().front());
-  };
   for (const char *file : {"bigbird", "full"}) {
     ir::PatternIR ir = irOf(file);
     EXPECT_EQ(plan::defaultTileRows(ir), 64) << file;
@@ -268,12 +270,6 @@ TEST(Plan, DefaultRowsPerBlockFollowTheExecutedPairs) {
 /// The backward's rows: 64 where 64-row blocks execute at most
 /// kGradTallerWork times the forward's pairs, the forward's elsewhere.
 TEST(Plan, BackwardRowsPerBlockFollowTheExecutedPairs) {
-  auto irOf = [](const char *file) {
-    Frontend fe;
-    EXPECT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + file + ".attn"));
-    EXPECT_TRUE(fe.analyze({}));
-    return ir::canonicalizePattern(fe.patterns().front());
-  };
   auto executed = [](const ir::PatternIR &ir, int64_t rows) {
     int64_t total = 0;
     for (const plan::HeadStats &h : plan::planStats(plan::buildPlan(ir, {rows, 64}), 4096))
@@ -283,17 +279,19 @@ TEST(Plan, BackwardRowsPerBlockFollowTheExecutedPairs) {
   for (const char *file : {"fixed", "local", "longformer", "causal"}) {
     ir::PatternIR ir = irOf(file);
     EXPECT_LE(executed(ir, 64), plan::kGradTallerWork * executed(ir, 32)) << file;
-    EXPECT_EQ(plan::gradTileRows(ir, {}), 64) << file;
+    EXPECT_EQ(plan::gradTileRows(ir, plan::buildPlan(ir).options), 64) << file;
   }
   // The band of 128 and the residue classes lose more than that at 64 rows.
   for (const char *file : {"strided", "dilated"}) {
     ir::PatternIR ir = irOf(file);
     EXPECT_GT(executed(ir, 64), plan::kGradTallerWork * executed(ir, 32)) << file;
-    EXPECT_EQ(plan::gradTileRows(ir, {}), 32) << file;
+    EXPECT_EQ(plan::gradTileRows(ir, plan::buildPlan(ir).options), 32) << file;
     EXPECT_EQ(plan::gradTileRows(ir, {16, 64}), 16) << file << ": the forward's rows";
   }
-  for (const char *file : {"bigbird", "full"}) // (already 64 rows)
-    EXPECT_EQ(plan::gradTileRows(irOf(file), {}), 64) << file;
+  for (const char *file : {"bigbird", "full"}) { // (already 64 rows)
+    ir::PatternIR ir = irOf(file);
+    EXPECT_EQ(plan::gradTileRows(ir, plan::buildPlan(ir).options), 64) << file;
+  }
 }
 
 } // namespace

@@ -267,30 +267,32 @@ const char *strategyName(Strategy s) {
 
 } // namespace
 
+namespace {
+/// The pairs every head of the plan with `options` executes at length n.
+int64_t executedPairs(const ir::PatternIR &ir, const PlanOptions &options, int64_t n) {
+  int64_t total = 0;
+  for (const HeadStats &h : planStats(buildPlan(ir, options), n))
+    total += h.executed;
+  return total;
+}
+} // namespace
+
 int64_t defaultTileRows(const ir::PatternIR &ir) {
   constexpr int64_t kReferenceN = 1024;
-  auto executed = [&](int64_t rows) {
-    int64_t total = 0;
-    for (const HeadStats &h : planStats(buildPlan(ir, {rows, 64}), kReferenceN))
-      total += h.executed;
-    return total;
-  };
-  return double(executed(64)) <= 1.005 * double(executed(32)) ? 64 : 32;
+  return double(executedPairs(ir, {64, 64}, kReferenceN)) <= 1.005 * double(executedPairs(ir, {32, 64}, kReferenceN))
+             ? 64
+             : 32;
 }
 
 int64_t gradTileRows(const ir::PatternIR &ir, const PlanOptions &forward) {
+  ATTNC_CHECK(forward.tileRows > 0, "gradTileRows takes the forward's resolved options (resolveOptions)");
   constexpr int64_t kReferenceN = 4096, kTaller = 64;
-  const PlanOptions resolved = resolveOptions(ir, forward);
-  if (resolved.tileRows >= kTaller)
-    return resolved.tileRows;
-  auto executed = [&](int64_t rows) {
-    int64_t total = 0;
-    for (const HeadStats &h : planStats(buildPlan(ir, {rows, resolved.tileCols}), kReferenceN))
-      total += h.executed;
-    return total;
-  };
-  return double(executed(kTaller)) <= kGradTallerWork * double(executed(resolved.tileRows)) ? kTaller
-                                                                                            : resolved.tileRows;
+  if (forward.tileRows >= kTaller)
+    return forward.tileRows;
+  return double(executedPairs(ir, {kTaller, forward.tileCols}, kReferenceN)) <=
+                 kGradTallerWork * double(executedPairs(ir, forward, kReferenceN))
+             ? kTaller
+             : forward.tileRows;
 }
 
 PlanOptions resolveOptions(const ir::PatternIR &ir, PlanOptions options) {

@@ -18,9 +18,7 @@
 #include "attnc/attnc.h"
 #include "attnc/attnc.hpp"
 #include "attnc/attnc_jit.h"
-#include "attnc/compiler/Compile.h"
 #include "attnc/format/KernelFile.h"
-#include "attnc/frontend/Driver.h"
 #include "attnc/plan/Csr.h"
 #include "attnc/reference/Reference.h"
 
@@ -400,23 +398,13 @@ class GradientTileShapes : public ::testing::TestWithParam<std::tuple<GradPatter
 /// The fused kernel of a library pattern with the forward's tiles given and
 /// grad_tile_rows set to `gradRows` in its metadata.
 KernelPtr fusedKernelWithGradRows(const GradPattern &pc, const GradTiles &tiles) {
-  Frontend fe;
-  SemaOptions sema;
-  for (const std::string &d : pc.defines)
-    sema.defines.push_back({d.substr(0, d.find('=')), std::stoll(d.substr(d.find('=') + 1))});
-  codegen::CodeGenOptions options;
-  options.planOptions = {tiles.rows, tiles.cols};
-  std::string bytes, error;
   format::KernelFile file;
-  if (!fe.parseFile(patternPath(pc.file)) || !fe.analyze(sema) ||
-      !codegen::buildKernelFile(fe, fe.patterns().front(), options, bytes, error) ||
-      !format::decodeKernelFile(bytes, file, error)) {
-    ADD_FAILURE() << pc.label << ": " << error;
-    return KernelPtr(nullptr, attnc_kernel_free);
-  }
+  std::string error;
+  EXPECT_TRUE(format::decodeKernelFile(fusedKernelBytes(pc.file, pc.defines, tiles.rows, tiles.cols), file, error))
+      << error;
   EXPECT_EQ(file.metadata.count("grad_tile_rows"), 1u) << "attnc compile records the backward's rows";
   file.metadata["grad_tile_rows"] = std::to_string(tiles.gradRows);
-  bytes = format::encodeKernelFile(file);
+  const std::string bytes = format::encodeKernelFile(file);
   attnc_kernel *raw = nullptr;
   EXPECT_EQ(attnc_kernel_load_memory(bytes.data(), bytes.size(), &raw), ATTNC_OK) << attnc_last_error();
   return KernelPtr(raw, attnc_kernel_free);

@@ -145,15 +145,7 @@ class FusedTileShapes
 
 TEST_P(FusedTileShapes, MatchesReference) {
   auto [pc, tiles, shape] = GetParam();
-  Frontend fe;
-  SemaOptions sema;
-  for (const std::string &d : pc.defines)
-    sema.defines.push_back({d.substr(0, d.find('=')), std::stoll(d.substr(d.find('=') + 1))});
-  ASSERT_TRUE(fe.parseFile(patternPath(pc.file)) && fe.analyze(sema));
-  codegen::CodeGenOptions options;
-  options.planOptions = {tiles.rows, tiles.cols};
-  std::string bytes, error;
-  ASSERT_TRUE(codegen::buildKernelFile(fe, fe.patterns().front(), options, bytes, error)) << error;
+  const std::string bytes = fusedKernelBytes(pc.file, pc.defines, tiles.rows, tiles.cols);
   ScratchDir dir;
   std::string path = dir.path() + "/k.attnk";
   std::ofstream(path, std::ios::binary) << bytes;

@@ -307,6 +307,25 @@ std::string patternPath(const std::string &name) {
   return std::string(ATTNC_SOURCE_DIR) + "/patterns/" + name + ".attn";
 }
 
+std::string fusedKernelBytes(const std::string &name, const std::vector<std::string> &defines, int64_t rows,
+                             int64_t cols) {
+  Frontend fe;
+  SemaOptions sema;
+  std::string bytes, error;
+  for (const std::string &text : defines) {
+    Define def;
+    if (!parseDefine(text, def, error))
+      throw std::runtime_error(error);
+    sema.defines.push_back(def);
+  }
+  codegen::CodeGenOptions options;
+  options.planOptions = {rows, cols};
+  if (!fe.parseFile(patternPath(name)) || !fe.analyze(sema) ||
+      !codegen::buildKernelFile(fe, fe.patterns().front(), options, bytes, error))
+    throw std::runtime_error("cannot build the fused kernel of " + name + ": " + error);
+  return bytes;
+}
+
 std::vector<const char *> builtBackends(std::initializer_list<const char *> all) {
   std::vector<const char *> out;
   for (const char *name : all)

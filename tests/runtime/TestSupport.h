@@ -114,6 +114,11 @@ KernelPtr jitCompile(const char *file, const char *source, const std::vector<std
 const std::string &jitCacheDir();
 /// The path of a library pattern.
 std::string patternPath(const std::string &name);
+/// The fused kernel file of library pattern `name` with `defines` ("l=16")
+/// on the forward tiles `rows` x `cols`, built in process (no JIT cache).
+/// Throws std::runtime_error when it does not build.
+std::string fusedKernelBytes(const std::string &name, const std::vector<std::string> &defines, int64_t rows,
+                             int64_t cols);
 
 /// The backends of `all` that this build has (ATTNC_WITH_MLIR / _HALIDE):
 /// the suites run every backend the build can run, and no other.

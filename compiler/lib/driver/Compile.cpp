@@ -252,12 +252,13 @@ bool build(const Frontend &fe, const Compilation &c, format::KernelFile &file, s
     file.metadata["halide_schedule"] = halide::scheduleName(options.halideSchedule);
     file.metadata["halide_target"] = halide::targetString();
   } else if (options.backend != Backend::Sparsifier) {
-    file.metadata["tile_rows"] = std::to_string(plan::resolveOptions(c.ir, options.planOptions).tileRows);
-    file.metadata["tile_cols"] = std::to_string(options.planOptions.tileCols);
+    const plan::PlanOptions tiles = plan::resolveOptions(c.ir, options.planOptions);
+    file.metadata["tile_rows"] = std::to_string(tiles.tileRows);
+    file.metadata["tile_cols"] = std::to_string(tiles.tileCols);
     if (options.backend == Backend::Fused && !options.tunedTiles.empty())
       file.metadata["tuned_tiles"] = plan::formatTunedTiles(options.tunedTiles);
     if (options.backend == Backend::Fused) // the backward pass's blocks, at every d
-      file.metadata["grad_tile_rows"] = std::to_string(plan::gradTileRows(c.ir, options.planOptions));
+      file.metadata["grad_tile_rows"] = std::to_string(plan::gradTileRows(c.ir, tiles));
   }
   return true;
 }

@@ -27,8 +27,8 @@ PathOrSource = Union[str, "os.PathLike[str]"]
 # Keys attnc_kernel_metadata knows (docs/runtime.md, "Kernel files").
 _METADATA_KEYS = (
     "pattern", "params", "heads", "head_sets", "dtype", "target", "backend", "tile_rows", "tile_cols",
-    "tuned_tiles", "grad_tile_rows", "halide_schedule", "halide_target", "abi_version", "source_hash", "compiler_version",
-    "jit_cache_key", "source",
+    "tuned_tiles", "grad_tile_rows", "halide_schedule", "halide_target", "abi_version", "source_hash",
+    "compiler_version", "jit_cache_key", "source",
 )
 _BACKENDS = ("fused", "halide", "sparsifier", "dense")
 

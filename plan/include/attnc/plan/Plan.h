@@ -89,7 +89,7 @@ PlanOptions resolveOptions(const ir::PatternIR &ir, PlanOptions options);
 int64_t defaultTileRows(const ir::PatternIR &ir);
 
 /// The rows per block of the backward pass beside a forward plan with
-/// `forward` (resolved): 64 where 64-row blocks compute at most
+/// `forward` (resolved by resolveOptions): 64 where 64-row blocks compute at most
 /// kGradTallerWork times the pairs of the forward's (counted at n = 4096),
 /// else the forward's. The backward narrows its products to the 16-row
 /// vectors and row ranges a tile's keys have, so padding costs it less than
