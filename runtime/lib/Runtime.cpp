@@ -24,6 +24,7 @@
 #include "attnc/support/ThreadPool.h"
 
 #include "backends/Backend.h"
+#include "cuda/CudaRun.h"
 
 #include <algorithm>
 #include <cmath>
@@ -54,6 +55,17 @@ struct attnc_kernel {
   attnc::ir::PatternIR ir;
   std::vector<int64_t> headToSet; ///< head index -> distinct set index
   std::unique_ptr<attnc::rt::Backend> backend;
+
+  /// The cuda target's state (GPU plan, tables per device and n), made at
+  /// the first call on a GPU.
+  mutable std::mutex cudaMutex;
+  mutable std::unique_ptr<attnc::rt::cuda::Engine> cudaEngine;
+  attnc::rt::cuda::Engine &cuda() const {
+    std::lock_guard<std::mutex> lock(cudaMutex);
+    if (!cudaEngine)
+      cudaEngine = std::make_unique<attnc::rt::cuda::Engine>(ir, headToSet);
+    return *cudaEngine;
+  }
 
   /// What the backend prepared per (n, variant), most recent first.
   struct Prepared {
@@ -183,17 +195,18 @@ struct Shape {
 /// themselves, (with `disjointOutputs`) one another or any input. `varlen`
 /// calls check nq <= nk per sequence instead (sequences()).
 attnc_status validate(const attnc_kernel &kernel, const std::vector<Arg> &inputs, const std::vector<Arg> &outputs,
-                      bool disjointOutputs, bool varlen, Shape &shape) {
+                      bool disjointOutputs, bool varlen, Shape &shape, bool gpu = false) {
   std::vector<Arg> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
   auto named = [](const Arg &x) { return std::string("tensor '") + x.name + "'"; };
   for (const Arg &x : all) {
     if (!x.t)
       return fail(ATTNC_ERROR_INVALID_ARGUMENT, named(x) + " is null");
-    if (x.t->dtype != ATTNC_DTYPE_F32 && x.t->dtype != ATTNC_DTYPE_BF16)
+    if (!(gpu && x.t->dtype == ATTNC_DTYPE_F16) && x.t->dtype != ATTNC_DTYPE_F32 && x.t->dtype != ATTNC_DTYPE_BF16)
       return fail(ATTNC_ERROR_DTYPE, named(x) + " has dtype " + std::to_string(x.t->dtype) +
                                          "; kernels take f32 (" + std::to_string(ATTNC_DTYPE_F32) +
-                                         ") or bf16 (" + std::to_string(ATTNC_DTYPE_BF16) + ")");
+                                         ") or bf16 (" + std::to_string(ATTNC_DTYPE_BF16) + ")" +
+                                         (x.t->dtype == ATTNC_DTYPE_F16 ? ", and fp16 on CUDA devices" : ""));
     for (int a = 0; a < 4; ++a)
       if (x.t->shape[a] < 0)
         return fail(ATTNC_ERROR_SHAPE, named(x) + " has shape " + shapeText(x.t->shape) + "; sizes must not be negative");
@@ -714,15 +727,41 @@ void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<
             });
 }
 
+/// Whether `device` names a GPU (false: the CPU); fails on a device type
+/// this runtime does not know.
+attnc_status onGpu(const attnc_device *device, bool &gpu) {
+  gpu = device && device->type == ATTNC_DEVICE_CUDA;
+  if (device && !gpu && device->type != ATTNC_DEVICE_CPU)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "device type " + std::to_string(device->type) +
+                                                  " is not ATTNC_DEVICE_CPU (0) or ATTNC_DEVICE_CUDA (1)");
+  if (gpu && device->index < 0)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "CUDA device index " + std::to_string(device->index) + " is negative");
+  return ATTNC_OK;
+}
+
+float callScale(const attnc_run_options *options, int64_t d) {
+  return options && options->scale != 0.0f ? options->scale : 1.0f / std::sqrt(static_cast<float>(d));
+}
+
+attnc::rt::cuda::Dims dimsOf(const Shape &s) { return {s.batch, s.hq, s.hkv, s.nq, s.nk, s.d}; }
+
+attnc_status gpuVarlen() {
+  return fail(ATTNC_ERROR_UNSUPPORTED, "variable-length batches do not run on CUDA devices yet: run each "
+                                       "sequence as a call of its own, or on the CPU");
+}
+
 /// attnc_run_forward and attnc_run_varlen.
 attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                         const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse, const attnc_varlen *varlen,
-                        const attnc_run_options *options) {
+                        const attnc_run_options *options, const attnc_device *device = nullptr) {
   if (!kernel)
     return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run: kernel is null");
+  bool gpu = false;
+  if (attnc_status s = onGpu(device, gpu); s != ATTNC_OK)
+    return s;
   Shape shape;
   if (attnc_status s = validate(*kernel, {{q, "q", Role::Query}, {k, "k", Role::KeyValue}, {v, "v", Role::KeyValue}},
-                                {{o, "o", Role::Query}}, false, varlen != nullptr, shape);
+                                {{o, "o", Role::Query}}, false, varlen != nullptr, shape, gpu);
       s != ATTNC_OK)
     return s;
   if (lse) {
@@ -732,13 +771,17 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
       if (rangesMeet(*lse, *t))
         return fail(ATTNC_ERROR_INVALID_ARGUMENT,
                     std::string("tensor 'lse' overlaps the memory of '") + name + "'; it needs memory of its own");
-    if (!kernel->backend->writesLse())
+    if (!gpu && !kernel->backend->writesLse())
       return fail(ATTNC_ERROR_UNSUPPORTED, std::string("the ") + kernel->backend->name() +
                                                " backend does not give the rows' log-sum-exp (the backward "
                                                "pass needs it): compile the pattern with --backend fused");
   }
+  if (gpu && varlen)
+    return gpuVarlen();
   if (shape.empty())
     return ATTNC_OK;
+  if (gpu)
+    return guarded([&] { kernel->cuda().forward(*device, dimsOf(shape), *q, *k, *v, *o, lse, callScale(options, shape.d)); });
   std::vector<Seq> seqs;
   if (attnc_status s = sequences(shape, varlen, seqs); s != ATTNC_OK)
     return s;
@@ -749,9 +792,13 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
 attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                          const attnc_tensor *v, const attnc_tensor *o, const attnc_tensor *d_o,
                          const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
-                         const attnc_varlen *varlen, const attnc_run_options *options) {
+                         const attnc_varlen *varlen, const attnc_run_options *options,
+                         const attnc_device *device = nullptr) {
   if (!kernel)
     return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run_backward: kernel is null");
+  bool gpu = false;
+  if (attnc_status s = onGpu(device, gpu); s != ATTNC_OK)
+    return s;
   if (!lse)
     return fail(ATTNC_ERROR_INVALID_ARGUMENT, "tensor 'lse' is null (attnc_run_forward writes it)");
   Shape shape;
@@ -762,7 +809,7 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
                                  {o, "o", Role::Query},
                                  {d_o, "d_o", Role::Query}},
                                 {{d_q, "d_q", Role::Query}, {d_k, "d_k", Role::KeyValue}, {d_v, "d_v", Role::KeyValue}},
-                                true, varlen != nullptr, shape);
+                                true, varlen != nullptr, shape, gpu);
       s != ATTNC_OK)
     return s;
   if (attnc_status s = validateLse(lse, *q); s != ATTNC_OK)
@@ -771,6 +818,16 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
     if (rangesMeet(*grad, *lse))
       return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("tensor '") + name +
                                                     "' overlaps the memory of 'lse'; each gradient needs memory of its own");
+  if (gpu && varlen)
+    return gpuVarlen();
+  if (gpu) {
+    if (shape.batch == 0 || shape.hkv == 0 || shape.nk == 0 || shape.d == 0)
+      return ATTNC_OK;
+    return guarded([&] {
+      kernel->cuda().backward(*device, dimsOf(shape), *q, *k, *v, *o, *d_o, *lse, *d_q, *d_k, *d_v,
+                              callScale(options, shape.d));
+    });
+  }
   if (!kernel->backend->hasBackward())
     return fail(ATTNC_ERROR_UNSUPPORTED, std::string("the ") + kernel->backend->name() +
                                              " backend computes the forward pass only; compile the pattern "
@@ -877,6 +934,28 @@ attnc_status attnc_run_backward_varlen(const attnc_kernel *kernel, const attnc_t
     return fail(ATTNC_ERROR_INVALID_ARGUMENT,
                 "attnc_run_backward_varlen: varlen is null (attnc_run_backward takes a dense batch)");
   return runBackward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, varlen, options);
+}
+
+attnc_status attnc_device_check(const attnc_device *device) {
+  if (!device)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_device_check: device is null");
+  bool gpu = false;
+  if (attnc_status s = onGpu(device, gpu); s != ATTNC_OK || !gpu)
+    return s;
+  return guarded([&] { attnc::rt::cuda::checkDevice(device->index); });
+}
+
+attnc_status attnc_run_forward_on(const attnc_kernel *kernel, const attnc_device *device, const attnc_tensor *q,
+                                  const attnc_tensor *k, const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse,
+                                  const attnc_run_options *options) {
+  return runForward(kernel, q, k, v, o, lse, nullptr, options, device);
+}
+
+attnc_status attnc_run_backward_on(const attnc_kernel *kernel, const attnc_device *device, const attnc_tensor *q,
+                                   const attnc_tensor *k, const attnc_tensor *v, const attnc_tensor *o,
+                                   const attnc_tensor *d_o, const attnc_tensor *lse, attnc_tensor *d_q,
+                                   attnc_tensor *d_k, attnc_tensor *d_v, const attnc_run_options *options) {
+  return runBackward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, nullptr, options, device);
 }
 
 const char *attnc_last_error(void) { return lastError.c_str(); }

@@ -37,7 +37,9 @@
  * (ATTNC_OLDEST_ABI_VERSION), refusing others (ATTNC_ERROR_ABI_MISMATCH).
  * Version 2 added attnc_run_forward and attnc_run_backward; version 3 the
  * shapes above (K, V with fewer heads or more rows than Q, empty calls) and
- * the varlen calls. Every older call and kernel file works unchanged.
+ * the varlen calls; version 4 the devices (attnc_device: CUDA GPUs and
+ * their streams, fp16 on them) and the calls that take one. Every older
+ * call and kernel file works unchanged.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef ATTNC_ATTNC_H
@@ -50,7 +52,7 @@
 extern "C" {
 #endif
 
-#define ATTNC_ABI_VERSION 3
+#define ATTNC_ABI_VERSION 4
 #define ATTNC_OLDEST_ABI_VERSION 1
 
 #if defined(__GNUC__)
@@ -77,7 +79,7 @@ typedef enum attnc_status {
 typedef enum attnc_dtype {
   ATTNC_DTYPE_F32 = 0,
   ATTNC_DTYPE_BF16 = 1, /**< bfloat16 (uint16_t elements): computed and accumulated in f32 */
-  ATTNC_DTYPE_F16 = 2,  /**< reserved */
+  ATTNC_DTYPE_F16 = 2,  /**< IEEE half (uint16_t elements): on CUDA devices only (ABI 4) */
   /** Not a dtype. It widens the enum's range in C++ to every non-negative
       int32, so that the runtime may read and reject any value a C caller
       stores (42 read as an attnc_dtype is undefined behaviour otherwise). */
@@ -210,6 +212,59 @@ ATTNC_API attnc_status attnc_run_backward_varlen(const attnc_kernel *kernel, con
                                                  const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k,
                                                  attnc_tensor *d_v, const attnc_varlen *varlen,
                                                  const attnc_run_options *options);
+
+/**
+ * Where a call's tensors live (ABI 4). Every tensor of a call is memory of
+ * this one device: the runtime checks each pointer (a CPU pointer in a CUDA
+ * call is ATTNC_ERROR_INVALID_ARGUMENT, and so is memory of another GPU).
+ */
+typedef enum attnc_device_type {
+  ATTNC_DEVICE_CPU = 0,
+  ATTNC_DEVICE_CUDA = 1, /**< an NVIDIA GPU of compute capability 8.0 or newer */
+  ATTNC_DEVICE_TYPE_MAX_ENUM = 0x7fffffff
+} attnc_device_type;
+
+typedef struct attnc_device {
+  attnc_device_type type;
+  /** The CUDA device ordinal (as cudaSetDevice counts them); 0 on the CPU. */
+  int32_t index;
+  /**
+   * The CUstream / cudaStream_t of that device the call is ordered on, or
+   * null for the legacy default stream. Calls on a GPU are asynchronous:
+   * they return once their work is queued on the stream, as CUDA library
+   * calls do, and the caller synchronises with it. Ignored on the CPU.
+   */
+  void *stream;
+} attnc_device;
+
+/**
+ * Whether calls on `device` can run here: ATTNC_OK, or
+ * ATTNC_ERROR_UNSUPPORTED with attnc_last_error() saying what is missing
+ * (no driver, no GPU, a GPU older than compute capability 8.0, a library
+ * built without GPU code), or ATTNC_ERROR_INVALID_ARGUMENT (no such device).
+ */
+ATTNC_API attnc_status attnc_device_check(const attnc_device *device);
+
+/**
+ * attnc_run_forward on `device` (null: the CPU). On a CUDA device q, k, v
+ * are bf16, fp16 or f32 (f32 is rounded to bf16 for the tensor cores, with
+ * f32 accumulation); o any of the three; lse f32 or null; head dimension d
+ * at most 256. Any strides; rows of d contiguous elements aligned to 16
+ * bytes (d a multiple of 8) are read in place, others are packed first.
+ * The device keeps per-length tables from a length's first call on (built
+ * once on the host from the plan's closed forms): no code is compiled for
+ * any length.
+ */
+ATTNC_API attnc_status attnc_run_forward_on(const attnc_kernel *kernel, const attnc_device *device,
+                                            const attnc_tensor *q, const attnc_tensor *k, const attnc_tensor *v,
+                                            attnc_tensor *o, attnc_tensor *lse, const attnc_run_options *options);
+
+/** attnc_run_backward on `device` (null: the CPU); the dtypes as for attnc_run_forward_on. */
+ATTNC_API attnc_status attnc_run_backward_on(const attnc_kernel *kernel, const attnc_device *device,
+                                             const attnc_tensor *q, const attnc_tensor *k, const attnc_tensor *v,
+                                             const attnc_tensor *o, const attnc_tensor *d_o, const attnc_tensor *lse,
+                                             attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
+                                             const attnc_run_options *options);
 
 /** The message of the last failure on this thread ("" if none). */
 ATTNC_API const char *attnc_last_error(void);

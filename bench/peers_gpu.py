@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""attnc's cuda target against FlexAttention and SDPA on one GPU: one process,
+one table (docs/benchmarks.md, "On a GPU"). scripts/gpu-check.sh runs it.
+
+attnc is called through its C ABI (libattnc's attnc_run_forward_on and
+attnc_run_backward_on, loaded with ctypes from --lib-dir, kernels from
+libattnc_jit) on torch's CUDA tensors and current stream, so the table needs
+only a runtime-only build and torch. Peers on the same tensors:
+flex_attention (torch.compile'd, its block mask built once outside the
+timing, from the same mask_mods as bench/peers.py) and
+scaled_dot_product_attention with the pattern as a boolean mask (where it
+fits in memory) and with is_causal (the dense causal flash kernel, the
+speed of light for dense work).
+
+Times are medians of --repeat calls after a warm-up, by CUDA events.
+Effective TFLOP/s = 4 nnz d heads / time forward, 10 nnz d heads / time for
+the backward alone (fwd+bwd time minus the forward's), nnz the pattern's
+pairs per head counted from the mask_mod on the GPU. executed/useful: the
+pairs each kernel computes (flex: its 128 x 128 blocks; attnc: its tiles,
+attnc_kernel_metadata-free: counted by bench from the same tables as the
+tests walk) over nnz. Each attnc row also reports its largest difference
+from flex_attention's O, as a check of both.
+
+  python3 bench/peers_gpu.py --lib-dir build-gpu --n 16384,65536 --d 64,128
+"""
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import ATTNC_PARAMS, mask_mods, random_blocks  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PATTERNS = os.path.join(HERE, "..", "patterns")
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("shape", ctypes.c_int64 * 4),
+                ("strides", ctypes.c_int64 * 4)]
+
+
+class Device(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int32), ("index", ctypes.c_int32), ("stream", ctypes.c_void_p)]
+
+
+class JitOptions(ctypes.Structure):
+    _fields_ = [("defines", ctypes.POINTER(ctypes.c_char_p)), ("num_defines", ctypes.c_int32),
+                ("pattern", ctypes.c_char_p), ("cache_dir", ctypes.c_char_p), ("no_cache", ctypes.c_int32),
+                ("backend", ctypes.c_char_p)]
+
+
+DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+class Attnc:
+    """libattnc's GPU calls on torch tensors."""
+
+    def __init__(self, lib_dir):
+        def find(name):
+            for sub in ("", "runtime", "jit", "lib"):
+                path = os.path.join(lib_dir, sub, name)
+                if os.path.exists(path):
+                    return path
+            raise FileNotFoundError(f"{name} not under {lib_dir}")
+        self.rt = ctypes.CDLL(find("libattnc.so"), mode=ctypes.RTLD_GLOBAL)
+        self.jit = ctypes.CDLL(find("libattnc_jit.so"))
+        self.rt.attnc_last_error.restype = ctypes.c_char_p
+
+    def check(self, status, what):
+        if status != 0:
+            raise RuntimeError(f"{what}: status {status}: {self.rt.attnc_last_error().decode()}")
+
+    def compile(self, name, params):
+        defines = [f"{k}={v}".encode() for k, v in params.items() if k != "seed"]
+        arr = (ctypes.c_char_p * max(1, len(defines)))(*defines)
+        opts = JitOptions(arr, len(defines), None, None, 0, b"fused")
+        kernel = ctypes.c_void_p()
+        path = os.path.join(PATTERNS, name + ".attn").encode()
+        self.check(self.jit.attnc_jit_compile_file(path, ctypes.byref(opts), ctypes.byref(kernel)), "compile")
+        return kernel
+
+    @staticmethod
+    def tensor(t):
+        shape = list(t.shape) + [1] * (4 - t.dim())
+        strides = list(t.stride()) + [1] * (4 - t.dim())
+        return Tensor(t.data_ptr(), DTYPES[t.dtype], (ctypes.c_int64 * 4)(*shape), (ctypes.c_int64 * 4)(*strides))
+
+    def device(self, t):
+        return Device(1, t.device.index or 0, torch.cuda.current_stream(t.device).cuda_stream)
+
+    def forward(self, kernel, q, k, v, o, lse):
+        dev, tq, tk, tv, to, tl = self.device(q), *map(self.tensor, (q, k, v, o, lse))
+        self.check(self.rt.attnc_run_forward_on(kernel, ctypes.byref(dev), ctypes.byref(tq), ctypes.byref(tk),
+                                                ctypes.byref(tv), ctypes.byref(to), ctypes.byref(tl), None),
+                   "attnc_run_forward_on")
+
+    def backward(self, kernel, q, k, v, o, do, lse, dq, dk, dv):
+        ts = [self.tensor(t) for t in (q, k, v, o, do, lse, dq, dk, dv)]
+        dev = self.device(q)
+        self.check(self.rt.attnc_run_backward_on(kernel, ctypes.byref(dev), *[ctypes.byref(t) for t in ts], None),
+                   "attnc_run_backward_on")
+
+
+def bigbird_cuda(n, b=64, g=2, r=3, seed=1234):
+    """bench/peers.py's bigbird with its random-block table on the GPU."""
+    nb = (n + b - 1) // b
+    rand = torch.zeros(nb, nb, dtype=torch.bool)
+    for qb in range(nb):
+        rand[qb, random_blocks(seed, qb, r, nb)] = True
+    rand = rand.cuda()
+    return lambda bb, h, i, j: ((i // b - 1 <= j // b) & (j // b <= i // b + 1)) | (j < g * b) | (
+        i < g * b) | rand[i // b, j // b]
+
+
+def mask_mod(name, n):
+    return bigbird_cuda(n) if name == "bigbird" else mask_mods()[name]
+
+
+def count_pairs(mod, n, device):
+    """nnz per head, from the mask_mod over row chunks on the GPU."""
+    total, step = 0, max(1, (1 << 26) // n)
+    j = torch.arange(n, device=device)[None, :]
+    zero = torch.zeros((), dtype=torch.int64, device=device)
+    for i0 in range(0, n, step):
+        i = torch.arange(i0, min(n, i0 + step), device=device)[:, None]
+        total += int(mod(zero, zero, i, j).sum())
+    return total
+
+
+def gpu_ms(fn, repeat):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lib-dir", required=True, help="a build with libattnc.so and libattnc_jit.so")
+    ap.add_argument("--n", default="16384,65536")
+    ap.add_argument("--d", default="64,128")
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--patterns", default="fixed,strided,local,longformer,bigbird")
+    ap.add_argument("--no-backward", action="store_true")
+    ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--sdpa-mask-max-n", type=int, default=32768,
+                    help="largest n for SDPA with a boolean mask (n^2 bytes)")
+    args = ap.parse_args()
+    torch._dynamo.config.recompile_limit = 1000
+    torch._dynamo.config.cache_size_limit = 1000
+    dev = torch.device("cuda")
+    print(f"device: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, bf16, batch {args.batch}, "
+          f"heads {args.heads}", flush=True)
+    at = Attnc(args.lib_dir)
+    flex = torch.compile(flex_attention, dynamic=False)
+    cols = ["pattern", "n", "d", "nnz/row", "attnc fwd ms", "TFLOP/s", "flex fwd ms", "TFLOP/s", "flex exec/useful",
+            "attnc/flex", "attnc bwd ms", "TFLOP/s", "flex bwd ms", "TFLOP/s", "SDPA mask fwd ms",
+            "SDPA causal TFLOP/s", "max |O - O_flex|"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols), flush=True)
+    for n in [int(x) for x in args.n.split(",")]:
+        for d in [int(x) for x in args.d.split(",")]:
+            g = torch.Generator(device=dev).manual_seed(1)
+            shape = (args.batch, args.heads, n, d)
+            q, k, v, do = (torch.randn(shape, generator=g, device=dev, dtype=torch.bfloat16) for _ in range(4))
+            causal_ms = gpu_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+                               args.repeat)
+            causal_tf = 4 * (n * (n + 1) // 2) * d * args.heads * args.batch / causal_ms / 1e9
+            for name in args.patterns.split(","):
+                mod = mask_mod(name, n)
+                nnz = count_pairs(mod, n, dev)
+                flops = 4 * nnz * d * args.heads * args.batch
+                kernel = at.compile(name, ATTNC_PARAMS[name])
+                o = torch.empty_like(q)
+                lse = torch.empty((args.batch, args.heads, n, 1), device=dev, dtype=torch.float32)
+                fwd = lambda: at.forward(kernel, q, k, v, o, lse)  # noqa: E731
+                a_ms = gpu_ms(fwd, args.repeat)
+                row = {"pattern": name, "n": n, "d": d, "nnz/row": f"{nnz / n:.0f}",
+                       "attnc fwd ms": f"{a_ms:.3f}", "TFLOP/s": f"{flops / a_ms / 1e9:.1f}"}
+                cells = [name, str(n), str(d), f"{nnz / n:.0f}", f"{a_ms:.3f}", f"{flops / a_ms / 1e9:.1f}"]
+                f_ms = None
+                diff = "-"
+                if not args.no_flex:
+                    bm = create_block_mask(mod, None, None, n, n, device=dev)
+                    f_ms = gpu_ms(lambda: flex(q, k, v, block_mask=bm), args.repeat)
+                    executed = (100.0 - bm.sparsity()) / 100.0 * n * n
+                    o_flex = flex(q, k, v, block_mask=bm)
+                    fwd()
+                    torch.cuda.synchronize()
+                    diff = f"{(o.float() - o_flex.float()).abs().max().item():.2e}"
+                    cells += [f"{f_ms:.3f}", f"{flops / f_ms / 1e9:.1f}", f"{executed / nnz:.2f}",
+                              f"{f_ms / a_ms:.1f}x"]
+                else:
+                    cells += ["-"] * 4
+                if not args.no_backward:
+                    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+                    def fwdbwd():
+                        at.forward(kernel, q, k, v, o, lse)
+                        at.backward(kernel, q, k, v, o, do, lse, dq, dk, dv)
+                    b_ms = gpu_ms(fwdbwd, args.repeat) - a_ms
+                    cells += [f"{b_ms:.3f}", f"{2.5 * flops / b_ms / 1e9:.1f}"]
+                    if f_ms is not None:
+                        qg, kg, vg = (t.detach().clone().requires_grad_() for t in (q, k, v))
+
+                        def flexfb():
+                            out = flex(qg, kg, vg, block_mask=bm)
+                            out.backward(do)
+                        fb_ms = gpu_ms(flexfb, args.repeat) - f_ms
+                        cells += [f"{fb_ms:.3f}", f"{2.5 * flops / fb_ms / 1e9:.1f}"]
+                    else:
+                        cells += ["-", "-"]
+                else:
+                    cells += ["-"] * 4
+                if n <= args.sdpa_mask_max_n:
+                    i = torch.arange(n, device=dev)[:, None]
+                    j = torch.arange(n, device=dev)[None, :]
+                    zero = torch.zeros((), dtype=torch.int64, device=dev)
+                    mask = mod(zero, zero, i, j)
+                    s_ms = gpu_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                                  args.repeat)
+                    del mask
+                    cells.append(f"{s_ms:.3f}")
+                else:
+                    cells.append("-")
+                cells += [f"{causal_tf:.0f}", diff]
+                print("| " + " | ".join(cells) + " |", flush=True)
+                del row
+            del q, k, v, do
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,677 @@
+//===- AttentionKernels.cu - The plan's tables on tensor cores ------------===//
+//
+// The CUDA kernels of attnc's cuda target (docs/cuda.md). They are generic
+// over the pattern: the pattern enters as the tables CudaPlan.h builds from
+// the plan, per n, on the host. Compiled ahead of time by nvcc into a fatbin
+// (sm_80 and sm_90a code, compute_80 PTX) that libattnc embeds and loads
+// through the driver API (CudaDriver.h), so the library links no CUDA.
+//
+// Forward: one CTA (4 warps, 16 query rows each) per item of 64 rows; its
+// compacted keys arrive in tiles of 64, gathered row by row with cp.async
+// into swizzled shared memory (two stages: the next tile loads while this
+// one computes); S = Q K^T and O += P V on mma.sync m16n8k16 (bf16 or fp16
+// in, f32 accumulation), an online softmax in registers, the per-key row
+// masks applied only on tiles the plan marks partial.
+//
+// Backward (FlashAttention-2's order, on the transposed plan): one CTA per
+// group of up to 64 keys (16 per warp) and key/value head; it walks the
+// rows that have its keys in tiles of 64 (every query head of its group),
+// recomputes P^T from Q, K and the forward's log-sum-exp, keeps dK and dV in
+// registers, and adds each tile's dQ to an f32 buffer with atomics (vector
+// atomics on sm_90). Its dK and dV are added to f32 accumulators, also
+// atomically, once at the end. The next row tile's Q, dO (cp.async) and row
+// data load while this one computes.
+//
+// Data layout the kernels take (CudaRun.cpp packs anything else): rows of
+// d elements contiguous, 16-byte aligned, d a multiple of 8; the head
+// dimension is padded to DP = 64, 128 or 256 in shared memory (zeros).
+//
+//===----------------------------------------------------------------------===//
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "CudaArgs.h"
+
+using namespace attnc::rt::cuda;
+
+namespace {
+
+constexpr int kRows = 64;
+constexpr int kKeys = 64;
+constexpr int kThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+
+} // namespace
+
+namespace {
+
+// --- PTX wrappers -----------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smemAddr(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cpAsync16(void *dst, const void *src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemAddr(dst)), "l"(src),
+               "r"(fill ? 16 : 0));
+}
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix4(uint32_t (&r)[4], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smemAddr(p)));
+}
+__device__ __forceinline__ void ldmatrix4T(uint32_t (&r)[4], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smemAddr(p)));
+}
+
+template <class T> struct Mma;
+template <> struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float x, float y) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<uint32_t *>(&v);
+  }
+  static __device__ __forceinline__ float load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+  static __device__ __forceinline__ __nv_bfloat16 from(float x) { return __float2bfloat16_rn(x); }
+};
+template <> struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float x, float y) {
+    __half2 v = __floats2half2_rn(x, y);
+    return *reinterpret_cast<uint32_t *>(&v);
+  }
+  static __device__ __forceinline__ float load(const __half *p) { return __half2float(*p); }
+  static __device__ __forceinline__ __half from(float x) { return __float2half_rn(x); }
+};
+
+// --- Shared-memory tiles ----------------------------------------------------
+
+/// Element offset of (row, 16-byte chunk) in a tile with DP columns: the
+/// chunk is XOR-swizzled by the row, so that ldmatrix's 8 rows at one
+/// column hit 8 different bank groups.
+template <int DP> __device__ __forceinline__ int swz(int row, int chunk) {
+  return row * DP + ((chunk ^ (row & 7)) << 3);
+}
+
+/// Gathers 64 rows of DP columns (the first d real) into a tile: row r
+/// from base + rowOffset(r), or zeros where rowOffset(r) < 0.
+template <int DP, class T, class RowOffset>
+__device__ __forceinline__ void gatherTile(T *tile, const T *base, int d, RowOffset rowOffset) {
+  constexpr int kChunks = DP / 8;
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const int64_t off = rowOffset(r);
+    const bool real = off >= 0 && c * 8 < d;
+    cpAsync16(tile + swz<DP>(r, c), real ? base + off + c * 8 : base, real);
+  }
+}
+
+__device__ __forceinline__ float warpMax4(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float warpSum4(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// --- Forward ----------------------------------------------------------------
+
+template <class T, int DP> struct FwdSmem {
+  static constexpr int kTile = kRows * DP;
+};
+
+template <class T, int DP> __device__ __forceinline__ void forward(const FwdArgs &a) {
+  using M = Mma<T>;
+  extern __shared__ __align__(128) unsigned char smemRaw[];
+  T *qs = reinterpret_cast<T *>(smemRaw);
+  T *ks = qs + FwdSmem<T, DP>::kTile;          // [2][64][DP]
+  T *vs = ks + 2 * FwdSmem<T, DP>::kTile;      // [2][64][DP]
+  uint64_t *ms = reinterpret_cast<uint64_t *>(vs + 2 * FwdSmem<T, DP>::kTile); // [2][64]
+
+  const FwdItem item = a.items[a.itemBegin + blockIdx.x];
+  const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+  if (a.setOfHead && a.setOfHead[h] != a.set)
+    return;
+  const int offset = a.nk - a.nq;
+  if (item.row0 + (item.rows - 1) * item.rowStride < offset)
+    return; // every row is a position before the first query
+  const int g = h / a.ratio;
+  const T *q = static_cast<const T *>(a.q) + b * a.qsb + h * a.qsh;
+  const T *k = static_cast<const T *>(a.k) + b * a.ksb + g * a.ksh;
+  const T *v = static_cast<const T *>(a.v) + b * a.vsb + g * a.vsh;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  gatherTile<DP>(qs, q, a.d, [&](int r) -> int64_t {
+    const int pos = item.row0 + r * item.rowStride;
+    return r < item.rows && pos >= offset ? (pos - offset) * a.qsn : -1;
+  });
+  const int32_t *keys = a.keys + item.keyBegin;
+  const uint64_t *masks = a.masks + item.keyBegin;
+  auto loadTile = [&](int tile, int stage) {
+    const int32_t *tk = keys + tile * kKeys;
+    gatherTile<DP>(ks + stage * FwdSmem<T, DP>::kTile, k, a.d, [&](int r) -> int64_t { return tk[r] * a.ksn; });
+    gatherTile<DP>(vs + stage * FwdSmem<T, DP>::kTile, v, a.d, [&](int r) -> int64_t { return tk[r] * a.vsn; });
+    if (tid < kKeys * 8 / 16)
+      cpAsync16(ms + stage * kKeys + tid * 2, masks + tile * kKeys + tid * 2, true);
+  };
+  if (item.numTiles > 0)
+    loadTile(0, 0);
+  cpAsyncCommit();
+
+  // Row state: this thread's rows are warp*16 + gq and + 8.
+  const int gq = lane >> 2, tq = lane & 3;
+  float acc[DP / 8][4];
+#pragma unroll
+  for (int j = 0; j < DP / 8; ++j)
+    acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+  int rowPos[2];
+  bool rowReal[2];
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    const int r = warp * 16 + gq + 8 * x;
+    rowPos[x] = item.row0 + r * item.rowStride;
+    rowReal[x] = r < item.rows && rowPos[x] >= offset;
+  }
+  if (a.readsState) {
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      if (!rowReal[x])
+        continue;
+      const size_t at = size_t(bh) * a.nk + rowPos[x];
+      const float l0 = a.stateLse[at];
+      if (l0 == -INFINITY)
+        continue;
+      mrow[x] = l0 * kLog2e;
+      lrow[x] = tq == 0 ? 1.f : 0.f; // one share of the row's sum per 4 threads
+      const float *so = a.stateO + at * DP;
+#pragma unroll
+      for (int j = 0; j < DP / 8; ++j) {
+        const float2 o2 = *reinterpret_cast<const float2 *>(so + j * 8 + 2 * tq);
+        acc[j][2 * x] = o2.x;
+        acc[j][2 * x + 1] = o2.y;
+      }
+    }
+  }
+
+  uint32_t qf[DP / 16][4];
+  for (int tile = 0; tile < item.numTiles; ++tile) {
+    const int stage = tile & 1;
+    if (tile + 1 < item.numTiles)
+      loadTile(tile + 1, stage ^ 1);
+    cpAsyncCommit();
+    cpAsyncWait<1>();
+    __syncthreads();
+    if (tile == 0) {
+#pragma unroll
+      for (int kk = 0; kk < DP / 16; ++kk)
+        ldmatrix4(qf[kk], qs + swz<DP>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+    }
+    const T *kt = ks + stage * FwdSmem<T, DP>::kTile;
+    const T *vt = vs + stage * FwdSmem<T, DP>::kTile;
+    float s[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+      for (int kk = 0; kk < DP / 16; ++kk) {
+        uint32_t bf[4];
+        ldmatrix4(bf, kt + swz<DP>(jj * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+        M::run(s[2 * jj], qf[kk], bf[0], bf[1]);
+        M::run(s[2 * jj + 1], qf[kk], bf[2], bf[3]);
+      }
+    const bool full = a.full[(item.keyBegin >> 6) + tile] != 0;
+    const uint64_t *mt = ms + stage * kKeys;
+    float tileMax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int x = e >> 1, col = j * 8 + 2 * tq + (e & 1);
+        float val = s[j][e] * a.scaleLog2;
+        if (!full && !((mt[col] >> (warp * 16 + gq + 8 * x)) & 1))
+          val = -INFINITY;
+        s[j][e] = val;
+        tileMax[x] = fmaxf(tileMax[x], val);
+      }
+    float alpha[2], mUse[2];
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      const float mNew = fmaxf(mrow[x], warpMax4(tileMax[x]));
+      mUse[x] = mNew == -INFINITY ? 0.f : mNew;
+      alpha[x] = exp2f(mrow[x] - mUse[x]);
+      mrow[x] = mNew;
+      lrow[x] *= alpha[x];
+    }
+#pragma unroll
+    for (int j = 0; j < DP / 8; ++j) {
+      acc[j][0] *= alpha[0];
+      acc[j][1] *= alpha[0];
+      acc[j][2] *= alpha[1];
+      acc[j][3] *= alpha[1];
+    }
+    uint32_t pf[4][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float p0 = exp2f(s[j][0] - mUse[0]), p1 = exp2f(s[j][1] - mUse[0]);
+      const float p2 = exp2f(s[j][2] - mUse[1]), p3 = exp2f(s[j][3] - mUse[1]);
+      lrow[0] += p0 + p1;
+      lrow[1] += p2 + p3;
+      pf[j >> 1][(j & 1) * 2] = M::pack(p0, p1);
+      pf[j >> 1][(j & 1) * 2 + 1] = M::pack(p2, p3);
+    }
+#pragma unroll
+    for (int dd = 0; dd < DP / 16; ++dd)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t bf[4];
+        ldmatrix4T(bf, vt + swz<DP>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dd * 2 + (lane >> 4)));
+        M::run(acc[2 * dd], pf[kk], bf[0], bf[1]);
+        M::run(acc[2 * dd + 1], pf[kk], bf[2], bf[3]);
+      }
+    __syncthreads(); // this stage is loaded again two tiles on
+  }
+  cpAsyncWait<0>();
+
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    const float l = warpSum4(lrow[x]);
+    if (!rowReal[x])
+      continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    float lse = l > 0.f ? (mrow[x] + log2f(l)) / kLog2e : -INFINITY;
+#pragma unroll
+    for (int j = 0; j < DP / 8; ++j)
+      acc[j][2 * x] *= inv, acc[j][2 * x + 1] *= inv;
+    const int r = warp * 16 + gq + 8 * x;
+    if (a.writesSlots) { // a chunk of a long item: its partial result
+      const size_t at = (size_t(item.slot) * gridDim.y + bh) * kRows + r;
+#pragma unroll
+      for (int j = 0; j < DP / 8; ++j)
+        *reinterpret_cast<float2 *>(a.slotO + at * DP + j * 8 + 2 * tq) = make_float2(acc[j][2 * x], acc[j][2 * x + 1]);
+      if (tq == 0)
+        a.slotLse[at] = lse;
+      continue;
+    }
+    // The item's other chunks: the log-sum-exp merge of disjoint key sets.
+    for (int sl = item.mergeBegin; sl < item.mergeBegin + item.mergeCount; ++sl) {
+      const size_t at = (size_t(sl) * gridDim.y + bh) * kRows + r;
+      const float other = a.slotLse[at];
+      if (other == -INFINITY)
+        continue;
+      const float both = lse == -INFINITY ? other : fmaxf(lse, other) + log1pf(__expf(-fabsf(lse - other)));
+      const float wMine = lse == -INFINITY ? 0.f : __expf(lse - both), wOther = __expf(other - both);
+      const float *so = a.slotO + at * DP;
+#pragma unroll
+      for (int j = 0; j < DP / 8; ++j) {
+        const float2 o2 = *reinterpret_cast<const float2 *>(so + j * 8 + 2 * tq);
+        acc[j][2 * x] = acc[j][2 * x] * wMine + o2.x * wOther;
+        acc[j][2 * x + 1] = acc[j][2 * x + 1] * wMine + o2.y * wOther;
+      }
+      lse = both;
+    }
+    if (a.writesState) {
+      const size_t at = size_t(bh) * a.nk + rowPos[x];
+      float *so = a.stateO + at * DP;
+#pragma unroll
+      for (int j = 0; j < DP / 8; ++j)
+        *reinterpret_cast<float2 *>(so + j * 8 + 2 * tq) = make_float2(acc[j][2 * x], acc[j][2 * x + 1]);
+      if (tq == 0)
+        a.stateLse[at] = lse;
+      continue;
+    }
+    const int qrow = rowPos[x] - offset;
+    T *o = static_cast<T *>(a.o) + b * a.osb + h * a.osh + int64_t(qrow) * a.osn;
+#pragma unroll
+    for (int j = 0; j < DP / 8; ++j) {
+      const int col = j * 8 + 2 * tq;
+      if (col < a.d)
+        *reinterpret_cast<uint32_t *>(o + col) = M::pack(acc[j][2 * x], acc[j][2 * x + 1]);
+    }
+    if (a.lse && tq == 0)
+      a.lse[b * a.lsb + h * a.lsh + int64_t(qrow) * a.lsn] = lse;
+  }
+}
+
+// --- Backward ---------------------------------------------------------------
+
+template <class T, int DP> struct BwdSmem {
+  static constexpr int kTile = kRows * DP;
+};
+
+/// dQ += v at p (two adjacent floats), as one vector atomic where the GPU has it.
+__device__ __forceinline__ void addPair(float *p, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2 *>(p), make_float2(x, y));
+#else
+  atomicAdd(p, x);
+  atomicAdd(p + 1, y);
+#endif
+}
+
+template <class T, int DP> __device__ __forceinline__ void backward(const BwdArgs &a) {
+  using M = Mma<T>;
+  constexpr int kTile = BwdSmem<T, DP>::kTile;
+  extern __shared__ __align__(128) unsigned char smemRaw[];
+  T *ks = reinterpret_cast<T *>(smemRaw);
+  T *vs = ks + kTile;
+  T *qs = vs + kTile;       // [2][64][DP]
+  T *dos = qs + 2 * kTile;  // [2][64][DP]
+  T *dss = dos + 2 * kTile; // dS^T [64 keys][64 rows], swizzled (8 chunks a row)
+  uint64_t *rmaskS = reinterpret_cast<uint64_t *>(dss + kKeys * kRows); // [2][64]
+  float *rlseS = reinterpret_cast<float *>(rmaskS + 2 * kRows);         // [2][64]
+  float *rdeltaS = rlseS + 2 * kRows;                                   // [2][64]
+  int32_t *rqS = reinterpret_cast<int32_t *>(rdeltaS + 2 * kRows);      // [2][64]: query row, or -1
+
+  const BwdItem item = a.items[a.itemBegin + blockIdx.x];
+  const int kvHeads = a.heads / a.ratio;
+  const int bg = blockIdx.y, b = bg / kvHeads, g = bg % kvHeads;
+  const int offset = a.nk - a.nq;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int gq = lane >> 2, tq = lane & 3;
+  const int32_t *keys = a.keys + item.keyBegin;
+  const T *k = static_cast<const T *>(a.k) + b * a.ksb + g * a.ksh;
+  const T *v = static_cast<const T *>(a.v) + b * a.vsb + g * a.vsh;
+  gatherTile<DP>(ks, k, a.d, [&](int r) -> int64_t { return r < item.numKeys ? keys[r] * a.ksn : -1; });
+  gatherTile<DP>(vs, v, a.d, [&](int r) -> int64_t { return r < item.numKeys ? keys[r] * a.vsn : -1; });
+
+  // The query heads of this key/value head that run this set.
+  int heads = 0;
+  for (int h = g * a.ratio; h < (g + 1) * a.ratio; ++h)
+    heads += !a.setOfHead || a.setOfHead[h] == a.set;
+  auto headAt = [&](int x) {
+    for (int h = g * a.ratio;; ++h)
+      if ((!a.setOfHead || a.setOfHead[h] == a.set) && x-- == 0)
+        return h;
+  };
+  const int steps = heads * item.numTiles; // (head, row tile) pairs, in order
+  // Step s: its rows' Q and dO gathered into stage s & 1 (cp.async).
+  auto issue = [&](int step, int stage) {
+    const int h = headAt(step / item.numTiles), e0 = item.rowBegin + (step % item.numTiles) * kRows;
+    auto rowOf = [&](int r, int64_t stride) -> int64_t {
+      const int pos = a.rows[e0 + r];
+      return a.masks[e0 + r] != 0 && pos >= offset ? (pos - offset) * stride : -1;
+    };
+    gatherTile<DP>(qs + stage * kTile, static_cast<const T *>(a.q) + b * a.qsb + h * a.qsh, a.d,
+                   [&](int r) { return rowOf(r, a.qsn); });
+    gatherTile<DP>(dos + stage * kTile, static_cast<const T *>(a.dO) + b * a.gsb + h * a.gsh, a.d,
+                   [&](int r) { return rowOf(r, a.gsn); });
+  };
+  // Step s's row data (threads 0-63, one row each): loaded a step ahead,
+  // stored to shared memory when the step before it is done with the stage.
+  struct RowInfo {
+    int32_t q;
+    uint64_t mask;
+    float lse, delta;
+  };
+  auto fetch = [&](int step) {
+    const int h = headAt(step / item.numTiles), e = item.rowBegin + (step % item.numTiles) * kRows + tid;
+    const int pos = a.rows[e];
+    const uint64_t m = a.masks[e];
+    RowInfo info{-1, 0, 0.f, 0.f};
+    if (m != 0 && pos >= offset) {
+      info.q = pos - offset;
+      info.mask = m;
+      info.lse = a.lse[b * a.lsb + h * a.lsh + int64_t(info.q) * a.lsn];
+      info.delta = a.delta[size_t(b * a.heads + h) * a.nq + info.q];
+    }
+    return info;
+  };
+  auto store = [&](const RowInfo &info, int stage) {
+    rqS[stage * kRows + tid] = info.q;
+    rmaskS[stage * kRows + tid] = info.mask;
+    rlseS[stage * kRows + tid] = info.lse;
+    rdeltaS[stage * kRows + tid] = info.delta;
+  };
+  if (steps > 0) {
+    issue(0, 0);
+    if (tid < kRows)
+      store(fetch(0), 0);
+  }
+  cpAsyncCommit();
+
+  float dk[DP / 8][4], dv[DP / 8][4];
+#pragma unroll
+  for (int j = 0; j < DP / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      dk[j][e] = dv[j][e] = 0.f;
+
+  for (int step = 0; step < steps; ++step) {
+    const int stage = step & 1;
+    const bool more = step + 1 < steps;
+    if (more)
+      issue(step + 1, stage ^ 1);
+    cpAsyncCommit();
+    cpAsyncWait<1>();
+    __syncthreads();
+    const T *qt = qs + stage * kTile, *dot = dos + stage * kTile;
+    const uint64_t *rmask = rmaskS + stage * kRows;
+    const float *rlse = rlseS + stage * kRows, *rdelta = rdeltaS + stage * kRows;
+    const int32_t *rq = rqS + stage * kRows;
+    const int bh = b * a.heads + headAt(step / item.numTiles);
+
+    // S^T and dP^T for this warp's 16 keys x 64 rows.
+    float st[8][4], dpt[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        st[j][e] = dpt[j][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < DP / 16; ++kk) {
+      uint32_t kf[4], vf[4];
+      ldmatrix4(kf, ks + swz<DP>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+      ldmatrix4(vf, vs + swz<DP>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        uint32_t bf[4];
+        const int row = jj * 16 + (lane & 7) + ((lane >> 4) << 3), chunk = kk * 2 + ((lane >> 3) & 1);
+        ldmatrix4(bf, qt + swz<DP>(row, chunk));
+        M::run(st[2 * jj], kf, bf[0], bf[1]);
+        M::run(st[2 * jj + 1], kf, bf[2], bf[3]);
+        ldmatrix4(bf, dot + swz<DP>(row, chunk));
+        M::run(dpt[2 * jj], vf, bf[0], bf[1]);
+        M::run(dpt[2 * jj + 1], vf, bf[2], bf[3]);
+      }
+    }
+    const bool full = a.full[(item.rowBegin >> 6) + step % item.numTiles] != 0;
+    uint32_t pf[4][4], dsf[4][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float p[4], ds[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = warp * 16 + gq + 8 * (e >> 1), col = j * 8 + 2 * tq + (e & 1);
+        const bool on = full ? rq[col] >= 0 : ((rmask[col] >> key) & 1) != 0;
+        p[e] = on ? exp2f(st[j][e] * a.scaleLog2 - rlse[col] * kLog2e) : 0.f;
+        ds[e] = p[e] * (dpt[j][e] - rdelta[col]);
+      }
+      pf[j >> 1][(j & 1) * 2] = M::pack(p[0], p[1]);
+      pf[j >> 1][(j & 1) * 2 + 1] = M::pack(p[2], p[3]);
+      dsf[j >> 1][(j & 1) * 2] = M::pack(ds[0], ds[1]);
+      dsf[j >> 1][(j & 1) * 2 + 1] = M::pack(ds[2], ds[3]);
+      // dS^T to shared memory for dQ: rows key, columns query row.
+      const int key0 = warp * 16 + gq, col = j * 8 + 2 * tq;
+      *reinterpret_cast<uint32_t *>(dss + key0 * kRows + (((col >> 3) ^ (key0 & 7)) << 3) + (col & 7)) =
+          dsf[j >> 1][(j & 1) * 2];
+      *reinterpret_cast<uint32_t *>(dss + (key0 + 8) * kRows + (((col >> 3) ^ ((key0 + 8) & 7)) << 3) +
+                                    (col & 7)) = dsf[j >> 1][(j & 1) * 2 + 1];
+    }
+    // dV += P^T dO, dK += dS^T Q (the 64 rows are the reduction).
+#pragma unroll
+    for (int dd = 0; dd < DP / 16; ++dd)
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t bf[4];
+        const int row = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), chunk = dd * 2 + (lane >> 4);
+        ldmatrix4T(bf, dot + swz<DP>(row, chunk));
+        M::run(dv[2 * dd], pf[kk], bf[0], bf[1]);
+        M::run(dv[2 * dd + 1], pf[kk], bf[2], bf[3]);
+        ldmatrix4T(bf, qt + swz<DP>(row, chunk));
+        M::run(dk[2 * dd], dsf[kk], bf[0], bf[1]);
+        M::run(dk[2 * dd + 1], dsf[kk], bf[2], bf[3]);
+      }
+    // The next step's row data, in flight while dQ is computed.
+    RowInfo next{};
+    if (more && tid < kRows)
+      next = fetch(step + 1);
+    __syncthreads();
+    // dQ = scale dS K for this warp's 16 rows, 16 columns at a time.
+    uint32_t af[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const int key = kk * 16 + (lane & 7) + ((lane >> 4) << 3), chunk = warp * 2 + ((lane >> 3) & 1);
+      ldmatrix4T(af[kk], dss + key * kRows + ((chunk ^ (key & 7)) << 3));
+    }
+    const int r0 = warp * 16 + gq;
+    float *dq0 = rq[r0] >= 0 ? a.dq + (size_t(bh) * a.nq + rq[r0]) * DP : nullptr;
+    float *dq1 = rq[r0 + 8] >= 0 ? a.dq + (size_t(bh) * a.nq + rq[r0 + 8]) * DP : nullptr;
+#pragma unroll
+    for (int dd = 0; dd < DP / 16; ++dd) {
+      float c[2][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t bf[4];
+        ldmatrix4T(bf, ks + swz<DP>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dd * 2 + (lane >> 4)));
+        M::run(c[0], af[kk], bf[0], bf[1]);
+        M::run(c[1], af[kk], bf[2], bf[3]);
+      }
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const int col = dd * 16 + n * 8 + 2 * tq;
+        if (dq0 && col < a.d)
+          addPair(dq0 + col, c[n][0] * a.scale, c[n][1] * a.scale);
+        if (dq1 && col < a.d)
+          addPair(dq1 + col, c[n][2] * a.scale, c[n][3] * a.scale);
+      }
+    }
+    if (more && tid < kRows)
+      store(next, stage ^ 1);
+    __syncthreads(); // this stage's Q, dO, dS^T and row data are loaded again
+  }
+  cpAsyncWait<0>();
+  // This warp's keys: add dK, dV to the accumulators (atomically: a key's
+  // other pieces, and a long group's other chunks, add to them too).
+#pragma unroll
+  for (int x = 0; x < 2; ++x) {
+    const int u = warp * 16 + gq + 8 * x;
+    if (u >= item.numKeys || steps == 0)
+      continue;
+    const size_t at = (size_t(b) * kvHeads + g) * a.nk + keys[u];
+    float *dkr = a.dk + at * DP, *dvr = a.dv + at * DP;
+#pragma unroll
+    for (int j = 0; j < DP / 8; ++j) {
+      const int col = j * 8 + 2 * tq;
+      if (col < a.d) {
+        addPair(dkr + col, dk[j][2 * x] * a.scale, dk[j][2 * x + 1] * a.scale);
+        addPair(dvr + col, dv[j][2 * x], dv[j][2 * x + 1]);
+      }
+    }
+  }
+}
+
+// --- Element-wise helpers ---------------------------------------------------
+
+template <class T> __device__ __forceinline__ float toFloat(const void *p, int dtype, int64_t i) {
+  switch (dtype) {
+  case 0: return static_cast<const float *>(p)[i];
+  case 1: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+  default: return __half2float(static_cast<const __half *>(p)[i]);
+  }
+}
+__device__ __forceinline__ void storeAs(void *p, int dtype, int64_t i, float x) {
+  switch (dtype) {
+  case 0: static_cast<float *>(p)[i] = x; break;
+  case 1: static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(x); break;
+  default: static_cast<__half *>(p)[i] = __float2half_rn(x); break;
+  }
+}
+
+} // namespace
+
+extern "C" {
+
+#define ATTNC_FORWARD(NAME, T, DP)                                                                            \
+  __global__ void __launch_bounds__(kThreads) NAME(const FwdArgs a) { forward<T, DP>(a); }
+ATTNC_FORWARD(attnc_fwd_bf16_64, __nv_bfloat16, 64)
+ATTNC_FORWARD(attnc_fwd_bf16_128, __nv_bfloat16, 128)
+ATTNC_FORWARD(attnc_fwd_bf16_256, __nv_bfloat16, 256)
+ATTNC_FORWARD(attnc_fwd_f16_64, __half, 64)
+ATTNC_FORWARD(attnc_fwd_f16_128, __half, 128)
+ATTNC_FORWARD(attnc_fwd_f16_256, __half, 256)
+
+#define ATTNC_BACKWARD(NAME, T, DP)                                                                           \
+  __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP>(a); }
+ATTNC_BACKWARD(attnc_bwd_bf16_64, __nv_bfloat16, 64)
+ATTNC_BACKWARD(attnc_bwd_bf16_128, __nv_bfloat16, 128)
+ATTNC_BACKWARD(attnc_bwd_bf16_256, __nv_bfloat16, 256)
+ATTNC_BACKWARD(attnc_bwd_f16_64, __half, 64)
+ATTNC_BACKWARD(attnc_bwd_f16_128, __half, 128)
+ATTNC_BACKWARD(attnc_bwd_f16_256, __half, 256)
+
+/// dst = src element by element (any dtypes, any strides; `cols` per row,
+/// and dst's columns cols .. padCols - 1 set to 0): packing a tensor the
+/// kernels cannot read in place, unpacking an output, converting the f32
+/// accumulators of the backward to the gradients' dtype.
+__global__ void attnc_copy(const View src, const View dst, int32_t padCols) {
+  const int64_t rows = src.shape[0] * src.shape[1] * src.shape[2];
+  const int64_t total = rows * padCols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = i % padCols, row = i / padCols;
+    const int64_t r = row % src.shape[2], bh = row / src.shape[2];
+    const int64_t hh = bh % src.shape[1], bb = bh / src.shape[1];
+    const int64_t di = bb * dst.strides[0] + hh * dst.strides[1] + r * dst.strides[2] + c * dst.strides[3];
+    if (c < src.cols)
+      storeAs(dst.data, dst.dtype,
+              di, toFloat<float>(src.data, src.dtype,
+                                 bb * src.strides[0] + hh * src.strides[1] + r * src.strides[2] + c * src.strides[3]));
+    else if (c < dst.cols)
+      storeAs(dst.data, dst.dtype, di, 0.f);
+  }
+}
+
+/// delta[row] = sum_c dO[row, c] O[row, c] in f32, one warp per row
+/// (the views' shapes agree; rows in [batch][heads][n] order).
+__global__ void attnc_delta(const View dO, const View o, float *delta) {
+  const int64_t rows = dO.shape[0] * dO.shape[1] * dO.shape[2];
+  const int lane = threadIdx.x & 31;
+  for (int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5; row < rows;
+       row += (int64_t(gridDim.x) * blockDim.x) >> 5) {
+    const int64_t r = row % dO.shape[2], bh = row / dO.shape[2];
+    const int64_t hh = bh % dO.shape[1], bb = bh / dO.shape[1];
+    const int64_t gi = bb * dO.strides[0] + hh * dO.strides[1] + r * dO.strides[2];
+    const int64_t oi = bb * o.strides[0] + hh * o.strides[1] + r * o.strides[2];
+    float sum = 0.f;
+    for (int c = lane; c < dO.cols; c += 32)
+      sum += toFloat<float>(dO.data, dO.dtype, gi + c * dO.strides[3]) *
+             toFloat<float>(o.data, o.dtype, oi + c * o.strides[3]);
+    for (int s = 16; s > 0; s >>= 1)
+      sum += __shfl_xor_sync(0xffffffffu, sum, s);
+    if (lane == 0)
+      delta[row] = sum;
+  }
+}
+
+} // extern "C"

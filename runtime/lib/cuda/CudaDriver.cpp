@@ -1,0 +1,143 @@
+//===- CudaDriver.cpp - The CUDA driver API, opened at first use ----------===//
+#include "CudaDriver.h"
+
+#include "../backends/Backend.h"
+
+#include <cstdlib>
+#include <dlfcn.h>
+#include <mutex>
+
+namespace attnc::rt::cuda {
+
+namespace {
+
+struct Opened {
+  Driver api{};
+  std::string error; ///< why there is no driver ("" when there is)
+};
+
+template <class F> bool find(void *lib, const char *name, F &slot) {
+  slot = reinterpret_cast<F>(dlsym(lib, name));
+  return slot != nullptr;
+}
+
+Opened open() {
+  Opened o;
+  // ATTNC_CUDA_DRIVER names another library (tests point it at a missing
+  // file to take the no-driver path on a machine that has one).
+  const char *env = std::getenv("ATTNC_CUDA_DRIVER");
+  const char *path = env && *env ? env : "libcuda.so.1";
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    const char *why = dlerror();
+    o.error = std::string("no CUDA driver: ") + path + " cannot be opened (" + (why ? why : "unknown") +
+              "); the cuda target needs an NVIDIA GPU and its driver";
+    return o;
+  }
+  Driver &d = o.api;
+  const bool all =
+      find(lib, "cuInit", d.cuInit) && find(lib, "cuDriverGetVersion", d.cuDriverGetVersion) &&
+      find(lib, "cuDeviceGetCount", d.cuDeviceGetCount) && find(lib, "cuDeviceGet", d.cuDeviceGet) &&
+      find(lib, "cuDeviceGetName", d.cuDeviceGetName) && find(lib, "cuDeviceGetAttribute", d.cuDeviceGetAttribute) &&
+      find(lib, "cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain) &&
+      find(lib, "cuCtxPushCurrent_v2", d.cuCtxPushCurrent) && find(lib, "cuCtxPopCurrent_v2", d.cuCtxPopCurrent) &&
+      find(lib, "cuModuleLoadData", d.cuModuleLoadData) && find(lib, "cuModuleGetFunction", d.cuModuleGetFunction) &&
+      find(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute) && find(lib, "cuLaunchKernel", d.cuLaunchKernel) &&
+      find(lib, "cuMemAlloc_v2", d.cuMemAlloc) && find(lib, "cuMemFree_v2", d.cuMemFree) &&
+      find(lib, "cuMemAllocAsync", d.cuMemAllocAsync) && find(lib, "cuMemFreeAsync", d.cuMemFreeAsync) &&
+      find(lib, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD) && find(lib, "cuMemsetD8Async", d.cuMemsetD8Async) &&
+      find(lib, "cuMemsetD32Async", d.cuMemsetD32Async) &&
+      find(lib, "cuStreamQuery", d.cuStreamQuery) && find(lib, "cuStreamSynchronize", d.cuStreamSynchronize) &&
+      find(lib, "cuPointerGetAttribute", d.cuPointerGetAttribute) &&
+      find(lib, "cuGetErrorString", d.cuGetErrorString);
+  if (!all) {
+    o.error = std::string("the CUDA driver ") + path +
+              " lacks functions attnc needs (CUDA 11.2 or newer: cuMemAllocAsync); update the NVIDIA driver";
+    return o;
+  }
+  if (CUresult r = d.cuInit(0); r != kSuccess) {
+    const char *text = nullptr;
+    d.cuGetErrorString(r, &text);
+    o.error = std::string("the CUDA driver did not start (cuInit: ") + (text ? text : std::to_string(r)) +
+              "): no usable NVIDIA GPU";
+    return o;
+  }
+  int count = 0;
+  if (d.cuDeviceGetCount(&count) != kSuccess || count == 0)
+    o.error = "the CUDA driver sees no GPU";
+  return o;
+}
+
+} // namespace
+
+const Driver &driver() {
+  static const Opened opened = open();
+  if (!opened.error.empty())
+    throw RunError{ATTNC_ERROR_UNSUPPORTED, opened.error};
+  return opened.api;
+}
+
+std::string errorText(CUresult r) {
+  const char *text = nullptr;
+  driver().cuGetErrorString(r, &text);
+  return "CUDA error " + std::to_string(r) + (text ? std::string(": ") + text : std::string());
+}
+
+void check(CUresult r, const char *what) {
+  if (r == kSuccess)
+    return;
+  // Out of device memory is the caller's to handle; anything else is a
+  // failure of the call, reported with the driver's words.
+  const attnc_status status = r == 2 /*CUDA_ERROR_OUT_OF_MEMORY*/ ? ATTNC_ERROR_OUT_OF_MEMORY : ATTNC_ERROR_INTERNAL;
+  throw RunError{status, std::string(what) + " failed: " + errorText(r)};
+}
+
+ScopedContext::ScopedContext(int index) {
+  const Driver &d = driver();
+  int count = 0;
+  check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (index < 0 || index >= count)
+    throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "CUDA device " + std::to_string(index) + " does not exist (this "
+                                                 "machine has " + std::to_string(count) + ")"};
+  // Primary contexts are retained once per device for the process.
+  static std::mutex mutex;
+  static CUcontext contexts[64] = {};
+  CUcontext ctx;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (index >= 64)
+      throw RunError{ATTNC_ERROR_UNSUPPORTED, "attnc handles CUDA devices 0-63"};
+    if (!contexts[index]) {
+      CUdevice dev;
+      check(d.cuDeviceGet(&dev, index), "cuDeviceGet");
+      check(d.cuDevicePrimaryCtxRetain(&contexts[index], dev), "cuDevicePrimaryCtxRetain");
+    }
+    ctx = contexts[index];
+  }
+  check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent");
+  pushed_ = true;
+}
+
+ScopedContext::~ScopedContext() {
+  if (pushed_) {
+    CUcontext popped;
+    driver().cuCtxPopCurrent(&popped);
+  }
+}
+
+DeviceInfo deviceInfo(int index) {
+  const Driver &d = driver();
+  CUdevice dev;
+  check(d.cuDeviceGet(&dev, index), "cuDeviceGet");
+  DeviceInfo info;
+  char name[256] = {};
+  check(d.cuDeviceGetName(name, sizeof name - 1, dev), "cuDeviceGetName");
+  info.name = name;
+  check(d.cuDeviceGetAttribute(&info.major, kAttrComputeMajor, dev), "cuDeviceGetAttribute");
+  check(d.cuDeviceGetAttribute(&info.minor, kAttrComputeMinor, dev), "cuDeviceGetAttribute");
+  check(d.cuDeviceGetAttribute(&info.multiprocessors, kAttrMultiprocessors, dev), "cuDeviceGetAttribute");
+  check(d.cuDeviceGetAttribute(&info.maxSharedOptin, kAttrMaxSharedOptin, dev), "cuDeviceGetAttribute");
+  return info;
+}
+
+} // namespace attnc::rt::cuda

@@ -1,0 +1,95 @@
+//===- CudaDriver.h - The CUDA driver API, opened at first use ------------===//
+//
+// libattnc links no CUDA library: the first GPU call opens libcuda.so.1
+// with dlopen and looks up the few driver functions the cuda target needs.
+// Where there is no driver (or no GPU) every GPU call fails with
+// ATTNC_ERROR_UNSUPPORTED saying what is missing; the CPU paths never touch
+// this file. The types are the driver API's, declared here so that the
+// runtime builds without the CUDA headers.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace attnc::rt::cuda {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+using CUcontext = struct CUctx_st *;
+using CUmodule = struct CUmod_st *;
+using CUfunction = struct CUfunc_st *;
+using CUstream = struct CUstream_st *;
+
+/// The driver functions attnc calls (names as libcuda exports them).
+struct Driver {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int *);
+  CUresult (*cuDeviceGetCount)(int *);
+  CUresult (*cuDeviceGet)(CUdevice *, int);
+  CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*cuCtxPushCurrent)(CUcontext);
+  CUresult (*cuCtxPopCurrent)(CUcontext *);
+  CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             CUstream, void **, void **);
+  CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
+  CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
+  CUresult (*cuStreamQuery)(CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
+  CUresult (*cuGetErrorString)(CUresult, const char **);
+};
+
+// The enum values attnc uses (cuda.h).
+inline constexpr CUresult kSuccess = 0;
+inline constexpr CUresult kNotReady = 600;
+inline constexpr int kAttrComputeMajor = 75, kAttrComputeMinor = 76, kAttrMultiprocessors = 16;
+inline constexpr int kAttrMaxSharedOptin = 97;
+inline constexpr int kFuncMaxDynamicShared = 8;
+inline constexpr int kPointerMemoryType = 2, kPointerDeviceOrdinal = 9;
+inline constexpr int kMemoryTypeHost = 1, kMemoryTypeDevice = 2, kMemoryTypeUnified = 4;
+
+/// The driver, opened and initialised once; throws RunError
+/// (ATTNC_ERROR_UNSUPPORTED) saying why there is none.
+const Driver &driver();
+
+/// Throws RunError with `what` and the driver's message when r fails.
+void check(CUresult r, const char *what);
+
+/// "CUDA_ERROR_...: message" of a driver result.
+std::string errorText(CUresult r);
+
+/// The context of device `index` (its primary context, as PyTorch uses)
+/// current on this thread for the object's lifetime.
+class ScopedContext {
+public:
+  explicit ScopedContext(int index);
+  ~ScopedContext();
+  ScopedContext(const ScopedContext &) = delete;
+  ScopedContext &operator=(const ScopedContext &) = delete;
+
+private:
+  bool pushed_ = false;
+};
+
+/// A GPU's name and compute capability ("NVIDIA H100 80GB HBM3", 9, 0).
+struct DeviceInfo {
+  std::string name;
+  int major = 0, minor = 0, multiprocessors = 0, maxSharedOptin = 0;
+};
+DeviceInfo deviceInfo(int index);
+
+} // namespace attnc::rt::cuda

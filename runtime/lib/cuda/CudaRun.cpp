@@ -1,0 +1,461 @@
+//===- CudaRun.cpp - Running a kernel's pattern on a CUDA GPU -------------===//
+#include "CudaRun.h"
+
+#include "../backends/Backend.h"
+#include "CudaArgs.h"
+#include "CudaDriver.h"
+#include "CudaPlan.h"
+
+#include <cmath>
+#include <cstring>
+
+#if ATTNC_RUNTIME_CUDA
+// The fatbin nvcc built from AttentionKernels.cu, embedded by CudaFatbin.S.
+extern "C" const unsigned char attnc_cuda_fatbin[];
+#endif
+
+namespace attnc::rt::cuda {
+
+bool compiledIn() { return ATTNC_RUNTIME_CUDA != 0; }
+
+namespace {
+
+// --- The module of kernels, loaded once per device --------------------------
+
+/// Index of a dtype among the kernels' element types (bf16 0, fp16 1).
+int typeIndex(attnc_dtype t) { return t == ATTNC_DTYPE_F16 ? 1 : 0; }
+int dpIndex(int dp) { return dp == 64 ? 0 : dp == 128 ? 1 : 2; }
+
+struct Module {
+  CUfunction fwd[2][3] = {}, bwd[2][3] = {}, copy = nullptr, delta = nullptr;
+};
+
+const Module &module(int device) {
+  static std::mutex mutex;
+  static std::map<int, Module> modules;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = modules.find(device); it != modules.end())
+    return it->second;
+#if ATTNC_RUNTIME_CUDA
+  const Driver &d = driver();
+  const DeviceInfo info = deviceInfo(device);
+  if (info.major < 8)
+    throw RunError{ATTNC_ERROR_UNSUPPORTED, "CUDA device " + std::to_string(device) + " (" + info.name +
+                                                ") has compute capability " + std::to_string(info.major) + "." +
+                                                std::to_string(info.minor) +
+                                                "; attnc's GPU kernels need 8.0 or newer (tensor-core mma.sync "
+                                                "on bf16/fp16)"};
+  CUmodule mod;
+  if (CUresult r = d.cuModuleLoadData(&mod, attnc_cuda_fatbin); r != kSuccess)
+    throw RunError{ATTNC_ERROR_UNSUPPORTED, "the GPU code in libattnc does not load on CUDA device " +
+                                                std::to_string(device) + " (" + info.name + ", compute capability " +
+                                                std::to_string(info.major) + "." + std::to_string(info.minor) +
+                                                "): " + errorText(r)};
+  Module m;
+  auto get = [&](CUfunction &f, const std::string &name, int smem) {
+    check(d.cuModuleGetFunction(&f, mod, name.c_str()), "cuModuleGetFunction");
+    if (smem > 0)
+      check(d.cuFuncSetAttribute(f, kFuncMaxDynamicShared, smem), "cuFuncSetAttribute");
+  };
+  const char *types[2] = {"bf16", "f16"};
+  const int dps[3] = {64, 128, 256};
+  for (int t = 0; t < 2; ++t)
+    for (int x = 0; x < 3; ++x) {
+      get(m.fwd[t][x], std::string("attnc_fwd_") + types[t] + "_" + std::to_string(dps[x]), fwdSmemBytes(dps[x]));
+      get(m.bwd[t][x], std::string("attnc_bwd_") + types[t] + "_" + std::to_string(dps[x]), bwdSmemBytes(dps[x]));
+    }
+  get(m.copy, "attnc_copy", 0);
+  get(m.delta, "attnc_delta", 0);
+  return modules.emplace(device, m).first->second;
+#else
+  (void)device;
+  throw RunError{ATTNC_ERROR_UNSUPPORTED, "this libattnc was built without the GPU code (nvcc was not found when "
+                                          "it was built: configure with -DATTNC_WITH_CUDA=ON and CUDA's nvcc)"};
+#endif
+}
+
+void launch(CUfunction f, unsigned gx, unsigned gy, unsigned threads, unsigned smem, CUstream stream, void *arg) {
+  void *params[] = {arg};
+  check(driver().cuLaunchKernel(f, gx, gy, 1, threads, 1, 1, smem, stream, params, nullptr), "cuLaunchKernel");
+}
+
+/// Device memory for one call, freed in stream order when it goes.
+class DeviceBuffer {
+public:
+  DeviceBuffer(size_t bytes, CUstream stream) : stream_(stream) {
+    if (bytes)
+      check(driver().cuMemAllocAsync(&ptr_, bytes, stream), "cuMemAllocAsync");
+  }
+  ~DeviceBuffer() {
+    if (ptr_)
+      driver().cuMemFreeAsync(ptr_, stream_);
+  }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  template <class T> T *get() const { return reinterpret_cast<T *>(ptr_); }
+  void zero(size_t bytes) const { check(driver().cuMemsetD8Async(ptr_, 0, bytes, stream_), "cuMemsetD8Async"); }
+  void fill32(uint32_t value, size_t count) const {
+    check(driver().cuMemsetD32Async(ptr_, value, count, stream_), "cuMemsetD32Async");
+  }
+
+private:
+  CUdeviceptr ptr_ = 0;
+  CUstream stream_;
+};
+
+// --- Checks -----------------------------------------------------------------
+
+/// Throws unless `t`'s memory is GPU memory of `device`.
+void checkOnDevice(const attnc_tensor &t, const char *name, int device) {
+  if (t.shape[0] == 0 || t.shape[1] == 0 || t.shape[2] == 0 || t.shape[3] == 0)
+    return;
+  const Driver &d = driver();
+  const auto ptr = reinterpret_cast<CUdeviceptr>(t.data);
+  unsigned type = 0;
+  if (d.cuPointerGetAttribute(&type, kPointerMemoryType, ptr) != kSuccess || type == kMemoryTypeHost)
+    throw RunError{ATTNC_ERROR_INVALID_ARGUMENT,
+                   std::string("tensor '") + name + "' is not CUDA device memory (a CPU pointer?) but the call runs "
+                   "on CUDA device " + std::to_string(device) + "; pass tensors of that device, or run on the CPU"};
+  int ordinal = -1;
+  if (d.cuPointerGetAttribute(&ordinal, kPointerDeviceOrdinal, ptr) == kSuccess && ordinal != device)
+    throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, std::string("tensor '") + name + "' is memory of CUDA device " +
+                                                     std::to_string(ordinal) + " but the call runs on device " +
+                                                     std::to_string(device)};
+}
+
+CUstream checkedStream(const attnc_device &device) {
+  auto stream = static_cast<CUstream>(device.stream);
+  if (!stream)
+    return stream;
+  const CUresult r = driver().cuStreamQuery(stream);
+  if (r != kSuccess && r != kNotReady)
+    throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "the stream " + std::to_string(reinterpret_cast<uintptr_t>(stream)) +
+                                                     " is not a usable CUDA stream of device " +
+                                                     std::to_string(device.index) + ": " + errorText(r)};
+  return stream;
+}
+
+int paddedDim(int64_t d) {
+  if (d > 256)
+    throw RunError{ATTNC_ERROR_SHAPE, "the head dimension d = " + std::to_string(d) +
+                                          " is above 256, the most the GPU kernels take"};
+  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+
+View viewOf(const attnc_tensor &t, int64_t cols) {
+  View v{};
+  v.data = t.data;
+  v.dtype = static_cast<int32_t>(t.dtype);
+  v.cols = static_cast<int32_t>(cols);
+  for (int a = 0; a < 3; ++a)
+    v.shape[a] = t.shape[a];
+  for (int a = 0; a < 4; ++a)
+    v.strides[a] = t.strides[a];
+  return v;
+}
+
+/// A contiguous [B, H, rows, cols] view of `data` with `dtype`.
+View contiguous(void *data, attnc_dtype dtype, int64_t B, int64_t H, int64_t rows, int64_t cols) {
+  View v{};
+  v.data = data;
+  v.dtype = static_cast<int32_t>(dtype);
+  v.cols = static_cast<int32_t>(cols);
+  v.shape[0] = B, v.shape[1] = H, v.shape[2] = rows;
+  v.strides[3] = 1, v.strides[2] = cols, v.strides[1] = rows * cols, v.strides[0] = H * rows * cols;
+  return v;
+}
+
+void copy(const Module &m, CUstream stream, const View &src, const View &dst, int64_t padCols) {
+  const int64_t total = src.shape[0] * src.shape[1] * src.shape[2] * padCols;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
+  struct {
+    View src, dst;
+    int32_t pad;
+  } args{src, dst, static_cast<int32_t>(padCols)};
+  // The kernel takes three parameters: pass each.
+  void *params[] = {&args.src, &args.dst, &args.pad};
+  if (blocks)
+    check(driver().cuLaunchKernel(m.copy, blocks, 1, 1, 256, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+}
+
+/// An input the kernels read in place (dtype `type`, rows of d contiguous
+/// elements 16-byte aligned, d a multiple of 8), or a packed copy of it.
+struct Operand {
+  const void *data = nullptr;
+  int64_t sb = 0, sh = 0, sn = 0;
+  std::unique_ptr<DeviceBuffer> packed;
+};
+
+bool readableInPlace(const attnc_tensor &t, attnc_dtype type) {
+  const auto addr = reinterpret_cast<uintptr_t>(t.data);
+  return t.dtype == type && t.strides[3] == 1 && t.shape[3] % 8 == 0 && addr % 16 == 0 &&
+         (t.shape[0] == 1 || t.strides[0] % 8 == 0) && (t.shape[1] == 1 || t.strides[1] % 8 == 0) &&
+         t.strides[2] % 8 == 0;
+}
+
+Operand operand(const Module &m, CUstream stream, const attnc_tensor &t, attnc_dtype type) {
+  Operand op;
+  if (readableInPlace(t, type)) {
+    op.data = t.data;
+    op.sb = t.strides[0], op.sh = t.strides[1], op.sn = t.strides[2];
+    return op;
+  }
+  const int64_t cols = (t.shape[3] + 7) / 8 * 8;
+  const size_t bytes = size_t(t.shape[0] * t.shape[1] * t.shape[2] * cols) * 2;
+  op.packed = std::make_unique<DeviceBuffer>(bytes, stream);
+  const View dst = contiguous(op.packed->get<void>(), type, t.shape[0], t.shape[1], t.shape[2], cols);
+  copy(m, stream, viewOf(t, t.shape[3]), dst, cols);
+  op.data = dst.data;
+  op.sb = dst.strides[0], op.sh = dst.strides[1], op.sn = dst.strides[2];
+  return op;
+}
+
+/// The element type the kernels compute in: the inputs' own (bf16, fp16),
+/// or bf16 for f32 inputs (converted once as they are packed).
+attnc_dtype computeType(attnc_dtype inputs) { return inputs == ATTNC_DTYPE_F16 ? ATTNC_DTYPE_F16 : ATTNC_DTYPE_BF16; }
+
+template <class T> const T *deviceCopy(const std::vector<T> &host, std::vector<CUdeviceptr> &owned) {
+  if (host.empty())
+    return nullptr;
+  CUdeviceptr p;
+  check(driver().cuMemAlloc(&p, host.size() * sizeof(T)), "cuMemAlloc");
+  owned.push_back(p);
+  check(driver().cuMemcpyHtoD(p, host.data(), host.size() * sizeof(T)), "cuMemcpyHtoD");
+  return reinterpret_cast<const T *>(p);
+}
+
+} // namespace
+
+void checkDevice(int index) {
+  ScopedContext ctx(index);
+  module(index);
+}
+
+// --- Tables on the device -----------------------------------------------------
+
+struct Engine::DeviceTables {
+  struct Set {
+    SetTables host; ///< launches and item counts (the arrays are on the device)
+    const FwdItem *fwdItems = nullptr;
+    const int32_t *fwdKeys = nullptr;
+    const uint64_t *fwdMasks = nullptr;
+    const uint8_t *fwdFull = nullptr;
+    const BwdItem *bwdItems = nullptr;
+    const int32_t *bwdKeys = nullptr, *bwdRows = nullptr;
+    const uint64_t *bwdMasks = nullptr;
+    const uint8_t *bwdFull = nullptr;
+  };
+  std::vector<Set> sets;
+  const int32_t *setOfHead = nullptr; ///< null when the kernel has one set
+  std::vector<CUdeviceptr> owned;
+  int device = 0;
+  ~DeviceTables() {
+    try {
+      ScopedContext ctx(device);
+      for (CUdeviceptr p : owned)
+        driver().cuMemFree(p);
+    } catch (const RunError &) {
+    }
+  }
+};
+
+Engine::Engine(const ir::PatternIR &ir, std::vector<int64_t> headToSet)
+    : plan_(cuda::gpuPlan(ir)), headToSet_(std::move(headToSet)) {}
+
+Engine::~Engine() = default;
+
+int64_t Engine::tableBuilds() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return builds_;
+}
+
+std::shared_ptr<const Engine::DeviceTables> Engine::tables(int device, int64_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = tables_.find({device, n}); it != tables_.end())
+    return it->second;
+  checkKeysFit32Bits(n);
+  auto t = std::make_shared<DeviceTables>();
+  t->device = device;
+  for (SetTables &host : buildTables(plan_, n)) {
+    DeviceTables::Set s;
+    s.fwdItems = deviceCopy(host.fwdItems, t->owned);
+    s.fwdKeys = deviceCopy(host.fwdKeys, t->owned);
+    s.fwdMasks = deviceCopy(host.fwdMasks, t->owned);
+    s.fwdFull = deviceCopy(host.fwdFull, t->owned);
+    s.bwdItems = deviceCopy(host.bwdItems, t->owned);
+    s.bwdKeys = deviceCopy(host.bwdKeys, t->owned);
+    s.bwdRows = deviceCopy(host.bwdRows, t->owned);
+    s.bwdMasks = deviceCopy(host.bwdMasks, t->owned);
+    s.bwdFull = deviceCopy(host.bwdFull, t->owned);
+    // Keep only what the launches need on the host.
+    host.fwdKeys = {}, host.fwdMasks = {}, host.fwdFull = {}, host.bwdKeys = {}, host.bwdRows = {};
+    host.bwdMasks = {}, host.bwdFull = {};
+    s.host = std::move(host);
+    t->sets.push_back(std::move(s));
+  }
+  if (t->sets.size() > 1) {
+    std::vector<int32_t> heads(headToSet_.begin(), headToSet_.end());
+    t->setOfHead = deviceCopy(heads, t->owned);
+  }
+  ++builds_;
+  // Lengths kept per device: the most recent 16.
+  if (tables_.size() >= 16)
+    tables_.erase(tables_.begin());
+  tables_[{device, n}] = t;
+  return t;
+}
+
+void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
+                     const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale) {
+  ScopedContext ctx(device.index);
+  const CUstream stream = checkedStream(device);
+  for (const auto &[t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}})
+    checkOnDevice(*t, name, device.index);
+  if (lse)
+    checkOnDevice(*lse, "lse", device.index);
+  const int dp = paddedDim(dims.d);
+  if (dims.batch * dims.hq > 65535)
+    throw RunError{ATTNC_ERROR_UNSUPPORTED, "batch x heads above 65535 on the GPU"};
+  const Module &m = module(device.index);
+  const attnc_dtype type = computeType(q.dtype);
+  auto tabs = tables(device.index, dims.nk);
+  Operand qo = operand(m, stream, q, type), ko = operand(m, stream, k, type), vo = operand(m, stream, v, type);
+  // O written in place when it is the compute type with even rows; else
+  // through a contiguous copy.
+  const auto oaddr = reinterpret_cast<uintptr_t>(o.data);
+  const bool oInPlace = o.dtype == type && o.strides[3] == 1 && dims.d % 2 == 0 && oaddr % 4 == 0 &&
+                        o.strides[2] % 2 == 0 && (o.shape[1] == 1 || o.strides[1] % 2 == 0) &&
+                        (o.shape[0] == 1 || o.strides[0] % 2 == 0);
+  const int64_t ocols = (dims.d + 1) / 2 * 2;
+  std::unique_ptr<DeviceBuffer> oTemp;
+  View oView{};
+  if (!oInPlace) {
+    oTemp = std::make_unique<DeviceBuffer>(size_t(dims.batch * dims.hq * dims.nq * ocols) * 2, stream);
+    oView = contiguous(oTemp->get<void>(), type, dims.batch, dims.hq, dims.nq, ocols);
+  }
+  std::unique_ptr<DeviceBuffer> stateO, stateLse, slotO, slotLse;
+  int32_t slots = 0;
+  for (const auto &set : tabs->sets)
+    slots = std::max(slots, set.host.slots);
+  if (slots > 0) {
+    const size_t rows = size_t(slots) * size_t(dims.batch * dims.hq) * kTileRows;
+    slotO = std::make_unique<DeviceBuffer>(rows * dp * 4, stream);
+    slotLse = std::make_unique<DeviceBuffer>(rows * 4, stream);
+  }
+  FwdArgs a{};
+  a.slotO = slotO ? slotO->get<float>() : nullptr;
+  a.slotLse = slotLse ? slotLse->get<float>() : nullptr;
+  a.q = qo.data, a.k = ko.data, a.v = vo.data;
+  a.qsb = qo.sb, a.qsh = qo.sh, a.qsn = qo.sn;
+  a.ksb = ko.sb, a.ksh = ko.sh, a.ksn = ko.sn;
+  a.vsb = vo.sb, a.vsh = vo.sh, a.vsn = vo.sn;
+  if (oInPlace)
+    a.o = o.data, a.osb = o.strides[0], a.osh = o.strides[1], a.osn = o.strides[2];
+  else
+    a.o = oView.data, a.osb = oView.strides[0], a.osh = oView.strides[1], a.osn = oView.strides[2];
+  if (lse)
+    a.lse = static_cast<float *>(lse->data), a.lsb = lse->strides[0], a.lsh = lse->strides[1],
+    a.lsn = lse->strides[2];
+  a.heads = static_cast<int32_t>(dims.hq);
+  a.ratio = static_cast<int32_t>(dims.hq / dims.hkv);
+  a.d = static_cast<int32_t>(dims.d);
+  a.nq = static_cast<int32_t>(dims.nq);
+  a.nk = static_cast<int32_t>(dims.nk);
+  a.scaleLog2 = scale * 1.4426950408889634f;
+  a.setOfHead = tabs->setOfHead;
+  CUfunction f = m.fwd[typeIndex(type)][dpIndex(dp)];
+  for (size_t s = 0; s < tabs->sets.size(); ++s) {
+    const auto &set = tabs->sets[s];
+    if (set.host.needsState() && !stateO) {
+      const size_t rows = size_t(dims.batch * dims.hq * dims.nk);
+      stateO = std::make_unique<DeviceBuffer>(rows * dp * 4, stream);
+      stateLse = std::make_unique<DeviceBuffer>(rows * 4, stream);
+      stateLse->fill32(0xff800000u, rows); // -inf: no piece has written the row
+    }
+    a.set = static_cast<int32_t>(s);
+    a.items = set.fwdItems, a.keys = set.fwdKeys, a.masks = set.fwdMasks, a.full = set.fwdFull;
+    a.stateO = stateO ? stateO->get<float>() : nullptr;
+    a.stateLse = stateLse ? stateLse->get<float>() : nullptr;
+    for (const Launch &l : set.host.fwdLaunches) {
+      if (l.itemCount == 0)
+        continue;
+      a.itemBegin = l.itemBegin;
+      a.readsState = l.readsState, a.writesState = l.writesState, a.writesSlots = l.writesSlots;
+      launch(f, unsigned(l.itemCount), unsigned(dims.batch * dims.hq), 128, fwdSmemBytes(dp), stream, &a);
+    }
+  }
+  if (!oInPlace)
+    copy(m, stream, oView, viewOf(o, dims.d), dims.d);
+}
+
+void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
+                      const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor &dO, const attnc_tensor &lse,
+                      const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale) {
+  ScopedContext ctx(device.index);
+  const CUstream stream = checkedStream(device);
+  for (const auto &[t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&dO, "d_o"}, {&lse, "lse"},
+                                {&dq, "d_q"}, {&dk, "d_k"}, {&dv, "d_v"}})
+    checkOnDevice(*t, name, device.index);
+  const int dp = paddedDim(dims.d);
+  if (dims.batch * dims.hq > 65535)
+    throw RunError{ATTNC_ERROR_UNSUPPORTED, "batch x heads above 65535 on the GPU"};
+  const Module &m = module(device.index);
+  const attnc_dtype type = computeType(q.dtype);
+  auto tabs = tables(device.index, dims.nk);
+  Operand qo = operand(m, stream, q, type), ko = operand(m, stream, k, type), vo = operand(m, stream, v, type);
+  Operand go = operand(m, stream, dO, type);
+  const size_t qRows = size_t(dims.batch * dims.hq * dims.nq), kRows = size_t(dims.batch * dims.hkv * dims.nk);
+  DeviceBuffer delta(qRows * 4, stream), dqAcc(qRows * dp * 4, stream), dkAcc(kRows * dp * 4, stream),
+      dvAcc(kRows * dp * 4, stream);
+  dqAcc.zero(qRows * dp * 4);
+  dkAcc.zero(kRows * dp * 4);
+  dvAcc.zero(kRows * dp * 4);
+  {
+    View gv = viewOf(dO, dims.d), ov = viewOf(o, dims.d);
+    float *deltaPtr = delta.get<float>();
+    void *params[] = {&gv, &ov, &deltaPtr};
+    const unsigned blocks = static_cast<unsigned>(std::min<size_t>((qRows * 32 + 255) / 256, 65535));
+    if (blocks)
+      check(driver().cuLaunchKernel(m.delta, blocks, 1, 1, 256, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+  }
+  BwdArgs a{};
+  a.q = qo.data, a.k = ko.data, a.v = vo.data, a.dO = go.data;
+  a.qsb = qo.sb, a.qsh = qo.sh, a.qsn = qo.sn;
+  a.ksb = ko.sb, a.ksh = ko.sh, a.ksn = ko.sn;
+  a.vsb = vo.sb, a.vsh = vo.sh, a.vsn = vo.sn;
+  a.gsb = go.sb, a.gsh = go.sh, a.gsn = go.sn;
+  a.lse = static_cast<const float *>(lse.data), a.lsb = lse.strides[0], a.lsh = lse.strides[1],
+  a.lsn = lse.strides[2];
+  a.delta = delta.get<float>();
+  a.dq = dqAcc.get<float>(), a.dk = dkAcc.get<float>(), a.dv = dvAcc.get<float>();
+  a.heads = static_cast<int32_t>(dims.hq);
+  a.ratio = static_cast<int32_t>(dims.hq / dims.hkv);
+  a.d = static_cast<int32_t>(dims.d);
+  a.nq = static_cast<int32_t>(dims.nq);
+  a.nk = static_cast<int32_t>(dims.nk);
+  a.scale = scale;
+  a.scaleLog2 = scale * 1.4426950408889634f;
+  a.setOfHead = tabs->setOfHead;
+  CUfunction f = m.bwd[typeIndex(type)][dpIndex(dp)];
+  for (size_t s = 0; s < tabs->sets.size(); ++s) {
+    const auto &set = tabs->sets[s];
+    a.set = static_cast<int32_t>(s);
+    a.items = set.bwdItems, a.keys = set.bwdKeys, a.rows = set.bwdRows, a.masks = set.bwdMasks;
+    a.full = set.bwdFull;
+    for (const Launch &l : set.host.bwdLaunches) {
+      if (l.itemCount == 0)
+        continue;
+      a.itemBegin = l.itemBegin;
+      launch(f, unsigned(l.itemCount), unsigned(dims.batch * dims.hkv), 128, bwdSmemBytes(dp), stream, &a);
+    }
+  }
+  copy(m, stream, contiguous(dqAcc.get<void>(), ATTNC_DTYPE_F32, dims.batch, dims.hq, dims.nq, dp),
+       viewOf(dq, dims.d), dims.d);
+  View dkSrc = contiguous(dkAcc.get<void>(), ATTNC_DTYPE_F32, dims.batch, dims.hkv, dims.nk, dp);
+  View dvSrc = contiguous(dvAcc.get<void>(), ATTNC_DTYPE_F32, dims.batch, dims.hkv, dims.nk, dp);
+  dkSrc.cols = dvSrc.cols = static_cast<int32_t>(dims.d);
+  copy(m, stream, dkSrc, viewOf(dk, dims.d), dims.d);
+  copy(m, stream, dvSrc, viewOf(dv, dims.d), dims.d);
+}
+
+} // namespace attnc::rt::cuda

@@ -1,0 +1,66 @@
+//===- CudaRun.h - Running a kernel's pattern on a CUDA GPU ---------------===//
+//
+// The cuda target's host side: per kernel, the GPU plan (the pattern on
+// blocks of 64 rows) and, per (device, n), its tables on the device; per
+// call, the checks that every tensor lives on the named device, packing of
+// what the kernels cannot read in place (f32, unaligned or strided rows),
+// and the launches on the caller's stream. Every failure is a RunError.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/attnc.h"
+#include "attnc/plan/PatternIR.h"
+#include "attnc/plan/Plan.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace attnc::rt::cuda {
+
+/// Whether this libattnc carries the GPU code (built with nvcc).
+bool compiledIn();
+
+/// Throws RunError unless device `index` can run the kernels (a driver, the
+/// device, compute capability 8.0+, the GPU code loaded).
+void checkDevice(int index);
+
+/// The sizes of a validated call (Runtime.cpp's Shape).
+struct Dims {
+  int64_t batch = 0, hq = 0, hkv = 0, nq = 0, nk = 0, d = 0;
+};
+
+class Engine {
+public:
+  Engine(const ir::PatternIR &ir, std::vector<int64_t> headToSet);
+  ~Engine();
+
+  void forward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
+               const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale);
+  void backward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
+                const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor &dO, const attnc_tensor &lse,
+                const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale);
+
+  const plan::Plan &gpuPlan() const { return plan_; }
+  /// How many times tables were built (per (device, n)): tests check that a
+  /// second call at a length builds nothing.
+  int64_t tableBuilds() const;
+
+  struct DeviceTables;
+
+private:
+  std::shared_ptr<const DeviceTables> tables(int device, int64_t n);
+
+  plan::Plan plan_;
+  std::vector<int64_t> headToSet_;
+  mutable std::mutex mutex_;
+  std::map<std::pair<int, int64_t>, std::shared_ptr<const DeviceTables>> tables_;
+  int64_t builds_ = 0;
+};
+
+} // namespace attnc::rt::cuda

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The cuda target's whole GPU verification in one call (docs/cuda.md):
+#
+#   here (any machine with nvcc, no GPU needed):
+#     bash scripts/gpu-check.sh --stage      # build the runtime-only + CUDA
+#                                            # configuration, copy what runs into .gpu-carry/
+#   on the GPU machine (the checkout with .gpu-carry/ beside it):
+#     bash scripts/gpu-check.sh [quick|full|tests]
+#
+# On the GPU it runs, writing each log into $OUT (or /tmp/attnc-gpu-check):
+#   1. the GPU's name, driver and clocks (nvidia-smi);
+#   2. the kernels' registers, shared memory and spills (cuobjdump);
+#   3. attnc_cuda_tests: every CudaKernel case (library patterns, ragged n,
+#      d 16-256, bf16 / fp16 / f32, GQA, nq < nk, strided views, rows with one
+#      key and none, forward and backward against the double reference),
+#      the error paths and the table walks;
+#   4. compute-sanitizer (memcheck, racecheck) on small cases;
+#   5. bench/peers_gpu.py: attnc against flex_attention and SDPA, one table
+#      (quick: n = 16384, d = 64; full: n = 16384, 65536 and d = 64, 128).
+# Everything it needs travels in .gpu-carry/ (a few MB): no build there.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+carry=.gpu-carry
+
+if [ "${1:-}" = "--stage" ]; then
+  set -e
+  build=${ATTNC_BUILD_DIR:-build-gpu}
+  ATTNC_BUILD_DIR=$build ATTNC_CMAKE_FLAGS="-DATTNC_WITH_MLIR=OFF -DATTNC_WITH_HALIDE=OFF -DATTNC_WITH_CUDA=ON" \
+    bash scripts/build.sh
+  rm -rf "$carry" && mkdir -p "$carry"
+  cp "$build/runtime/libattnc.so" "$build/jit/libattnc_jit.so" "$build/runtime/attnc_kernels.fatbin" \
+     "$build/tests/runtime/attnc_cuda_tests" "$carry/"
+  git rev-parse --short HEAD > "$carry/commit"
+  git status --porcelain | grep -q . && echo "+uncommitted" >> "$carry/commit"
+  du -sh "$carry"
+  exit 0
+fi
+
+mode=${1:-quick}
+out=${OUT:-/tmp/attnc-gpu-check}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$PWD/$carry${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export ATTNC_TEST_SOURCE_DIR=$PWD ATTNC_CACHE_DIR=/tmp/attnc-cache PYTHONUNBUFFERED=1
+status=0
+step() { echo; echo "=== $* ($(date +%T))"; }
+
+step "device"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv | tee "$out/device.txt"
+echo "attnc build: $(cat $carry/commit 2>/dev/null)" | tee -a "$out/device.txt"
+
+step "registers, shared memory and spills"
+cuobjdump --dump-resource-usage "$carry/attnc_kernels.fatbin" 2>&1 |
+  grep -E "Function|REG|STACK" | sed 's/^ *//' | paste - - | awk '{print}' > "$out/resources.txt"
+grep -E "attnc_(fwd|bwd)_bf16_(64|128)" "$out/resources.txt" | head -8
+
+step "tests"
+"$carry/attnc_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/tests.log" | tail -25
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+if [ "$mode" != tests ]; then
+  step "compute-sanitizer memcheck"
+  timeout 180 compute-sanitizer --tool memcheck --error-exitcode 3 "$carry/attnc_cuda_tests" --gtest_brief=1 \
+    --gtest_filter='*gaps_n100*:*gqa_local*:*decode_strided*:*d33_fixed*:*strided_n100*' > "$out/memcheck.log" 2>&1
+  rc=$?; tail -4 "$out/memcheck.log"; [ $rc = 0 ] || { echo "memcheck: exit $rc"; status=1; }
+  step "compute-sanitizer racecheck"
+  timeout 120 compute-sanitizer --tool racecheck --error-exitcode 3 "$carry/attnc_cuda_tests" --gtest_brief=1 \
+    --gtest_filter='*fixed_n100_*:*strided_n100*' > "$out/racecheck.log" 2>&1
+  rc=$?; tail -4 "$out/racecheck.log"; [ $rc = 0 ] || { echo "racecheck: exit $rc"; status=1; }
+
+  step "benchmark ($mode)"
+  if [ "$mode" = full ]; then sizes="--n 16384,65536 --d 64,128"; else sizes="--n 16384 --d 64"; fi
+  # shellcheck disable=SC2086 # the sizes are words
+  python3 bench/peers_gpu.py --lib-dir "$carry" $sizes ${ATTNC_PEERS_FLAGS:-} 2>&1 | tee "$out/bench.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+step "done: status $status"
+exit $status

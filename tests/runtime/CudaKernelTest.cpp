@@ -1,0 +1,459 @@
+//===- CudaKernelTest.cpp - The cuda target against the reference ---------===//
+//
+// CudaErrors run everywhere: without a GPU (or driver) every GPU call must
+// fail with ATTNC_ERROR_UNSUPPORTED saying what is missing; with one, CPU
+// memory in a GPU call, a device that does not exist and unknown device
+// types are clear errors. CudaKernel cases need a GPU and are skipped, with
+// the runtime's reason, where there is none: the forward (O and the
+// log-sum-exp) and the backward (dQ, dK, dV) of every library pattern on
+// ragged lengths, several head dimensions, bf16 / fp16 / f32, GQA, fewer
+// queries than keys, strided views and rows with one key or none, against
+// the double-precision reference of TestSupport (the brute-force oracle's
+// mask, softmax in double) on the very values the GPU reads.
+//
+//===----------------------------------------------------------------------===//
+#include "TestSupport.h"
+
+#include "attnc/attnc.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace attnc::test {
+namespace {
+
+bool gpuPresent(std::string &why) {
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  if (attnc_device_check(&dev) == ATTNC_OK)
+    return true;
+  why = attnc_last_error();
+  return false;
+}
+
+#define ATTNC_REQUIRE_GPU()                                                                                 \
+  do {                                                                                                      \
+    std::string why;                                                                                        \
+    if (!gpuPresent(why))                                                                                   \
+      GTEST_SKIP() << "no GPU on this machine: " << why;                                                    \
+  } while (0)
+
+KernelPtr kernelOf(const char *file, const char *source, const std::vector<std::string> &defines) {
+  std::string error;
+  KernelPtr k = jitCompile(file, source, defines, "fused", jitCacheDir(), error);
+  EXPECT_TRUE(k) << error;
+  return k;
+}
+
+attnc_tensor tensor(void *data, attnc_dtype dtype, std::initializer_list<int64_t> shape) {
+  attnc_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  int a = 0;
+  for (int64_t s : shape)
+    t.shape[a++] = s;
+  t.strides[3] = 1;
+  for (int x = 2; x >= 0; --x)
+    t.strides[x] = t.strides[x + 1] * t.shape[x + 1];
+  return t;
+}
+
+// --- Errors, everywhere -------------------------------------------------------
+
+TEST(CudaErrors, WithoutAGpuEveryCallSaysWhy) {
+  std::string why;
+  if (gpuPresent(why))
+    GTEST_SKIP() << "this machine has a GPU (CudaErrors.CpuMemoryInAGpuCall covers it)";
+  KernelPtr k = kernelOf("local", nullptr, {"w=3"});
+  ASSERT_TRUE(k);
+  std::vector<float> q(1 * 1 * 8 * 16, 0.5f), o(q.size());
+  attnc_tensor tq = view(q, 1, 1, 8, 16), to = view(o, 1, 1, 8, 16);
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  EXPECT_EQ(attnc_run_forward_on(k.get(), &dev, &tq, &tq, &tq, &to, nullptr, nullptr), ATTNC_ERROR_UNSUPPORTED);
+  const std::string message = attnc_last_error();
+  EXPECT_FALSE(message.empty());
+  EXPECT_TRUE(message.find("driver") != std::string::npos || message.find("GPU") != std::string::npos ||
+              message.find("nvcc") != std::string::npos)
+      << message;
+  EXPECT_EQ(attnc_device_check(&dev), ATTNC_ERROR_UNSUPPORTED);
+  // The CPU is unaffected, through the same call.
+  attnc_device cpu{ATTNC_DEVICE_CPU, 0, nullptr};
+  EXPECT_EQ(attnc_run_forward_on(k.get(), &cpu, &tq, &tq, &tq, &to, nullptr, nullptr), ATTNC_OK) << attnc_last_error();
+  EXPECT_EQ(attnc_device_check(&cpu), ATTNC_OK);
+}
+
+TEST(CudaErrors, UnknownDevicesAndFp16OnTheCpu) {
+  KernelPtr k = kernelOf("local", nullptr, {"w=3"});
+  ASSERT_TRUE(k);
+  std::vector<float> q(8 * 16, 0.5f), o(q.size());
+  attnc_tensor tq = view(q, 1, 1, 8, 16), to = view(o, 1, 1, 8, 16);
+  attnc_device odd{static_cast<attnc_device_type>(7), 0, nullptr};
+  EXPECT_EQ(attnc_run_forward_on(k.get(), &odd, &tq, &tq, &tq, &to, nullptr, nullptr), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnc_last_error()).find("device type 7"), std::string::npos) << attnc_last_error();
+  attnc_device negative{ATTNC_DEVICE_CUDA, -1, nullptr};
+  EXPECT_EQ(attnc_device_check(&negative), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attnc_device_check(nullptr), ATTNC_ERROR_INVALID_ARGUMENT);
+  std::vector<uint16_t> half(8 * 16, 0x3c00);
+  attnc_tensor th = tensor(half.data(), ATTNC_DTYPE_F16, {1, 1, 8, 16});
+  EXPECT_EQ(attnc_run_forward_on(k.get(), nullptr, &th, &th, &th, &to, nullptr, nullptr), ATTNC_ERROR_DTYPE);
+  EXPECT_NE(std::string(attnc_last_error()).find("fp16 on CUDA"), std::string::npos) << attnc_last_error();
+}
+
+TEST(CudaErrors, CpuMemoryInAGpuCall) {
+  ATTNC_REQUIRE_GPU();
+  KernelPtr k = kernelOf("local", nullptr, {"w=3"});
+  ASSERT_TRUE(k);
+  std::vector<float> q(8 * 16, 0.5f), o(q.size());
+  attnc_tensor tq = view(q, 1, 1, 8, 16), to = view(o, 1, 1, 8, 16);
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  EXPECT_EQ(attnc_run_forward_on(k.get(), &dev, &tq, &tq, &tq, &to, nullptr, nullptr), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnc_last_error()).find("not CUDA device memory"), std::string::npos) << attnc_last_error();
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  attnc_device missing{ATTNC_DEVICE_CUDA, count, nullptr};
+  EXPECT_EQ(attnc_device_check(&missing), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnc_last_error()).find("does not exist"), std::string::npos) << attnc_last_error();
+}
+
+// --- Numerics on a GPU ----------------------------------------------------------
+
+struct GpuCase {
+  std::string label;
+  const char *file;       ///< library pattern, or null for `source`
+  const char *source;
+  std::vector<std::string> defines;
+  int64_t batch, hq, hkv, nq, nk, d;
+  attnc_dtype dtype;
+  float inputScale = 1.0f;
+  bool strided = false; ///< q, k, v, o as views of [batch, n, heads, d] memory (heads inner)
+};
+
+void PrintTo(const GpuCase &c, std::ostream *os) { *os << c.label; }
+
+const char *kGaps = "pattern gaps { attend { j : j < i && i % 3 != 0 } | { j : i % 3 == 1 && j == i } }";
+
+std::vector<GpuCase> gpuCases() {
+  struct P {
+    const char *name, *file, *source;
+    std::vector<std::string> defines;
+    int64_t heads;
+  };
+  const std::vector<P> patterns = {
+      {"fixed", "fixed", nullptr, {"l=16", "c=4"}, 2},
+      {"strided", "strided", nullptr, {"l=8"}, 2},
+      {"local", "local", nullptr, {"w=5"}, 2},
+      {"longformer", "longformer", nullptr, {"w=4", "g=2"}, 2},
+      {"bigbird", "bigbird", nullptr, {"b=8", "g=1", "r=2"}, 2},
+      {"causal", "causal", nullptr, {}, 2},
+      {"fixed_multihead", "fixed_multihead", nullptr, {"l=8", "c=2"}, 2},
+      {"gaps", nullptr, kGaps, {}, 2}, // rows with no key and with one
+  };
+  const int64_t ns[] = {1, 7, 100, 1000};
+  const int64_t ds[] = {16, 64, 80, 128};
+  const attnc_dtype types[] = {ATTNC_DTYPE_BF16, ATTNC_DTYPE_F16, ATTNC_DTYPE_F32};
+  const char *typeNames[] = {"f32", "bf16", "f16"};
+  std::vector<GpuCase> out;
+  for (size_t p = 0; p < patterns.size(); ++p)
+    for (size_t x = 0; x < 4; ++x) {
+      const P &pat = patterns[p];
+      GpuCase c{"", pat.file, pat.source, pat.defines, 1, pat.heads, pat.heads, ns[x], ns[x], ds[(p + x) % 4],
+                types[(p + 2 * x) % 3]};
+      c.label = std::string(pat.name) + "_n" + std::to_string(c.nq) + "_d" + std::to_string(c.d) + "_" +
+                typeNames[c.dtype];
+      out.push_back(c);
+    }
+  auto add = [&](GpuCase c) { out.push_back(std::move(c)); };
+  add({"fixed_defaults_n4097_d64_bf16", "fixed", nullptr, {}, 1, 1, 1, 4097, 4097, 64, ATTNC_DTYPE_BF16});
+  add({"longformer_chunks_n4097_d64_bf16", "longformer", nullptr, {"w=4", "g=2"}, 1, 1, 1, 4097, 4097, 64,
+       ATTNC_DTYPE_BF16});
+  add({"strided_defaults_n1000_d128_bf16", "strided", nullptr, {}, 1, 1, 1, 1000, 1000, 128, ATTNC_DTYPE_BF16});
+  add({"bigbird_defaults_n1000_d64_f16", "bigbird", nullptr, {}, 1, 1, 1, 1000, 1000, 64, ATTNC_DTYPE_F16});
+  add({"gqa_local_h4_kv2_n300_d64_bf16", "local", nullptr, {"w=5"}, 2, 4, 2, 300, 300, 64, ATTNC_DTYPE_BF16});
+  add({"mqa_fixed_h4_kv1_n200_d128_f16", "fixed", nullptr, {"l=16", "c=4"}, 1, 4, 1, 200, 200, 128,
+       ATTNC_DTYPE_F16});
+  add({"decode_causal_nq37_nk300_d64_bf16", "causal", nullptr, {}, 1, 2, 2, 37, 300, 64, ATTNC_DTYPE_BF16});
+  add({"decode_strided_nq1_nk129_d64_bf16", "strided", nullptr, {"l=8"}, 1, 2, 2, 1, 129, 64, ATTNC_DTYPE_BF16});
+  add({"d256_local_n150_bf16", "local", nullptr, {"w=9"}, 1, 1, 1, 150, 150, 256, ATTNC_DTYPE_BF16});
+  add({"d33_fixed_n150_f32", "fixed", nullptr, {"l=16", "c=4"}, 1, 2, 2, 150, 150, 33, ATTNC_DTYPE_F32});
+  add({"d200_bigbird_n130_f16", "bigbird", nullptr, {"b=8", "g=1", "r=2"}, 1, 1, 1, 130, 130, 200, ATTNC_DTYPE_F16});
+  GpuCase extreme{"extreme_local_n200_d64_f16", "local", nullptr, {"w=20"}, 1, 2, 2, 200, 200, 64, ATTNC_DTYPE_F16};
+  extreme.inputScale = 12.0f; // scores up to ~1000: the softmax's max subtraction must hold
+  add(extreme);
+  GpuCase strided{"strided_views_fixed_n300_d64_bf16", "fixed", nullptr, {"l=16", "c=4"}, 2, 4, 4, 300, 300, 64,
+                  ATTNC_DTYPE_BF16};
+  strided.strided = true;
+  add(strided);
+  GpuCase stridedF16 = strided;
+  stridedF16.label = "strided_views_local_n100_d40_f16", stridedF16.file = "local", stridedF16.defines = {"w=5"};
+  stridedF16.nq = stridedF16.nk = 100, stridedF16.d = 40, stridedF16.dtype = ATTNC_DTYPE_F16;
+  add(stridedF16);
+  return out;
+}
+
+/// Rounds to what the GPU reads (bf16 for f32 inputs too: documented).
+float roundAs(float x, attnc_dtype t) {
+  if (t == ATTNC_DTYPE_F16)
+    return __half2float(__float2half_rn(x));
+  return fromBf16(toBf16(x));
+}
+
+/// A host array as the device holds it: f32, bf16 or fp16 elements.
+std::vector<unsigned char> encode(const std::vector<float> &x, attnc_dtype t) {
+  std::vector<unsigned char> out(x.size() * (t == ATTNC_DTYPE_F32 ? 4 : 2));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (t == ATTNC_DTYPE_F32) {
+      std::memcpy(out.data() + 4 * i, &x[i], 4);
+    } else {
+      const uint16_t h = t == ATTNC_DTYPE_BF16 ? toBf16(x[i]) : [&] {
+        __half v = __float2half_rn(x[i]);
+        uint16_t u;
+        std::memcpy(&u, &v, 2);
+        return u;
+      }();
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+std::vector<float> decode(const std::vector<unsigned char> &bytes, attnc_dtype t) {
+  std::vector<float> out(bytes.size() / (t == ATTNC_DTYPE_F32 ? 4 : 2));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (t == ATTNC_DTYPE_F32) {
+      std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      if (t == ATTNC_DTYPE_BF16) {
+        out[i] = fromBf16(h);
+      } else {
+        __half v;
+        std::memcpy(&v, &h, 2);
+        out[i] = __half2float(v);
+      }
+    }
+  }
+  return out;
+}
+
+struct Device {
+  void *p = nullptr;
+  size_t bytes = 0;
+  explicit Device(size_t n) : bytes(n) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 16)), cudaSuccess); }
+  ~Device() { cudaFree(p); }
+  void put(const std::vector<unsigned char> &h) { ASSERT_EQ(cudaMemcpy(p, h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess); }
+  std::vector<unsigned char> get() const {
+    std::vector<unsigned char> h(bytes);
+    EXPECT_EQ(cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
+
+/// [batch, heads, n, d] as a tensor over contiguous memory, or (strided) over
+/// [batch, n, heads, d] memory as frameworks' transposed views are.
+attnc_tensor gpuTensor(void *data, attnc_dtype t, int64_t b, int64_t h, int64_t n, int64_t d, bool strided) {
+  attnc_tensor x = tensor(data, t, {b, h, n, d});
+  if (strided) {
+    x.strides[3] = 1;
+    x.strides[1] = d;
+    x.strides[2] = h * d;
+    x.strides[0] = n * h * d;
+  }
+  return x;
+}
+
+/// Host data in [b, h, n, d] order into the memory order of gpuTensor.
+std::vector<float> toLayout(const std::vector<float> &x, int64_t b, int64_t h, int64_t n, int64_t d, bool strided) {
+  if (!strided)
+    return x;
+  std::vector<float> out(x.size());
+  for (int64_t bb = 0; bb < b; ++bb)
+    for (int64_t hh = 0; hh < h; ++hh)
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < d; ++c)
+          out[size_t(((bb * n + r) * h + hh) * d + c)] = x[size_t(((bb * h + hh) * n + r) * d + c)];
+  return out;
+}
+std::vector<float> fromLayout(const std::vector<float> &x, int64_t b, int64_t h, int64_t n, int64_t d, bool strided) {
+  if (!strided)
+    return x;
+  std::vector<float> out(x.size());
+  for (int64_t bb = 0; bb < b; ++bb)
+    for (int64_t hh = 0; hh < h; ++hh)
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t c = 0; c < d; ++c)
+          out[size_t(((bb * h + hh) * n + r) * d + c)] = x[size_t(((bb * n + r) * h + hh) * d + c)];
+  return out;
+}
+
+/// Largest |got - want| over the largest |want| (0 when both are 0).
+double relativeError(const std::vector<float> &got, const std::vector<double> &want, size_t &worst) {
+  double maxWant = 0, maxErr = 0;
+  worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    maxWant = std::max(maxWant, std::abs(want[i]));
+    const double e = std::isfinite(got[i]) ? std::abs(double(got[i]) - want[i]) : INFINITY;
+    if (e > maxErr)
+      maxErr = e, worst = i;
+  }
+  // (a floor for gradients that are 0 in exact arithmetic, as a one-key
+  // row's dQ: rounding leaves ~1e-8 there)
+  return maxErr / std::max(maxWant, 1e-3);
+}
+
+class CudaKernel : public ::testing::TestWithParam<GpuCase> {};
+
+TEST_P(CudaKernel, ForwardAndBackwardMatchTheReference) {
+  ATTNC_REQUIRE_GPU();
+  const GpuCase &c = GetParam();
+  KernelPtr kernel = kernelOf(c.file, c.source, c.defines);
+  ASSERT_TRUE(kernel);
+  const int64_t B = c.batch, H = c.hq, G = c.hkv, nq = c.nq, nk = c.nk, d = c.d, ratio = H / G;
+  // Inputs rounded to what the GPU computes on.
+  const attnc_dtype type = c.dtype;
+  auto rnd = [&](std::vector<float> x) {
+    for (float &v : x)
+      v = roundAs(v, type);
+    return x;
+  };
+  std::vector<float> q = rnd(randomFloats(size_t(B * H * nq * d), 11, c.inputScale));
+  std::vector<float> k = rnd(randomFloats(size_t(B * G * nk * d), 12, c.inputScale));
+  std::vector<float> v = rnd(randomFloats(size_t(B * G * nk * d), 13, 1.0f));
+  std::vector<float> dO = rnd(randomFloats(size_t(B * H * nq * d), 14, 1.0f));
+
+  // The reference on nk query positions per head (the first nk - nq rows
+  // zero, dO zero there: they add nothing to dK, dV), K and V per query head.
+  std::vector<float> qFull(size_t(B * H * nk * d), 0.f), dOFull(qFull.size(), 0.f), kExp(qFull.size()),
+      vExp(qFull.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t r = 0; r < nq; ++r)
+        for (int64_t x = 0; x < d; ++x) {
+          qFull[size_t(((b * H + h) * nk + nk - nq + r) * d + x)] = q[size_t(((b * H + h) * nq + r) * d + x)];
+          dOFull[size_t(((b * H + h) * nk + nk - nq + r) * d + x)] = dO[size_t(((b * H + h) * nq + r) * d + x)];
+        }
+      for (int64_t r = 0; r < nk; ++r)
+        for (int64_t x = 0; x < d; ++x) {
+          kExp[size_t(((b * H + h) * nk + r) * d + x)] = k[size_t(((b * G + h / ratio) * nk + r) * d + x)];
+          vExp[size_t(((b * H + h) * nk + r) * d + x)] = v[size_t(((b * G + h / ratio) * nk + r) * d + x)];
+        }
+    }
+  const GradientReference ref =
+      c.file ? gradientsFromOracle(patternPath(c.file), c.defines, qFull, kExp, vExp, dOFull, B, H, nk, d)
+             : gradientsFromSource(c.source, c.defines, qFull, kExp, vExp, dOFull, B, H, nk, d);
+  std::vector<double> oRef(q.size()), dqRef(q.size()), dkRef(k.size(), 0.0), dvRef(v.size(), 0.0),
+      lseRef(size_t(B * H * nq));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t r = 0; r < nq; ++r) {
+        lseRef[size_t((b * H + h) * nq + r)] = ref.lse[size_t((b * H + h) * nk + nk - nq + r)];
+        for (int64_t x = 0; x < d; ++x) {
+          oRef[size_t(((b * H + h) * nq + r) * d + x)] = ref.o[size_t(((b * H + h) * nk + nk - nq + r) * d + x)];
+          dqRef[size_t(((b * H + h) * nq + r) * d + x)] = ref.dq[size_t(((b * H + h) * nk + nk - nq + r) * d + x)];
+        }
+      }
+      for (int64_t r = 0; r < nk; ++r)
+        for (int64_t x = 0; x < d; ++x) {
+          dkRef[size_t(((b * G + h / ratio) * nk + r) * d + x)] += ref.dk[size_t(((b * H + h) * nk + r) * d + x)];
+          dvRef[size_t(((b * G + h / ratio) * nk + r) * d + x)] += ref.dv[size_t(((b * H + h) * nk + r) * d + x)];
+        }
+    }
+
+  const size_t es = type == ATTNC_DTYPE_F32 ? 4 : 2;
+  Device dq_(q.size() * es), dk_(k.size() * es), dv_(v.size() * es), ddO(dO.size() * es), dO_(q.size() * es),
+      dlse(size_t(B * H * nq) * 4), gq(q.size() * es), gk(k.size() * es), gv(v.size() * es);
+  dq_.put(encode(toLayout(q, B, H, nq, d, c.strided), type));
+  dk_.put(encode(toLayout(k, B, G, nk, d, c.strided), type));
+  dv_.put(encode(toLayout(v, B, G, nk, d, c.strided), type));
+  ddO.put(encode(toLayout(dO, B, H, nq, d, c.strided), type));
+  attnc_tensor tq = gpuTensor(dq_.p, type, B, H, nq, d, c.strided), tk = gpuTensor(dk_.p, type, B, G, nk, d, c.strided),
+               tv = gpuTensor(dv_.p, type, B, G, nk, d, c.strided), to = gpuTensor(dO_.p, type, B, H, nq, d, c.strided),
+               tdO = gpuTensor(ddO.p, type, B, H, nq, d, c.strided);
+  attnc_tensor tlse = tensor(dlse.p, ATTNC_DTYPE_F32, {B, H, nq, 1});
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, stream};
+  ASSERT_EQ(attnc_run_forward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tlse, nullptr), ATTNC_OK)
+      << attnc_last_error();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  // Tolerances: bf16 keeps 8 bits of mantissa, fp16 11 (P and dS are
+  // rounded to the input type for the tensor cores; outputs are rounded).
+  const double tol = type == ATTNC_DTYPE_F16 ? 4e-3 : 2.5e-2;
+  size_t worst;
+  const std::vector<float> o = fromLayout(decode(dO_.get(), type), B, H, nq, d, c.strided);
+  const double eo = relativeError(o, oRef, worst);
+  EXPECT_LE(eo, tol) << "O at " << worst << ": " << o[worst] << " vs " << oRef[worst];
+  std::vector<unsigned char> lseBytes = dlse.get();
+  std::vector<float> lse(lseRef.size());
+  std::memcpy(lse.data(), lseBytes.data(), lse.size() * 4);
+  for (size_t i = 0; i < lse.size(); ++i) {
+    if (std::isinf(lseRef[i])) {
+      EXPECT_TRUE(std::isinf(lse[i]) && lse[i] < 0) << "row " << i << " has no key: lse " << lse[i];
+      continue;
+    }
+    ASSERT_NEAR(lse[i], lseRef[i], 2e-3 * (1 + std::abs(lseRef[i])) + (c.inputScale > 1 ? 0.5 : 0)) << "lse row " << i;
+  }
+
+  attnc_tensor tgq = gpuTensor(gq.p, type, B, H, nq, d, c.strided), tgk = gpuTensor(gk.p, type, B, G, nk, d, c.strided),
+               tgv = gpuTensor(gv.p, type, B, G, nk, d, c.strided);
+  ASSERT_EQ(attnc_run_backward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tdO, &tlse, &tgq, &tgk, &tgv, nullptr),
+            ATTNC_OK)
+      << attnc_last_error();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaStreamDestroy(stream);
+  const double gtol = type == ATTNC_DTYPE_F16 ? 1e-2 : 4e-2;
+  const std::vector<float> gotQ = fromLayout(decode(gq.get(), type), B, H, nq, d, c.strided);
+  const std::vector<float> gotK = fromLayout(decode(gk.get(), type), B, G, nk, d, c.strided);
+  const std::vector<float> gotV = fromLayout(decode(gv.get(), type), B, G, nk, d, c.strided);
+  EXPECT_LE(relativeError(gotQ, dqRef, worst), gtol) << "dQ at " << worst << ": " << gotQ[worst] << " vs " << dqRef[worst];
+  EXPECT_LE(relativeError(gotK, dkRef, worst), gtol) << "dK at " << worst << ": " << gotK[worst] << " vs " << dkRef[worst];
+  EXPECT_LE(relativeError(gotV, dvRef, worst), gtol) << "dV at " << worst << ": " << gotV[worst] << " vs " << dvRef[worst];
+  // Rows without keys: zero O and dQ exactly; keys no row reaches: zero dK, dV.
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r < nq; ++r)
+        if (std::isinf(lseRef[size_t((b * H + h) * nq + r)]))
+          for (int64_t x = 0; x < d; ++x) {
+            ASSERT_EQ(o[size_t(((b * H + h) * nq + r) * d + x)], 0.f) << "empty row " << r;
+            ASSERT_EQ(gotQ[size_t(((b * H + h) * nq + r) * d + x)], 0.f) << "empty row " << r;
+          }
+}
+
+INSTANTIATE_TEST_SUITE_P(Library, CudaKernel, ::testing::ValuesIn(gpuCases()),
+                         [](const auto &info) { return info.param.label; });
+
+// Two lengths one after the other and back: each call right, nothing
+// rebuilt for the length seen before (the per-n tables are kept).
+TEST(CudaKernelLengths, ManyLengthsOneKernel) {
+  ATTNC_REQUIRE_GPU();
+  KernelPtr kernel = kernelOf("strided", nullptr, {"l=8"});
+  ASSERT_TRUE(kernel);
+  for (int64_t n : {64, 65, 33, 64}) {
+    const int64_t d = 64;
+    std::vector<float> q = randomFloats(size_t(n * d), 5, 1.f);
+    for (float &x : q)
+      x = roundAs(x, ATTNC_DTYPE_BF16);
+    const std::vector<float> ref = referenceFromOracle(patternPath("strided"), {"l=8"}, q, q, q, 1, 1, n, d);
+    Device dq(q.size() * 2), dout(q.size() * 2);
+    dq.put(encode(q, ATTNC_DTYPE_BF16));
+    attnc_tensor tq = tensor(dq.p, ATTNC_DTYPE_BF16, {1, 1, n, d}), to = tensor(dout.p, ATTNC_DTYPE_BF16, {1, 1, n, d});
+    attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+    ASSERT_EQ(attnc_run_forward_on(kernel.get(), &dev, &tq, &tq, &tq, &to, nullptr, nullptr), ATTNC_OK)
+        << attnc_last_error();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> o = decode(dout.get(), ATTNC_DTYPE_BF16);
+    std::vector<double> want(ref.begin(), ref.end());
+    size_t worst;
+    EXPECT_LE(relativeError(o, want, worst), 2.5e-2) << "n=" << n;
+  }
+}
+
+} // namespace
+} // namespace attnc::test

@@ -1,0 +1,179 @@
+//===- CudaPlanTest.cpp - The GPU kernels' tables, walked on the host -----===//
+//
+// No GPU needed. The tables the CUDA kernels read (CudaPlan.h) are walked
+// on the host exactly as the kernels walk them (items, tiles, full flags,
+// masks) and every pair they compute is counted: for each library pattern
+// at ragged lengths, the forward and the backward must each compute every
+// pair of the pattern once and no other (against the brute-force oracle's
+// mask, which shares no code with the plan).
+//
+//===----------------------------------------------------------------------===//
+#include "TestSupport.h"
+#include "cuda/CudaPlan.h"
+
+#include "attnc/frontend/Canonicalize.h"
+#include "attnc/frontend/Driver.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace attnc::test {
+namespace {
+
+struct PlanCase {
+  const char *label;
+  const char *file;
+  std::vector<std::string> defines;
+  int64_t heads; ///< for the oracle's masks (the pattern's declared heads, or 1)
+};
+
+void PrintTo(const PlanCase &c, std::ostream *os) { *os << c.label; }
+
+const PlanCase kCases[] = {
+    {"FixedDefaults", "fixed", {}, 1},
+    {"FixedSmall", "fixed", {"l=16", "c=4"}, 1},
+    {"Strided", "strided", {"l=8"}, 1},
+    {"StridedDefaults", "strided", {}, 1},
+    {"Local", "local", {"w=5"}, 1},
+    {"LocalDefaults", "local", {}, 1},
+    {"Longformer", "longformer", {"w=4", "g=2"}, 1},
+    {"Bigbird", "bigbird", {"b=8", "g=1", "r=2"}, 1},
+    {"BigbirdDefaults", "bigbird", {}, 1},
+    {"Causal", "causal", {}, 1},
+    {"Full", "full", {}, 1},
+    {"Dilated", "dilated", {}, 1},
+    {"Axial", "axial", {}, 0},
+    {"FixedMultihead", "fixed_multihead", {"l=8", "c=2"}, 2},
+    {"StridedMultihead", "strided_multihead", {"l=8"}, 2},
+    {"FixedSubblocks", "fixed_subblocks", {}, 0},
+};
+
+/// A library pattern's canonical IR.
+ir::PatternIR irOf(const PlanCase &c) {
+  Frontend fe;
+  SemaOptions options;
+  for (const std::string &text : c.defines) {
+    Define def;
+    std::string error;
+    if (!parseDefine(text, def, error))
+      throw std::runtime_error(error);
+    options.defines.push_back(def);
+  }
+  if (!fe.parseFile(patternPath(c.file)) || !fe.analyze(options))
+    throw std::runtime_error(std::string("cannot compile ") + c.file);
+  return ir::canonicalizePattern(fe.patterns().front());
+}
+
+class CudaTables : public ::testing::TestWithParam<PlanCase> {};
+
+TEST_P(CudaTables, EveryPairOnceForwardAndBackward) {
+  const PlanCase &c = GetParam();
+  const ir::PatternIR ir = irOf(c);
+  const plan::Plan plan = rt::cuda::gpuPlan(ir);
+  const int64_t heads = c.heads > 0 ? c.heads : (ir.headsDeclared ? ir.numHeads : 1);
+  for (int64_t n : {1, 7, 100, 130, 1000}) {
+    const auto tables = rt::cuda::buildTables(plan, n);
+    ASSERT_EQ(tables.size(), ir.heads.size());
+    const auto masks = masksFromOracle(patternPath(c.file), false, c.defines, heads, n);
+    for (size_t s = 0; s < tables.size(); ++s) {
+      const int64_t head = ir.heads[s].heads.empty() ? 0 : ir.heads[s].heads.front();
+      const std::vector<char> &mask = masks[size_t(head)];
+      for (int pass = 0; pass < 2; ++pass) {
+        std::vector<int> count(size_t(n * n), 0);
+        int64_t outside = 0;
+        auto add = [&](int64_t i, int64_t j) {
+          if (i < 0 || i >= n || j < 0 || j >= n)
+            ++outside;
+          else
+            ++count[size_t(i * n + j)];
+        };
+        if (pass == 0)
+          rt::cuda::forEachForwardPair(tables[s], add);
+        else
+          rt::cuda::forEachBackwardPair(tables[s], add);
+        ASSERT_EQ(outside, 0) << (pass ? "backward" : "forward") << " n=" << n << " set " << s;
+        int64_t wrong = 0, firstI = -1, firstJ = -1;
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t j = 0; j < n; ++j)
+            if (count[size_t(i * n + j)] != (mask[size_t(i * n + j)] ? 1 : 0) && wrong++ == 0)
+              firstI = i, firstJ = j;
+        EXPECT_EQ(wrong, 0) << (pass ? "backward" : "forward") << " n=" << n << " set " << s << ": first wrong pair ("
+                            << firstI << ", " << firstJ << ") computed "
+                            << (firstI >= 0 ? count[size_t(firstI * n + firstJ)] : 0) << " times";
+      }
+    }
+  }
+}
+
+// Long items cut into chunks: global rows (longformer, bigbird) and
+// summary columns every later row reads (fixed's backward).
+TEST(CudaTables, ChunksOfLongItemsCoverEachPairOnce) {
+  const PlanCase cases[] = {{"Longformer", "longformer", {"w=4", "g=2"}, 1},
+                            {"Bigbird", "bigbird", {}, 1},
+                            {"Fixed", "fixed", {}, 1}};
+  const int64_t n = 4097;
+  for (const PlanCase &c : cases) {
+    const ir::PatternIR ir = irOf(c);
+    const auto tables = rt::cuda::buildTables(rt::cuda::gpuPlan(ir), n);
+    const auto &t = tables.front();
+    bool fwdSplit = false, bwdSplit = false;
+    for (const rt::cuda::Launch &l : t.fwdLaunches)
+      fwdSplit = fwdSplit || l.writesSlots;
+    for (const rt::cuda::BwdItem &x : t.bwdItems)
+      bwdSplit = bwdSplit || x.chunk;
+    EXPECT_TRUE(bwdSplit) << c.label << ": no backward chunks at n = 4097";
+    if (c.file != std::string("fixed"))
+      EXPECT_TRUE(fwdSplit) << c.label << ": no forward chunks at n = 4097";
+    // No item is left far longer than the rest.
+    int64_t total = 0, longest = 0;
+    for (const rt::cuda::FwdItem &x : t.fwdItems)
+      total += x.numTiles, longest = std::max<int64_t>(longest, x.numTiles);
+    EXPECT_LE(longest, std::max<int64_t>(rt::cuda::kSplitTiles, 2 * rt::cuda::kSplitOverMean * total /
+                                                                    int64_t(t.fwdItems.size())))
+        << c.label;
+    const auto masks = masksFromOracle(patternPath(c.file), false, c.defines, 1, n);
+    for (int pass = 0; pass < 2; ++pass) {
+      std::vector<uint8_t> count(size_t(n * n), 0);
+      auto add = [&](int64_t i, int64_t j) { ++count[size_t(i * n + j)]; };
+      if (pass == 0)
+        rt::cuda::forEachForwardPair(t, add);
+      else
+        rt::cuda::forEachBackwardPair(t, add);
+      int64_t wrong = 0;
+      for (size_t x = 0; x < count.size(); ++x)
+        wrong += count[x] != (masks[0][x] ? 1 : 0);
+      EXPECT_EQ(wrong, 0) << c.label << (pass ? " backward" : " forward");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Library, CudaTables, ::testing::ValuesIn(kCases),
+                         [](const auto &info) { return std::string(info.param.label); });
+
+// The plan's re-layouts reach the GPU: fixed's summary columns compacted,
+// strided's residue classes run as dense bands. Executed pairs per useful
+// pair stay near 1 where a 64 x 64 block mask would be far off.
+TEST(CudaTables, ExecutedOverUsefulOfTheLibrary) {
+  const std::map<std::string, double> bound = {
+      {"fixed", 1.3}, {"strided", 1.6}, {"local", 1.3}, {"longformer", 1.4}, {"bigbird", 1.3}};
+  for (const auto &[file, most] : bound) {
+    const ir::PatternIR ir = irOf({"", file.c_str(), {}, 1});
+    const auto tables = rt::cuda::buildTables(rt::cuda::gpuPlan(ir), 16384);
+    const rt::cuda::TableStats st = rt::cuda::tableStats(tables.front());
+    ASSERT_GT(st.useful, 0);
+    const double ratio = double(st.executedFwd) / double(st.useful);
+    EXPECT_LE(ratio, most) << file;
+    EXPECT_GE(ratio, 1.0) << file;
+    const double bwd = double(st.executedBwd) / double(st.useful);
+    EXPECT_LE(bwd, 2 * most) << file << " backward";
+    std::cout << file << " at n = 16384: executed/useful forward " << ratio << ", backward " << bwd << "\n";
+  }
+}
+
+} // namespace
+} // namespace attnc::test
