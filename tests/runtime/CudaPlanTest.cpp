@@ -171,7 +171,11 @@ TEST(CudaTables, ExecutedOverUsefulOfTheLibrary) {
     EXPECT_GE(ratio, 1.0) << file;
     const double bwd = double(st.executedBwd) / double(st.useful);
     EXPECT_LE(bwd, 2 * most) << file << " backward";
-    std::cout << file << " at n = 16384: executed/useful forward " << ratio << ", backward " << bwd << "\n";
+    const double warps = double(st.executedFwdWarps) / double(st.useful);
+    EXPECT_LE(warps, ratio) << file;
+    EXPECT_LE(warps, 1.3) << file << ": what the forward's warps compute";
+    std::cout << file << " at n = 16384: executed/useful forward " << ratio << " (warps " << warps << "), backward "
+              << bwd << "\n";
   }
 }
 

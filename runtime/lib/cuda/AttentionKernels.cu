@@ -113,10 +113,11 @@ template <int DP> __device__ __forceinline__ int swz(int row, int chunk) {
 
 /// Gathers 64 rows of DP columns (the first d real) into a tile: row r
 /// from base + rowOffset(r), or zeros where rowOffset(r) < 0.
-template <int DP, class T, class RowOffset>
+template <int DP, int NT = kThreads, class T, class RowOffset>
 __device__ __forceinline__ void gatherTile(T *tile, const T *base, int d, RowOffset rowOffset) {
   constexpr int kChunks = DP / 8;
-  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+#pragma unroll 4
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += NT) {
     const int r = idx / kChunks, c = idx % kChunks;
     const int64_t off = rowOffset(r);
     const bool real = off >= 0 && c * 8 < d;
@@ -139,13 +140,18 @@ template <class T, int DP> struct FwdSmem {
   static constexpr int kTile = kRows * DP;
 };
 
-template <class T, int DP> __device__ __forceinline__ void forward(const FwdArgs &a) {
+/// The forward of one item. MT: 16-row m-tiles per warp (4 / MT warps);
+/// two m-tiles share each K and V fragment loaded from shared memory, so
+/// d = 64 runs 2 warps of 32 rows (half the shared-memory reads per flop).
+template <class T, int DP, int MT, bool SKIP = true> __device__ __forceinline__ void forward(const FwdArgs &a) {
   using M = Mma<T>;
+  constexpr int NT = kThreads / MT; // threads
+  constexpr int kTile = FwdSmem<T, DP>::kTile;
   extern __shared__ __align__(128) unsigned char smemRaw[];
   T *qs = reinterpret_cast<T *>(smemRaw);
-  T *ks = qs + FwdSmem<T, DP>::kTile;          // [2][64][DP]
-  T *vs = ks + 2 * FwdSmem<T, DP>::kTile;      // [2][64][DP]
-  uint64_t *ms = reinterpret_cast<uint64_t *>(vs + 2 * FwdSmem<T, DP>::kTile); // [2][64]
+  T *ks = qs + kTile;     // [2][64][DP]
+  T *vs = ks + 2 * kTile; // [2][64][DP]
+  uint64_t *ms = reinterpret_cast<uint64_t *>(vs + 2 * kTile); // [2][64]
 
   const FwdItem item = a.items[a.itemBegin + blockIdx.x];
   const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
@@ -159,8 +165,9 @@ template <class T, int DP> __device__ __forceinline__ void forward(const FwdArgs
   const T *k = static_cast<const T *>(a.k) + b * a.ksb + g * a.ksh;
   const T *v = static_cast<const T *>(a.v) + b * a.vsb + g * a.vsh;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int warpRow = warp * 16 * MT; // this warp's first row
 
-  gatherTile<DP>(qs, q, a.d, [&](int r) -> int64_t {
+  gatherTile<DP, NT>(qs, q, a.d, [&](int r) -> int64_t {
     const int pos = item.row0 + r * item.rowStride;
     return r < item.rows && pos >= offset ? (pos - offset) * a.qsn : -1;
   });
@@ -168,8 +175,8 @@ template <class T, int DP> __device__ __forceinline__ void forward(const FwdArgs
   const uint64_t *masks = a.masks + item.keyBegin;
   auto loadTile = [&](int tile, int stage) {
     const int32_t *tk = keys + tile * kKeys;
-    gatherTile<DP>(ks + stage * FwdSmem<T, DP>::kTile, k, a.d, [&](int r) -> int64_t { return tk[r] * a.ksn; });
-    gatherTile<DP>(vs + stage * FwdSmem<T, DP>::kTile, v, a.d, [&](int r) -> int64_t { return tk[r] * a.vsn; });
+    gatherTile<DP, NT>(ks + stage * kTile, k, a.d, [&](int r) -> int64_t { return tk[r] * a.ksn; });
+    gatherTile<DP, NT>(vs + stage * kTile, v, a.d, [&](int r) -> int64_t { return tk[r] * a.vsn; });
     if (tid < kKeys * 8 / 16)
       cpAsync16(ms + stage * kKeys + tid * 2, masks + tile * kKeys + tid * 2, true);
   };
@@ -177,43 +184,47 @@ template <class T, int DP> __device__ __forceinline__ void forward(const FwdArgs
     loadTile(0, 0);
   cpAsyncCommit();
 
-  // Row state: this thread's rows are warp*16 + gq and + 8.
+  // Row state: this thread's rows are warpRow + 16 mt + gq (+ 8), z = 2 mt + x.
   const int gq = lane >> 2, tq = lane & 3;
-  float acc[DP / 8][4];
+  float acc[MT][DP / 8][4];
 #pragma unroll
-  for (int j = 0; j < DP / 8; ++j)
-    acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
-  int rowPos[2];
-  bool rowReal[2];
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-  for (int x = 0; x < 2; ++x) {
-    const int r = warp * 16 + gq + 8 * x;
-    rowPos[x] = item.row0 + r * item.rowStride;
-    rowReal[x] = r < item.rows && rowPos[x] >= offset;
+    for (int j = 0; j < DP / 8; ++j)
+      acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+  float mrow[2 * MT], lrow[2 * MT];
+  int rowPos[2 * MT];
+  bool rowReal[2 * MT];
+#pragma unroll
+  for (int z = 0; z < 2 * MT; ++z) {
+    const int r = warpRow + 16 * (z >> 1) + gq + 8 * (z & 1);
+    mrow[z] = -INFINITY;
+    lrow[z] = 0.f;
+    rowPos[z] = item.row0 + r * item.rowStride;
+    rowReal[z] = r < item.rows && rowPos[z] >= offset;
   }
   if (a.readsState) {
 #pragma unroll
-    for (int x = 0; x < 2; ++x) {
-      if (!rowReal[x])
+    for (int z = 0; z < 2 * MT; ++z) {
+      if (!rowReal[z])
         continue;
-      const size_t at = size_t(bh) * a.nk + rowPos[x];
+      const size_t at = size_t(bh) * a.nk + rowPos[z];
       const float l0 = a.stateLse[at];
       if (l0 == -INFINITY)
         continue;
-      mrow[x] = l0 * kLog2e;
-      lrow[x] = tq == 0 ? 1.f : 0.f; // one share of the row's sum per 4 threads
+      mrow[z] = l0 * kLog2e;
+      lrow[z] = tq == 0 ? 1.f : 0.f; // one share of the row's sum per 4 threads
       const float *so = a.stateO + at * DP;
 #pragma unroll
       for (int j = 0; j < DP / 8; ++j) {
         const float2 o2 = *reinterpret_cast<const float2 *>(so + j * 8 + 2 * tq);
-        acc[j][2 * x] = o2.x;
-        acc[j][2 * x + 1] = o2.y;
+        acc[z >> 1][j][2 * (z & 1)] = o2.x;
+        acc[z >> 1][j][2 * (z & 1) + 1] = o2.y;
       }
     }
   }
 
-  uint32_t qf[DP / 16][4];
+  uint32_t qf[MT][DP / 16][4];
   for (int tile = 0; tile < item.numTiles; ++tile) {
     const int stage = tile & 1;
     if (tile + 1 < item.numTiles)
@@ -223,93 +234,136 @@ template <class T, int DP> __device__ __forceinline__ void forward(const FwdArgs
     __syncthreads();
     if (tile == 0) {
 #pragma unroll
-      for (int kk = 0; kk < DP / 16; ++kk)
-        ldmatrix4(qf[kk], qs + swz<DP>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < DP / 16; ++kk)
+          ldmatrix4(qf[mt][kk], qs + swz<DP>(warpRow + 16 * mt + (lane & 15), kk * 2 + (lane >> 4)));
     }
-    const T *kt = ks + stage * FwdSmem<T, DP>::kTile;
-    const T *vt = vs + stage * FwdSmem<T, DP>::kTile;
-    float s[8][4];
+    const T *kt = ks + stage * kTile;
+    const T *vt = vs + stage * kTile;
+    const bool full = a.full[(item.keyBegin >> 6) + tile] != 0;
+    const uint64_t *mt64 = ms + stage * kKeys;
+    // On a partial tile, the 16-key groups with a key for this warp's rows
+    // (bit jj: keys 16 jj ..): the others' products are skipped (a band's
+    // diagonal tile, a residue class's triangle).
+    uint32_t live = 0xF;
+    if (SKIP && !full) {
+      constexpr uint64_t kWarpRows = MT == 1 ? 0xFFFFull : 0xFFFFFFFFull;
+      bool any = false;
+      if (lane < 16)
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+        for (int e = 0; e < 4; ++e)
+          any = any || ((mt64[lane * 4 + e] >> warpRow) & kWarpRows) != 0;
+      const uint32_t quads = __ballot_sync(0xffffffffu, any); // bit x: keys 4x .. 4x + 3
+      live = 0;
 #pragma unroll
-    for (int jj = 0; jj < 4; ++jj)
+      for (int jj = 0; jj < 4; ++jj)
+        live |= ((quads >> (4 * jj)) & 0xFu) ? 1u << jj : 0u;
+    }
+    float s[MT][8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+      if (!((live >> jj) & 1))
+        continue;
 #pragma unroll
       for (int kk = 0; kk < DP / 16; ++kk) {
         uint32_t bf[4];
         ldmatrix4(bf, kt + swz<DP>(jj * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
-        M::run(s[2 * jj], qf[kk], bf[0], bf[1]);
-        M::run(s[2 * jj + 1], qf[kk], bf[2], bf[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          M::run(s[mt][2 * jj], qf[mt][kk], bf[0], bf[1]);
+          M::run(s[mt][2 * jj + 1], qf[mt][kk], bf[2], bf[3]);
+        }
       }
-    const bool full = a.full[(item.keyBegin >> 6) + tile] != 0;
-    const uint64_t *mt = ms + stage * kKeys;
-    float tileMax[2] = {-INFINITY, -INFINITY};
+    }
+    float tileMax[2 * MT];
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int z = 0; z < 2 * MT; ++z)
+      tileMax[z] = -INFINITY;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int x = e >> 1, col = j * 8 + 2 * tq + (e & 1);
-        float val = s[j][e] * a.scaleLog2;
-        if (!full && !((mt[col] >> (warp * 16 + gq + 8 * x)) & 1))
-          val = -INFINITY;
-        s[j][e] = val;
-        tileMax[x] = fmaxf(tileMax[x], val);
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int z = 2 * mt + (e >> 1), col = j * 8 + 2 * tq + (e & 1);
+          float val = s[mt][j][e] * a.scaleLog2;
+          if (!full && !((mt64[col] >> (warpRow + 16 * mt + gq + 8 * (e >> 1))) & 1))
+            val = -INFINITY;
+          s[mt][j][e] = val;
+          tileMax[z] = fmaxf(tileMax[z], val);
+        }
+    float alpha[2 * MT], mUse[2 * MT];
+#pragma unroll
+    for (int z = 0; z < 2 * MT; ++z) {
+      const float mNew = fmaxf(mrow[z], warpMax4(tileMax[z]));
+      mUse[z] = mNew == -INFINITY ? 0.f : mNew;
+      alpha[z] = exp2f(mrow[z] - mUse[z]);
+      mrow[z] = mNew;
+      lrow[z] *= alpha[z];
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < DP / 8; ++j) {
+        acc[mt][j][0] *= alpha[2 * mt];
+        acc[mt][j][1] *= alpha[2 * mt];
+        acc[mt][j][2] *= alpha[2 * mt + 1];
+        acc[mt][j][3] *= alpha[2 * mt + 1];
       }
-    float alpha[2], mUse[2];
+    uint32_t pf[MT][4][4];
 #pragma unroll
-    for (int x = 0; x < 2; ++x) {
-      const float mNew = fmaxf(mrow[x], warpMax4(tileMax[x]));
-      mUse[x] = mNew == -INFINITY ? 0.f : mNew;
-      alpha[x] = exp2f(mrow[x] - mUse[x]);
-      mrow[x] = mNew;
-      lrow[x] *= alpha[x];
-    }
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int j = 0; j < DP / 8; ++j) {
-      acc[j][0] *= alpha[0];
-      acc[j][1] *= alpha[0];
-      acc[j][2] *= alpha[1];
-      acc[j][3] *= alpha[1];
-    }
-    uint32_t pf[4][4];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float p0 = exp2f(s[j][0] - mUse[0]), p1 = exp2f(s[j][1] - mUse[0]);
-      const float p2 = exp2f(s[j][2] - mUse[1]), p3 = exp2f(s[j][3] - mUse[1]);
-      lrow[0] += p0 + p1;
-      lrow[1] += p2 + p3;
-      pf[j >> 1][(j & 1) * 2] = M::pack(p0, p1);
-      pf[j >> 1][(j & 1) * 2 + 1] = M::pack(p2, p3);
-    }
+      for (int j = 0; j < 8; ++j) {
+        const float p0 = exp2f(s[mt][j][0] - mUse[2 * mt]), p1 = exp2f(s[mt][j][1] - mUse[2 * mt]);
+        const float p2 = exp2f(s[mt][j][2] - mUse[2 * mt + 1]), p3 = exp2f(s[mt][j][3] - mUse[2 * mt + 1]);
+        lrow[2 * mt] += p0 + p1;
+        lrow[2 * mt + 1] += p2 + p3;
+        pf[mt][j >> 1][(j & 1) * 2] = M::pack(p0, p1);
+        pf[mt][j >> 1][(j & 1) * 2 + 1] = M::pack(p2, p3);
+      }
 #pragma unroll
     for (int dd = 0; dd < DP / 16; ++dd)
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
+        if (!((live >> kk) & 1))
+          continue; // P is 0 there
         uint32_t bf[4];
         ldmatrix4T(bf, vt + swz<DP>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dd * 2 + (lane >> 4)));
-        M::run(acc[2 * dd], pf[kk], bf[0], bf[1]);
-        M::run(acc[2 * dd + 1], pf[kk], bf[2], bf[3]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          M::run(acc[mt][2 * dd], pf[mt][kk], bf[0], bf[1]);
+          M::run(acc[mt][2 * dd + 1], pf[mt][kk], bf[2], bf[3]);
+        }
       }
     __syncthreads(); // this stage is loaded again two tiles on
   }
   cpAsyncWait<0>();
 
 #pragma unroll
-  for (int x = 0; x < 2; ++x) {
-    const float l = warpSum4(lrow[x]);
-    if (!rowReal[x])
+  for (int z = 0; z < 2 * MT; ++z) {
+    const int mt = z >> 1, x = z & 1;
+    const float l = warpSum4(lrow[z]);
+    if (!rowReal[z])
       continue;
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    float lse = l > 0.f ? (mrow[x] + log2f(l)) / kLog2e : -INFINITY;
+    float lse = l > 0.f ? (mrow[z] + log2f(l)) / kLog2e : -INFINITY;
 #pragma unroll
     for (int j = 0; j < DP / 8; ++j)
-      acc[j][2 * x] *= inv, acc[j][2 * x + 1] *= inv;
-    const int r = warp * 16 + gq + 8 * x;
+      acc[mt][j][2 * x] *= inv, acc[mt][j][2 * x + 1] *= inv;
+    const int r = warpRow + 16 * mt + gq + 8 * x;
     if (a.writesSlots) { // a chunk of a long item: its partial result
       const size_t at = (size_t(item.slot) * gridDim.y + bh) * kRows + r;
 #pragma unroll
       for (int j = 0; j < DP / 8; ++j)
-        *reinterpret_cast<float2 *>(a.slotO + at * DP + j * 8 + 2 * tq) = make_float2(acc[j][2 * x], acc[j][2 * x + 1]);
+        *reinterpret_cast<float2 *>(a.slotO + at * DP + j * 8 + 2 * tq) =
+            make_float2(acc[mt][j][2 * x], acc[mt][j][2 * x + 1]);
       if (tq == 0)
         a.slotLse[at] = lse;
       continue;
@@ -326,28 +380,28 @@ template <class T, int DP> __device__ __forceinline__ void forward(const FwdArgs
 #pragma unroll
       for (int j = 0; j < DP / 8; ++j) {
         const float2 o2 = *reinterpret_cast<const float2 *>(so + j * 8 + 2 * tq);
-        acc[j][2 * x] = acc[j][2 * x] * wMine + o2.x * wOther;
-        acc[j][2 * x + 1] = acc[j][2 * x + 1] * wMine + o2.y * wOther;
+        acc[mt][j][2 * x] = acc[mt][j][2 * x] * wMine + o2.x * wOther;
+        acc[mt][j][2 * x + 1] = acc[mt][j][2 * x + 1] * wMine + o2.y * wOther;
       }
       lse = both;
     }
     if (a.writesState) {
-      const size_t at = size_t(bh) * a.nk + rowPos[x];
+      const size_t at = size_t(bh) * a.nk + rowPos[z];
       float *so = a.stateO + at * DP;
 #pragma unroll
       for (int j = 0; j < DP / 8; ++j)
-        *reinterpret_cast<float2 *>(so + j * 8 + 2 * tq) = make_float2(acc[j][2 * x], acc[j][2 * x + 1]);
+        *reinterpret_cast<float2 *>(so + j * 8 + 2 * tq) = make_float2(acc[mt][j][2 * x], acc[mt][j][2 * x + 1]);
       if (tq == 0)
         a.stateLse[at] = lse;
       continue;
     }
-    const int qrow = rowPos[x] - offset;
+    const int qrow = rowPos[z] - offset;
     T *o = static_cast<T *>(a.o) + b * a.osb + h * a.osh + int64_t(qrow) * a.osn;
 #pragma unroll
     for (int j = 0; j < DP / 8; ++j) {
       const int col = j * 8 + 2 * tq;
       if (col < a.d)
-        *reinterpret_cast<uint32_t *>(o + col) = M::pack(acc[j][2 * x], acc[j][2 * x + 1]);
+        *reinterpret_cast<uint32_t *>(o + col) = M::pack(acc[mt][j][2 * x], acc[mt][j][2 * x + 1]);
     }
     if (a.lse && tq == 0)
       a.lse[b * a.lsb + h * a.lsh + int64_t(qrow) * a.lsn] = lse;
@@ -613,14 +667,31 @@ __device__ __forceinline__ void storeAs(void *p, int dtype, int64_t i, float x) 
 
 extern "C" {
 
-#define ATTNC_FORWARD(NAME, T, DP)                                                                            \
-  __global__ void __launch_bounds__(kThreads) NAME(const FwdArgs a) { forward<T, DP>(a); }
-ATTNC_FORWARD(attnc_fwd_bf16_64, __nv_bfloat16, 64)
-ATTNC_FORWARD(attnc_fwd_bf16_128, __nv_bfloat16, 128)
-ATTNC_FORWARD(attnc_fwd_bf16_256, __nv_bfloat16, 256)
-ATTNC_FORWARD(attnc_fwd_f16_64, __half, 64)
-ATTNC_FORWARD(attnc_fwd_f16_128, __half, 128)
-ATTNC_FORWARD(attnc_fwd_f16_256, __half, 256)
+// The forward kernels: 4 warps of 16 rows.
+// MIN: CTAs per SM the registers are capped for (d = 64: 4 of 64 threads;
+// 5 would cap them at 168 and spill).
+#define ATTNC_FORWARD(NAME, T, DP, MT, MIN)                                                                   \
+  __global__ void __launch_bounds__(kThreads / MT, MIN) NAME(const FwdArgs a) { forward<T, DP, MT>(a); }
+ATTNC_FORWARD(attnc_fwd_bf16_64, __nv_bfloat16, 64, 1, 1)
+ATTNC_FORWARD(attnc_fwd_bf16_128, __nv_bfloat16, 128, 1, 1)
+ATTNC_FORWARD(attnc_fwd_bf16_256, __nv_bfloat16, 256, 1, 1)
+ATTNC_FORWARD(attnc_fwd_f16_64, __half, 64, 1, 1)
+ATTNC_FORWARD(attnc_fwd_f16_128, __half, 128, 1, 1)
+ATTNC_FORWARD(attnc_fwd_f16_256, __half, 256, 1, 1)
+
+// Variants of the bf16 d = 64 forward that ATTNC_CUDA_FWD_VARIANT=1..3
+// runs instead, for benchmarks comparing them on one GPU in one process
+// (docs/cuda.md): 1 caps registers at 128 (4 CTAs an SM), 2 computes every
+// 16-key group of a partial tile, 3 gives each of 2 warps 32 rows.
+__global__ void __launch_bounds__(kThreads, 4) attnc_fwd_bf16_64_v1(const FwdArgs a) {
+  forward<__nv_bfloat16, 64, 1>(a);
+}
+__global__ void __launch_bounds__(kThreads, 1) attnc_fwd_bf16_64_v2(const FwdArgs a) {
+  forward<__nv_bfloat16, 64, 1, false>(a);
+}
+__global__ void __launch_bounds__(kThreads / 2, 4) attnc_fwd_bf16_64_v3(const FwdArgs a) {
+  forward<__nv_bfloat16, 64, 2>(a);
+}
 
 #define ATTNC_BACKWARD(NAME, T, DP)                                                                           \
   __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP>(a); }
@@ -634,44 +705,43 @@ ATTNC_BACKWARD(attnc_bwd_f16_256, __half, 256)
 /// dst = src element by element (any dtypes, any strides; `cols` per row,
 /// and dst's columns cols .. padCols - 1 set to 0): packing a tensor the
 /// kernels cannot read in place, unpacking an output, converting the f32
-/// accumulators of the backward to the gradients' dtype.
+/// accumulators of the backward to the gradients' dtype. Grid: x strides
+/// over one (batch, head) slice's rows x padCols elements, y is the head,
+/// z the batch element (32-bit index arithmetic inside a slice).
 __global__ void attnc_copy(const View src, const View dst, int32_t padCols) {
-  const int64_t rows = src.shape[0] * src.shape[1] * src.shape[2];
-  const int64_t total = rows * padCols;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = i % padCols, row = i / padCols;
-    const int64_t r = row % src.shape[2], bh = row / src.shape[2];
-    const int64_t hh = bh % src.shape[1], bb = bh / src.shape[1];
-    const int64_t di = bb * dst.strides[0] + hh * dst.strides[1] + r * dst.strides[2] + c * dst.strides[3];
-    if (c < src.cols)
-      storeAs(dst.data, dst.dtype,
-              di, toFloat<float>(src.data, src.dtype,
-                                 bb * src.strides[0] + hh * src.strides[1] + r * src.strides[2] + c * src.strides[3]));
-    else if (c < dst.cols)
+  const int hh = blockIdx.y, bb = blockIdx.z;
+  const char *sBase = static_cast<const char *>(src.data);
+  const int64_t sSlice = bb * src.strides[0] + hh * src.strides[1];
+  const int64_t dSlice = bb * dst.strides[0] + hh * dst.strides[1];
+  const uint32_t total = uint32_t(src.shape[2]) * uint32_t(padCols);
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    const uint32_t r = i / uint32_t(padCols), c = i - r * uint32_t(padCols);
+    const int64_t di = dSlice + r * dst.strides[2] + c * dst.strides[3];
+    if (int32_t(c) < src.cols)
+      storeAs(dst.data, dst.dtype, di, toFloat<float>(sBase, src.dtype, sSlice + r * src.strides[2] + c * src.strides[3]));
+    else if (int32_t(c) < dst.cols)
       storeAs(dst.data, dst.dtype, di, 0.f);
   }
 }
 
-/// delta[row] = sum_c dO[row, c] O[row, c] in f32, one warp per row
-/// (the views' shapes agree; rows in [batch][heads][n] order).
+/// delta[row] = sum_c dO[row, c] O[row, c] in f32, one warp per row. Grid:
+/// x over a slice's rows (8 a block of 256 threads), y the head, z the
+/// batch element; rows of delta in [batch][heads][n] order.
 __global__ void attnc_delta(const View dO, const View o, float *delta) {
-  const int64_t rows = dO.shape[0] * dO.shape[1] * dO.shape[2];
-  const int lane = threadIdx.x & 31;
-  for (int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5; row < rows;
-       row += (int64_t(gridDim.x) * blockDim.x) >> 5) {
-    const int64_t r = row % dO.shape[2], bh = row / dO.shape[2];
-    const int64_t hh = bh % dO.shape[1], bb = bh / dO.shape[1];
-    const int64_t gi = bb * dO.strides[0] + hh * dO.strides[1] + r * dO.strides[2];
-    const int64_t oi = bb * o.strides[0] + hh * o.strides[1] + r * o.strides[2];
-    float sum = 0.f;
-    for (int c = lane; c < dO.cols; c += 32)
-      sum += toFloat<float>(dO.data, dO.dtype, gi + c * dO.strides[3]) *
-             toFloat<float>(o.data, o.dtype, oi + c * o.strides[3]);
-    for (int s = 16; s > 0; s >>= 1)
-      sum += __shfl_xor_sync(0xffffffffu, sum, s);
-    if (lane == 0)
-      delta[row] = sum;
-  }
+  const int hh = blockIdx.y, bb = blockIdx.z, lane = threadIdx.x & 31;
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (r >= dO.shape[2])
+    return;
+  const int64_t gi = bb * dO.strides[0] + hh * dO.strides[1] + r * dO.strides[2];
+  const int64_t oi = bb * o.strides[0] + hh * o.strides[1] + r * o.strides[2];
+  float sum = 0.f;
+  for (int c = lane; c < dO.cols; c += 32)
+    sum += toFloat<float>(dO.data, dO.dtype, gi + c * dO.strides[3]) *
+           toFloat<float>(o.data, o.dtype, oi + c * o.strides[3]);
+  for (int sh = 16; sh > 0; sh >>= 1)
+    sum += __shfl_xor_sync(0xffffffffu, sum, sh);
+  if (lane == 0)
+    delta[(int64_t(bb) * dO.shape[1] + hh) * dO.shape[2] + r] = sum;
 }
 
 } // extern "C"

@@ -58,7 +58,7 @@ inline constexpr CUresult kSuccess = 0;
 inline constexpr CUresult kNotReady = 600;
 inline constexpr int kAttrComputeMajor = 75, kAttrComputeMinor = 76, kAttrMultiprocessors = 16;
 inline constexpr int kAttrMaxSharedOptin = 97;
-inline constexpr int kFuncMaxDynamicShared = 8;
+inline constexpr int kFuncMaxDynamicShared = 8, kFuncPreferredCarveout = 9;
 inline constexpr int kPointerMemoryType = 2, kPointerDeviceOrdinal = 9;
 inline constexpr int kMemoryTypeHost = 1, kMemoryTypeDevice = 2, kMemoryTypeUnified = 4;
 

@@ -329,6 +329,19 @@ TableStats tableStats(const SetTables &t) {
   }
   for (size_t e = 0; e < t.fwdMasks.size(); ++e)
     s.useful += std::popcount(t.fwdMasks[e]);
+  for (size_t tile = 0; tile < t.fwdFull.size(); ++tile) {
+    if (t.fwdFull[tile]) {
+      s.executedFwdWarps += kTileRows * kTileKeys;
+      continue;
+    }
+    for (int w = 0; w < 4; ++w)
+      for (int group = 0; group < 4; ++group) {
+        uint64_t any = 0;
+        for (int k = 0; k < 16; ++k)
+          any |= (t.fwdMasks[tile * kTileKeys + size_t(group * 16 + k)] >> (16 * w)) & 0xFFFFu;
+        s.executedFwdWarps += any ? 16 * 16 : 0;
+      }
+  }
   for (const BwdItem &item : t.bwdItems)
     s.executedBwd += int64_t{item.numTiles} * kTileKeys * kTileRows;
   return s;

@@ -109,6 +109,9 @@ void forEachBackwardPair(const SetTables &t, const std::function<void(int64_t, i
 /// executed/useful): executed counts every row x key of every tile.
 struct TableStats {
   int64_t useful = 0, executedFwd = 0, executedBwd = 0, items = 0, tiles = 0;
+  /// The forward's pairs counting what its warps skip: on a partial tile
+  /// each warp's 16 rows compute only the 16-key groups they have a key in.
+  int64_t executedFwdWarps = 0;
 };
 TableStats tableStats(const SetTables &t);
 

@@ -7,6 +7,7 @@
 #include "CudaPlan.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #if ATTNC_RUNTIME_CUDA
@@ -28,6 +29,9 @@ int dpIndex(int dp) { return dp == 64 ? 0 : dp == 128 ? 1 : 2; }
 
 struct Module {
   CUfunction fwd[2][3] = {}, bwd[2][3] = {}, copy = nullptr, delta = nullptr;
+  /// ATTNC_CUDA_FWD_VARIANT's kernel for bf16 at d <= 64 (null: the default) and its threads.
+  CUfunction fwdVariant = nullptr;
+  unsigned fwdVariantThreads = 128;
 };
 
 const Module &module(int device) {
@@ -54,8 +58,11 @@ const Module &module(int device) {
   Module m;
   auto get = [&](CUfunction &f, const std::string &name, int smem) {
     check(d.cuModuleGetFunction(&f, mod, name.c_str()), "cuModuleGetFunction");
-    if (smem > 0)
+    if (smem > 0) {
       check(d.cuFuncSetAttribute(f, kFuncMaxDynamicShared, smem), "cuFuncSetAttribute");
+      // As much shared memory as the SM has (not L1): more CTAs side by side.
+      check(d.cuFuncSetAttribute(f, kFuncPreferredCarveout, 100), "cuFuncSetAttribute");
+    }
   };
   const char *types[2] = {"bf16", "f16"};
   const int dps[3] = {64, 128, 256};
@@ -64,6 +71,13 @@ const Module &module(int device) {
       get(m.fwd[t][x], std::string("attnc_fwd_") + types[t] + "_" + std::to_string(dps[x]), fwdSmemBytes(dps[x]));
       get(m.bwd[t][x], std::string("attnc_bwd_") + types[t] + "_" + std::to_string(dps[x]), bwdSmemBytes(dps[x]));
     }
+  if (const char *variant = std::getenv("ATTNC_CUDA_FWD_VARIANT"); variant && *variant && *variant != '0') {
+    const std::string v = variant;
+    if (v != "1" && v != "2" && v != "3")
+      throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "ATTNC_CUDA_FWD_VARIANT must be 0-3, not '" + v + "'"};
+    get(m.fwdVariant, "attnc_fwd_bf16_64_v" + v, fwdSmemBytes(64));
+    m.fwdVariantThreads = v == "3" ? 64 : 128;
+  }
   get(m.copy, "attnc_copy", 0);
   get(m.delta, "attnc_delta", 0);
   return modules.emplace(device, m).first->second;
@@ -165,17 +179,26 @@ View contiguous(void *data, attnc_dtype dtype, int64_t B, int64_t H, int64_t row
   return v;
 }
 
+/// Grid dimensions y (heads) and z (batch) of the element-wise kernels.
+void checkGridHeads(int64_t heads, int64_t batch) {
+  if (heads > 65535 || batch > 65535)
+    throw RunError{ATTNC_ERROR_UNSUPPORTED, "more than 65535 heads or batch elements in one GPU call"};
+}
+
 void copy(const Module &m, CUstream stream, const View &src, const View &dst, int64_t padCols) {
-  const int64_t total = src.shape[0] * src.shape[1] * src.shape[2] * padCols;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65535));
-  struct {
-    View src, dst;
-    int32_t pad;
-  } args{src, dst, static_cast<int32_t>(padCols)};
-  // The kernel takes three parameters: pass each.
-  void *params[] = {&args.src, &args.dst, &args.pad};
-  if (blocks)
-    check(driver().cuLaunchKernel(m.copy, blocks, 1, 1, 256, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+  const int64_t slice = src.shape[2] * padCols;
+  if (slice == 0 || src.shape[0] == 0 || src.shape[1] == 0)
+    return;
+  if (slice >= (int64_t{1} << 32))
+    throw RunError{ATTNC_ERROR_UNSUPPORTED, "a (batch, head) slice of more than 2^32 elements on the GPU"};
+  checkGridHeads(src.shape[1], src.shape[0]);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((slice + 255) / 256, 4096));
+  View s = src, d = dst;
+  int32_t pad = static_cast<int32_t>(padCols);
+  void *params[] = {&s, &d, &pad};
+  check(driver().cuLaunchKernel(m.copy, blocks, unsigned(src.shape[1]), unsigned(src.shape[0]), 256, 1, 1, 0, stream,
+                                params, nullptr),
+        "cuLaunchKernel");
 }
 
 /// An input the kernels read in place (dtype `type`, rows of d contiguous
@@ -364,6 +387,9 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   a.scaleLog2 = scale * 1.4426950408889634f;
   a.setOfHead = tabs->setOfHead;
   CUfunction f = m.fwd[typeIndex(type)][dpIndex(dp)];
+  unsigned threads = 128;
+  if (m.fwdVariant && type == ATTNC_DTYPE_BF16 && dp == 64)
+    f = m.fwdVariant, threads = m.fwdVariantThreads;
   for (size_t s = 0; s < tabs->sets.size(); ++s) {
     const auto &set = tabs->sets[s];
     if (set.host.needsState() && !stateO) {
@@ -381,7 +407,7 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
         continue;
       a.itemBegin = l.itemBegin;
       a.readsState = l.readsState, a.writesState = l.writesState, a.writesSlots = l.writesSlots;
-      launch(f, unsigned(l.itemCount), unsigned(dims.batch * dims.hq), 128, fwdSmemBytes(dp), stream, &a);
+      launch(f, unsigned(l.itemCount), unsigned(dims.batch * dims.hq), threads, fwdSmemBytes(dp), stream, &a);
     }
   }
   if (!oInPlace)
@@ -414,9 +440,12 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
     View gv = viewOf(dO, dims.d), ov = viewOf(o, dims.d);
     float *deltaPtr = delta.get<float>();
     void *params[] = {&gv, &ov, &deltaPtr};
-    const unsigned blocks = static_cast<unsigned>(std::min<size_t>((qRows * 32 + 255) / 256, 65535));
+    checkGridHeads(dims.hq, dims.batch);
+    const unsigned blocks = static_cast<unsigned>((dims.nq + 7) / 8);
     if (blocks)
-      check(driver().cuLaunchKernel(m.delta, blocks, 1, 1, 256, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+      check(driver().cuLaunchKernel(m.delta, blocks, unsigned(dims.hq), unsigned(dims.batch), 256, 1, 1, 0, stream,
+                                    params, nullptr),
+            "cuLaunchKernel");
   }
   BwdArgs a{};
   a.q = qo.data, a.k = ko.data, a.v = vo.data, a.dO = go.data;
