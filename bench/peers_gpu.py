@@ -15,11 +15,11 @@ speed of light for dense work).
 Times are medians of --repeat calls after a warm-up, by CUDA events.
 Effective TFLOP/s = 4 nnz d heads / time forward, 10 nnz d heads / time for
 the backward alone (fwd+bwd time minus the forward's), nnz the pattern's
-pairs per head counted from the mask_mod on the GPU. executed/useful: the
-pairs each kernel computes (flex: its 128 x 128 blocks; attnc: its tiles,
-attnc_kernel_metadata-free: counted by bench from the same tables as the
-tests walk) over nnz. Each attnc row also reports its largest difference
-from flex_attention's O, as a check of both.
+pairs per head counted from the mask_mod on the GPU. flex exec/useful: the
+pairs its 128 x 128 blocks compute over nnz (attnc's: `attnc emit P.attn
+--stage cuda --n N`, 1.10 / 1.50 / 1.12 / 1.35 / 1.00 on these patterns at
+n = 16384, 1.00-1.13 counting what its warps skip). Each attnc row also
+reports its largest difference from flex_attention's O, as a check of both.
 
   python3 bench/peers_gpu.py --lib-dir build-gpu --n 16384,65536 --d 64,128
 """

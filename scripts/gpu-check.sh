@@ -16,7 +16,11 @@
 #      the error paths and the table walks;
 #   4. compute-sanitizer (memcheck, racecheck) on small cases;
 #   5. bench/peers_gpu.py: attnc against flex_attention and SDPA, one table
-#      (quick: n = 16384, d = 64; full: n = 16384, 65536 and d = 64, 128).
+#      (quick: n = 16384, d = 64; full: flex and SDPA at n = 16384, d = 64 and
+#      128, attnc alone at n = 65536 too; then the forward's variants, A/B);
+#   6. the Python package built there (pip, no network: the machine's
+#      scikit-build-core and nanobind; the fatbin from .gpu-carry) and
+#      python/tests/test_cuda.py: the torch op on CUDA tensors.
 # Everything it needs travels in .gpu-carry/ (a few MB): no build there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,10 +72,34 @@ if [ "$mode" != tests ]; then
   rc=$?; tail -4 "$out/racecheck.log"; [ $rc = 0 ] || { echo "racecheck: exit $rc"; status=1; }
 
   step "benchmark ($mode)"
-  if [ "$mode" = full ]; then sizes="--n 16384,65536 --d 64,128"; else sizes="--n 16384 --d 64"; fi
-  # shellcheck disable=SC2086 # the sizes are words
-  python3 bench/peers_gpu.py --lib-dir "$carry" $sizes ${ATTNC_PEERS_FLAGS:-} 2>&1 | tee "$out/bench.md"
-  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  bench="python3 bench/peers_gpu.py --lib-dir $carry ${ATTNC_PEERS_FLAGS:-}"
+  if [ "$mode" = full ]; then
+    $bench --n 16384 --d 64,128 2>&1 | tee "$out/bench.md"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    $bench --n 65536 --d 64,128 --no-flex 2>&1 | tail -n +4 | tee -a "$out/bench.md"
+    for variant in 1 2 3; do
+      echo "ATTNC_CUDA_FWD_VARIANT=$variant:"
+      ATTNC_CUDA_FWD_VARIANT=$variant $bench --n 16384 --d 64 --no-flex --no-backward --patterns fixed,strided,local \
+        2>&1 | tail -n 3
+    done | tee "$out/variants.md"
+  else
+    $bench --n 16384 --d 64 2>&1 | tee "$out/bench.md"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  fi
+
+  step "python package and its GPU tests"
+  site=/tmp/attnc-site
+  rm -rf "$site" && mkdir -p "$site"
+  if timeout 200 python3 -m pip install -q --no-build-isolation --no-deps --target "$site" \
+       -Ccmake.define.ATTNC_CUDA_PREBUILT_FATBIN="$PWD/$carry/attnc_kernels.fatbin" -Cbuild-dir=/tmp/attnc-pybuild \
+       ./python > "$out/pip.log" 2>&1; then
+    PYTHONPATH=$site timeout 150 python3 -m pytest -q -p no:cacheprovider python/tests/test_cuda.py 2>&1 |
+      tee "$out/pytest.log" | tail -15
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  else
+    tail -20 "$out/pip.log"; status=1
+  fi
+
 fi
 step "done: status $status"
 exit $status

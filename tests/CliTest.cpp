@@ -13,6 +13,8 @@
 #include "attnc/frontend/Driver.h"
 #include "support/Oracle.h"
 
+#include "attnc/attnc.h"
+
 #include <gtest/gtest.h>
 
 #include <zlib.h>
@@ -761,6 +763,39 @@ TEST(CliEmit, HalideStageIsTheScheduledLoopNest) {
   EXPECT_NE(bad.err.find("not a valid schedule"), std::string::npos) << bad.err;
 }
 #endif
+
+// The cuda target's plan and code: the tables' launches at n (strided's
+// residue classes, 128 of 32 rows, run first and leave the row state), then
+// the kernels.
+TEST(CliEmit, CudaStageShowsTheGpuTablesAndKernels) {
+  CommandResult r = attnc("emit " + libraryPattern("strided") + " --stage cuda --n 4096");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("// attnc cuda target: pattern 'strided'", 0), 0u) << r.out.substr(0, 200);
+  EXPECT_NE(r.out.find("forward launch: 128 items (a residue re-layout: writes the row state)"), std::string::npos)
+      << r.out.substr(0, 2000);
+  EXPECT_NE(r.out.find("forward launch: 64 items, starting from the row state"), std::string::npos);
+  EXPECT_NE(r.out.find("__global__"), std::string::npos);
+  EXPECT_NE(r.out.find("mma.sync.aligned.m16n8k16"), std::string::npos);
+  CommandResult noN = attnc("emit " + libraryPattern("fixed") + " --stage cuda");
+  ASSERT_EQ(noN.exitCode, 0) << noN.err;
+  EXPECT_EQ(noN.out.find("forward launch"), std::string::npos); // tables only with --n
+}
+
+TEST(CliCompile, CudaTargetRecordsItAndTakesTheFusedPlanOnly) {
+  ScratchDir dir;
+  CommandResult r = attnc("compile " + libraryPattern("local") + " --target cuda -o " + dir.file("l.attnk"));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  attnc_kernel *kernel = nullptr;
+  ASSERT_EQ(attnc_kernel_load(dir.file("l.attnk").c_str(), &kernel), ATTNC_OK) << attnc_last_error();
+  EXPECT_STREQ(attnc_kernel_metadata(kernel, "target"), "cuda");
+  EXPECT_STREQ(attnc_kernel_metadata(kernel, "backend"), "fused");
+  attnc_kernel_free(kernel);
+  CommandResult dense =
+      attnc("compile " + libraryPattern("local") + " --target cuda --backend dense -o " + dir.file("d.attnk"));
+  EXPECT_EQ(dense.exitCode, 2);
+  EXPECT_NE(dense.err.find("has no GPU code"), std::string::npos) << dense.err;
+  EXPECT_EQ(attnc("compile " + libraryPattern("local") + " --target tpu -o " + dir.file("t.attnk")).exitCode, 2);
+}
 
 TEST(CliEmit, UnknownStageIsAUsageError) {
   EXPECT_EQ(attnc("emit " + libraryPattern("fixed") + " --stage bogus").exitCode, 2);

@@ -99,7 +99,9 @@ template <typename Array> attnc_dtype dtypeOf(const Array &a, const char *name) 
     return ATTNC_DTYPE_F32;
   if (t.lanes == 1 && t.bits == 16 && t.code == kBfloatCode)
     return ATTNC_DTYPE_BF16;
-  throw nb::type_error((std::string("attnc: '") + name + "' must be float32 or bfloat16").c_str());
+  if (t.lanes == 1 && t.bits == 16 && t.code == kFloatCode)
+    return ATTNC_DTYPE_F16; // (CUDA devices only: the runtime says so for the CPU)
+  throw nb::type_error((std::string("attnc: '") + name + "' must be float32, bfloat16 or (on a GPU) float16").c_str());
 }
 
 /// The [B, H, n, d] view of a 4-D array (strides in elements). A dimension
@@ -252,6 +254,63 @@ void runBackwardVarlen(const Kernel &kernel, nb::handle q, nb::handle k, nb::han
            arrayOf<OutArray>(dv, toDlpack, "d_v"), &varlen, scale, numThreads);
 }
 
+// ---- CUDA tensors (attnc_run_forward_on / attnc_run_backward_on) ----------
+
+using GpuIn = nb::ndarray<nb::ro, nb::device::cuda>;
+using GpuOut = nb::ndarray<nb::device::cuda>;
+
+/// The call's device: CUDA device `index` and `stream` (a cudaStream_t as an
+/// integer, 0 for the legacy default stream).
+attnc_device cudaDevice(int32_t index, uintptr_t stream) {
+  attnc_device dev{};
+  dev.type = ATTNC_DEVICE_CUDA;
+  dev.index = index;
+  dev.stream = reinterpret_cast<void *>(stream);
+  return dev;
+}
+
+void runForwardCuda(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
+                    float scale, int32_t device, uintptr_t stream, nb::handle toDlpack) {
+  const GpuIn aq = arrayOf<GpuIn>(q, toDlpack, "q"), ak = arrayOf<GpuIn>(k, toDlpack, "k"),
+              av = arrayOf<GpuIn>(v, toDlpack, "v");
+  const GpuOut ao = arrayOf<GpuOut>(o, toDlpack, "o");
+  const std::optional<GpuOut> al = optionalArrayOf<GpuOut>(lse, toDlpack, "lse");
+  const attnc_tensor tq = view4(aq, "q"), tk = view4(ak, "k"), tv = view4(av, "v");
+  attnc_tensor to = view4(ao, "o");
+  std::optional<attnc_tensor> tl;
+  if (al)
+    tl = viewLse(*al);
+  const attnc_run_options options = runOptions(scale, 0);
+  const attnc_device dev = cudaDevice(device, stream);
+  check(timedCall([&] {
+    return attnc_run_forward_on(kernel.handle, &dev, &tq, &tk, &tv, &to, tl ? &*tl : nullptr, &options);
+  }));
+}
+
+void runBackwardCuda(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle dO,
+                     nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, float scale, int32_t device,
+                     uintptr_t stream, nb::handle toDlpack) {
+  const GpuIn aq = arrayOf<GpuIn>(q, toDlpack, "q"), ak = arrayOf<GpuIn>(k, toDlpack, "k"),
+              av = arrayOf<GpuIn>(v, toDlpack, "v"), ao = arrayOf<GpuIn>(o, toDlpack, "o"),
+              ag = arrayOf<GpuIn>(dO, toDlpack, "d_o"), al = arrayOf<GpuIn>(lse, toDlpack, "lse");
+  const GpuOut gq = arrayOf<GpuOut>(dq, toDlpack, "d_q"), gk = arrayOf<GpuOut>(dk, toDlpack, "d_k"),
+               gv = arrayOf<GpuOut>(dv, toDlpack, "d_v");
+  const attnc_tensor tq = view4(aq, "q"), tk = view4(ak, "k"), tv = view4(av, "v"), to = view4(ao, "o"),
+                     tdo = view4(ag, "d_o"), tl = viewLse(al);
+  attnc_tensor tdq = view4(gq, "d_q"), tdk = view4(gk, "d_k"), tdv = view4(gv, "d_v");
+  const attnc_run_options options = runOptions(scale, 0);
+  const attnc_device dev = cudaDevice(device, stream);
+  check(timedCall([&] {
+    return attnc_run_backward_on(kernel.handle, &dev, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
+  }));
+}
+
+/// "" when CUDA device `index` can run attnc's kernels, else why not.
+std::string cudaUnavailable(int32_t index) {
+  const attnc_device dev = cudaDevice(index, 0);
+  return attnc_device_check(&dev) == ATTNC_OK ? std::string() : std::string(attnc_last_error());
+}
+
 std::unique_ptr<Kernel> compile(const std::string &source, const std::string &name,
                                 const std::vector<std::string> &defines, const std::string &pattern,
                                 const std::string &backend, const std::string &cacheDir, bool noCache) {
@@ -400,6 +459,14 @@ NB_MODULE(_attnc, m) {
   m.def("run_backward_varlen", &runBackwardVarlen, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a,
         "d_q"_a, "d_k"_a, "d_v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a.none(), "scale"_a, "num_threads"_a,
         "to_dlpack"_a.none() = nb::none(), "attnc_run_backward_varlen: d_q, d_k, d_v of a varlen call");
+  m.def("run_forward_cuda", &runForwardCuda, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(), "scale"_a,
+        "device"_a, "stream"_a, "to_dlpack"_a.none() = nb::none(),
+        "attnc_run_forward_on a CUDA device: o (and lse) from q, k, v, queued on `stream` (a cudaStream_t)");
+  m.def("run_backward_cuda", &runBackwardCuda, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a,
+        "d_k"_a, "d_v"_a, "scale"_a, "device"_a, "stream"_a, "to_dlpack"_a.none() = nb::none(),
+        "attnc_run_backward_on a CUDA device: d_q, d_k, d_v, queued on `stream`");
+  m.def("cuda_unavailable", &cudaUnavailable, "device"_a,
+        "attnc_device_check: \"\" when CUDA device `device` runs attnc's kernels, else the reason");
   m.def("analyze", &analyze, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "queries"_a, "block"_a,
         "block_cols"_a, "connectivity"_a, "(the analyze --json object, warnings)");
   m.def("show", &show, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "queries"_a, "head"_a.none(), "grid"_a,

@@ -20,9 +20,13 @@ struct CompileOptions {
 };
 
 int runCompile(const CompileOptions &opts) {
-  if (opts.target != "cpu") {
-    std::cerr << "attnc: error: --target " << opts.target
-              << " is not available in this build; available: cpu\n";
+  if (opts.target != "cpu" && opts.target != "cuda") {
+    std::cerr << "attnc: error: --target " << opts.target << " is not a target; available: cpu, cuda\n";
+    return kExitUsage;
+  }
+  if (opts.target == "cuda" && opts.backend != "fused") {
+    std::cerr << "attnc: error: --target cuda runs the fused backend's plan on the GPU; --backend "
+              << opts.backend << " has no GPU code (leave --backend out)\n";
     return kExitUsage;
   }
   int exitCode = kExitOk;
@@ -46,6 +50,12 @@ int runCompile(const CompileOptions &opts) {
     std::cerr << "attnc: internal error: code generation failed: " << error << "\n";
     return kExitInternal;
   }
+  if (opts.target == "cuda") {
+    // The GPU code is the runtime's (compiled ahead of time, generic over the
+    // pattern); the file carries the pattern the runtime builds its tables from.
+    file.metadata["target"] = "cuda";
+    file.metadata["dtype"] = "bf16,f16,f32";
+  }
   const std::string bytes = format::encodeKernelFile(file);
   if (!support::writeFileAtomically(opts.output, bytes, error)) {
     std::cerr << "attnc: error: " << error << "\n";
@@ -64,7 +74,12 @@ void setupCompile(CLI::App &app, int &exitCode) {
   CLI::App *cmd = app.add_subcommand(
       "compile", "Compile a pattern to a kernel file that attnc run and the runtime (attnc.h) load");
   addPatternOptions(*cmd, opts->pattern);
-  cmd->add_option("--target", opts->target, "cpu (the host CPU)")->capture_default_str();
+  cmd->add_option("--target", opts->target,
+                  "cpu (the host CPU) or cuda (NVIDIA GPUs of compute capability 8.0 and newer: the "
+                  "runtime's tensor-core kernels read the plan's tables; compiling needs no GPU, and "
+                  "the file also runs on the CPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--backend", opts->backend,
                   "fused: the plan of disjoint pieces run by the runtime's fused tile kernels; "
                   "halide: the same plan's row blocks as Halide 14 code compiled into the kernel file "
@@ -76,7 +91,8 @@ void setupCompile(CLI::App &app, int &exitCode) {
       ->required();
   cmd->footer(examplesFooter({"attnc compile patterns/fixed.attn -o fixed.attnk",
                               "attnc compile patterns/strided.attn -D l=64 -o strided64.attnk",
-                              "attnc compile patterns/fixed.attn --backend sparsifier -o fixed-mlir.attnk"}));
+                              "attnc compile patterns/fixed.attn --backend sparsifier -o fixed-mlir.attnk",
+                              "attnc compile patterns/local.attn --target cuda -o local-gpu.attnk"}));
   cmd->callback([opts, &exitCode] { exitCode = runCompile(*opts); });
 }
 

@@ -6,14 +6,61 @@
 #include "attnc/compiler/Compile.h"
 #include "attnc/plan/Plan.h"
 #include "attnc/tuning/Tuning.h"
+#include "cuda/CudaPlan.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
+
+namespace attnc::tool {
+/// runtime/lib/cuda's CudaArgs.h and AttentionKernels.cu (CudaSource.cpp, generated).
+extern const char *const kCudaSource;
+} // namespace attnc::tool
 
 namespace attnc::tool {
 
 namespace {
+
+/// `emit --stage cuda`: what runs on the GPU -- the plan on 64-row blocks,
+/// with n the launches and items its tables hold, then the CUDA C++ of the
+/// kernels (generic over the pattern; libattnc carries them compiled).
+std::string cudaStage(const ir::PatternIR &ir, int64_t n) {
+  std::ostringstream out;
+  const plan::Plan plan = rt::cuda::gpuPlan(ir);
+  out << "// attnc cuda target: pattern '" << ir.name << "'\n"
+      << "// The kernels below are the same for every pattern; the pattern enters as tables built on the\n"
+      << "// host from this plan (64-row items, compacted 64-key tiles, per-key row masks on partial\n"
+      << "// tiles), per sequence length, and kept on the device. libattnc carries them compiled by nvcc\n"
+      << "// for sm_80 and sm_90a (and compute_80 PTX).\n//\n";
+  std::istringstream planText(plan::printPlan(plan, 0));
+  for (std::string line; std::getline(planText, line);)
+    out << "// " << line << "\n";
+  if (n > 0) {
+    const auto tables = rt::cuda::buildTables(plan, n);
+    for (size_t s = 0; s < tables.size(); ++s) {
+      const rt::cuda::SetTables &t = tables[s];
+      const rt::cuda::TableStats st = rt::cuda::tableStats(t);
+      out << "//\n// head set " << s << " at n = " << n << ": " << t.fwdLaunches.size() << " forward launch"
+          << (t.fwdLaunches.size() == 1 ? "" : "es") << ", " << t.fwdItems.size() << " items, " << st.tiles
+          << " key tiles; " << t.bwdItems.size() << " backward items; table bytes " << t.bytes() << "\n";
+      for (const rt::cuda::Launch &l : t.fwdLaunches)
+        out << "//   forward launch: " << l.itemCount << " items"
+            << (l.writesSlots ? " (chunks of long items)" : l.writesState ? " (a residue re-layout: writes the "
+                                                                             "row state)" : "")
+            << (l.readsState ? ", starting from the row state" : "") << "\n";
+      char ratio[64];
+      std::snprintf(ratio, sizeof ratio, "%.3f (%.3f at the warps' grain)",
+                    st.useful ? double(st.executedFwd) / double(st.useful) : 1.0,
+                    st.useful ? double(st.executedFwdWarps) / double(st.useful) : 1.0);
+      out << "//   executed/useful pairs, forward: " << ratio << "\n";
+    }
+  }
+  out << "\n" << kCudaSource;
+  return out.str();
+}
+
 struct EmitOptions {
   PatternOptions pattern;
   std::string stage;
@@ -78,6 +125,9 @@ int runEmit(const EmitOptions &opts) {
            halide::targetString() + "\n" + text;
     break;
   }
+  case Stage::Cuda:
+    text = cudaStage(lp->ir, opts.n);
+    break;
   case Stage::Mlir:
   case Stage::Llvm:
   case Stage::Asm: {
@@ -120,14 +170,15 @@ void setupEmit(CLI::App &app, int &exitCode) {
   cmd->add_option("--stage", opts->stage,
                   "ast: the parsed syntax tree; ir: the canonical pattern IR (generators per "
                   "head); plan: the fused backend's disjoint pieces, layouts and tiles; halide: the "
-                  "halide backend's loop nests (Halide's lowered statement after scheduling); mlir: "
+                  "halide backend's loop nests (Halide's lowered statement after scheduling); cuda: "
+                  "the cuda target's GPU plan and the CUDA C++ its kernels are compiled from; mlir: "
                   "the sparse-tensor dialect form (verifies with mlir-opt-19); llvm: optimised LLVM "
                   "IR; asm: host assembly")
       ->required()
-      ->check(CLI::IsMember({"ast", "ir", "plan", "halide", "mlir", "llvm", "asm"}));
+      ->check(CLI::IsMember({"ast", "ir", "plan", "halide", "cuda", "mlir", "llvm", "asm"}));
   cmd->add_option("--n", opts->n,
                   "With --stage plan: also report each piece's tiles and executed/useful work at "
-                  "this length")
+                  "this length; with --stage cuda, the GPU tables' launches, items and work")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
   cmd->add_option("--d", opts->d,
                   "With --stage halide: the head dimension (32, 64 and 128 have their own code; "
@@ -142,6 +193,7 @@ void setupEmit(CLI::App &app, int &exitCode) {
                               "attnc emit patterns/strided.attn --stage ast -o strided.ast",
                               "attnc emit patterns/strided.attn --stage plan --n 16384",
                               "attnc emit patterns/fixed.attn --stage halide --d 64",
+                              "attnc emit patterns/strided.attn --stage cuda --n 16384",
                               "attnc emit patterns/fixed.attn --stage mlir | mlir-opt-19"}));
   cmd->callback([opts, &exitCode] { exitCode = runEmit(*opts); });
 }

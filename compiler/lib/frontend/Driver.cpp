@@ -6,7 +6,8 @@
 namespace attnc {
 
 static constexpr std::pair<Stage, const char *> kStages[] = {
-    {Stage::Ast, "ast"}, {Stage::Ir, "ir"}, {Stage::Plan, "plan"}, {Stage::Halide, "halide"}, {Stage::Mlir, "mlir"},
+    {Stage::Ast, "ast"}, {Stage::Ir, "ir"}, {Stage::Plan, "plan"}, {Stage::Halide, "halide"}, {Stage::Cuda, "cuda"},
+    {Stage::Mlir, "mlir"},
     {Stage::Llvm, "llvm"}, {Stage::Asm, "asm"}};
 
 const char *stageName(Stage stage) {

@@ -303,15 +303,21 @@ def compile(
     ``params`` override the pattern's ``param`` values (``l=128, c=8``, like ``-D``).
     ``backend``: ``"fused"`` (default), ``"dense"`` (a masked baseline), ``"halide"`` and
     ``"sparsifier"`` where this attnc was built with them (the sparsifier has no backward).
-    ``pattern`` picks one pattern of a file holding several. Kernels go through the JIT's disk
+    ``target``: ``"cpu"`` or ``"cuda"``. A kernel runs wherever its tensors are (numpy arrays
+    and CPU tensors on the CPU, CUDA tensors on their GPU: attnc's GPU code is generic over the
+    pattern, which enters as tables built per length); ``"cuda"`` also checks that this attnc
+    has its GPU code. ``pattern`` picks one pattern of a file holding several. Kernels go through the JIT's disk
     cache (``cache_dir``, else ``$ATTNC_CACHE_DIR``, else ``~/.cache/attnc``; ``no_cache`` skips
     it), and the same request in one process returns the same Kernel. A pattern that does not
     check raises :class:`AttncError` with the diagnostics.
     """
-    if target != "cpu":
-        raise error(UNSUPPORTED, f"target '{target}' is not supported: attnc compiles kernels for the CPU")
+    if target not in ("cpu", "cuda"):
+        raise error(UNSUPPORTED, f"target '{target}' is not supported: attnc compiles kernels for 'cpu' and "
+                                 "'cuda'")
     if backend not in _BACKENDS:
         raise error(INVALID_ARGUMENT, f"unknown backend '{backend}'; available: {', '.join(_BACKENDS)}")
+    if target == "cuda" and _attnc.cuda_unavailable(0).startswith("this libattnc was built without"):
+        raise error(UNSUPPORTED, _attnc.cuda_unavailable(0))
     source, name = _pattern_text(path_or_source)
     defines = _defines(params)
     key = (source, name, backend, pattern, tuple(sorted(defines)), cache_dir)

@@ -4,7 +4,8 @@
     o = attnc.torch.attention(q, k, v, kernel)     # or kernel(q, k, v)
     o = attnc.torch.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, kernel)
 
-Four ops, all for CPU tensors:
+Four ops, for CPU tensors, and the dense ones for CUDA tensors too (attnc's cuda
+target: bf16, fp16 or float32 on a GPU, run on torch's current stream):
 
 - ``attnc::attention(q, k, v, kernel_id, scale) -> (o, lse)``: attnc_run_forward on q
   [batch, Hq, nq, d] and k, v [batch, Hkv, nk, d], which also writes each row's
@@ -49,6 +50,7 @@ from ._errors import DTYPE, INVALID_ARGUMENT, SHAPE, UNSUPPORTED, AttncError, er
 __all__ = ["attention", "attention_with_lse", "attention_varlen", "attention_varlen_with_lse"]
 
 _DTYPES = (torch.float32, torch.bfloat16)
+_CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _OFFSET_DTYPES = (torch.int32, torch.int64)
 _INT32_MAX = 2**31 - 1
 _CONTIGUOUS = torch.contiguous_format
@@ -100,11 +102,48 @@ def _offsets(cu: Optional[Tensor], name: str) -> Optional[Tensor]:
     return cu.to(torch.int32).contiguous()
 
 
+# ---- CUDA tensors -------------------------------------------------------------
+
+
+def _stream(x: Tensor) -> int:
+    """torch's current stream on x's device, as the cudaStream_t attnc queues its kernels on."""
+    return torch.cuda.current_stream(x.device).cuda_stream
+
+
+def _run_cuda(call, kernel: "_api.Kernel", tensors: list, copyable: int, scale: float) -> None:
+    """_run for CUDA tensors: attnc_run_forward_on / attnc_run_backward_on on the current stream."""
+    device = tensors[0].device
+    try:
+        call(kernel._handle, *tensors, scale, device.index or 0, _stream(tensors[0]), _to_dlpack)
+    except (AttncError, TypeError, BufferError) as e:
+        if not _api._needs_copy(e):
+            raise
+        tensors = [_api._contiguous(x) for x in tensors[:copyable]] + tensors[copyable:]
+        call(kernel._handle, *tensors, scale, device.index or 0, _stream(tensors[0]), _to_dlpack)
+
+
+def _cuda_forward(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: float) -> Tuple[Tensor, Tensor]:
+    o = _new(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    _run_cuda(_attnc.run_forward_cuda, kernel, [q, k, v, o, lse], 3, scale)
+    return o, lse
+
+
+def _cuda_backward(
+    d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kernel: "_api.Kernel", scale: float
+) -> Tuple[Tensor, Tensor, Tensor]:
+    d_q, d_k, d_v = _new(q), _new(k), _new(v)
+    _run_cuda(_attnc.run_backward_cuda, kernel, [q, k, v, o, d_o, lse, d_q, d_k, d_v], 6, scale)
+    return d_q, d_k, d_v
+
+
 # ---- dense batches ----------------------------------------------------------
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: float) -> Tuple[Tensor, Tensor]:
     """O and lse of a dense call: attnc::attention's implementation, and the eager path's."""
+    if q.is_cuda:
+        return _cuda_forward(q, k, v, kernel, scale)
     o = _new(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32)
     if kernel._has_lse:
@@ -128,6 +167,8 @@ def _backward(
     """dQ, dK, dV of a dense call: attnc::attention_backward's implementation, and the eager path's."""
     if d_o.dtype != o.dtype:
         d_o = d_o.to(o.dtype)
+    if q.is_cuda:
+        return _cuda_backward(d_o, q, k, v, o, lse, kernel, scale)
     d_q, d_k, d_v = _new(q), _new(k), _new(v)
     _run(_attnc.run_backward, kernel, [q, k, v, o, d_o, lse, d_q, d_k, d_v], 6, scale)
     return d_q, d_k, d_v
@@ -162,7 +203,7 @@ def _varlen_backward(
     return d_q, d_k, d_v
 
 
-@torch.library.custom_op("attnc::attention", mutates_args=(), device_types="cpu")
+@torch.library.custom_op("attnc::attention", mutates_args=(), device_types=("cpu", "cuda"))
 def _attention_op(q: Tensor, k: Tensor, v: Tensor, kernel_id: int, scale: float) -> Tuple[Tensor, Tensor]:
     return _forward(q, k, v, _api._kernel_by_id(kernel_id), scale)
 
@@ -173,7 +214,7 @@ def _attention_fake(q: Tensor, k: Tensor, v: Tensor, kernel_id: int, scale: floa
     return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
-@torch.library.custom_op("attnc::attention_backward", mutates_args=(), device_types="cpu")
+@torch.library.custom_op("attnc::attention_backward", mutates_args=(), device_types=("cpu", "cuda"))
 def _attention_backward_op(
     d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kernel_id: int, scale: float
 ) -> Tuple[Tensor, Tensor, Tensor]:
@@ -347,14 +388,24 @@ def _eager_attention(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", sca
 # ---- checks and the public functions ----------------------------------------
 
 
-def _check_tensors(q: Tensor, k: Tensor, v: Tensor) -> None:
+def _check_tensors(q: Tensor, k: Tensor, v: Tensor, cuda: bool = True) -> None:
+    """q, k, v are tensors of one dtype on one device: the CPU, or (with `cuda`) a CUDA GPU."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor):
             raise TypeError(f"'{name}' is a {type(x).__name__}; q, k and v must all be tensors")
-        if x.device.type != "cpu":
-            raise error(UNSUPPORTED, f"'{name}' is on device '{x.device}'; attnc kernels run on the CPU")
-        if x.dtype not in _DTYPES:
-            raise error(DTYPE, f"'{name}' has dtype {x.dtype}; attnc takes float32 or bfloat16")
+        if x.device.type == "cuda" and not cuda:
+            raise error(UNSUPPORTED, f"'{name}' is on device '{x.device}'; variable-length batches run on the "
+                                     "CPU only (dense batches run on CUDA devices too)")
+        if x.device.type not in ("cpu", "cuda"):
+            raise error(UNSUPPORTED, f"'{name}' is on device '{x.device}'; attnc kernels run on the CPU and on "
+                                     "CUDA GPUs")
+        if x.device != q.device:
+            raise error(INVALID_ARGUMENT, f"'{name}' is on device '{x.device}' but 'q' is on '{q.device}'; "
+                                          "q, k and v must be on one device")
+        allowed = _CUDA_DTYPES if x.is_cuda else _DTYPES
+        if x.dtype not in allowed:
+            raise error(DTYPE, f"'{name}' has dtype {x.dtype}; attnc takes float32 or bfloat16"
+                               + (", and float16 on a GPU" if x.dtype == torch.float16 else ""))
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise error(DTYPE, f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
 
@@ -409,8 +460,9 @@ def attention(
     out: Optional[Tensor] = None
 ) -> Tensor:
     """attnc attention with the pattern of ``kernel``: q ``[batch, Hq, nq, d]`` over k, v
-    ``[batch, Hkv, nk, d]`` (CPU tensors, float32 or bfloat16, any strides); ``scale``
-    defaults to ``1/sqrt(d)``.
+    ``[batch, Hkv, nk, d]`` (CPU tensors, float32 or bfloat16; or CUDA tensors, bfloat16,
+    float16 or float32 (computed on bf16 tensor cores), run on the current stream; any
+    strides); ``scale`` defaults to ``1/sqrt(d)``.
 
     Grouped-query attention: ``Hq`` is a multiple of ``Hkv`` and query head ``h`` reads
     key/value head ``h // (Hq // Hkv)`` (``Hkv = 1``: multi-query); k and v are read in
@@ -481,7 +533,7 @@ def attention_varlen_with_lse(
     FlashAttention's varlen returns it; -inf for a row with no keys; not differentiable)."""
     if kernel is None:
         raise TypeError("attention_varlen needs a kernel: attention_varlen(q, k, v, cu_seqlens_q, kernel=...)")
-    _check_tensors(q, k, v)
+    _check_tensors(q, k, v, cuda=False)
     cu_q, cu_k = _as_offsets(cu_seqlens_q, "cu_seqlens_q"), _as_offsets(cu_seqlens_k, "cu_seqlens_k")
     if cu_q is None:
         raise TypeError("'cu_seqlens_q' is None; a varlen call needs its queries' offsets")

@@ -250,6 +250,8 @@ template <class T> const T *deviceCopy(const std::vector<T> &host, std::vector<C
 } // namespace
 
 void checkDevice(int index) {
+  if (!compiledIn())
+    module(index); // says so
   ScopedContext ctx(index);
   module(index);
 }

@@ -21,7 +21,7 @@
 
 namespace attnc {
 
-enum class Stage { Ast, Ir, Plan, Halide, Mlir, Llvm, Asm };
+enum class Stage { Ast, Ir, Plan, Halide, Cuda, Mlir, Llvm, Asm };
 
 /// Kebab-case stage names, in pipeline order.
 const char *stageName(Stage stage);

@@ -1,0 +1,129 @@
+"""attnc on CUDA tensors: kernel(q, k, v) and attnc.torch.attention on a GPU, torch's
+current stream, autograd, torch.compile(fullgraph=True), fp16/bf16/f32, grouped heads,
+fewer queries than keys, and the errors of mixed devices. Every case is checked against
+conftest's float64 reference (the pattern's mask, softmax in double).
+
+Needs a CUDA GPU: where torch sees none these tests are skipped, saying so (the runtime's
+GPU error paths are tested without one in tests/runtime/CudaKernelTest.cpp).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attnc
+import attnc.torch
+from conftest import LIBRARY, library_kernel, pattern_masks, pattern_path, raises_status, reference, reference_grads
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU on this machine (torch.cuda.is_available() is False)", allow_module_level=True)
+
+DEV = torch.device("cuda")
+TOL = {torch.bfloat16: 3e-2, torch.float16: 5e-3, torch.float32: 3e-2}  # f32 runs on bf16 tensor cores
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    want = want.double().cpu()
+    return float((got.double().cpu() - want).abs().max() / max(float(want.abs().max()), 1e-3))
+
+
+def inputs(shape, dtype, kv_heads=None, nk=None, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    b, h, n, d = shape
+    q = torch.randn((b, h, n, d), generator=g)
+    k, v = (torch.randn((b, kv_heads or h, nk or n, d), generator=g) for _ in range(2))
+    # the values the GPU reads, for the reference too
+    return [x.to(dtype).to(DEV) for x in (q, k, v)]
+
+
+@pytest.mark.parametrize("name", ["fixed", "strided", "local", "longformer", "bigbird", "fixed_multihead"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_forward_and_gradients_match_the_reference(name, dtype):
+    kernel = library_kernel(name)
+    heads = kernel.heads or 2
+    n, d = 150, 64
+    q, k, v = (x.requires_grad_() for x in inputs((2, heads, n, d), dtype))
+    masks = pattern_masks(name, n, heads, **LIBRARY[name])
+    o = kernel(q, k, v)
+    assert o.device == q.device and o.dtype == dtype and o.shape == q.shape
+    want, _ = reference(q.detach().cpu(), k.detach().cpu(), v.detach().cpu(), masks)
+    assert rel_err(o, want) <= TOL[dtype]
+    d_o = torch.randn_like(o)
+    grads = torch.autograd.grad(o, (q, k, v), d_o)
+    wants = reference_grads(q.cpu(), k.cpu(), v.cpu(), masks, d_o.cpu())
+    for got, ref in zip(grads, wants):
+        assert got.device == q.device and got.dtype == dtype
+        assert rel_err(got, ref) <= 1.5 * TOL[dtype]
+
+
+def test_grouped_heads_and_decoding():
+    kernel = library_kernel("causal")
+    q, k, v = inputs((1, 4, 37, 64), torch.bfloat16, kv_heads=2, nk=300)
+    masks = pattern_masks("causal", 300, 1)
+    o, lse = attnc.torch.attention_with_lse(q, k, v, kernel)
+    # The reference on every position, its last 37 rows, K and V per query head.
+    qf = torch.zeros((1, 4, 300, 64), dtype=q.dtype)
+    qf[:, :, -37:] = q.cpu()
+    kf, vf = (x.cpu().repeat_interleave(2, dim=1) for x in (k, v))
+    want, want_lse = reference(qf, kf, vf, masks)
+    assert rel_err(o, want[:, :, -37:]) <= TOL[torch.bfloat16]
+    torch.testing.assert_close(lse.cpu().double(), want_lse[:, :, -37:], atol=2e-2, rtol=2e-3)
+
+
+def test_runs_on_the_current_stream():
+    kernel = library_kernel("local")
+    q, k, v = inputs((1, 2, 500, 64), torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        o = kernel(q, k, v)
+        o2 = o * 2  # queued after attnc's kernels on the same stream
+    side.synchronize()
+    masks = pattern_masks("local", 500, 2, **LIBRARY["local"])
+    want, _ = reference(q.cpu(), k.cpu(), v.cpu(), masks)
+    assert rel_err(o2 / 2, want) <= TOL[torch.bfloat16]
+
+
+def test_compile_fullgraph_on_the_gpu():
+    kernel = library_kernel("fixed")
+    proj = torch.nn.Linear(64, 64).to(DEV)
+
+    def step(q, k, v):
+        return (proj(kernel(q, k, v).float()) ** 2).mean()
+
+    compiled = torch.compile(step, fullgraph=True)
+    x = [t.requires_grad_() for t in inputs((1, 2, 200, 64), torch.bfloat16)]
+    loss = compiled(*x)
+    grads = torch.autograd.grad(loss, x)
+    eager = step(*x)
+    eager_grads = torch.autograd.grad(eager, x)
+    torch.testing.assert_close(loss, eager, atol=1e-3, rtol=1e-3)
+    for got, want in zip(grads, eager_grads):
+        torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+
+
+def test_opcheck_on_the_gpu():
+    kernel = library_kernel("fixed")
+    q, k, v = (x.requires_grad_() for x in inputs((1, 2, 70, 64), torch.bfloat16))
+    torch.library.opcheck(torch.ops.attnc.attention.default, (q, k, v, kernel.id, 0.0))
+
+
+def test_mixed_devices_and_dtypes_are_errors():
+    kernel = library_kernel("local")
+    q, k, v = inputs((1, 2, 40, 64), torch.bfloat16)
+    with raises_status("ATTNC_ERROR_INVALID_ARGUMENT"):
+        kernel(q, k.cpu(), v)
+    with raises_status("ATTNC_ERROR_DTYPE"):
+        kernel(q.cpu().half(), k.cpu().half(), v.cpu().half())
+    with raises_status("ATTNC_ERROR_UNSUPPORTED"):
+        attnc.torch.attention_varlen(q[0].transpose(0, 1), k[0].transpose(0, 1), v[0].transpose(0, 1),
+                                     torch.tensor([0, 40], dtype=torch.int32), kernel=kernel)
+
+
+def test_compile_for_the_cuda_target():
+    kernel = attnc.compile(pattern_path("local"), target="cuda", **LIBRARY["local"])
+    q, k, v = inputs((1, 1, 30, 64), torch.float16)
+    masks = pattern_masks("local", 30, 1, **LIBRARY["local"])
+    want, _ = reference(q.cpu(), k.cpu(), v.cpu(), masks)
+    assert rel_err(kernel(q, k, v), want) <= TOL[torch.float16]

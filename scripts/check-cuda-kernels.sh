@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Reads ptxas's report of the cuda target's kernels (build/runtime/
+# attnc_kernels.ptxas.txt, written when nvcc builds them), prints each
+# kernel's registers, stack and spills per GPU architecture, and fails when a
+# d = 64 or d = 128 kernel (the fast ones) spills to local memory. ctest runs
+# it as CudaKernels.NoSpills wherever the build compiles GPU code.
+set -euo pipefail
+report=${1:?usage: check-cuda-kernels.sh build/runtime/attnc_kernels.ptxas.txt}
+awk '
+  /Compiling entry function/ { split($0, a, "'"'"'"); name = a[2]; arch = a[4] }
+  /bytes stack frame/ { stack = $1; spills = $5 + $9 }
+  /Used [0-9]+ registers/ && name != "" {
+    for (i = 1; i <= NF; ++i) if ($i == "Used") regs = $(i + 1)
+    printf "%-24s %-7s %3d registers, %5d bytes stack, %5d bytes spilled\n", name, arch, regs, stack, spills
+    if (name ~ /^attnc_(fwd|bwd)_(bf16|f16)_(64|128)$/ && (spills > 0 || stack > 0)) bad = bad " " name "/" arch
+    if (name ~ /^attnc_(fwd|bwd)_(bf16|f16)_(64|128)$/) ++checked
+    name = ""
+  }
+  END {
+    if (checked < 16) { print "expected 16 d = 64 / 128 kernels (2 passes x 2 types x 2 d x 2 archs), found " checked; exit 1 }
+    if (bad != "") { print "spills to local memory:" bad; exit 1 }
+  }' "$report"
