@@ -668,22 +668,23 @@ __device__ __forceinline__ void storeAs(void *p, int dtype, int64_t i, float x) 
 extern "C" {
 
 // The forward kernels: 4 warps of 16 rows.
-// MIN: CTAs per SM the registers are capped for (d = 64: 4 of 64 threads;
-// 5 would cap them at 168 and spill).
+// MIN: CTAs per SM the registers are capped for. d = 64: 4 (128 registers,
+// no spills; 16 warps an SM): on an H200 at n = 16384 that ran fixed, strided
+// and local 13-22% faster than 3 CTAs at 155 registers (docs/benchmarks.md).
 #define ATTNC_FORWARD(NAME, T, DP, MT, MIN)                                                                   \
   __global__ void __launch_bounds__(kThreads / MT, MIN) NAME(const FwdArgs a) { forward<T, DP, MT>(a); }
-ATTNC_FORWARD(attnc_fwd_bf16_64, __nv_bfloat16, 64, 1, 1)
+ATTNC_FORWARD(attnc_fwd_bf16_64, __nv_bfloat16, 64, 1, 4)
 ATTNC_FORWARD(attnc_fwd_bf16_128, __nv_bfloat16, 128, 1, 1)
 ATTNC_FORWARD(attnc_fwd_bf16_256, __nv_bfloat16, 256, 1, 1)
-ATTNC_FORWARD(attnc_fwd_f16_64, __half, 64, 1, 1)
+ATTNC_FORWARD(attnc_fwd_f16_64, __half, 64, 1, 4)
 ATTNC_FORWARD(attnc_fwd_f16_128, __half, 128, 1, 1)
 ATTNC_FORWARD(attnc_fwd_f16_256, __half, 256, 1, 1)
 
 // Variants of the bf16 d = 64 forward that ATTNC_CUDA_FWD_VARIANT=1..3
 // runs instead, for benchmarks comparing them on one GPU in one process
-// (docs/cuda.md): 1 caps registers at 128 (4 CTAs an SM), 2 computes every
+// (docs/cuda.md): 1 lets registers grow (3 CTAs an SM), 2 computes every
 // 16-key group of a partial tile, 3 gives each of 2 warps 32 rows.
-__global__ void __launch_bounds__(kThreads, 4) attnc_fwd_bf16_64_v1(const FwdArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) attnc_fwd_bf16_64_v1(const FwdArgs a) {
   forward<__nv_bfloat16, 64, 1>(a);
 }
 __global__ void __launch_bounds__(kThreads, 1) attnc_fwd_bf16_64_v2(const FwdArgs a) {
