@@ -12,6 +12,8 @@
 #include "CliSupport.h"
 #include "Npy.h"
 
+#include "attnc/attnc.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -882,6 +884,41 @@ TEST(CliRun, HalideKernelFileRunsAndChecks) {
 #endif
 
 #if ATTNC_HAVE_HALIDE
+// Halide's code is for the CPU attnc compiles on, or the one --cpu-target
+// names: the file records it, and code for a CPU this one covers runs here.
+TEST(CliCompile, HalideCodeForANamedCpuIsRecordedAndRuns) {
+  ScratchDir dir;
+  std::string env = "ATTNC_CACHE_DIR=" + dir.path();
+  std::string q = zerosNpy(dir, "q.npy", "(1, 2, 70, 32)", 2 * 70 * 32);
+  for (const char *cpu : {"x86-64-avx2", "x86-64-sse41"}) {
+    const std::string kernel = dir.file(std::string(cpu) + ".attnk");
+    CommandResult c = attnc("compile " + libraryPattern("strided") + " -D l=8 --backend halide --cpu-target " + cpu +
+                                " -o " + kernel,
+                            env);
+    ASSERT_EQ(c.exitCode, 0) << c.err;
+    attnc_kernel *k = nullptr;
+    ASSERT_EQ(attnc_kernel_load(kernel.c_str(), &k), ATTNC_OK) << attnc_last_error();
+    const std::string target = attnc_kernel_metadata(k, "halide_target");
+    attnc_kernel_free(k);
+    EXPECT_EQ(target.find("avx512"), std::string::npos) << cpu << ": " << target;
+    EXPECT_EQ(target.find("avx2") != std::string::npos, std::string(cpu) == "x86-64-avx2") << target;
+    CommandResult r = attnc("run " + kernel + " --q " + q + " --k " + q + " --v " + q + " -o " + dir.file("o.npy") +
+                                " --check",
+                            env);
+    EXPECT_EQ(r.exitCode, 0) << cpu << ": " << r.err;
+  }
+  CommandResult fused = attnc("compile " + libraryPattern("strided") + " --cpu-target x86-64-avx2 -o " +
+                                  dir.file("f.attnk"),
+                              env);
+  EXPECT_EQ(fused.exitCode, 2);
+  EXPECT_NE(fused.err.find("--backend halide"), std::string::npos) << fused.err;
+  EXPECT_EQ(attnc("compile " + libraryPattern("strided") + " --backend halide --cpu-target avx9000 -o " +
+                      dir.file("g.attnk"),
+                  env)
+                .exitCode,
+            2);
+}
+
 TEST(CliCompile, HalideWithoutItsCodeGeneratorFailsClearly) {
   // The Halide code generator is a module opened on first use; when it
   // cannot be opened, a halide compile says so (and the other backends do

@@ -333,6 +333,23 @@ TEST_F(RuntimeErrors, HalideScheduleThatDisagreesWithTheTilesIsCorrupt) {
   EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_CORRUPT_KERNEL);
 }
 
+// A halide kernel's code is for the CPU named by halide_target: features
+// this CPU lacks (here one no CPU has) refuse the kernel, naming them.
+TEST_F(RuntimeErrors, HalideCodeForACpuThisOneIsNotIsRefusedWithTheReason) {
+  format::KernelFile file;
+  std::string error;
+  ASSERT_TRUE(format::decodeKernelFile(halideKernelBytes(), file, error)) << error;
+  ASSERT_NE(file.metadata.count("halide_target"), 0u);
+  file.metadata["halide_target"] = "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41-avx10_9";
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_UNSUPPORTED);
+  const std::string message = attnc_last_error();
+  EXPECT_NE(message.find("avx10_9 (a feature this runtime does not know)"), std::string::npos) << message;
+  EXPECT_NE(message.find("--backend fused"), std::string::npos) << message;
+  file.metadata["halide_target"] = "arm-64-linux";
+  EXPECT_EQ(load(format::encodeKernelFile(file)), ATTNC_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(attnc_last_error()).find("an x86-64 CPU"), std::string::npos) << attnc_last_error();
+}
+
 TEST_F(RuntimeErrors, HalideCodeThatRejectsItsBuffersIsAnErrorNotACrash) {
   // Consistent metadata for 32-row blocks, code compiled for 64: the Halide
   // code's own checks refuse the output buffer and the run reports it.

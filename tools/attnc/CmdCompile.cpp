@@ -1,12 +1,14 @@
 //===- CmdCompile.cpp - attnc compile -------------------------------------===//
 #include "Common.h"
 
+#include "attnc/codegen/HalideGen.h"
 #include "attnc/compiler/Compile.h"
 #include "attnc/tuning/Tuning.h"
 #include "attnc/format/KernelFile.h"
 #include "attnc/support/Files.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 
 namespace attnc::tool {
@@ -16,6 +18,7 @@ struct CompileOptions {
   PatternOptions pattern;
   std::string target = "cpu";
   std::string backend = "fused";
+  std::string cpuTarget;
   std::string output;
 };
 
@@ -28,6 +31,15 @@ int runCompile(const CompileOptions &opts) {
     std::cerr << "attnc: error: --target cuda runs the fused backend's plan on the GPU; --backend "
               << opts.backend << " has no GPU code (leave --backend out)\n";
     return kExitUsage;
+  }
+  if (!opts.cpuTarget.empty()) {
+    if (opts.backend != "halide") {
+      std::cerr << "attnc: error: --cpu-target takes --backend halide (it names the CPU that code is for); --backend "
+                << opts.backend << " compiles no CPU code (the runtime's kernels pick the CPU's best path)\n";
+      return kExitUsage;
+    }
+    // Read once, by the code generator's first compilation below.
+    setenv("ATTNC_HALIDE_TARGET", opts.cpuTarget.c_str(), 1);
   }
   int exitCode = kExitOk;
   auto lp = loadPattern(opts.pattern, exitCode);
@@ -83,16 +95,25 @@ void setupCompile(CLI::App &app, int &exitCode) {
   cmd->add_option("--backend", opts->backend,
                   "fused: the plan of disjoint pieces run by the runtime's fused tile kernels; "
                   "halide: the same plan's row blocks as Halide 14 code compiled into the kernel file "
-                  "(AVX-512); sparsifier: MLIR's sparse-tensor compiler, native code in the kernel "
+                  "(for the CPU it compiles on, or --cpu-target's); sparsifier: MLIR's sparse-tensor compiler, native code in the kernel "
                   "file; dense: the dense masked baseline (every pair, the pattern as a mask)")
       ->capture_default_str()
       ->check(CLI::IsMember(codegen::backendNames()));
+  std::vector<std::string> cpuTargets = {"host"};
+  for (const auto &[name, target] : halide::cpuTargets())
+    cpuTargets.push_back(name);
+  cmd->add_option("--cpu-target", opts->cpuTarget,
+                  "With --backend halide: the CPU its code is for (default host: this machine's best of "
+                  "AVX-512, AVX2 + FMA, SSE4.1; the file records it as halide_target, and a CPU without "
+                  "those features refuses the kernel with a message)")
+      ->check(CLI::IsMember(cpuTargets));
   cmd->add_option("-o,--output", opts->output, "The kernel file to write (conventionally .attnk)")
       ->required();
   cmd->footer(examplesFooter({"attnc compile patterns/fixed.attn -o fixed.attnk",
                               "attnc compile patterns/strided.attn -D l=64 -o strided64.attnk",
                               "attnc compile patterns/fixed.attn --backend sparsifier -o fixed-mlir.attnk",
-                              "attnc compile patterns/local.attn --target cuda -o local-gpu.attnk"}));
+                              "attnc compile patterns/local.attn --target cuda -o local-gpu.attnk",
+                              "attnc compile patterns/fixed.attn --backend halide --cpu-target x86-64-avx2 -o f.attnk"}));
   cmd->callback([opts, &exitCode] { exitCode = runCompile(*opts); });
 }
 

@@ -36,7 +36,7 @@ typedef struct attnc_jit_options {
   /** Non-zero: neither read nor write the cache. */
   int32_t no_cache;
   /** "fused" (null: the default), "halide" (the plan's row blocks as Halide 14
-   *  code, AVX-512), "sparsifier" (MLIR's sparse-tensor path) or "dense" (the
+   *  code for this CPU: AVX-512, AVX2 + FMA or SSE4.1), "sparsifier" (MLIR's sparse-tensor path) or "dense" (the
    *  dense masked baseline, for comparisons). */
   const char *backend;
 } attnc_jit_options;

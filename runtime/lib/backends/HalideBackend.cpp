@@ -13,6 +13,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 namespace attnc::rt {
 
@@ -26,15 +30,58 @@ struct HalideWorker : Scratch {
   HalideScratch halide;
 };
 
-bool cpuHasAvx512() {
+/// Kernels written before halide_target was recorded were all compiled for this.
+constexpr const char *kOldHalideTarget = "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41";
+
+/// The features of a Halide target string (the kernel's `halide_target`)
+/// that this CPU lacks, comma-separated ("" when it has them all); a feature
+/// this runtime does not know counts as missing.
+std::string missingCpuFeatures(const std::string &target) {
+  std::string missing;
+  auto lacks = [&](const std::string &what) { missing += (missing.empty() ? "" : ", ") + what; };
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("fma");
+  if (target.rfind("x86-64-", 0) != 0)
+    return "an x86-64 CPU (the code is for '" + target + "')";
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+  size_t begin = std::string("x86-64-").size();
+  while (begin <= target.size()) {
+    const size_t end = std::min(target.find('-', begin), target.size());
+    const std::string f = target.substr(begin, end - begin);
+    begin = end + 1;
+    if (f == "linux" || f == "no_runtime" || f.empty())
+      continue;
+    if (f == "sse41") {
+      if (!__builtin_cpu_supports("sse4.1"))
+        lacks("SSE4.1");
+    } else if (f == "avx") {
+      if (!__builtin_cpu_supports("avx"))
+        lacks("AVX");
+    } else if (f == "avx2") {
+      if (!__builtin_cpu_supports("avx2"))
+        lacks("AVX2");
+    } else if (f == "fma") {
+      if (!__builtin_cpu_supports("fma"))
+        lacks("FMA");
+    } else if (f == "f16c") {
+      if (!f16c)
+        lacks("F16C");
+    } else if (f == "avx512") {
+      if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512cd"))
+        lacks("AVX-512 F/CD");
+    } else if (f == "avx512_skylake") {
+      if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512dq") ||
+          !__builtin_cpu_supports("avx512vl"))
+        lacks("AVX-512 BW/DQ/VL");
+    } else {
+      lacks(f + " (a feature this runtime does not know)");
+    }
+  }
 #else
-  return false; // not even x86-64
+  missing = "an x86-64 CPU (the code is for '" + target + "')";
 #endif
+  return missing;
 }
 
 class HalideBackend final : public Backend {
@@ -48,10 +95,15 @@ public:
         rows != plan_.options.tileRows || chunk != plan_.options.tileCols)
       throw RunError{ATTNC_ERROR_CORRUPT_KERNEL,
                      "kernel metadata: the halide schedule does not match tile_rows and tile_cols"};
-    if (!cpuHasAvx512())
-      throw RunError{ATTNC_ERROR_UNSUPPORTED, "this halide kernel's code is for AVX-512 (Skylake-AVX512 "
-                                              "features) and this CPU lacks them; compile the pattern with "
-                                              "--backend fused"};
+    // The code is for the CPU it was compiled for (halide_target); this one
+    // must have every feature of it.
+    auto target = metadata.find("halide_target");
+    const std::string code = target == metadata.end() ? kOldHalideTarget : target->second;
+    if (const std::string missing = missingCpuFeatures(code); !missing.empty())
+      throw RunError{ATTNC_ERROR_UNSUPPORTED, "this halide kernel's code is for the Halide target '" + code +
+                                                  "' and this CPU lacks " + missing +
+                                                  "; compile the pattern on this machine (the halide backend "
+                                                  "compiles for the CPU it runs on), or with --backend fused"};
     code_ = std::make_unique<NativeCode>(kernel.file);
     std::string error;
     if (!entries_.load(code_->handle(), error))

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attnc::halide {
@@ -59,8 +60,21 @@ std::string entryName(int d);
 /// and of halide kernels change whenever it is rebuilt).
 const char *generatorStamp();
 
-/// The pinned target (LLVM 14's `host` detection misreads newer CPUs).
+/// The Halide target halide kernels are compiled for: the CPU this process
+/// runs on, read from its features by attnc (LLVM 14's `host` detection
+/// misreads newer CPUs), or the one $ATTNC_HALIDE_TARGET names (a name of
+/// cpuTargets(), `attnc compile --cpu-target`): AVX-512 (Skylake's subset),
+/// AVX2 + FMA, SSE4.1, or baseline x86-64. Fixed for the process at the
+/// first call. An unknown name in the variable falls back to the host's.
 const char *targetString();
+
+/// The names ATTNC_HALIDE_TARGET and --cpu-target take, with their Halide
+/// target strings: host, x86-64-avx512, x86-64-avx2, x86-64-sse41, x86-64.
+const std::vector<std::pair<std::string, std::string>> &cpuTargets();
+
+/// The Halide target string of a name of cpuTargets() ("" when unknown;
+/// "host": this CPU's).
+std::string cpuTarget(const std::string &name);
 
 /// Compiles every entry point of schedule `s` into ELF objects (the Halide
 /// runtime in the first). Returns false and sets `error`.

@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
+#include <string>
+#include <vector>
 
 namespace attnc::halide {
 
@@ -66,7 +68,57 @@ std::string entryName(int d) { return d ? "attnc_halide_d" + std::to_string(d) :
 
 const char *generatorStamp() { return "attnc-halidegen " ATTNC_HALIDEGEN_HASH " (Halide 14)"; }
 
-const char *targetString() { return "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41"; }
+const std::vector<std::pair<std::string, std::string>> &cpuTargets() {
+  static const std::vector<std::pair<std::string, std::string>> targets = {
+      {"x86-64-avx512", "x86-64-linux-avx-avx2-avx512-avx512_skylake-f16c-fma-sse41"},
+      {"x86-64-avx2", "x86-64-linux-avx-avx2-f16c-fma-sse41"},
+      {"x86-64-sse41", "x86-64-linux-sse41"},
+      {"x86-64", "x86-64-linux"},
+  };
+  return targets;
+}
+
+namespace {
+/// The best of cpuTargets() this CPU runs (Skylake's AVX-512 subset, AVX2 +
+/// FMA, SSE4.1), from the features the CPU reports.
+std::string hostTarget() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const auto &t = cpuTargets();
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd"))
+    return t[0].second;
+  if (avx2)
+    return t[1].second;
+  if (__builtin_cpu_supports("sse4.1"))
+    return t[2].second;
+  return t[3].second;
+#elif defined(__aarch64__)
+  return "arm-64-linux";
+#else
+  return "host";
+#endif
+}
+} // namespace
+
+std::string cpuTarget(const std::string &name) {
+  if (name == "host")
+    return hostTarget();
+  for (const auto &[n, target] : cpuTargets())
+    if (n == name)
+      return target;
+  return "";
+}
+
+const char *targetString() {
+  static const std::string target = [] {
+    const char *env = std::getenv("ATTNC_HALIDE_TARGET");
+    const std::string named = env && *env ? cpuTarget(env) : "";
+    return named.empty() ? hostTarget() : named;
+  }();
+  return target.c_str();
+}
 
 namespace {
 
