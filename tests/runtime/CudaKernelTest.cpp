@@ -269,28 +269,27 @@ attnc_tensor gpuTensor(void *data, attnc_dtype t, int64_t b, int64_t h, int64_t 
   return x;
 }
 
-/// Host data in [b, h, n, d] order into the memory order of gpuTensor.
-std::vector<float> toLayout(const std::vector<float> &x, int64_t b, int64_t h, int64_t n, int64_t d, bool strided) {
+/// Host data in [b, h, n, d] order to the memory order of gpuTensor
+/// (`back`: from it).
+std::vector<float> relayout(const std::vector<float> &x, int64_t b, int64_t h, int64_t n, int64_t d, bool strided,
+                            bool back) {
   if (!strided)
     return x;
   std::vector<float> out(x.size());
   for (int64_t bb = 0; bb < b; ++bb)
     for (int64_t hh = 0; hh < h; ++hh)
       for (int64_t r = 0; r < n; ++r)
-        for (int64_t c = 0; c < d; ++c)
-          out[size_t(((bb * n + r) * h + hh) * d + c)] = x[size_t(((bb * h + hh) * n + r) * d + c)];
+        for (int64_t c = 0; c < d; ++c) {
+          const size_t bhnd = size_t(((bb * h + hh) * n + r) * d + c), bnhd = size_t(((bb * n + r) * h + hh) * d + c);
+          out[back ? bhnd : bnhd] = x[back ? bnhd : bhnd];
+        }
   return out;
 }
+std::vector<float> toLayout(const std::vector<float> &x, int64_t b, int64_t h, int64_t n, int64_t d, bool strided) {
+  return relayout(x, b, h, n, d, strided, false);
+}
 std::vector<float> fromLayout(const std::vector<float> &x, int64_t b, int64_t h, int64_t n, int64_t d, bool strided) {
-  if (!strided)
-    return x;
-  std::vector<float> out(x.size());
-  for (int64_t bb = 0; bb < b; ++bb)
-    for (int64_t hh = 0; hh < h; ++hh)
-      for (int64_t r = 0; r < n; ++r)
-        for (int64_t c = 0; c < d; ++c)
-          out[size_t(((bb * h + hh) * n + r) * d + c)] = x[size_t(((bb * n + r) * h + hh) * d + c)];
-  return out;
+  return relayout(x, b, h, n, d, strided, true);
 }
 
 /// Largest |got - want| over the largest |want| (0 when both are 0).

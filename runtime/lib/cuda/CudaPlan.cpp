@@ -110,9 +110,13 @@ void addBackwardItems(SetTables &t, const SourceBlocks &sb) {
   }
 }
 
-/// The tiles at which items of a launch with these are cut into chunks.
-int32_t chunkTiles(int64_t totalTiles, int64_t items) {
-  const int64_t mean = items ? (totalTiles + items - 1) / items : 0;
+/// The tiles at which items of a launch are cut into chunks.
+template <class Item> int32_t chunkTiles(const std::vector<Item> &items) {
+  int64_t total = 0;
+  for (const Item &x : items)
+    total += x.numTiles;
+  const int64_t count = static_cast<int64_t>(items.size());
+  const int64_t mean = count ? (total + count - 1) / count : 0;
   return static_cast<int32_t>(std::max<int64_t>(kSplitTiles, kSplitOverMean * mean));
 }
 
@@ -121,10 +125,7 @@ int32_t chunkTiles(int64_t totalTiles, int64_t items) {
 void closeForwardLaunch(SetTables &t, size_t begin, bool readsState, bool writesState) {
   std::vector<FwdItem> items(t.fwdItems.begin() + static_cast<std::ptrdiff_t>(begin), t.fwdItems.end());
   t.fwdItems.resize(begin);
-  int64_t total = 0;
-  for (const FwdItem &x : items)
-    total += x.numTiles;
-  const int32_t most = chunkTiles(total, static_cast<int64_t>(items.size()));
+  const int32_t most = chunkTiles(items);
   std::vector<FwdItem> chunks;
   for (FwdItem &x : items) {
     if (x.numTiles <= most)
@@ -160,10 +161,7 @@ void closeForwardLaunch(SetTables &t, size_t begin, bool readsState, bool writes
 void closeBackwardLaunch(SetTables &t, size_t begin) {
   std::vector<BwdItem> items(t.bwdItems.begin() + static_cast<std::ptrdiff_t>(begin), t.bwdItems.end());
   t.bwdItems.resize(begin);
-  int64_t total = 0;
-  for (const BwdItem &x : items)
-    total += x.numTiles;
-  const int32_t most = chunkTiles(total, static_cast<int64_t>(items.size()));
+  const int32_t most = chunkTiles(items);
   std::vector<BwdItem> out;
   for (const BwdItem &x : items) {
     if (x.numTiles <= most) {

@@ -247,6 +247,38 @@ template <class T> const T *deviceCopy(const std::vector<T> &host, std::vector<C
   return reinterpret_cast<const T *>(p);
 }
 
+/// What a forward and a backward call check and pick first: every tensor on
+/// the device, the stream, the padded head dimension, the kernels of the
+/// device and the type they compute in.
+struct Started {
+  CUstream stream;
+  int dp;
+  const Module *module;
+  attnc_dtype type;
+};
+
+Started start(const attnc_device &device, const Dims &dims,
+              std::initializer_list<std::pair<const attnc_tensor *, const char *>> tensors) {
+  Started s{checkedStream(device), 0, nullptr, ATTNC_DTYPE_BF16};
+  for (const auto &[t, name] : tensors)
+    if (t)
+      checkOnDevice(*t, name, device.index);
+  s.dp = paddedDim(dims.d);
+  if (dims.batch * dims.hq > 65535)
+    throw RunError{ATTNC_ERROR_UNSUPPORTED, "batch x heads above 65535 on the GPU"};
+  s.module = &module(device.index);
+  s.type = computeType(tensors.begin()->first->dtype);
+  return s;
+}
+
+/// Q, K and V of a kernel's argument (FwdArgs, BwdArgs) as the kernels read them.
+template <class Args> void setInputs(Args &a, const Operand &q, const Operand &k, const Operand &v) {
+  a.q = q.data, a.k = k.data, a.v = v.data;
+  a.qsb = q.sb, a.qsh = q.sh, a.qsn = q.sn;
+  a.ksb = k.sb, a.ksh = k.sh, a.ksn = k.sn;
+  a.vsb = v.sb, a.vsh = v.sh, a.vsn = v.sn;
+}
+
 } // namespace
 
 void checkDevice(int index) {
@@ -333,16 +365,11 @@ std::shared_ptr<const Engine::DeviceTables> Engine::tables(int device, int64_t n
 void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                      const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale) {
   ScopedContext ctx(device.index);
-  const CUstream stream = checkedStream(device);
-  for (const auto &[t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}})
-    checkOnDevice(*t, name, device.index);
-  if (lse)
-    checkOnDevice(*lse, "lse", device.index);
-  const int dp = paddedDim(dims.d);
-  if (dims.batch * dims.hq > 65535)
-    throw RunError{ATTNC_ERROR_UNSUPPORTED, "batch x heads above 65535 on the GPU"};
-  const Module &m = module(device.index);
-  const attnc_dtype type = computeType(q.dtype);
+  const Started st = start(device, dims, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {lse, "lse"}});
+  const CUstream stream = st.stream;
+  const int dp = st.dp;
+  const Module &m = *st.module;
+  const attnc_dtype type = st.type;
   auto tabs = tables(device.index, dims.nk);
   Operand qo = operand(m, stream, q, type), ko = operand(m, stream, k, type), vo = operand(m, stream, v, type);
   // O written in place when it is the compute type with even rows; else
@@ -370,10 +397,7 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   FwdArgs a{};
   a.slotO = slotO ? slotO->get<float>() : nullptr;
   a.slotLse = slotLse ? slotLse->get<float>() : nullptr;
-  a.q = qo.data, a.k = ko.data, a.v = vo.data;
-  a.qsb = qo.sb, a.qsh = qo.sh, a.qsn = qo.sn;
-  a.ksb = ko.sb, a.ksh = ko.sh, a.ksn = ko.sn;
-  a.vsb = vo.sb, a.vsh = vo.sh, a.vsn = vo.sn;
+  setInputs(a, qo, ko, vo);
   if (oInPlace)
     a.o = o.data, a.osb = o.strides[0], a.osh = o.strides[1], a.osn = o.strides[2];
   else
@@ -420,15 +444,13 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
                       const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor &dO, const attnc_tensor &lse,
                       const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale) {
   ScopedContext ctx(device.index);
-  const CUstream stream = checkedStream(device);
-  for (const auto &[t, name] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&dO, "d_o"}, {&lse, "lse"},
-                                {&dq, "d_q"}, {&dk, "d_k"}, {&dv, "d_v"}})
-    checkOnDevice(*t, name, device.index);
-  const int dp = paddedDim(dims.d);
-  if (dims.batch * dims.hq > 65535)
-    throw RunError{ATTNC_ERROR_UNSUPPORTED, "batch x heads above 65535 on the GPU"};
-  const Module &m = module(device.index);
-  const attnc_dtype type = computeType(q.dtype);
+  const Started st = start(device, dims,
+                           {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&dO, "d_o"}, {&lse, "lse"}, {&dq, "d_q"},
+                            {&dk, "d_k"}, {&dv, "d_v"}});
+  const CUstream stream = st.stream;
+  const int dp = st.dp;
+  const Module &m = *st.module;
+  const attnc_dtype type = st.type;
   auto tabs = tables(device.index, dims.nk);
   Operand qo = operand(m, stream, q, type), ko = operand(m, stream, k, type), vo = operand(m, stream, v, type);
   Operand go = operand(m, stream, dO, type);
@@ -450,10 +472,8 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
             "cuLaunchKernel");
   }
   BwdArgs a{};
-  a.q = qo.data, a.k = ko.data, a.v = vo.data, a.dO = go.data;
-  a.qsb = qo.sb, a.qsh = qo.sh, a.qsn = qo.sn;
-  a.ksb = ko.sb, a.ksh = ko.sh, a.ksn = ko.sn;
-  a.vsb = vo.sb, a.vsh = vo.sh, a.vsn = vo.sn;
+  setInputs(a, qo, ko, vo);
+  a.dO = go.data;
   a.gsb = go.sb, a.gsh = go.sh, a.gsn = go.sn;
   a.lse = static_cast<const float *>(lse.data), a.lsb = lse.strides[0], a.lsh = lse.strides[1],
   a.lsn = lse.strides[2];
