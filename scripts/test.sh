@@ -5,7 +5,9 @@
 # ATTNC_WITH_HALIDE=OFF: what a machine without LLVM, MLIR or Halide builds)
 # in ${ATTNC_BUILD_DIR:-build}-min, which reuses ccache's objects; then the
 # Python package (scripts/test-python.sh: a venv in ${ATTNC_BUILD_DIR:-build}-venv,
-# `pip install ./python`, its pytest suite).
+# `pip install ./python`, its pytest suite); then the runtime-only
+# configuration cross-built for aarch64 with its kernel tests under qemu-user
+# (scripts/test-aarch64.sh, in ${ATTNC_BUILD_DIR:-build}-aarch64).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # ccache hashes absolute paths (and, with -g, the build directory): taken
@@ -19,5 +21,7 @@ ATTNC_BUILD_DIR=$build-min ATTNC_CMAKE_FLAGS="-DATTNC_WITH_MLIR=OFF -DATTNC_WITH
   bash scripts/build.sh
 (cd "$build-min" && ctest --output-on-failure -j"$(nproc)")
 bash scripts/test-python.sh
+# The runtime on 64-bit Arm: cross-built, its fused and dense kernel tests under qemu-user.
+ATTNC_BUILD_DIR=$build bash scripts/test-aarch64.sh
 # Last, the sanitizer builds in ${ATTNC_BUILD_DIR:-build}-asan and -tsan (scripts/test-sanitizers.sh).
 bash scripts/test-sanitizers.sh
