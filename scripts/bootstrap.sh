@@ -3,6 +3,7 @@
 # Idempotent: packages already present are left alone. Run as root (or with sudo).
 set -euo pipefail
 
+# With arguments, those packages instead of the list (scripts/test-aarch64.sh).
 packages=(
   build-essential cmake ninja-build ccache pkg-config git python3
   python3-venv python3-dev
@@ -11,6 +12,9 @@ packages=(
   libcli11-dev libgtest-dev libgmock-dev libhalide14-0-dev
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libffi-dev libcurl4-openssl-dev
 )
+if (($#)); then
+  packages=("$@")
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -4,26 +4,17 @@
 # ${ATTNC_BUILD_DIR:-build}-aarch64 and runs the fused and dense kernels'
 # tests against the double-precision reference under qemu-user (the fused
 # tile kernels' generic path: GCC vector extensions, on NEON registers
-# there). Installs the two packages where they are missing (root or sudo).
+# there). Installs the cross compiler, qemu-user and GoogleTest's sources where
+# they are missing (scripts/bootstrap.sh; root or sudo).
 # Speed on Arm cannot be measured under qemu: see docs/runtime.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-need=()
-for p in g++-aarch64-linux-gnu qemu-user libgtest-dev; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-done
-if ((${#need[@]})); then
-  SUDO=""
-  [[ $(id -u) -ne 0 ]] && SUDO=sudo
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
-fi
+bash scripts/bootstrap.sh g++-aarch64-linux-gnu qemu-user libgtest-dev
 build=${ATTNC_BUILD_DIR:-build}-aarch64
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" \
   -DATTNC_WITH_MLIR=OFF -DATTNC_WITH_HALIDE=OFF -DATTNC_WITH_CLI=OFF -DATTNC_WITH_CUDA=OFF >/dev/null
 ninja -C "$build" attnc_kernel_tests attnc_jit_worker
-file "$build/tests/runtime/attnc_kernel_tests" | grep -q "ARM aarch64"
+readelf -h "$build/tests/runtime/attnc_kernel_tests" | grep -q "AArch64"
 # The fused and dense backends' forward and backward cases (every library
 # pattern, ragged n, GQA, decoding, bf16) against the reference.
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu

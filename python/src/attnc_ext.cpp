@@ -183,9 +183,11 @@ attnc_varlen varlenOf(const Offsets &cuQ, const std::optional<Offsets> &cuK) {
   return varlen;
 }
 
-/// attnc_run_forward, or attnc_run_varlen when `varlen` is given.
-void forward(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const OutArray &o,
-             const std::optional<OutArray> &lse, const attnc_varlen *varlen, float scale, int32_t numThreads) {
+/// attnc_run_forward_on `device` (null: the CPU), or attnc_run_varlen when
+/// `varlen` is given. In, Out: the arrays' nanobind types (CPU or CUDA).
+template <class In, class Out>
+void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const Out &o, const std::optional<Out> &lse,
+             const attnc_varlen *varlen, float scale, int32_t numThreads, const attnc_device *device = nullptr) {
   const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v");
   attnc_tensor to = view4(o, "o");
   std::optional<attnc_tensor> tl;
@@ -195,14 +197,16 @@ void forward(const Kernel &kernel, const InArray &q, const InArray &k, const InA
   attnc_tensor *l = tl ? &*tl : nullptr;
   check(timedCall([&] {
     return varlen ? attnc_run_varlen(kernel.handle, &tq, &tk, &tv, &to, l, varlen, &options)
-                  : attnc_run_forward(kernel.handle, &tq, &tk, &tv, &to, l, &options);
+                  : attnc_run_forward_on(kernel.handle, device, &tq, &tk, &tv, &to, l, &options);
   }));
 }
 
-/// attnc_run_backward, or attnc_run_backward_varlen when `varlen` is given.
-void backward(const Kernel &kernel, const InArray &q, const InArray &k, const InArray &v, const InArray &o,
-              const InArray &dO, const InArray &lse, const OutArray &dq, const OutArray &dk, const OutArray &dv,
-              const attnc_varlen *varlen, float scale, int32_t numThreads) {
+/// attnc_run_backward_on `device` (null: the CPU), or
+/// attnc_run_backward_varlen when `varlen` is given.
+template <class In, class Out>
+void backward(const Kernel &kernel, const In &q, const In &k, const In &v, const In &o, const In &dO, const In &lse,
+              const Out &dq, const Out &dk, const Out &dv, const attnc_varlen *varlen, float scale, int32_t numThreads,
+              const attnc_device *device = nullptr) {
   const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v"), to = view4(o, "o"),
                      tdo = view4(dO, "d_o"), tl = viewLse(lse);
   attnc_tensor tdq = view4(dq, "d_q"), tdk = view4(dk, "d_k"), tdv = view4(dv, "d_v");
@@ -210,7 +214,8 @@ void backward(const Kernel &kernel, const InArray &q, const InArray &k, const In
   check(timedCall([&] {
     return varlen ? attnc_run_backward_varlen(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
                                               varlen, &options)
-                  : attnc_run_backward(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
+                  : attnc_run_backward_on(kernel.handle, device, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
+                                          &options);
   }));
 }
 
@@ -271,38 +276,19 @@ attnc_device cudaDevice(int32_t index, uintptr_t stream) {
 
 void runForwardCuda(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
                     float scale, int32_t device, uintptr_t stream, nb::handle toDlpack) {
-  const GpuIn aq = arrayOf<GpuIn>(q, toDlpack, "q"), ak = arrayOf<GpuIn>(k, toDlpack, "k"),
-              av = arrayOf<GpuIn>(v, toDlpack, "v");
-  const GpuOut ao = arrayOf<GpuOut>(o, toDlpack, "o");
-  const std::optional<GpuOut> al = optionalArrayOf<GpuOut>(lse, toDlpack, "lse");
-  const attnc_tensor tq = view4(aq, "q"), tk = view4(ak, "k"), tv = view4(av, "v");
-  attnc_tensor to = view4(ao, "o");
-  std::optional<attnc_tensor> tl;
-  if (al)
-    tl = viewLse(*al);
-  const attnc_run_options options = runOptions(scale, 0);
   const attnc_device dev = cudaDevice(device, stream);
-  check(timedCall([&] {
-    return attnc_run_forward_on(kernel.handle, &dev, &tq, &tk, &tv, &to, tl ? &*tl : nullptr, &options);
-  }));
+  forward(kernel, arrayOf<GpuIn>(q, toDlpack, "q"), arrayOf<GpuIn>(k, toDlpack, "k"), arrayOf<GpuIn>(v, toDlpack, "v"),
+          arrayOf<GpuOut>(o, toDlpack, "o"), optionalArrayOf<GpuOut>(lse, toDlpack, "lse"), nullptr, scale, 0, &dev);
 }
 
 void runBackwardCuda(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle dO,
                      nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, float scale, int32_t device,
                      uintptr_t stream, nb::handle toDlpack) {
-  const GpuIn aq = arrayOf<GpuIn>(q, toDlpack, "q"), ak = arrayOf<GpuIn>(k, toDlpack, "k"),
-              av = arrayOf<GpuIn>(v, toDlpack, "v"), ao = arrayOf<GpuIn>(o, toDlpack, "o"),
-              ag = arrayOf<GpuIn>(dO, toDlpack, "d_o"), al = arrayOf<GpuIn>(lse, toDlpack, "lse");
-  const GpuOut gq = arrayOf<GpuOut>(dq, toDlpack, "d_q"), gk = arrayOf<GpuOut>(dk, toDlpack, "d_k"),
-               gv = arrayOf<GpuOut>(dv, toDlpack, "d_v");
-  const attnc_tensor tq = view4(aq, "q"), tk = view4(ak, "k"), tv = view4(av, "v"), to = view4(ao, "o"),
-                     tdo = view4(ag, "d_o"), tl = viewLse(al);
-  attnc_tensor tdq = view4(gq, "d_q"), tdk = view4(gk, "d_k"), tdv = view4(gv, "d_v");
-  const attnc_run_options options = runOptions(scale, 0);
   const attnc_device dev = cudaDevice(device, stream);
-  check(timedCall([&] {
-    return attnc_run_backward_on(kernel.handle, &dev, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
-  }));
+  backward(kernel, arrayOf<GpuIn>(q, toDlpack, "q"), arrayOf<GpuIn>(k, toDlpack, "k"),
+           arrayOf<GpuIn>(v, toDlpack, "v"), arrayOf<GpuIn>(o, toDlpack, "o"), arrayOf<GpuIn>(dO, toDlpack, "d_o"),
+           arrayOf<GpuIn>(lse, toDlpack, "lse"), arrayOf<GpuOut>(dq, toDlpack, "d_q"),
+           arrayOf<GpuOut>(dk, toDlpack, "d_k"), arrayOf<GpuOut>(dv, toDlpack, "d_v"), nullptr, scale, 0, &dev);
 }
 
 /// "" when CUDA device `index` can run attnc's kernels, else why not.

@@ -552,6 +552,11 @@ const attnc::rt::LengthState &noState() {
   return state;
 }
 
+/// The softmax scale of a call: the options', or 1/sqrt(d).
+float callScale(const attnc_run_options *options, int64_t d) {
+  return options && options->scale != 0.0f ? options->scale : 1.0f / std::sqrt(static_cast<float>(d));
+}
+
 /// Runs `pass`'s body(worker, call, sequence, head, state) for every
 /// sequence of the call with queries and every head (of Hq for the forward,
 /// of Hkv for the backward, which runs a group's query heads in one task),
@@ -565,8 +570,7 @@ void runSlices(const attnc_kernel &kernel, attnc::rt::Pass pass, const Shape &sh
   const attnc::rt::Backend &backend = *kernel.backend;
   const int64_t heads = pass == attnc::rt::Pass::Forward ? shape.hq : shape.hkv;
   const int threads = attnc::support::resolveThreads(options ? options->num_threads : 0);
-  const float scale =
-      options && options->scale != 0.0f ? options->scale : 1.0f / std::sqrt(static_cast<float>(shape.d));
+  const float scale = callScale(options, shape.d);
   std::vector<size_t> order;
   for (size_t s = 0; s < seqs.size(); ++s)
     if (seqs[s].nq > 0)
@@ -739,16 +743,7 @@ attnc_status onGpu(const attnc_device *device, bool &gpu) {
   return ATTNC_OK;
 }
 
-float callScale(const attnc_run_options *options, int64_t d) {
-  return options && options->scale != 0.0f ? options->scale : 1.0f / std::sqrt(static_cast<float>(d));
-}
-
 attnc::rt::cuda::Dims dimsOf(const Shape &s) { return {s.batch, s.hq, s.hkv, s.nq, s.nk, s.d}; }
-
-attnc_status gpuVarlen() {
-  return fail(ATTNC_ERROR_UNSUPPORTED, "variable-length batches do not run on CUDA devices yet: run each "
-                                       "sequence as a call of its own, or on the CPU");
-}
 
 /// attnc_run_forward and attnc_run_varlen.
 attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
@@ -776,8 +771,6 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
                                                " backend does not give the rows' log-sum-exp (the backward "
                                                "pass needs it): compile the pattern with --backend fused");
   }
-  if (gpu && varlen)
-    return gpuVarlen();
   if (shape.empty())
     return ATTNC_OK;
   if (gpu)
@@ -818,9 +811,7 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
     if (rangesMeet(*grad, *lse))
       return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("tensor '") + name +
                                                     "' overlaps the memory of 'lse'; each gradient needs memory of its own");
-  if (gpu && varlen)
-    return gpuVarlen();
-  if (gpu) {
+  if (gpu) { // (the _on calls take no varlen)
     if (shape.batch == 0 || shape.hkv == 0 || shape.nk == 0 || shape.d == 0)
       return ATTNC_OK;
     return guarded([&] {

@@ -428,8 +428,8 @@ TEST_P(CudaKernel, ForwardAndBackwardMatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(Library, CudaKernel, ::testing::ValuesIn(gpuCases()),
                          [](const auto &info) { return info.param.label; });
 
-// Two lengths one after the other and back: each call right, nothing
-// rebuilt for the length seen before (the per-n tables are kept).
+// Lengths changing between calls of one kernel, and back to one seen before
+// (its tables come from the per-(GPU, n) cache): each call right.
 TEST(CudaKernelLengths, ManyLengthsOneKernel) {
   ATTNC_REQUIRE_GPU();
   KernelPtr kernel = kernelOf("strided", nullptr, {"l=8"});

@@ -71,16 +71,19 @@ _to_dlpack = getattr(torch.utils.dlpack, "to_dlpack", None)
 Offsets = Union[Tensor, Sequence[int]]
 
 
-def _run(call, kernel: "_api.Kernel", tensors: list, copyable: int, scale: float, offsets: tuple = ()) -> None:
-    """Calls `call` on the tensors (then the offsets); once more on row-major copies of the first
+def _run(call, kernel: "_api.Kernel", tensors: list, copyable: int, scale: float, offsets: tuple = (),
+         where: Optional[tuple] = None) -> None:
+    """Calls `call` on the tensors (then the offsets, the scale and `where`: the kernel's thread count
+    by default, (device index, stream) for CUDA calls); once more on row-major copies of the first
     `copyable` (the inputs) when attnc cannot take their strides."""
+    where = (kernel.num_threads,) if where is None else where
     try:
-        call(kernel._handle, *tensors, *offsets, scale, kernel.num_threads, _to_dlpack)
+        call(kernel._handle, *tensors, *offsets, scale, *where, _to_dlpack)
     except (AttncError, TypeError, BufferError) as e:
         if not _api._needs_copy(e):
             raise
         tensors = [_api._contiguous(x) for x in tensors[:copyable]] + tensors[copyable:]
-        call(kernel._handle, *tensors, *offsets, scale, kernel.num_threads, _to_dlpack)
+        call(kernel._handle, *tensors, *offsets, scale, *where, _to_dlpack)
 
 
 def _packed(x: Tensor) -> Tensor:
@@ -110,22 +113,15 @@ def _stream(x: Tensor) -> int:
     return torch.cuda.current_stream(x.device).cuda_stream
 
 
-def _run_cuda(call, kernel: "_api.Kernel", tensors: list, copyable: int, scale: float) -> None:
-    """_run for CUDA tensors: attnc_run_forward_on / attnc_run_backward_on on the current stream."""
-    device = tensors[0].device
-    try:
-        call(kernel._handle, *tensors, scale, device.index or 0, _stream(tensors[0]), _to_dlpack)
-    except (AttncError, TypeError, BufferError) as e:
-        if not _api._needs_copy(e):
-            raise
-        tensors = [_api._contiguous(x) for x in tensors[:copyable]] + tensors[copyable:]
-        call(kernel._handle, *tensors, scale, device.index or 0, _stream(tensors[0]), _to_dlpack)
+def _on(x: Tensor) -> tuple:
+    """The device index and current stream of a CUDA call on x's device (_run's `where`)."""
+    return (x.device.index or 0, _stream(x))
 
 
 def _cuda_forward(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: float) -> Tuple[Tensor, Tensor]:
     o = _new(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-    _run_cuda(_attnc.run_forward_cuda, kernel, [q, k, v, o, lse], 3, scale)
+    _run(_attnc.run_forward_cuda, kernel, [q, k, v, o, lse], 3, scale, where=_on(q))
     return o, lse
 
 
@@ -133,7 +129,7 @@ def _cuda_backward(
     d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, kernel: "_api.Kernel", scale: float
 ) -> Tuple[Tensor, Tensor, Tensor]:
     d_q, d_k, d_v = _new(q), _new(k), _new(v)
-    _run_cuda(_attnc.run_backward_cuda, kernel, [q, k, v, o, d_o, lse, d_q, d_k, d_v], 6, scale)
+    _run(_attnc.run_backward_cuda, kernel, [q, k, v, o, d_o, lse, d_q, d_k, d_v], 6, scale, where=_on(q))
     return d_q, d_k, d_v
 
 

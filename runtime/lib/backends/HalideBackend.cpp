@@ -45,38 +45,29 @@ std::string missingCpuFeatures(const std::string &target) {
     return "an x86-64 CPU (the code is for '" + target + "')";
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+  // Halide's feature names and whether this CPU has them.
+  const std::pair<const char *, bool> known[] = {
+      {"sse41", __builtin_cpu_supports("sse4.1")},
+      {"avx", __builtin_cpu_supports("avx")},
+      {"avx2", __builtin_cpu_supports("avx2")},
+      {"fma", __builtin_cpu_supports("fma")},
+      {"f16c", f16c},
+      {"avx512", __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd")},
+      {"avx512_skylake", __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                             __builtin_cpu_supports("avx512vl")},
+      {"linux", true},
+      {"no_runtime", true},
+  };
   size_t begin = std::string("x86-64-").size();
-  while (begin <= target.size()) {
+  while (begin < target.size()) {
     const size_t end = std::min(target.find('-', begin), target.size());
     const std::string f = target.substr(begin, end - begin);
     begin = end + 1;
-    if (f == "linux" || f == "no_runtime" || f.empty())
-      continue;
-    if (f == "sse41") {
-      if (!__builtin_cpu_supports("sse4.1"))
-        lacks("SSE4.1");
-    } else if (f == "avx") {
-      if (!__builtin_cpu_supports("avx"))
-        lacks("AVX");
-    } else if (f == "avx2") {
-      if (!__builtin_cpu_supports("avx2"))
-        lacks("AVX2");
-    } else if (f == "fma") {
-      if (!__builtin_cpu_supports("fma"))
-        lacks("FMA");
-    } else if (f == "f16c") {
-      if (!f16c)
-        lacks("F16C");
-    } else if (f == "avx512") {
-      if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512cd"))
-        lacks("AVX-512 F/CD");
-    } else if (f == "avx512_skylake") {
-      if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512dq") ||
-          !__builtin_cpu_supports("avx512vl"))
-        lacks("AVX-512 BW/DQ/VL");
-    } else {
+    const auto *it = std::find_if(std::begin(known), std::end(known), [&](const auto &k) { return f == k.first; });
+    if (it == std::end(known))
       lacks(f + " (a feature this runtime does not know)");
-    }
+    else if (!it->second)
+      lacks(f);
   }
 #else
   missing = "an x86-64 CPU (the code is for '" + target + "')";

@@ -648,7 +648,7 @@ template <class T, int DP> __device__ __forceinline__ void backward(const BwdArg
 
 // --- Element-wise helpers ---------------------------------------------------
 
-template <class T> __device__ __forceinline__ float toFloat(const void *p, int dtype, int64_t i) {
+__device__ __forceinline__ float toFloat(const void *p, int dtype, int64_t i) {
   switch (dtype) {
   case 0: return static_cast<const float *>(p)[i];
   case 1: return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
@@ -719,7 +719,7 @@ __global__ void attnc_copy(const View src, const View dst, int32_t padCols) {
     const uint32_t r = i / uint32_t(padCols), c = i - r * uint32_t(padCols);
     const int64_t di = dSlice + r * dst.strides[2] + c * dst.strides[3];
     if (int32_t(c) < src.cols)
-      storeAs(dst.data, dst.dtype, di, toFloat<float>(sBase, src.dtype, sSlice + r * src.strides[2] + c * src.strides[3]));
+      storeAs(dst.data, dst.dtype, di, toFloat(sBase, src.dtype, sSlice + r * src.strides[2] + c * src.strides[3]));
     else if (int32_t(c) < dst.cols)
       storeAs(dst.data, dst.dtype, di, 0.f);
   }
@@ -737,8 +737,8 @@ __global__ void attnc_delta(const View dO, const View o, float *delta) {
   const int64_t oi = bb * o.strides[0] + hh * o.strides[1] + r * o.strides[2];
   float sum = 0.f;
   for (int c = lane; c < dO.cols; c += 32)
-    sum += toFloat<float>(dO.data, dO.dtype, gi + c * dO.strides[3]) *
-           toFloat<float>(o.data, o.dtype, oi + c * o.strides[3]);
+    sum += toFloat(dO.data, dO.dtype, gi + c * dO.strides[3]) *
+           toFloat(o.data, o.dtype, oi + c * o.strides[3]);
   for (int sh = 16; sh > 0; sh >>= 1)
     sum += __shfl_xor_sync(0xffffffffu, sum, sh);
   if (lane == 0)

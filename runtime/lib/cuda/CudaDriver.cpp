@@ -36,7 +36,7 @@ Opened open() {
   }
   Driver &d = o.api;
   const bool all =
-      find(lib, "cuInit", d.cuInit) && find(lib, "cuDriverGetVersion", d.cuDriverGetVersion) &&
+      find(lib, "cuInit", d.cuInit) &&
       find(lib, "cuDeviceGetCount", d.cuDeviceGetCount) && find(lib, "cuDeviceGet", d.cuDeviceGet) &&
       find(lib, "cuDeviceGetName", d.cuDeviceGetName) && find(lib, "cuDeviceGetAttribute", d.cuDeviceGetAttribute) &&
       find(lib, "cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain) &&
@@ -47,7 +47,7 @@ Opened open() {
       find(lib, "cuMemAllocAsync", d.cuMemAllocAsync) && find(lib, "cuMemFreeAsync", d.cuMemFreeAsync) &&
       find(lib, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD) && find(lib, "cuMemsetD8Async", d.cuMemsetD8Async) &&
       find(lib, "cuMemsetD32Async", d.cuMemsetD32Async) &&
-      find(lib, "cuStreamQuery", d.cuStreamQuery) && find(lib, "cuStreamSynchronize", d.cuStreamSynchronize) &&
+      find(lib, "cuStreamQuery", d.cuStreamQuery) &&
       find(lib, "cuPointerGetAttribute", d.cuPointerGetAttribute) &&
       find(lib, "cuGetErrorString", d.cuGetErrorString);
   if (!all) {
@@ -135,8 +135,6 @@ DeviceInfo deviceInfo(int index) {
   info.name = name;
   check(d.cuDeviceGetAttribute(&info.major, kAttrComputeMajor, dev), "cuDeviceGetAttribute");
   check(d.cuDeviceGetAttribute(&info.minor, kAttrComputeMinor, dev), "cuDeviceGetAttribute");
-  check(d.cuDeviceGetAttribute(&info.multiprocessors, kAttrMultiprocessors, dev), "cuDeviceGetAttribute");
-  check(d.cuDeviceGetAttribute(&info.maxSharedOptin, kAttrMaxSharedOptin, dev), "cuDeviceGetAttribute");
   return info;
 }
 

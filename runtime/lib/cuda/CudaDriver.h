@@ -27,7 +27,6 @@ using CUstream = struct CUstream_st *;
 /// The driver functions attnc calls (names as libcuda exports them).
 struct Driver {
   CUresult (*cuInit)(unsigned);
-  CUresult (*cuDriverGetVersion)(int *);
   CUresult (*cuDeviceGetCount)(int *);
   CUresult (*cuDeviceGet)(CUdevice *, int);
   CUresult (*cuDeviceGetName)(char *, int, CUdevice);
@@ -48,7 +47,6 @@ struct Driver {
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
   CUresult (*cuStreamQuery)(CUstream);
-  CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
   CUresult (*cuGetErrorString)(CUresult, const char **);
 };
@@ -56,8 +54,7 @@ struct Driver {
 // The enum values attnc uses (cuda.h).
 inline constexpr CUresult kSuccess = 0;
 inline constexpr CUresult kNotReady = 600;
-inline constexpr int kAttrComputeMajor = 75, kAttrComputeMinor = 76, kAttrMultiprocessors = 16;
-inline constexpr int kAttrMaxSharedOptin = 97;
+inline constexpr int kAttrComputeMajor = 75, kAttrComputeMinor = 76;
 inline constexpr int kFuncMaxDynamicShared = 8, kFuncPreferredCarveout = 9;
 inline constexpr int kPointerMemoryType = 2, kPointerDeviceOrdinal = 9;
 inline constexpr int kMemoryTypeHost = 1, kMemoryTypeDevice = 2, kMemoryTypeUnified = 4;
@@ -88,7 +85,7 @@ private:
 /// A GPU's name and compute capability ("NVIDIA H100 80GB HBM3", 9, 0).
 struct DeviceInfo {
   std::string name;
-  int major = 0, minor = 0, multiprocessors = 0, maxSharedOptin = 0;
+  int major = 0, minor = 0;
 };
 DeviceInfo deviceInfo(int index);
 

@@ -253,22 +253,20 @@ template <class T> const T *deviceCopy(const std::vector<T> &host, std::vector<C
 struct Started {
   CUstream stream;
   int dp;
-  const Module *module;
+  const Module &module;
   attnc_dtype type;
 };
 
 Started start(const attnc_device &device, const Dims &dims,
               std::initializer_list<std::pair<const attnc_tensor *, const char *>> tensors) {
-  Started s{checkedStream(device), 0, nullptr, ATTNC_DTYPE_BF16};
+  const CUstream stream = checkedStream(device);
   for (const auto &[t, name] : tensors)
     if (t)
       checkOnDevice(*t, name, device.index);
-  s.dp = paddedDim(dims.d);
+  const int dp = paddedDim(dims.d);
   if (dims.batch * dims.hq > 65535)
     throw RunError{ATTNC_ERROR_UNSUPPORTED, "batch x heads above 65535 on the GPU"};
-  s.module = &module(device.index);
-  s.type = computeType(tensors.begin()->first->dtype);
-  return s;
+  return {stream, dp, module(device.index), computeType(tensors.begin()->first->dtype)};
 }
 
 /// Q, K and V of a kernel's argument (FwdArgs, BwdArgs) as the kernels read them.
@@ -321,11 +319,6 @@ Engine::Engine(const ir::PatternIR &ir, std::vector<int64_t> headToSet)
 
 Engine::~Engine() = default;
 
-int64_t Engine::tableBuilds() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return builds_;
-}
-
 std::shared_ptr<const Engine::DeviceTables> Engine::tables(int device, int64_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = tables_.find({device, n}); it != tables_.end())
@@ -354,7 +347,6 @@ std::shared_ptr<const Engine::DeviceTables> Engine::tables(int device, int64_t n
     std::vector<int32_t> heads(headToSet_.begin(), headToSet_.end());
     t->setOfHead = deviceCopy(heads, t->owned);
   }
-  ++builds_;
   // Lengths kept per device: the most recent 16.
   if (tables_.size() >= 16)
     tables_.erase(tables_.begin());
@@ -365,11 +357,7 @@ std::shared_ptr<const Engine::DeviceTables> Engine::tables(int device, int64_t n
 void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                      const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale) {
   ScopedContext ctx(device.index);
-  const Started st = start(device, dims, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {lse, "lse"}});
-  const CUstream stream = st.stream;
-  const int dp = st.dp;
-  const Module &m = *st.module;
-  const attnc_dtype type = st.type;
+  const auto [stream, dp, m, type] = start(device, dims, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {lse, "lse"}});
   auto tabs = tables(device.index, dims.nk);
   Operand qo = operand(m, stream, q, type), ko = operand(m, stream, k, type), vo = operand(m, stream, v, type);
   // O written in place when it is the compute type with even rows; else
@@ -444,13 +432,10 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
                       const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor &dO, const attnc_tensor &lse,
                       const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale) {
   ScopedContext ctx(device.index);
-  const Started st = start(device, dims,
-                           {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&dO, "d_o"}, {&lse, "lse"}, {&dq, "d_q"},
-                            {&dk, "d_k"}, {&dv, "d_v"}});
-  const CUstream stream = st.stream;
-  const int dp = st.dp;
-  const Module &m = *st.module;
-  const attnc_dtype type = st.type;
+  const auto [stream, dp, m, type] =
+      start(device, dims,
+            {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&dO, "d_o"}, {&lse, "lse"}, {&dq, "d_q"}, {&dk, "d_k"},
+             {&dv, "d_v"}});
   auto tabs = tables(device.index, dims.nk);
   Operand qo = operand(m, stream, q, type), ko = operand(m, stream, k, type), vo = operand(m, stream, v, type);
   Operand go = operand(m, stream, dO, type);

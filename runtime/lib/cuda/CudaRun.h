@@ -46,11 +46,6 @@ public:
                 const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor &dO, const attnc_tensor &lse,
                 const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale);
 
-  const plan::Plan &gpuPlan() const { return plan_; }
-  /// How many times tables were built (per (device, n)): tests check that a
-  /// second call at a length builds nothing.
-  int64_t tableBuilds() const;
-
   struct DeviceTables;
 
 private:
@@ -58,9 +53,8 @@ private:
 
   plan::Plan plan_;
   std::vector<int64_t> headToSet_;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::map<std::pair<int, int64_t>, std::shared_ptr<const DeviceTables>> tables_;
-  int64_t builds_ = 0;
 };
 
 } // namespace attnc::rt::cuda
