@@ -63,9 +63,6 @@ namespace attnc::rt {
 
 namespace {
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef int32_t vi16 __attribute__((vector_size(64)));
-
 /// A block kernel's arguments; T: float, or uint16_t for bf16 inputs.
 template <typename T>
 struct TileArgsOf {
@@ -136,16 +133,31 @@ using namespace avx512;
 #endif
 
 #define ATTNC_TILES_AVX512 0
-// (GCC notes, at the end of the file, that 64-byte vectors passed without
-// AVX-512 change the ABI: these functions are internal to this file, never
-// called across that boundary, so the note is off for the file.)
+// (GCC notes, at the end of the file, that vectors passed without the
+// target's registers change the ABI: these functions are internal to this
+// file, never called across that boundary, so the note is off for the file.)
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
-namespace generic {
+#if ATTNC_FUSED_X86
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,bmi,bmi2")
+namespace avx2 {
 namespace {
+#define ATTNC_TILES_LANES 8
 #include "FusedTiles.inc"
 #include "GradTiles.inc"
+#undef ATTNC_TILES_LANES
+} // namespace
+} // namespace avx2
+#pragma GCC pop_options
+#endif
+namespace generic {
+namespace {
+#define ATTNC_TILES_LANES 4
+#include "FusedTiles.inc"
+#include "GradTiles.inc"
+#undef ATTNC_TILES_LANES
 } // namespace
 } // namespace generic
 #undef ATTNC_TILES_AVX512
@@ -154,53 +166,62 @@ namespace {
 template <typename T>
 using RunBlockOf = void (*)(const plan::BlockTiles *const *, int, const TileArgsOf<T> &, FusedScratch &);
 using RunBlock = RunBlockOf<float>;
-
-/// The tile kernel for this CPU, chosen once on x86-64: AVX-512 or the
-/// generic one (then compiled for baseline x86-64), which is correct but ~30x
-/// slower: its 16-lane vectors and register blocking are sized for 32 AVX-512
-/// registers and spill on fewer. ATTNC_FUSED_ISA=portable forces it (the
-/// tests run it). Other targets have the generic one only.
-RunBlock blockKernel() {
-#if ATTNC_FUSED_X86
-  static const RunBlock fn = [] {
-    __builtin_cpu_init();
-    bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                  __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-    const char *forced = std::getenv("ATTNC_FUSED_ISA");
-    if (forced && std::strcmp(forced, "portable") == 0)
-      avx512 = false;
-    return avx512 ? &avx512::runBlock : &generic::runBlock;
-  }();
-  return fn;
-#else
-  return &generic::runBlock;
-#endif
-}
-
-/// The bf16 block kernel, or null where this CPU or build has none (then
-/// also with ATTNC_FUSED_ISA=portable: the generic kernel is f32 only).
-RunBlockOf<uint16_t> blockKernelBf16() {
-#if ATTNC_FUSED_X86
-  static const RunBlockOf<uint16_t> fn =
-      blockKernel() == &avx512::runBlock && __builtin_cpu_supports("avx512bf16") ? &avx512bf16::runBlockBf16 : nullptr;
-  return fn;
-#else
-  return nullptr;
-#endif
-}
-
 using GradBlock = void (*)(const plan::BlockTiles &, const GradArgs &, GradScratch &);
 
-/// The backward block kernel for this CPU, chosen as blockKernel() chooses.
-GradBlock gradKernel() {
+/// The tile kernels that run: one instruction set's forward, backward and
+/// (AVX-512 with BF16 only) bf16 forward kernels.
+struct Kernels {
+  const char *isa = "portable";
+  RunBlock block = &generic::runBlock;
+  GradBlock grad = &generic::gradBlock;
+  RunBlockOf<uint16_t> bf16 = nullptr;
+  std::string error; ///< not empty: ATTNC_FUSED_ISA names kernels this CPU (or build) cannot run
+};
+
+/// The best kernels this CPU has, chosen once: AVX-512 (with the bf16 ones
+/// where it has AVX512_BF16), AVX2 with FMA, else the portable 128-bit ones
+/// (what other targets build). ATTNC_FUSED_ISA=avx512|avx2|portable forces
+/// one, so that one CPU tests every path it can run.
+const Kernels &kernels() {
+  static const Kernels chosen = [] {
+    Kernels k;
+    const char *forced = std::getenv("ATTNC_FUSED_ISA");
+    const std::string want = forced ? forced : "";
 #if ATTNC_FUSED_X86
-  static const GradBlock fn = blockKernel() == &avx512::runBlock ? &avx512::gradBlock : &generic::gradBlock;
-  return fn;
+    __builtin_cpu_init();
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("bmi2");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                      __builtin_cpu_supports("bmi2");
+    if (want == "avx512" && !avx512)
+      k.error = "ATTNC_FUSED_ISA=avx512: this CPU lacks AVX-512 (F, DQ, BW and VL); unset it to run the best kernels "
+                "it has";
+    else if (want == "avx2" && !avx2)
+      k.error = "ATTNC_FUSED_ISA=avx2: this CPU lacks AVX2 with FMA; unset it to run the best kernels it has";
+    else if (avx512 && (want.empty() || want == "avx512"))
+      k = {"avx512", &avx512::runBlock, &avx512::gradBlock,
+           __builtin_cpu_supports("avx512bf16") ? &avx512bf16::runBlockBf16 : nullptr, ""};
+    else if (avx2 && (want.empty() || want == "avx2"))
+      k = {"avx2", &avx2::runBlock, &avx2::gradBlock, nullptr, ""};
 #else
-  return &generic::gradBlock;
+    if (want == "avx512" || want == "avx2")
+      k.error = "ATTNC_FUSED_ISA=" + want + ": this build is not for x86-64 and has the portable kernels only";
 #endif
+    if (!want.empty() && want != "avx512" && want != "avx2" && want != "portable")
+      k.error = "ATTNC_FUSED_ISA='" + want + "': expected avx512, avx2 or portable (or unset: the best this CPU has)";
+    return k;
+  }();
+  return chosen;
 }
+
+RunBlock blockKernel() { return kernels().block; }
+RunBlockOf<uint16_t> blockKernelBf16() { return kernels().bf16; }
+GradBlock gradKernel() { return kernels().grad; }
 } // namespace
+
+const char *fusedIsa() { return kernels().isa; }
+const std::string &fusedIsaError() { return kernels().error; }
 
 namespace {
 

@@ -4,10 +4,11 @@
 // online-softmax state per query row (running max, running sum, unnormalised
 // output), so disjoint pieces merge exactly (log-sum-exp). Q K^T, the softmax
 // update and P V happen tile by tile in registers and L1; nothing of size
-// n x n exists. The tile kernels are plain C++ with GCC/Clang vector
-// extensions (the generic path, any 64-bit target); on x86-64 an AVX-512 copy
-// is compiled too and the CPU's features pick one at first use
-// (ATTNC_FUSED_ISA=portable forces the generic one). Building with
+// n x n exists. The tile kernels are one source (FusedTiles.inc,
+// GradTiles.inc) compiled per instruction set: AVX-512 (plus bf16 kernels for
+// AVX512_BF16), AVX2 with FMA, and a portable one on 128-bit vectors (NEON on
+// Arm, SSE2 on x86-64); the CPU picks the best it has at first use
+// (fusedIsa(); ATTNC_FUSED_ISA=avx512|avx2|portable forces one). Building with
 // ATTNC_FUSED_GENERIC_ONLY=1 leaves every x86-specific piece out, as other
 // targets do.
 //
@@ -17,6 +18,7 @@
 #include "attnc/plan/Plan.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace attnc::rt {
@@ -60,6 +62,14 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
                   const plan::HeadShapes *cached, int64_t n, int64_t d, const float *q,
                   const float *k, const float *v, float *o, float scale, FusedScratch &scratch,
                   int threads = 1);
+
+/// The tile kernels' instruction set: "avx512", "avx2" or "portable".
+const char *fusedIsa();
+
+/// Empty, or why the kernels ATTNC_FUSED_ISA names cannot run here (this CPU
+/// lacks the instructions, this build is not for x86-64, or the name is
+/// unknown); the fused and dense backends refuse to load then.
+const std::string &fusedIsaError();
 
 /// Whether runFusedHeadBf16 computes on bf16 at head dimension d on this
 /// CPU: an x86-64 build with the AVX-512 kernels selected (not

@@ -23,6 +23,7 @@
 #include "attnc/support/Files.h"
 #include "attnc/support/ThreadPool.h"
 
+#include "FusedExecutor.h"
 #include "backends/Backend.h"
 #include "cuda/CudaRun.h"
 
@@ -948,6 +949,8 @@ attnc_status attnc_run_backward_on(const attnc_kernel *kernel, const attnc_devic
                                    attnc_tensor *d_k, attnc_tensor *d_v, const attnc_run_options *options) {
   return runBackward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, nullptr, options, device);
 }
+
+const char *attnc_cpu_isa(void) { return attnc::rt::fusedIsa(); }
 
 const char *attnc_last_error(void) { return lastError.c_str(); }
 

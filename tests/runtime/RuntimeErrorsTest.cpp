@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 
 namespace attnc::test {
@@ -160,6 +161,40 @@ TEST_F(RuntimeErrors, NullArgumentsAreRejected) {
   EXPECT_EQ(attnc_run(nullptr, &t, &t, &t, &t, nullptr), ATTNC_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(attnc_kernel_metadata(nullptr, "pattern"), nullptr);
   attnc_kernel_free(nullptr); // allowed
+}
+
+/// attnc_cpu_isa() names the best CPU kernels this CPU has, or those that
+/// ATTNC_FUSED_ISA forces; where it forces ones the CPU lacks (or names none)
+/// a fused kernel does not load, and says why. ctest runs this with
+/// ATTNC_FUSED_ISA unset, avx512, avx2, portable and an unknown name.
+TEST_F(RuntimeErrors, CpuIsaFollowsTheCpuAndAttncFusedIsa) {
+  const char *env = std::getenv("ATTNC_FUSED_ISA");
+  const std::string want = env ? env : "";
+  bool avx512 = false, avx2 = false;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2");
+  avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+#endif
+  std::string expected = avx512 ? "avx512" : avx2 ? "avx2" : "portable";
+  bool refused = false;
+  if (want == "portable")
+    expected = "portable";
+  else if (want == "avx2")
+    expected = avx2 ? "avx2" : "portable", refused = !avx2;
+  else if (want == "avx512")
+    expected = avx512 ? "avx512" : "portable", refused = !avx512;
+  else if (!want.empty())
+    expected = "portable", refused = true;
+  EXPECT_EQ(std::string(attnc_cpu_isa()), expected) << "ATTNC_FUSED_ISA=" << want;
+  const attnc_status status = load(buildFixedKernel(codegen::Backend::Fused));
+  if (refused) {
+    EXPECT_EQ(status, ATTNC_ERROR_UNSUPPORTED);
+    EXPECT_NE(std::string(attnc_last_error()).find("ATTNC_FUSED_ISA"), std::string::npos) << attnc_last_error();
+  } else {
+    EXPECT_EQ(status, ATTNC_OK) << attnc_last_error();
+  }
 }
 
 /// Fixture with a loaded kernel and valid [1, 2, 8, 4] tensors.

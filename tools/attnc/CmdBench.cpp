@@ -77,7 +77,8 @@ struct Row {
   std::string bwdError;
 };
 
-/// "290.0 GFLOP/s (avx512f FMA loops, 16 lanes, 2 threads)".
+/// "290.0 GFLOP/s (avx512f FMA loops, 16 lanes, 2 threads)": the loops of
+/// the instruction set the CPU kernels run.
 std::string peakText(const Peak &peak) {
   char text[128];
   std::snprintf(text, sizeof text, "%.1f GFLOP/s (%s FMA loops, %d lanes, %d thread%s)", peak.gflops,
@@ -88,8 +89,8 @@ std::string peakText(const Peak &peak) {
 /// --peak without a pattern file: the peak alone.
 int printPeak(const Peak &peak, bool json) {
   if (json)
-    std::printf("{\"peak_gflops\": %.1f, \"peak_isa\": %s, \"peak_threads\": %d}\n", peak.gflops,
-                jsonString(peak.isa).c_str(), peak.threads);
+    std::printf("{\"peak_gflops\": %.1f, \"peak_isa\": %s, \"peak_threads\": %d, \"cpu_isa\": %s}\n", peak.gflops,
+                jsonString(peak.isa).c_str(), peak.threads, jsonString(attnc_cpu_isa()).c_str());
   else
     std::printf("peak: %s\n", peakText(peak).c_str());
   return kExitOk;
@@ -413,6 +414,7 @@ int runBench(const BenchOptions &opts) {
     if (fewerQueries)
       os << ", \"queries\": " << nq << ", \"distinct_keys\": " << distinctKeys << ", \"kv_bytes\": " << kvBytes
          << ", \"memcpy_ms\": " << copyMs;
+    os << ", \"cpu_isa\": " << jsonString(attnc_cpu_isa());
     if (peak)
       os << ", \"peak_gflops\": " << peak->gflops << ", \"peak_isa\": " << jsonString(peak->isa)
          << ", \"peak_threads\": " << peak->threads;
@@ -460,8 +462,9 @@ int runBench(const BenchOptions &opts) {
               opts.dtype.c_str(), (long long)(nnzAllHeads / heads),
               100.0 * double(nnzAllHeads / heads) / densePairs, square, opts.repeat);
   std::printf("  fused plan: built in %.3f ms; its row blocks at %s: %.2f ms to generate, "
-              "%.1f MB\n",
-              planMs, lengths.empty() ? "this n" : "these lengths", blocksMs, double(blockBytes) / 1e6);
+              "%.1f MB; CPU kernels: %s\n",
+              planMs, lengths.empty() ? "this n" : "these lengths", blocksMs, double(blockBytes) / 1e6,
+              attnc_cpu_isa());
   if (fewerQueries)
     std::printf("  key/value rows the queries name: %lld per key/value head on average, %.2f MB of K and V; a "
                 "memcpy of as many bytes: %.3f ms\n",
@@ -573,10 +576,12 @@ void setupBench(CLI::App &app, int &exitCode) {
                 "Also time a training step: forward with the log-sum-exp, then dQ, dK, dV (eff GFLOP/s = "
                 "10*nnz*d/time); backends without a backward say n/a");
   cmd->add_flag("--peak", opts->peak,
-                "Measure this machine's FMA peak on --threads threads (AVX-512, else AVX2+FMA) and give each "
-                "GFLOP/s as a share of it; without a pattern file, print the peak alone");
+                "Measure this machine's FMA peak on --threads threads in the instruction set the CPU kernels run "
+                "(AVX-512, AVX2+FMA or 128-bit vectors: ATTNC_FUSED_ISA=avx512|avx2|portable forces one) and give "
+                "each GFLOP/s as a share of it; without a pattern file, print the peak alone");
   cmd->footer(examplesFooter(
       {"attnc bench patterns/fixed.attn --n 16384 --d 64",
+       "ATTNC_FUSED_ISA=avx2 attnc bench patterns/local.attn --n 16384 --threads 2 --peak --backend fused",
        "attnc bench patterns/strided.attn --n 4096 --backend fused,dense --json",
        "attnc bench patterns/fixed.attn --n 4096 --d 64 --backward --peak", "attnc bench --peak --threads 2",
        "attnc bench patterns/fixed.attn --n 16384 --d 128 --heads 32 --kv-heads 8 --backend fused",

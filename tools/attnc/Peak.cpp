@@ -15,10 +15,13 @@
 //===----------------------------------------------------------------------===//
 #include "Peak.h"
 
+#include "attnc/attnc.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -84,25 +87,52 @@ __attribute__((target("avx2,fma"))) float fmaLoopAvx2(int64_t iterations) {
 }
 #endif
 
-/// Any CPU: GCC vector extensions, one multiply and one add per lane (or an
-/// FMA where the baseline target has one).
+/// Any CPU: GCC vector extensions of 4 floats, as the portable kernels. Where
+/// the target has FMA (Arm's NEON) one per lane; otherwise (baseline x86-64:
+/// SSE2) independent chains of multiplies and of adds, so that the multiply
+/// and the add ports are all busy: a multiply and an add count 2 flops, as
+/// an FMA does.
+#if defined(__FMA__) || defined(__aarch64__)
+constexpr int kGenericAccumulators = 12;
 float fmaLoopGeneric(int64_t iterations) {
   typedef float Vec4 __attribute__((vector_size(16)));
-  constexpr int kAccumulators = 8;
-  Vec4 acc[kAccumulators];
-  for (int a = 0; a < kAccumulators; ++a)
+  Vec4 acc[kGenericAccumulators];
+  for (int a = 0; a < kGenericAccumulators; ++a)
     acc[a] = Vec4{} + static_cast<float>(a);
   const Vec4 x = Vec4{} + 0.9999999f, y = Vec4{} + 1e-7f;
   for (int64_t it = 0; it < iterations; ++it) {
-#pragma GCC unroll 8
-    for (int a = 0; a < kAccumulators; ++a)
+#pragma GCC unroll 12
+    for (int a = 0; a < kGenericAccumulators; ++a)
       acc[a] = acc[a] * x + y;
   }
   float total = 0;
-  for (int a = 0; a < kAccumulators; ++a)
+  for (int a = 0; a < kGenericAccumulators; ++a)
     total += acc[a][0] + acc[a][1] + acc[a][2] + acc[a][3];
   return total;
 }
+#else
+constexpr int kGenericAccumulators = 7; // chains of each kind: 14 of the 16 xmm registers
+float fmaLoopGeneric(int64_t iterations) {
+  typedef float Vec4 __attribute__((vector_size(16)));
+  Vec4 mul[kGenericAccumulators], add[kGenericAccumulators];
+  for (int a = 0; a < kGenericAccumulators; ++a) {
+    mul[a] = Vec4{} + static_cast<float>(a + 1);
+    add[a] = Vec4{} + static_cast<float>(a);
+  }
+  const Vec4 x = Vec4{} + 0.9999999f, y = Vec4{} + 1e-7f;
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 7
+    for (int a = 0; a < kGenericAccumulators; ++a) {
+      mul[a] = mul[a] * x;
+      add[a] = add[a] + y;
+    }
+  }
+  float total = 0;
+  for (int a = 0; a < kGenericAccumulators; ++a)
+    total += mul[a][0] + mul[a][1] + mul[a][2] + mul[a][3] + add[a][0] + add[a][1] + add[a][2] + add[a][3];
+  return total;
+}
+#endif
 
 struct Isa {
   FmaLoop loop;
@@ -110,15 +140,16 @@ struct Isa {
   int lanes, accumulators;
 };
 
+/// The loop of the instruction set the fused kernels run (attnc_cpu_isa()).
 Isa pickIsa() {
+  const std::string kernels = attnc_cpu_isa();
 #if ATTNC_PEAK_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f"))
+  if (kernels == "avx512")
     return {fmaLoopAvx512, "avx512f", 16, kAvx512Accumulators};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+  if (kernels == "avx2")
     return {fmaLoopAvx2, "avx2+fma", 8, kAvx2Accumulators};
 #endif
-  return {fmaLoopGeneric, "generic", 4, 8};
+  return {fmaLoopGeneric, "generic", 4, kGenericAccumulators};
 }
 
 /// Seconds for `threads` threads to each run `iterations` rounds of `loop`,

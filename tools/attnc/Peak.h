@@ -15,9 +15,11 @@ struct Peak {
 
 /// The FMA throughput of `threads` threads running at once, each an FMA loop
 /// of independent vector accumulators (enough to cover the FMA latency on
-/// every port) in the widest instruction set this CPU has: AVX-512, else AVX2
-/// with FMA, else plain vectors. The best of five trials of about 40 ms; the
-/// clock and other processes on the machine move it from run to run.
+/// every port) in the instruction set the CPU kernels run (attnc_cpu_isa():
+/// AVX-512, AVX2 with FMA, or the portable path's 128-bit vectors, a multiply
+/// and an add where the baseline target has no FMA). The best of five trials
+/// of about 40 ms; the clock and other processes on the machine move it from
+/// run to run.
 Peak measurePeak(int threads);
 
 } // namespace attnc::tool

@@ -38,8 +38,8 @@
  * Version 2 added attnc_run_forward and attnc_run_backward; version 3 the
  * shapes above (K, V with fewer heads or more rows than Q, empty calls) and
  * the varlen calls; version 4 the devices (attnc_device: CUDA GPUs and
- * their streams, fp16 on them) and the calls that take one. Every older
- * call and kernel file works unchanged.
+ * their streams, fp16 on them) and the calls that take one; version 5
+ * attnc_cpu_isa. Every older call and kernel file works unchanged.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef ATTNC_ATTNC_H
@@ -52,7 +52,7 @@
 extern "C" {
 #endif
 
-#define ATTNC_ABI_VERSION 4
+#define ATTNC_ABI_VERSION 5
 #define ATTNC_OLDEST_ABI_VERSION 1
 
 #if defined(__GNUC__)
@@ -265,6 +265,16 @@ ATTNC_API attnc_status attnc_run_backward_on(const attnc_kernel *kernel, const a
                                              const attnc_tensor *o, const attnc_tensor *d_o, const attnc_tensor *lse,
                                              attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
                                              const attnc_run_options *options);
+
+/**
+ * The instruction set of the CPU kernels this process runs (the fused and
+ * dense backends): "avx512", "avx2" (with FMA) or "portable" (128-bit
+ * vectors: NEON on Arm, SSE2 on x86-64). The best this CPU has, unless
+ * ATTNC_FUSED_ISA names one; where that names kernels this CPU lacks, the
+ * fused and dense backends refuse to load (ATTNC_ERROR_UNSUPPORTED, saying
+ * why) and this returns "portable".
+ */
+ATTNC_API const char *attnc_cpu_isa(void);
 
 /** The message of the last failure on this thread ("" if none). */
 ATTNC_API const char *attnc_last_error(void);

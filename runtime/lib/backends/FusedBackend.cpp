@@ -52,6 +52,8 @@ struct FusedWorker : Scratch {
 class FusedBackend final : public Backend {
 public:
   FusedBackend(const LoadedKernel &kernel, bool dense) : plans_(kernelPlans(kernel)), dense_(dense) {
+    if (!fusedIsaError().empty())
+      throw RunError{ATTNC_ERROR_UNSUPPORTED, fusedIsaError()};
     for (const ir::PatternIR::Head &head : kernel.ir.heads)
       sets_.push_back(head.set);
   }
