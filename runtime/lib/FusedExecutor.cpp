@@ -142,6 +142,9 @@ using namespace avx512;
 #if ATTNC_FUSED_X86
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,bmi,bmi2")
+// (Two S^T loops jammed into one need twice the 16 registers: see
+// ATTNC_DOT_LOOP in FusedTiles.inc.)
+#pragma GCC optimize("no-loop-unroll-and-jam")
 namespace avx2 {
 namespace {
 #define ATTNC_TILES_LANES 8
@@ -152,6 +155,8 @@ namespace {
 } // namespace avx2
 #pragma GCC pop_options
 #endif
+#pragma GCC push_options
+#pragma GCC optimize("no-loop-unroll-and-jam")
 namespace generic {
 namespace {
 #define ATTNC_TILES_LANES 4
@@ -160,6 +165,7 @@ namespace {
 #undef ATTNC_TILES_LANES
 } // namespace
 } // namespace generic
+#pragma GCC pop_options
 #undef ATTNC_TILES_AVX512
 
 namespace {
