@@ -824,6 +824,45 @@ TEST(CliBench, PeakGivesEachRateAsAShareOfIt) {
   EXPECT_TRUE(std::regex_search(text.out, std::regex(R"(first run ms +% peak\n)"))) << text.out;
 }
 
+/// --peak measures the FMA loops of the instruction set the CPU kernels run,
+/// forced with ATTNC_FUSED_ISA to each one this CPU has, and names it in the
+/// table and in --json; one the CPU lacks (or no such name) is an error.
+TEST(CliBench, PeakIsThatOfTheInstructionSetThatRan) {
+  struct Isa {
+    const char *name, *loops;
+    int lanes;
+  };
+  std::vector<Isa> isas = {{"portable", "generic", 4}};
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
+    isas.push_back({"avx2", "avx2+fma", 8});
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2"))
+    isas.push_back({"avx512", "avx512f", 16});
+#endif
+  ScratchDir dir;
+  for (const Isa &isa : isas) {
+    const std::string env = "ATTNC_CACHE_DIR=" + dir.path() + " ATTNC_FUSED_ISA=" + isa.name;
+    CommandResult r = attnc("bench " + libraryPattern("fixed") + kBenchSmall + " --threads 1 --peak --backend fused --json",
+                            env);
+    ASSERT_EQ(r.exitCode, 0) << isa.name << ": " << r.err;
+    Json doc = parseJson(r.out);
+    EXPECT_EQ(doc["cpu_isa"].string, isa.name);
+    EXPECT_EQ(doc["peak_isa"].string, isa.loops) << isa.name;
+    CommandResult text = attnc("bench " + libraryPattern("fixed") + kBenchSmall + " --threads 1 --peak --backend fused", env);
+    ASSERT_EQ(text.exitCode, 0) << text.err;
+    EXPECT_NE(text.out.find(std::string("CPU kernels: ") + isa.name + "\n"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("(" + std::string(isa.loops) + " FMA loops, " + std::to_string(isa.lanes) + " lanes"),
+              std::string::npos)
+        << text.out;
+  }
+  CommandResult bad = attnc("bench " + libraryPattern("fixed") + kBenchSmall + " --backend fused",
+                            "ATTNC_CACHE_DIR=" + dir.path() + " ATTNC_FUSED_ISA=avx9");
+  EXPECT_EQ(bad.exitCode, 1);
+  EXPECT_NE(bad.err.find("ATTNC_FUSED_ISA='avx9': expected avx512, avx2 or portable"), std::string::npos) << bad.err;
+}
+
 #if ATTNC_HAVE_MLIR || ATTNC_HAVE_HALIDE
 TEST(CliBench, BackendWithoutABackwardSaysNotAvailable) {
   ScratchDir dir;

@@ -451,6 +451,13 @@ NB_MODULE(_attnc, m) {
   m.def("run_backward_cuda", &runBackwardCuda, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a,
         "d_k"_a, "d_v"_a, "scale"_a, "device"_a, "stream"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_backward_on a CUDA device: d_q, d_k, d_v, queued on `stream`");
+  m.def("cpu_isa",
+        []() -> nb::object {
+          const char *isa = attnc_cpu_isa();
+          return isa ? nb::object(nb::str(isa)) : nb::object(nb::none());
+        },
+        "attnc_cpu_isa: the CPU kernels' instruction set, or None where ATTNC_FUSED_ISA names none this CPU has");
+  m.def("last_error", [] { return std::string(attnc_last_error()); }, "attnc_last_error on this thread");
   m.def("cuda_unavailable", &cudaUnavailable, "device"_a,
         "attnc_device_check: \"\" when CUDA device `device` runs attnc's kernels, else the reason");
   m.def("analyze", &analyze, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "queries"_a, "block"_a,

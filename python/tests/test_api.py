@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ElementTree
 
 import numpy as np
@@ -207,3 +210,35 @@ def test_show_head_out_of_range():
     assert "head 2 is out of range; pattern 'fixed_multihead' has 2 heads (0 to 1)" in str(e.value)
     with pytest.raises(ValueError, match="format"):
         attnc.show(FIXED, n=32, format="png")
+
+
+def _cpu_isa_in_a_new_process(env_value):
+    """attnc.cpu_isa() and a fused kernel's result in a fresh process with ATTNC_FUSED_ISA=env_value."""
+    code = (
+        "import attnc, numpy as np\n"
+        "try:\n"
+        "    isa = attnc.cpu_isa()\n"
+        "except attnc.AttncError as e:\n"
+        "    print('error', e.status_name, e)\n"
+        "    raise SystemExit(0)\n"
+        f"k = attnc.compile({str(FIXED)!r}, l=8, c=2)\n"
+        "q = np.random.default_rng(0).standard_normal((1, 1, 50, 16)).astype(np.float32)\n"
+        "o = k(q, q, q)\n"
+        "print(isa, float(np.abs(o).sum()))\n"
+    )
+    env = dict(os.environ, ATTNC_FUSED_ISA=env_value)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_cpu_isa_names_the_kernels_that_run_and_forcing_one_gives_the_same_result():
+    best = attnc.cpu_isa()
+    assert best in ("avx512", "avx2", "portable")
+    portable = _cpu_isa_in_a_new_process("portable")
+    assert portable[0] == "portable"
+    forced = _cpu_isa_in_a_new_process(best)
+    assert forced[0] == best
+    assert abs(float(forced[1]) - float(portable[1])) <= 1e-4 * float(portable[1])
+    unknown = _cpu_isa_in_a_new_process("avx9")
+    assert unknown[:2] == ["error", "ATTNC_ERROR_UNSUPPORTED"]
+    assert "expected avx512, avx2 or portable" in " ".join(unknown)

@@ -175,12 +175,13 @@ using RunBlock = RunBlockOf<float>;
 using GradBlock = void (*)(const plan::BlockTiles &, const GradArgs &, GradScratch &);
 
 /// The tile kernels that run: one instruction set's forward, backward and
-/// (AVX-512 with BF16 only) bf16 forward kernels.
+/// bf16 forward kernels (AVX512_BF16's dot products where the CPU has them,
+/// else the f32 kernels on bf16 rows widened as they load).
 struct Kernels {
   const char *isa = "portable";
   RunBlock block = &generic::runBlock;
   GradBlock grad = &generic::gradBlock;
-  RunBlockOf<uint16_t> bf16 = nullptr;
+  RunBlockOf<uint16_t> bf16 = &generic::runBlockWidened;
   std::string error; ///< not empty: ATTNC_FUSED_ISA names kernels this CPU (or build) cannot run
 };
 
@@ -207,9 +208,9 @@ const Kernels &kernels() {
       k.error = "ATTNC_FUSED_ISA=avx2: this CPU lacks AVX2 with FMA; unset it to run the best kernels it has";
     else if (avx512 && (want.empty() || want == "avx512"))
       k = {"avx512", &avx512::runBlock, &avx512::gradBlock,
-           __builtin_cpu_supports("avx512bf16") ? &avx512bf16::runBlockBf16 : nullptr, ""};
+           __builtin_cpu_supports("avx512bf16") ? &avx512bf16::runBlockBf16 : &avx512::runBlockWidened, ""};
     else if (avx2 && (want.empty() || want == "avx2"))
-      k = {"avx2", &avx2::runBlock, &avx2::gradBlock, nullptr, ""};
+      k = {"avx2", &avx2::runBlock, &avx2::gradBlock, &avx2::runBlockWidened, ""};
 #else
     if (want == "avx512" || want == "avx2")
       k.error = "ATTNC_FUSED_ISA=" + want + ": this build is not for x86-64 and has the portable kernels only";
@@ -586,6 +587,14 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, const pl
 }
 
 bool fusedBf16Available(int64_t d) { return d >= 1 && blockKernelBf16() != nullptr; }
+
+bool fusedBf16DotProducts() {
+#if ATTNC_FUSED_X86
+  return blockKernelBf16() == &avx512bf16::runBlockBf16;
+#else
+  return false;
+#endif
+}
 
 void runFusedHeadBf16(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached,
                       int64_t n, int64_t d, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *o,

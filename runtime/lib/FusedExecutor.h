@@ -71,16 +71,23 @@ const char *fusedIsa();
 /// unknown); the fused and dense backends refuse to load then.
 const std::string &fusedIsaError();
 
-/// Whether runFusedHeadBf16 computes on bf16 at head dimension d on this
-/// CPU: an x86-64 build with the AVX-512 kernels selected (not
-/// ATTNC_FUSED_ISA=portable) on a CPU with AVX512_BF16, and d >= 1.
+/// Whether runFusedHeadBf16 computes on bf16 at head dimension d: d >= 1
+/// (every CPU: see fusedBf16DotProducts).
 bool fusedBf16Available(int64_t d);
+
+/// Whether runFusedHeadBf16 multiplies pairs of bf16 (AVX512_BF16's
+/// vdpbf16ps, P rounded to bf16 for P V): the AVX-512 kernels on a CPU with
+/// AVX512_BF16. Elsewhere it runs the f32 kernels on the bf16 rows widened
+/// to f32 as they load (P stays f32).
+bool fusedBf16DotProducts();
 
 /// runFusedHead on bf16 inputs (contiguous row-major [n, d] bf16 bit
 /// patterns), o in f32 as there, the same online-softmax state in `scratch`
-/// (rowMax, rowSum). Q K^T and P V multiply pairs of bf16 into f32 sums
-/// (vdpbf16ps); P is rounded to bf16 for P V and each row's sum adds the
-/// rounded probabilities, so the weights that reach O sum to 1. Masked pairs,
+/// (rowMax, rowSum). With AVX512_BF16 (fusedBf16DotProducts) Q K^T and P V
+/// multiply pairs of bf16 into f32 sums (vdpbf16ps); P is rounded to bf16 for
+/// P V and each row's sum adds the rounded probabilities, so the weights that
+/// reach O sum to 1. Elsewhere the f32 kernels run on the rows widened to f32
+/// in the registers (no f32 copy of Q, K or V is made). Masked pairs,
 /// rows without keys and NaN scores are treated as the f32 kernel treats
 /// them. Callers check fusedBf16Available(d) first.
 void runFusedHeadBf16(const plan::Plan &plan, size_t headIndex, bool dense,

@@ -950,7 +950,13 @@ attnc_status attnc_run_backward_on(const attnc_kernel *kernel, const attnc_devic
   return runBackward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, nullptr, options, device);
 }
 
-const char *attnc_cpu_isa(void) { return attnc::rt::fusedIsa(); }
+const char *attnc_cpu_isa(void) {
+  if (!attnc::rt::fusedIsaError().empty()) {
+    lastError = attnc::rt::fusedIsaError();
+    return nullptr;
+  }
+  return attnc::rt::fusedIsa();
+}
 
 const char *attnc_last_error(void) { return lastError.c_str(); }
 

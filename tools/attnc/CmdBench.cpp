@@ -151,6 +151,10 @@ MemoryEstimate benchEstimate(const BenchOptions &opts, const std::vector<int64_t
 }
 
 int runBench(const BenchOptions &opts) {
+  if (!attnc_cpu_isa()) { // ATTNC_FUSED_ISA names CPU kernels this CPU lacks, or none
+    std::cerr << "attnc: error: " << attnc_last_error() << "\n";
+    return kExitUserError;
+  }
   std::optional<Peak> peak;
   if (opts.peak) {
     // First, before kernels and inputs take the caches and the memory.
@@ -414,9 +418,8 @@ int runBench(const BenchOptions &opts) {
     if (fewerQueries)
       os << ", \"queries\": " << nq << ", \"distinct_keys\": " << distinctKeys << ", \"kv_bytes\": " << kvBytes
          << ", \"memcpy_ms\": " << copyMs;
-    os << ", \"cpu_isa\": " << jsonString(attnc_cpu_isa());
     if (peak)
-      os << ", \"peak_gflops\": " << peak->gflops << ", \"peak_isa\": " << jsonString(peak->isa)
+      os << ", \"cpu_isa\": " << jsonString(attnc_cpu_isa()) << ", \"peak_gflops\": " << peak->gflops << ", \"peak_isa\": " << jsonString(peak->isa)
          << ", \"peak_threads\": " << peak->threads;
     os << ", \"results\": [";
     for (size_t k = 0; k < rows.size(); ++k) {

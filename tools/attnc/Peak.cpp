@@ -142,7 +142,8 @@ struct Isa {
 
 /// The loop of the instruction set the fused kernels run (attnc_cpu_isa()).
 Isa pickIsa() {
-  const std::string kernels = attnc_cpu_isa();
+  const char *isa = attnc_cpu_isa();
+  const std::string kernels = isa ? isa : "";
 #if ATTNC_PEAK_X86
   if (kernels == "avx512")
     return {fmaLoopAvx512, "avx512f", 16, kAvx512Accumulators};

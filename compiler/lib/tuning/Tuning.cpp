@@ -31,6 +31,10 @@ std::string tuningKey(std::string_view source, const Pattern &pattern, const std
   for (const ParamValue &p : pattern.params)
     text += '\0' + p.name + "=" + std::to_string(p.value);
   text += std::string("\0f32\0", 5) + host;
+  // Shapes measured on kernels that ATTNC_FUSED_ISA forced (the AVX2 ones on
+  // an AVX-512 CPU) are not the best for the CPU's own, nor the reverse.
+  if (const char *isa = std::getenv("ATTNC_FUSED_ISA"); isa && *isa)
+    text += std::string("\0isa=") + isa;
   return pattern.name + "-" + support::fnv1aHex(text);
 }
 

@@ -12,7 +12,7 @@
 integration; numpy arrays work without torch.
 """
 
-from ._api import Kernel, analyze, cache_stats, compile, load, show
+from ._api import Kernel, analyze, cache_stats, compile, cpu_isa, load, show
 from ._attnc import ABI_VERSION
 from ._errors import AttncError, AttncWarning
 
@@ -26,6 +26,7 @@ __all__ = [
     "analyze",
     "cache_stats",
     "compile",
+    "cpu_isa",
     "load",
     "show",
 ]

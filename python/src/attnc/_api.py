@@ -20,7 +20,7 @@ import numpy as np
 from . import _attnc
 from ._errors import DTYPE, INVALID_ARGUMENT, SHAPE, STRIDE, UNSUPPORTED, AttncError, AttncWarning, error
 
-__all__ = ["Kernel", "compile", "load", "analyze", "show", "cache_stats"]
+__all__ = ["Kernel", "compile", "load", "analyze", "show", "cache_stats", "cpu_isa"]
 
 PathOrSource = Union[str, "os.PathLike[str]"]
 
@@ -413,3 +413,15 @@ def cache_stats() -> Dict[str, int]:
     """The JIT disk cache's hits, misses (compilations) and rebuilt entries in this process."""
     hits, misses, rebuilt = _attnc.cache_stats()
     return {"hits": hits, "misses": misses, "rebuilt": rebuilt}
+
+
+def cpu_isa() -> str:
+    """The instruction set of the CPU kernels this process runs: "avx512", "avx2" or "portable".
+
+    The best this CPU has, unless the environment variable ATTNC_FUSED_ISA (read once, at the first
+    call) forces one; an AttncError (ATTNC_ERROR_UNSUPPORTED) where it names one this CPU lacks.
+    """
+    isa = _attnc.cpu_isa()
+    if isa is None:
+        raise error(UNSUPPORTED, _attnc.last_error())
+    return isa

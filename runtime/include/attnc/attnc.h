@@ -270,9 +270,9 @@ ATTNC_API attnc_status attnc_run_backward_on(const attnc_kernel *kernel, const a
  * The instruction set of the CPU kernels this process runs (the fused and
  * dense backends): "avx512", "avx2" (with FMA) or "portable" (128-bit
  * vectors: NEON on Arm, SSE2 on x86-64). The best this CPU has, unless
- * ATTNC_FUSED_ISA names one; where that names kernels this CPU lacks, the
- * fused and dense backends refuse to load (ATTNC_ERROR_UNSUPPORTED, saying
- * why) and this returns "portable".
+ * ATTNC_FUSED_ISA names one. Where that names kernels this CPU lacks (or no
+ * such kernels) this returns null with attnc_last_error() saying why, and
+ * the fused and dense backends refuse to load (ATTNC_ERROR_UNSUPPORTED).
  */
 ATTNC_API const char *attnc_cpu_isa(void);
 

@@ -71,7 +71,8 @@ public:
   const char *name() const override { return dense_ ? "dense" : "fused"; }
   bool writesLse() const override { return true; }
   bool hasBackward() const override { return true; }
-  /// The fused kernels on bf16 where this CPU has them; the dense baseline
+  /// The fused kernels on bf16 (AVX512_BF16's dot products, or the f32
+  /// kernels widening the rows as they load); the dense baseline
   /// stays the f32 kernel it is measured as. (Rows run on their own take
   /// bf16 on any CPU: Slice::firstRow > 0 reads them as they are.)
   bool takesBf16(int64_t d) const override { return !dense_ && fusedBf16Available(d); }

@@ -40,7 +40,8 @@ std::string cacheDirectory();
 std::string databasePath();
 
 /// What identifies a tuned kernel: the pattern source and name, its parameter
-/// values, the dtype and the host (target and CPU features).
+/// values, the dtype, the host (target and CPU features) and the CPU
+/// kernels' instruction set where ATTNC_FUSED_ISA forces one.
 std::string tuningKey(std::string_view source, const Pattern &pattern, const std::string &host);
 
 /// The recorded entry for `key` and `backend` (the last one written), if any.
