@@ -56,7 +56,7 @@ run_gtest() {
 }
 
 # ASan + UBSan: the gtest binaries whole, then ctest's other tests (the
-# example, mlir-opt, fuzz corpus replays and the fused kernels' portable and
+# example, mlir-opt, fuzz corpus replays and the fused kernels' AVX2, portable and
 # uncached variants). Left out: the install test (an external project whose
 # executables are not linked with ASan), the layering check (a shell
 # script), and the generic-only and bf16 copies of the fused executor (a
@@ -72,7 +72,7 @@ for bin in tests/attnc_unit_tests tests/attnc_support_tests tests/attnc_frontend
   (cd "$(dirname "$asan/$bin")" && run_gtest "./$(basename "$bin")") || status=1
 done
 (cd "$asan" && ctest --output-on-failure -j"$jobs" \
-  -R '^(Example\.|EmitMlir\.|Fuzz\.|FusedKernel\.(Portable|Uncached)\.)') || status=1
+  -R '^(Example\.|EmitMlir\.|Fuzz\.|FusedKernel\.(Avx2|Portable|Uncached)\.)') || status=1
 
 # TSan: the thread pool, and the fused backend's cases of the kernel,
 # gradient, tile-shape, concurrency and JIT cache suites. Left out: the two
