@@ -247,8 +247,8 @@ bool isNumber(const Json &j) { return j.kind == Json::Int || j.kind == Json::Flo
 /// is a documented extension.
 void expectContract(const Json &doc) {
   ASSERT_EQ(doc.kind, Json::Object);
-  const std::set<std::string> top = {"pattern",   "n",      "params",       "heads",
-                                     "num_heads", "causal", "connectivity", "seconds"};
+  const std::set<std::string> top = {"pattern", "n",            "params",  "heads",           "num_heads",
+                                     "causal",  "connectivity", "seconds", "context_parallel"};
   for (const std::string &k : doc.keys())
     EXPECT_TRUE(top.count(k)) << "undocumented field '" << k << "'";
   ASSERT_TRUE(doc.has("pattern") && doc.has("n") && doc.has("params") && doc.has("heads"));
@@ -309,6 +309,45 @@ TEST(CliAnalyze, JsonIsOneObjectOnOneLineWithTheContractFields) {
   EXPECT_EQ(doc["params"].keys(), (std::vector<std::string>{"l", "c"}));
   EXPECT_EQ(doc["params"]["l"].integer, 32);
   EXPECT_EQ(doc["params"]["c"].integer, 8);
+}
+
+/// --ranks adds "context_parallel": the ranks' positions cover [0, n) once,
+/// their pairs add up to the pattern's, and the bytes are the rows times a
+/// position's K and V over the key/value heads; ring attention's beside them.
+TEST(CliAnalyze, RanksShareThePositionsAndCountTheRowsEachReceives) {
+  CommandResult r = attnc("analyze " + libraryPattern("local") +
+                          " --n 1000 -D w=50 --ranks 4 --d 64 --kv-heads 2 --dtype f32 --no-connectivity --json");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  Json doc = parseJson(r.out);
+  expectContract(doc);
+  const Json &cp = doc["context_parallel"];
+  EXPECT_EQ(cp["ranks"].integer, 4);
+  ASSERT_EQ(cp["ranges"].array.size(), 4u);
+  int64_t next = 0;
+  double pairs = 0;
+  for (size_t q = 0; q < 4; ++q) {
+    ASSERT_EQ(cp["ranges"].array[q].array.size(), 1u); // a band: one run per rank
+    EXPECT_EQ(cp["ranges"].array[q].array[0].array[0].integer, next);
+    next = cp["ranges"].array[q].array[0].array[1].integer;
+    pairs += cp["pairs"].array[q].number;
+    // A band of 50 keys: every rank but the first reads the 49 rows before its first.
+    EXPECT_EQ(cp["recv_rows"].array[q].integer, q == 0 ? 0 : 49);
+    EXPECT_EQ(cp["forward_bytes"].array[q].integer, cp["recv_rows"].array[q].integer * 2 * 64 * 2 * 4);
+  }
+  EXPECT_EQ(next, 1000);
+  EXPECT_DOUBLE_EQ(pairs, double(doc["heads"].array[0]["nnz"].integer));
+  EXPECT_LE(cp["pairs_max_over_mean"].number, 1.01);
+  EXPECT_EQ(cp["row_bytes"].integer, 2 * 64 * 2 * 4);
+  EXPECT_EQ(cp["ring_recv_rows"].integer, 750);
+  EXPECT_EQ(cp["ring_forward_bytes"].integer, 750 * 2 * 64 * 2 * 4);
+  CommandResult text = attnc("analyze " + libraryPattern("local") + " --n 1000 -D w=50 --ranks 4 --no-connectivity");
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("context parallel over 4 ranks"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("ring attention: every rank receives 750 rows"), std::string::npos) << text.out;
+  // Without --ranks there is no such field; --ranks 0 is a usage error.
+  CommandResult plain = attnc("analyze " + libraryPattern("local") + " --n 1000 --no-connectivity --json");
+  EXPECT_FALSE(parseJson(plain.out).has("context_parallel"));
+  EXPECT_EQ(attnc("analyze " + libraryPattern("local") + " --n 1000 --ranks 0").exitCode, 2);
 }
 
 TEST(CliAnalyze, JsonHeadsAreTheDistinctSetsWithHandCountedValues) {

@@ -357,7 +357,8 @@ std::unique_ptr<Loaded> load(const std::string &source, const std::string &name,
 std::pair<std::string, std::string> analyze(const std::string &source, const std::string &name,
                                             const std::vector<std::string> &defines, const std::string &pattern,
                                             int64_t n, int64_t queries, int64_t block, int64_t blockCols,
-                                            bool connectivity) {
+                                            bool connectivity, int ranks, int64_t headDim, int64_t kvHeads,
+                                            int64_t elementBytes) {
   std::unique_ptr<Loaded> loaded = load(source, name, defines, pattern);
   attnc::ir::ReportOptions options;
   options.n = n;
@@ -365,6 +366,10 @@ std::pair<std::string, std::string> analyze(const std::string &source, const std
   options.blockRows = block;
   options.blockCols = blockCols;
   options.connectivity = connectivity;
+  options.ranks = ranks;
+  options.headDim = headDim;
+  options.kvHeads = kvHeads;
+  options.elementBytes = elementBytes;
   std::string json;
   {
     nb::gil_scoped_release release;
@@ -461,7 +466,8 @@ NB_MODULE(_attnc, m) {
   m.def("cuda_unavailable", &cudaUnavailable, "device"_a,
         "attnc_device_check: \"\" when CUDA device `device` runs attnc's kernels, else the reason");
   m.def("analyze", &analyze, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "queries"_a, "block"_a,
-        "block_cols"_a, "connectivity"_a, "(the analyze --json object, warnings)");
+        "block_cols"_a, "connectivity"_a, "ranks"_a, "head_dim"_a, "kv_heads"_a, "element_bytes"_a,
+        "(the analyze --json object, warnings)");
   m.def("show", &show, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "queries"_a, "head"_a.none(), "grid"_a,
         "max_side"_a, "format"_a, "(the picture as SVG or ASCII text, warnings)");
   m.def("last_call", [] { return lastCall; },

@@ -242,3 +242,21 @@ def test_cpu_isa_names_the_kernels_that_run_and_forcing_one_gives_the_same_resul
     unknown = _cpu_isa_in_a_new_process("avx9")
     assert unknown[:2] == ["error", "ATTNC_ERROR_UNSUPPORTED"]
     assert "expected avx512, avx2 or portable" in " ".join(unknown)
+
+
+def test_analyze_ranks_shares_the_positions_with_equal_pairs():
+    n, ranks = 4096, 4
+    a = attnc.analyze(FIXED, n, ranks=ranks, head_dim=64, kv_heads=2, dtype="f32", connectivity=False, l=64, c=4)
+    cp = a["context_parallel"]
+    assert cp["ranks"] == ranks and len(cp["ranges"]) == ranks
+    covered = sorted((start, stop) for rank in cp["ranges"] for start, stop in rank)
+    assert covered[0][0] == 0 and covered[-1][1] == n
+    assert all(a_stop == b_start for (_, a_stop), (b_start, _) in zip(covered, covered[1:]))
+    assert sum(cp["pairs"]) == pytest.approx(a["heads"][0]["nnz"])
+    assert cp["pairs_max_over_mean"] <= 1.05
+    # fixed reads its own block and the summary columns before it: far less than ring attention.
+    assert max(cp["forward_bytes"]) < 0.2 * cp["ring_forward_bytes"]
+    assert cp["row_bytes"] == 2 * 64 * 2 * 4
+    assert "context_parallel" not in attnc.analyze(FIXED, n, connectivity=False)
+    with pytest.raises(ValueError):
+        attnc.analyze(FIXED, n, ranks=0)

@@ -27,7 +27,52 @@ struct AnalyzeOptions {
   bool json = false;
   bool connectivity = true;
   double connectivitySeconds = 1.0;
+  int ranks = 0;           ///< context parallelism over this many ranks; 0: none
+  int64_t d = 128;         ///< head dimension, for the bytes moved
+  int64_t kvHeads = 8;     ///< key/value heads, for the bytes moved
+  std::string dtype = "bf16";
 };
+
+std::string fmtBytes(double bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4)
+    bytes /= 1024, ++u;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+/// The context-parallel section of the text form.
+void printContext(const ir::ContextReport &c, std::ostream &os) {
+  const ir::ShardPlan &p = c.shards;
+  double maxPairs = 0, sumPairs = 0;
+  for (double v : p.pairs)
+    maxPairs = std::max(maxPairs, v), sumPairs += v;
+  os << "context parallel over " << p.ranks << " ranks: pairs per rank max/mean "
+     << std::to_string(p.imbalance()).substr(0, 6) << " (mean " << static_cast<int64_t>(sumPairs / p.ranks)
+     << " per head); K/V rows of " << c.rowBytes << " bytes each\n";
+  os << "  rank  positions                       pairs/head   recv rows fwd   recv bytes fwd   recv bytes bwd   vs ring fwd\n";
+  for (int q = 0; q < p.ranks; ++q) {
+    std::string pos;
+    for (const auto &[a, b] : p.ranges[static_cast<size_t>(q)]) {
+      if (pos.size() > 26) {
+        pos += " ...";
+        break;
+      }
+      pos += (pos.empty() ? "" : " ") + ("[" + std::to_string(a) + ", " + std::to_string(b) + ")");
+    }
+    char line[256];
+    std::snprintf(line, sizeof line, "  %4d  %-30s %12.0f %15lld %16s %16s %12.4f\n", q, pos.empty() ? "(none)" : pos.c_str(),
+                  p.pairs[static_cast<size_t>(q)], (long long)p.recvRows[static_cast<size_t>(q)],
+                  fmtBytes(double(c.forwardBytes[static_cast<size_t>(q)])).c_str(),
+                  fmtBytes(double(c.backwardBytes[static_cast<size_t>(q)])).c_str(),
+                  c.ringForwardBytes > 0 ? double(c.forwardBytes[static_cast<size_t>(q)]) / double(c.ringForwardBytes) : 0.0);
+    os << line;
+  }
+  os << "  ring attention: every rank receives " << c.ringRows << " rows, " << fmtBytes(double(c.ringForwardBytes))
+     << " forward, " << fmtBytes(double(c.ringBackwardBytes)) << " backward\n";
+}
 
 std::string fmtDouble(double v, int digits = 4) {
   char buf[64];
@@ -109,6 +154,8 @@ void printText(const LoadedPattern &lp, const AnalyzeOptions &opts, const ir::Pa
                          : "  (" + std::to_string(conn->rowsChecked) + " sampled " + rowsName + " checked)");
     os << "\n";
   }
+  if (report.context)
+    printContext(*report.context, os);
   os << "analysis time " << fmtDouble(report.seconds * 1e3, 1) << " ms\n";
   std::cout << os.str();
 }
@@ -127,6 +174,10 @@ int runAnalyze(const AnalyzeOptions &opts) {
   options.blockCols = opts.blockCols;
   options.connectivity = opts.connectivity;
   options.connectivitySeconds = opts.connectivitySeconds;
+  options.ranks = opts.ranks;
+  options.headDim = opts.d;
+  options.kvHeads = opts.kvHeads;
+  options.elementBytes = opts.dtype == "f32" ? 4 : 2;
   const ir::PatternReport report = ir::analyzePattern(lp->ir, options);
   if (opts.json)
     std::cout << ir::reportJson(lp->ir, report);
@@ -165,10 +216,25 @@ void setupAnalyze(CLI::App &app, int &exitCode) {
                   "so far (spread over [0, n), or over the --queries rows) and the output says so. 0: no limit")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--ranks", opts->ranks,
+                  "Context parallelism: share the n positions out to R ranks with equal pairs, and count the key/value "
+                  "rows and bytes each rank receives forward and backward, beside ring attention's")
+      ->type_name("R")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--d", opts->d, "With --ranks: head dimension of the K and V rows counted in bytes")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd->add_option("--kv-heads", opts->kvHeads, "With --ranks: key/value heads of the K and V rows counted in bytes")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  cmd->add_option("--dtype", opts->dtype, "With --ranks: element type of K and V, f32 or bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->footer(examplesFooter({"attnc analyze patterns/fixed.attn --n 4096",
                               "attnc analyze patterns/strided.attn --n 16384 -D l=128 --json",
                               "attnc analyze patterns/fixed.attn --n 4096 --block 64 --block-cols 8",
-                              "attnc analyze patterns/local.attn --n 32768 --queries 1"}));
+                              "attnc analyze patterns/local.attn --n 32768 --queries 1",
+                              "attnc analyze patterns/local.attn --n 1048576 --ranks 8 --no-connectivity"}));
   cmd->callback([opts, &exitCode] { exitCode = runAnalyze(*opts); });
 }
 

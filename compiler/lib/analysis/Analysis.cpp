@@ -42,61 +42,6 @@ void addRow(RowStats &s, int64_t i, int64_t count) {
   }
 }
 
-/// The union of the keys of many rows, counted without a walk over the
-/// union per row: each segment's [lo, hi) is kept with its pattern, runs of
-/// one pattern merged, and each pattern's ranges are spelled out once at the
-/// end. O(segments) per row plus O(n / period) per pattern in all.
-class KeysRead {
-public:
-  void add(const Segments &row) {
-    for (const Segment &s : row)
-      addRange(s.pattern, s.lo, s.hi);
-  }
-  void add(const IntervalSet &row) {
-    for (const Interval &x : row)
-      addRange(kEveryKey, x.lo, x.hi);
-  }
-
-  /// The keys in the union; `table` holds every pattern added but kEveryKey
-  /// (may be null when there is no other).
-  int64_t count(const PatternTable *table) {
-    IntervalSet keys;
-    for (auto &[pattern, ranges] : ranges_) {
-      normalize(ranges);
-      if (pattern == kEveryKey) {
-        keys.insert(keys.end(), ranges.begin(), ranges.end());
-        continue;
-      }
-      ATTNC_CHECK(table, "periodic keys without their pattern table");
-      for (const Interval &x : ranges) {
-        IntervalSet some = expandKeys(*table, Segments{{x.lo, x.hi, pattern}}, x.lo, x.hi);
-        keys.insert(keys.end(), some.begin(), some.end());
-      }
-    }
-    normalize(keys);
-    return cardinality(keys);
-  }
-
-private:
-  void addRange(PatternId pattern, int64_t lo, int64_t hi) {
-    IntervalSet &ranges = ranges_[pattern];
-    // Rows come in order, so a pattern's next range mostly extends its last.
-    if (!ranges.empty() && lo >= ranges.back().lo && lo <= ranges.back().hi) {
-      ranges.back().hi = std::max(ranges.back().hi, hi);
-      return;
-    }
-    ranges.push_back({lo, hi});
-    size_t &limit = limits_[pattern];
-    if (ranges.size() > limit) { // keep memory linear in the union, not in the rows
-      normalize(ranges);
-      limit = 2 * ranges.size() + 1024;
-    }
-  }
-
-  std::unordered_map<PatternId, IntervalSet> ranges_;
-  std::unordered_map<PatternId, size_t> limits_;
-};
-
 /// 1 to n rows of n positions (n = 0, no rows, is let through as before:
 /// its mean is not a number).
 bool validRows(QueryRows rows) {
@@ -110,7 +55,7 @@ RowStats rowsByRow(const SetRef &set, QueryRows rows) {
   s.n = n;
   s.queries = rows.queries;
   s.minRow = std::numeric_limits<int64_t>::max();
-  KeysRead read;
+  KeyUnion read;
   for (int64_t i = rows.firstRow(); i < n; ++i) {
     IntervalSet keys = eval.row(i);
     const int64_t count = cardinality(keys);
@@ -195,7 +140,7 @@ std::optional<std::pair<RowStats, TileStats>> bySegments(const SetRef &set, Quer
   PatternTable table;
   SegmentEvaluator eval(set, n, table);
   Segments keys, some, every, combined;
-  KeysRead read;
+  KeyUnion read;
   RowStats s;
   s.n = n;
   s.queries = rows.queries;

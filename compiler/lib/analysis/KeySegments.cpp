@@ -2,6 +2,7 @@
 #include "KeySegments.h"
 
 #include "attnc/plan/Generators.h"
+#include "attnc/support/Check.h"
 
 #include <algorithm>
 #include <cstring>
@@ -394,6 +395,49 @@ bool SegmentEvaluator::eval(const SetNode &s, int64_t i, Segments &out, size_t d
   default:
     ATTNC_CHECK(false, "unexpected generator in a segment evaluation");
     return false;
+  }
+}
+
+void KeyUnion::add(const Segments &row) {
+  for (const Segment &s : row)
+    addRange(s.pattern, s.lo, s.hi);
+}
+
+void KeyUnion::add(const IntervalSet &row) {
+  for (const Interval &x : row)
+    addRange(kEveryKey, x.lo, x.hi);
+}
+
+IntervalSet KeyUnion::keys(const PatternTable *table) {
+  IntervalSet keys;
+  for (auto &[pattern, ranges] : ranges_) {
+    normalize(ranges);
+    if (pattern == kEveryKey) {
+      keys.insert(keys.end(), ranges.begin(), ranges.end());
+      continue;
+    }
+    ATTNC_CHECK(table, "periodic keys without their pattern table");
+    for (const Interval &x : ranges) {
+      IntervalSet some = expandKeys(*table, Segments{{x.lo, x.hi, pattern}}, x.lo, x.hi);
+      keys.insert(keys.end(), some.begin(), some.end());
+    }
+  }
+  normalize(keys);
+  return keys;
+}
+
+void KeyUnion::addRange(PatternId pattern, int64_t lo, int64_t hi) {
+  IntervalSet &ranges = ranges_[pattern];
+  // Rows come in order, so a pattern's next range mostly extends its last.
+  if (!ranges.empty() && lo >= ranges.back().lo && lo <= ranges.back().hi) {
+    ranges.back().hi = std::max(ranges.back().hi, hi);
+    return;
+  }
+  ranges.push_back({lo, hi});
+  size_t &limit = limits_[pattern];
+  if (ranges.size() > limit) { // keep memory linear in the union, not in the rows
+    normalize(ranges);
+    limit = 2 * ranges.size() + 1024;
   }
 }
 

@@ -95,6 +95,26 @@ struct BlockCount {
 BlockCount countBlocks(const PatternTable &table, const Segments &s, int64_t n, int64_t w,
                        bool whole);
 
+/// The union of the keys of many rows, collected without a walk over the
+/// union per row: each segment's [lo, hi) is kept with its pattern, runs of
+/// one pattern merged, and each pattern's ranges are spelled out once at the
+/// end. O(segments) per row plus O(n / period) per pattern in all.
+class KeyUnion {
+public:
+  void add(const Segments &row);
+  void add(const IntervalSet &row);
+  /// The keys in the union; `table` holds every pattern added but kEveryKey
+  /// (may be null when there is no other).
+  IntervalSet keys(const PatternTable *table);
+  int64_t count(const PatternTable *table) { return cardinality(keys(table)); }
+
+private:
+  void addRange(PatternId pattern, int64_t lo, int64_t hi);
+
+  std::unordered_map<PatternId, IntervalSet> ranges_;
+  std::unordered_map<PatternId, size_t> limits_;
+};
+
 /// The keys of each row of a set as segments, at one n.
 class SegmentEvaluator {
 public:

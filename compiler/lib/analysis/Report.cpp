@@ -53,6 +53,21 @@ PatternReport analyzePattern(const PatternIR &ir, const ReportOptions &options) 
     search.timeBudgetSeconds = options.connectivitySeconds;
     report.connectivity = analyzeConnectivity(sets, options.n, search);
   }
+  if (options.ranks > 0) {
+    ContextReport c;
+    c.shards = shardContext(ir, options.n, options.ranks);
+    c.rowBytes = 2 * options.headDim * options.kvHeads * options.elementBytes;
+    const int64_t r = options.ranks;
+    c.ringRows = options.n * (r - 1) / r;
+    c.ringForwardBytes = c.ringRows * c.rowBytes;
+    c.ringBackwardBytes = 2 * c.ringForwardBytes;
+    for (int q = 0; q < options.ranks; ++q) {
+      c.forwardBytes.push_back(c.shards.recvRows[static_cast<size_t>(q)] * c.rowBytes);
+      c.backwardBytes.push_back(
+          (c.shards.recvRows[static_cast<size_t>(q)] + c.shards.returnRows[static_cast<size_t>(q)]) * c.rowBytes);
+    }
+    report.context = std::move(c);
+  }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
@@ -97,6 +112,32 @@ std::string reportJson(const PatternIR &ir, const PatternReport &report) {
        << ", \"exact\": " << (conn->exact ? "true" : "false")
        << ", \"rows_checked\": " << conn->rowsChecked
        << ", \"stopped_early\": " << (conn->stoppedEarly ? "true" : "false") << "}";
+  }
+  if (const std::optional<ContextReport> &c = report.context) {
+    const ShardPlan &p = c->shards;
+    auto list = [&](const auto &values) {
+      std::ostringstream out;
+      out << "[";
+      for (size_t k = 0; k < values.size(); ++k)
+        out << (k ? ", " : "") << values[k];
+      return out.str() + "]";
+    };
+    os << ", \"context_parallel\": {\"ranks\": " << p.ranks << ", \"ranges\": [";
+    for (size_t q = 0; q < p.ranges.size(); ++q) {
+      os << (q ? ", " : "") << "[";
+      for (size_t k = 0; k < p.ranges[q].size(); ++k)
+        os << (k ? ", " : "") << "[" << p.ranges[q][k].first << ", " << p.ranges[q][k].second << "]";
+      os << "]";
+    }
+    std::vector<std::string> pairs;
+    for (double v : p.pairs)
+      pairs.push_back(fmtDouble(v, 1));
+    os << "], \"pairs\": " << list(pairs) << ", \"pairs_max_over_mean\": " << fmtDouble(p.imbalance(), 6)
+       << ", \"recv_rows\": " << list(p.recvRows) << ", \"return_rows\": " << list(p.returnRows)
+       << ", \"row_bytes\": " << c->rowBytes << ", \"forward_bytes\": " << list(c->forwardBytes)
+       << ", \"backward_bytes\": " << list(c->backwardBytes) << ", \"ring_recv_rows\": " << c->ringRows
+       << ", \"ring_forward_bytes\": " << c->ringForwardBytes
+       << ", \"ring_backward_bytes\": " << c->ringBackwardBytes << "}";
   }
   os << ", \"seconds\": " << fmtDouble(report.seconds, 6) << "}\n";
   return os.str();

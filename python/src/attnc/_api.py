@@ -347,6 +347,10 @@ def analyze(
     block_cols: Optional[int] = None,
     connectivity: bool = True,
     pattern: Optional[str] = None,
+    ranks: Optional[int] = None,
+    head_dim: int = 128,
+    kv_heads: int = 8,
+    dtype: str = "bf16",
     **params: int,
 ) -> Dict[str, Any]:
     """What the pattern attends to at sequence length ``n``: ``attnc analyze --json`` as a dict.
@@ -356,7 +360,10 @@ def analyze(
     ``connectivity`` the Sparse Transformer's criterion 2. The schema is in docs/cli.md.
     ``queries`` (default ``n``) counts only the last ``queries`` rows, the positions of a call
     with fewer queries than keys (``attnc analyze --queries``); the dict then has ``queries``,
-    ``first_row`` and each head's ``keys_read``.
+    ``first_row`` and each head's ``keys_read``. ``ranks`` (``attnc analyze --ranks``) adds
+    ``context_parallel``: the positions shared out to that many ranks with equal pairs, and the
+    K/V rows and bytes (rows of ``head_dim`` elements of ``dtype``, ``kv_heads`` heads) each receives
+    forward and backward, beside ring attention's.
     """
     _check_range("n", n, 1, 1 << 24)
     if queries is not None:
@@ -364,9 +371,16 @@ def analyze(
     _check_range("block", block, 1, 1 << 31)
     if block_cols is not None:
         _check_range("block_cols", block_cols, 1, 1 << 31)
+    if ranks is not None:
+        _check_range("ranks", ranks, 1, 1 << 16)
+    _check_range("head_dim", head_dim, 1, 4096)
+    _check_range("kv_heads", kv_heads, 1, 1 << 16)
+    if dtype not in ("f32", "bf16"):
+        raise ValueError(f"dtype must be 'f32' or 'bf16', got {dtype!r}")
     source, name = _pattern_text(path_or_source)
     text, warned = _attnc.analyze(source, name, _defines(params), pattern or "", int(n), int(queries or 0),
-                                  int(block), int(block_cols or 0), bool(connectivity))
+                                  int(block), int(block_cols or 0), bool(connectivity), int(ranks or 0), int(head_dim),
+                                  int(kv_heads), 4 if dtype == "f32" else 2)
     _warn(warned)
     return json.loads(text)
 

@@ -1,0 +1,52 @@
+//===- Shards.h - A sequence's positions shared out across ranks ----------===//
+//
+// Context parallelism: R ranks each hold some positions of one sequence (the
+// same positions of Q, K and V) and compute O for their queries. shardContext
+// chooses the positions so that every rank computes the same number of the
+// pattern's pairs, and counts, from the closed forms, the key/value rows each
+// rank must receive from the others (what its queries read and it does not
+// hold) and, for the backward pass, the rows of its own positions whose dK and
+// dV partial sums other ranks send back. Nothing of size n x n is built:
+// each row's keys are periodic segments (KeySegments.h).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/plan/PatternIR.h"
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace attnc::ir {
+
+struct ShardPlan {
+  int64_t n = 0;
+  int ranks = 0;
+  /// Per rank: its positions as sorted, disjoint [start, stop) ranges (none
+  /// for a rank without positions: more ranks than rows to share).
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> ranges;
+  /// Per rank: the pattern's pairs of its query rows, per head (the mean
+  /// over heads where heads have sets of their own).
+  std::vector<double> pairs;
+  /// Per rank: key/value rows its queries read that other ranks hold (the
+  /// forward pass receives them).
+  std::vector<int64_t> recvRows;
+  /// Per rank: rows it holds that other ranks' queries read, counted once
+  /// per reading rank (the backward pass receives their dK and dV partial
+  /// sums).
+  std::vector<int64_t> returnRows;
+  /// max(pairs) / mean(pairs); 1 when no pair exists.
+  double imbalance() const;
+};
+
+/// Shares [0, n) out to `ranks` ranks (n >= 1, ranks >= 1). A row whose
+/// pairs exceed 1/40 of a rank's share (a global row, say) goes to a rank
+/// on its own, the heaviest first to the least loaded rank; the other rows
+/// are cut into contiguous runs, one per rank in order, each filled to its
+/// rank's share less what its own heavy rows bring. So each rank's pairs
+/// are within about 1/40 of the mean; a causal pattern's later, heavier rows
+/// simply make later ranks' runs shorter.
+ShardPlan shardContext(const PatternIR &ir, int64_t n, int ranks);
+
+} // namespace attnc::ir

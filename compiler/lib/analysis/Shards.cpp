@@ -1,0 +1,185 @@
+//===- Shards.cpp - A sequence's positions shared out across ranks --------===//
+#include "attnc/analysis/Shards.h"
+
+#include "KeySegments.h"
+
+#include "attnc/plan/RowEvaluator.h"
+#include "attnc/support/Check.h"
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+
+namespace attnc::ir {
+
+namespace {
+
+/// One head set's rows at n: as periodic segments where the set allows (a
+/// row past the segment table's limits, or a set with a predicate, as an
+/// IntervalSet).
+class SetRows {
+public:
+  SetRows(const SetRef &set, int64_t n) : intervals_(set, n) {
+    if (SegmentEvaluator::supports(*set))
+      segments_ = std::make_unique<SegmentEvaluator>(set, n, table_);
+  }
+
+  /// Row i's keys: counted, and added to `keys` when not null.
+  int64_t row(int64_t i, KeyUnion *keys) {
+    if (segments_ && segments_->row(i, seg_)) {
+      if (keys)
+        keys->add(seg_);
+      return countKeys(table_, seg_, 0, intervals_.n());
+    }
+    intervals_.row(i, 0, intervals_.n(), set_);
+    if (keys)
+      keys->add(set_);
+    return cardinality(set_);
+  }
+  const PatternTable &table() const { return table_; }
+
+private:
+  PatternTable table_;
+  std::unique_ptr<SegmentEvaluator> segments_;
+  RowEvaluator intervals_;
+  Segments seg_;
+  IntervalSet set_;
+};
+
+/// The weight of each head set: the heads it serves (one set serving every
+/// head when the pattern declares none).
+std::vector<int64_t> setWeights(const PatternIR &ir) {
+  std::vector<int64_t> w;
+  for (const PatternIR::Head &h : ir.heads)
+    w.push_back(ir.headsDeclared ? static_cast<int64_t>(h.heads.size()) : 1);
+  return w;
+}
+
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
+/// Sorts and merges touching ranges.
+void mergeRanges(Ranges &r) {
+  std::sort(r.begin(), r.end());
+  Ranges out;
+  for (const auto &x : r) {
+    if (!out.empty() && x.first <= out.back().second)
+      out.back().second = std::max(out.back().second, x.second);
+    else
+      out.push_back(x);
+  }
+  r.swap(out);
+}
+
+/// Keys of `keys` inside the ranges.
+int64_t keysIn(const IntervalSet &keys, const Ranges &ranges) {
+  int64_t total = 0;
+  for (const auto &[lo, hi] : ranges)
+    total += cardinality(clip(keys, lo, hi));
+  return total;
+}
+
+} // namespace
+
+double ShardPlan::imbalance() const {
+  if (pairs.empty())
+    return 1;
+  const double sum = std::accumulate(pairs.begin(), pairs.end(), 0.0);
+  if (sum <= 0)
+    return 1;
+  return *std::max_element(pairs.begin(), pairs.end()) / (sum / static_cast<double>(pairs.size()));
+}
+
+ShardPlan shardContext(const PatternIR &ir, int64_t n, int ranks) {
+  ATTNC_CHECK(n >= 1 && ranks >= 1, "shardContext needs n >= 1 and ranks >= 1");
+  ATTNC_CHECK(!ir.heads.empty(), "a pattern without head sets");
+  const std::vector<int64_t> weights = setWeights(ir);
+  const int64_t totalWeight = std::accumulate(weights.begin(), weights.end(), int64_t{0});
+
+  // Each row's pairs over every head.
+  std::vector<int64_t> rowPairs(static_cast<size_t>(n), 0);
+  for (size_t s = 0; s < ir.heads.size(); ++s) {
+    SetRows rows(ir.heads[s].set, n);
+    for (int64_t i = 0; i < n; ++i)
+      rowPairs[static_cast<size_t>(i)] += weights[s] * rows.row(i, nullptr);
+  }
+  const double total = std::accumulate(rowPairs.begin(), rowPairs.end(), 0.0);
+  const double share = total / ranks;
+
+  ShardPlan plan;
+  plan.n = n;
+  plan.ranks = ranks;
+  plan.ranges.assign(static_cast<size_t>(ranks), {});
+  std::vector<double> load(static_cast<size_t>(ranks), 0.0);
+
+  // Heavy rows, heaviest first, each to the least loaded rank.
+  const double heavy = share / 40;
+  std::vector<int64_t> heavyRows;
+  for (int64_t i = 0; i < n && ranks > 1; ++i)
+    if (static_cast<double>(rowPairs[static_cast<size_t>(i)]) > heavy)
+      heavyRows.push_back(i);
+  std::stable_sort(heavyRows.begin(), heavyRows.end(), [&](int64_t a, int64_t b) {
+    return rowPairs[static_cast<size_t>(a)] > rowPairs[static_cast<size_t>(b)];
+  });
+  std::vector<char> isHeavy(static_cast<size_t>(n), 0);
+  for (int64_t i : heavyRows) {
+    const size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[r] += static_cast<double>(rowPairs[static_cast<size_t>(i)]);
+    plan.ranges[r].push_back({i, i + 1});
+    isHeavy[static_cast<size_t>(i)] = 1;
+  }
+  // The other rows in order: row i goes to the first rank whose cumulative
+  // room (its share less its heavy rows) reaches the middle of the row, so
+  // that errors do not add up from rank to rank.
+  std::vector<double> roomUpTo(static_cast<size_t>(ranks));
+  double room = 0;
+  for (int r = 0; r < ranks; ++r) {
+    room += std::max(0.0, share - load[static_cast<size_t>(r)]);
+    roomUpTo[static_cast<size_t>(r)] = room;
+  }
+  double done = 0;
+  int r = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (isHeavy[static_cast<size_t>(i)])
+      continue;
+    const double w = static_cast<double>(rowPairs[static_cast<size_t>(i)]);
+    while (r + 1 < ranks && done + w / 2 > roomUpTo[static_cast<size_t>(r)])
+      ++r;
+    Ranges &mine = plan.ranges[static_cast<size_t>(r)];
+    if (!mine.empty() && mine.back().second == i)
+      mine.back().second = i + 1;
+    else
+      mine.push_back({i, i + 1});
+    done += w;
+  }
+  for (Ranges &mine : plan.ranges)
+    mergeRanges(mine);
+
+  // Per rank: its pairs, and the keys its rows read (over every head set;
+  // each set's segments are spelled out with its own pattern table).
+  std::vector<IntervalSet> reads(static_cast<size_t>(ranks));
+  plan.pairs.assign(static_cast<size_t>(ranks), 0.0);
+  for (int q = 0; q < ranks; ++q) {
+    int64_t pairs = 0;
+    for (size_t s = 0; s < ir.heads.size(); ++s) {
+      SetRows rows(ir.heads[s].set, n);
+      KeyUnion keys;
+      for (const auto &[lo, hi] : plan.ranges[static_cast<size_t>(q)])
+        for (int64_t i = lo; i < hi; ++i)
+          pairs += weights[s] * rows.row(i, &keys);
+      reads[static_cast<size_t>(q)] = unite(reads[static_cast<size_t>(q)], keys.keys(&rows.table()));
+    }
+    plan.pairs[static_cast<size_t>(q)] = static_cast<double>(pairs) / static_cast<double>(totalWeight);
+  }
+  plan.recvRows.assign(static_cast<size_t>(ranks), 0);
+  plan.returnRows.assign(static_cast<size_t>(ranks), 0);
+  for (int q = 0; q < ranks; ++q) {
+    const IntervalSet &read = reads[static_cast<size_t>(q)];
+    plan.recvRows[static_cast<size_t>(q)] = cardinality(read) - keysIn(read, plan.ranges[static_cast<size_t>(q)]);
+    for (int o = 0; o < ranks; ++o)
+      if (o != q)
+        plan.returnRows[static_cast<size_t>(o)] += keysIn(read, plan.ranges[static_cast<size_t>(o)]);
+  }
+  return plan;
+}
+
+} // namespace attnc::ir
