@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 namespace attnc {
@@ -103,6 +104,8 @@ TEST_P(Shards, CoverEveryPositionOnceAndCountWhatTheOracleCounts) {
           reads[static_cast<size_t>(r)][static_cast<size_t>(j)] = 1;
         }
   }
+  const int64_t ringRows = n * (ranks - 1) / ranks;
+  int64_t mostBack = 0;
   for (int r = 0; r < ranks; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     EXPECT_DOUBLE_EQ(plan.pairs[static_cast<size_t>(r)],
@@ -116,8 +119,13 @@ TEST_P(Shards, CoverEveryPositionOnceAndCountWhatTheOracleCounts) {
           back += s != r && reads[static_cast<size_t>(s)][static_cast<size_t>(j)];
     }
     EXPECT_EQ(plan.recvRows[static_cast<size_t>(r)], recv);
-    EXPECT_EQ(plan.returnRows[static_cast<size_t>(r)], back);
+    // Straight back to the owner, or a reduce-scatter's n (R - 1) / R rows.
+    EXPECT_EQ(plan.returnRows[static_cast<size_t>(r)], plan.reduceScatter ? ringRows : back);
+    mostBack = std::max(mostBack, back);
   }
+  // The reduce-scatter is chosen exactly when straight would cost some rank more.
+  EXPECT_EQ(plan.reduceScatter, mostBack > ringRows);
+  EXPECT_TRUE(plan.layout == "runs" || plan.layout == "zigzag") << plan.layout;
 }
 
 INSTANTIATE_TEST_SUITE_P(Library, Shards,
@@ -137,6 +145,10 @@ TEST(ShardBalance, LibraryPatternsWithinFivePercentOfTheMean) {
     for (int ranks : {2, 4, 8, 16, 64}) {
       const ir::ShardPlan plan = ir::shardContext(l->ir, 65536, ranks);
       EXPECT_LE(plan.imbalance(), 1.05) << name << " over " << ranks << " ranks";
+      // Where the zig-zag layout was chosen no rank receives more than ring attention.
+      if (plan.layout == "zigzag")
+        for (int64_t rows : plan.recvRows)
+          EXPECT_LE(rows, 65536 * (ranks - 1) / ranks) << name << " over " << ranks << " ranks";
     }
   }
 }

@@ -4,21 +4,25 @@
 // vectors for Q K^T and the softmax. Per block: Q^T is built with 16 x 16
 // register transposes and the rows' running max and sum are loaded. Per tile
 // of keys:
-//   1. S^T = K_tile Q^T: each key row broadcast against Q^T, 24 accumulators
-//      at a time; scaled, masked (partial tiles, rows past the block) and
+//   1. S^T = K_tile Q^T: each key row broadcast against Q^T, kAcc
+//      accumulators at a time; scaled, masked (partial tiles, rows past the
+//      block) and
 //      folded into the new row max as it leaves the registers,
 //   2. the correction exp(old max - new max) and P = exp(S - max) per lane,
 //   3. O = O * correction + P V with the head dimension as lanes instead:
 //      a group of rows' output stays in registers for the whole tile, each
 //      probability a broadcast; O is the row-major accumulator itself, so it
 //      is never transposed.
-// The kernels (FusedTiles.inc) are always compiled once in plain C++ with
-// GCC/Clang vector extensions (the generic path, for any 64-bit target) and,
-// on x86-64, once more for AVX-512; there the CPU picks one at first use.
+// The kernels (FusedTiles.inc, GradTiles.inc) are one source compiled per
+// instruction set: always once in plain C++ with GCC/Clang vector extensions
+// on 128-bit vectors (the generic path, for any 64-bit target: SSE2, NEON)
+// and, on x86-64, once for AVX2 with FMA and once for AVX-512; there the CPU
+// picks the best it has at first use (kernels(); ATTNC_FUSED_ISA forces one).
 // ATTNC_FUSED_GENERIC_ONLY=1 leaves out every x86-specific piece on x86-64
 // too, so that the tests run the generic path as other targets build it.
 // Inputs in bf16 (runFusedHeadBf16) run the same blocks through the kernels
-// of FusedTilesBf16.inc, compiled only for AVX-512 with AVX512_BF16.
+// of FusedTilesBf16.inc with AVX512_BF16, else through the f32 kernels
+// instantiated for bf16 rows (widened as they load).
 //
 //===----------------------------------------------------------------------===//
 #include "FusedExecutor.h"
@@ -395,7 +399,7 @@ std::vector<uint16_t> &classValues(FusedScratch &s, uint16_t) { return s.classVB
 template <typename T>
 void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached, int64_t n,
              int64_t d, const T *q, const T *k, const T *v, float *o, float scale, FusedScratch &s, int threads,
-             RunBlockOf<T> kernel) {
+             RunBlockOf<T> kernel, int64_t skipRows) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   std::vector<size_t> relayouts; // the residue-relayout pieces (the dense baseline has none)
   if (!dense)
@@ -481,7 +485,10 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
       if (last)
         waiting.clear();
     };
-    forEachItem(numBlocks, threads, s, [&](FusedScratch &ws, int64_t b) {
+    // Blocks wholly before skipRows hold only padding rows: not run.
+    const int64_t firstBlock = std::min(numBlocks, skipRows / R);
+    forEachItem(numBlocks - firstBlock, threads, s, [&](FusedScratch &ws, int64_t item) {
+      const int64_t b = firstBlock + item;
       ws.blocks.resize(sources.size());
       ws.built.resize(sources.size());
       for (size_t p = 0; p < sources.size(); ++p) {
@@ -543,8 +550,11 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
       classArgs.finalize = finalize;
       ws.blocks.resize(1);
       const plan::BlockTiles *one = &ws.blocks[0];
-      const int64_t end = src.numBlocks();
+      const int64_t end = src.numBlocks(), classRows = plan::classRows(piece, n, c);
       for (int64_t b = 0; b < end; ++b) {
+        // (A block whose rows all lie before skipRows holds only padding.)
+        if (src.rowBase() + (std::min(classRows, (b + 1) * args.tileRows) - 1) * m < skipRows)
+          continue;
         blockOf(src, p, static_cast<size_t>(c), b, ws, ws.blocks[0], true);
         const int64_t needed = ws.blocks[0].keys.empty() ? 0 : ws.blocks[0].keys.back() + 1;
         if (needed > copied) {
@@ -582,8 +592,8 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
 
 void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached, int64_t n,
                   int64_t d, const float *q, const float *k, const float *v, float *o, float scale, FusedScratch &s,
-                  int threads) {
-  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, blockKernel());
+                  int threads, int64_t skipRows) {
+  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, blockKernel(), skipRows);
 }
 
 bool fusedBf16Available(int64_t d) { return d >= 1 && blockKernelBf16() != nullptr; }
@@ -598,16 +608,16 @@ bool fusedBf16DotProducts() {
 
 void runFusedHeadBf16(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached,
                       int64_t n, int64_t d, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *o,
-                      float scale, FusedScratch &s, int threads) {
+                      float scale, FusedScratch &s, int threads, int64_t skipRows) {
   const RunBlockOf<uint16_t> kernel = blockKernelBf16();
   ATTNC_CHECK(kernel && d >= 1, "runFusedHeadBf16 called where fusedBf16Available(" + std::to_string(d) + ") is false");
-  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, kernel);
+  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, kernel, skipRows);
 }
 
 void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached,
                       int64_t n, int64_t d, const float *q, const float *k, const float *v, const float *o,
                       const float *dO, const float *lse, float *dq, float *dk, float *dv, float scale,
-                      FusedGradScratch &s, int threads) {
+                      FusedGradScratch &s, int threads, int64_t skipRows) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   const size_t nd = static_cast<size_t>(n * d);
   s.delta.resize(static_cast<size_t>(n));
@@ -694,9 +704,14 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
         rowPieces.push_back(p);
       }
   }
-  if (!rowSources.empty())
-    support::parallelFor(rowSources.front().numBlocks(), threads,
-                         [&](int w, int64_t b) { runRowBlock(rowSources, rowPieces, w, b); });
+  if (!rowSources.empty()) {
+    // Blocks wholly before skipRows hold only padding rows (dO = 0: they
+    // add nothing to dK or dV), so they are not run.
+    const int64_t numBlocks = rowSources.front().numBlocks();
+    const int64_t firstBlock = std::min(numBlocks, skipRows / plan.options.tileRows);
+    support::parallelFor(numBlocks - firstBlock, threads,
+                         [&](int w, int64_t b) { runRowBlock(rowSources, rowPieces, w, firstBlock + b); });
+  }
   if (!dense) {
     for (size_t p = 0; p < head.pieces.size(); ++p) {
       const plan::Piece &piece = head.pieces[p];
@@ -734,6 +749,8 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
                                    plan.options.tileRows};
           const std::vector<plan::BlockShape> *blocks = pieceBlocks(p, static_cast<size_t>(c));
           for (int64_t b = 0; b < src.numBlocks(); ++b) {
+            if (c + (std::min(rows, (b + 1) * plan.options.tileRows) - 1) * m < skipRows)
+              continue; // (padding rows only)
             loadBlock(src, blocks, b, ws, true); // rows and keys of the class's copies
             kernel(ws.tiles, classArgs, ws);
           }

@@ -620,6 +620,7 @@ void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<S
               const int64_t pad = rowRange ? 0 : s.nk - s.nq, rows = pad + s.nq;
               attnc::rt::Slice slice{nullptr, nullptr, nullptr, nullptr, s.nk, d, c.set(h), c.scale};
               slice.firstRow = rowRange ? s.nk - s.nq : 0;
+              slice.skipRows = pad;
               const bool bf16 = q.dtype == ATTNC_DTYPE_BF16 &&
                                 (rowRange ? c.backend.takesBf16Rows() : c.backend.takesBf16(d));
               if (bf16) {
@@ -714,6 +715,7 @@ void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<
                                            c.set(h),
                                            c.scale};
                 slice.firstRow = rowRange ? s.nk - s.nq : 0;
+                slice.skipRows = pad;
                 slice.kb = kbIn;
                 slice.vb = vbIn;
                 c.backend.runBackwardSlice(state, slice, *ws.scratch, c.threadsPerSlice);

@@ -51,7 +51,8 @@ void printContext(const ir::ContextReport &c, std::ostream &os) {
     maxPairs = std::max(maxPairs, v), sumPairs += v;
   os << "context parallel over " << p.ranks << " ranks: pairs per rank max/mean "
      << std::to_string(p.imbalance()).substr(0, 6) << " (mean " << static_cast<int64_t>(sumPairs / p.ranks)
-     << " per head); K/V rows of " << c.rowBytes << " bytes each\n";
+     << " per head), layout " << p.layout << "; K/V rows of " << c.rowBytes << " bytes each; dK/dV sums back "
+     << (p.reduceScatter ? "by a reduce-scatter" : "straight to their owners") << "\n";
   os << "  rank  positions                       pairs/head   recv rows fwd   recv bytes fwd   recv bytes bwd   vs ring fwd\n";
   for (int q = 0; q < p.ranks; ++q) {
     std::string pos;

@@ -122,7 +122,8 @@ std::string reportJson(const PatternIR &ir, const PatternReport &report) {
         out << (k ? ", " : "") << values[k];
       return out.str() + "]";
     };
-    os << ", \"context_parallel\": {\"ranks\": " << p.ranks << ", \"ranges\": [";
+    os << ", \"context_parallel\": {\"ranks\": " << p.ranks << ", \"layout\": \"" << p.layout
+       << "\", \"backward_return\": \"" << (p.reduceScatter ? "reduce_scatter" : "direct") << "\", \"ranges\": [";
     for (size_t q = 0; q < p.ranges.size(); ++q) {
       os << (q ? ", " : "") << "[";
       for (size_t k = 0; k < p.ranges[q].size(); ++k)

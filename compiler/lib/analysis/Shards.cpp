@@ -89,73 +89,20 @@ double ShardPlan::imbalance() const {
   return *std::max_element(pairs.begin(), pairs.end()) / (sum / static_cast<double>(pairs.size()));
 }
 
-ShardPlan shardContext(const PatternIR &ir, int64_t n, int ranks) {
-  ATTNC_CHECK(n >= 1 && ranks >= 1, "shardContext needs n >= 1 and ranks >= 1");
-  ATTNC_CHECK(!ir.heads.empty(), "a pattern without head sets");
-  const std::vector<int64_t> weights = setWeights(ir);
-  const int64_t totalWeight = std::accumulate(weights.begin(), weights.end(), int64_t{0});
+namespace {
 
-  // Each row's pairs over every head.
-  std::vector<int64_t> rowPairs(static_cast<size_t>(n), 0);
-  for (size_t s = 0; s < ir.heads.size(); ++s) {
-    SetRows rows(ir.heads[s].set, n);
-    for (int64_t i = 0; i < n; ++i)
-      rowPairs[static_cast<size_t>(i)] += weights[s] * rows.row(i, nullptr);
-  }
-  const double total = std::accumulate(rowPairs.begin(), rowPairs.end(), 0.0);
-  const double share = total / ranks;
+constexpr double kBalanced = 1.05; ///< a layout within this of the mean pairs per rank is balanced
 
+/// A layout's pairs per rank, and the rows each receives: per rank the keys
+/// its rows read (over every head set; each set's segments are spelled out
+/// with its own pattern table), less its own.
+ShardPlan measure(const PatternIR &ir, const std::vector<int64_t> &weights, int64_t totalWeight, int64_t n,
+                  std::vector<Ranges> ranges) {
+  const int ranks = static_cast<int>(ranges.size());
   ShardPlan plan;
   plan.n = n;
   plan.ranks = ranks;
-  plan.ranges.assign(static_cast<size_t>(ranks), {});
-  std::vector<double> load(static_cast<size_t>(ranks), 0.0);
-
-  // Heavy rows, heaviest first, each to the least loaded rank.
-  const double heavy = share / 40;
-  std::vector<int64_t> heavyRows;
-  for (int64_t i = 0; i < n && ranks > 1; ++i)
-    if (static_cast<double>(rowPairs[static_cast<size_t>(i)]) > heavy)
-      heavyRows.push_back(i);
-  std::stable_sort(heavyRows.begin(), heavyRows.end(), [&](int64_t a, int64_t b) {
-    return rowPairs[static_cast<size_t>(a)] > rowPairs[static_cast<size_t>(b)];
-  });
-  std::vector<char> isHeavy(static_cast<size_t>(n), 0);
-  for (int64_t i : heavyRows) {
-    const size_t r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    load[r] += static_cast<double>(rowPairs[static_cast<size_t>(i)]);
-    plan.ranges[r].push_back({i, i + 1});
-    isHeavy[static_cast<size_t>(i)] = 1;
-  }
-  // The other rows in order: row i goes to the first rank whose cumulative
-  // room (its share less its heavy rows) reaches the middle of the row, so
-  // that errors do not add up from rank to rank.
-  std::vector<double> roomUpTo(static_cast<size_t>(ranks));
-  double room = 0;
-  for (int r = 0; r < ranks; ++r) {
-    room += std::max(0.0, share - load[static_cast<size_t>(r)]);
-    roomUpTo[static_cast<size_t>(r)] = room;
-  }
-  double done = 0;
-  int r = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (isHeavy[static_cast<size_t>(i)])
-      continue;
-    const double w = static_cast<double>(rowPairs[static_cast<size_t>(i)]);
-    while (r + 1 < ranks && done + w / 2 > roomUpTo[static_cast<size_t>(r)])
-      ++r;
-    Ranges &mine = plan.ranges[static_cast<size_t>(r)];
-    if (!mine.empty() && mine.back().second == i)
-      mine.back().second = i + 1;
-    else
-      mine.push_back({i, i + 1});
-    done += w;
-  }
-  for (Ranges &mine : plan.ranges)
-    mergeRanges(mine);
-
-  // Per rank: its pairs, and the keys its rows read (over every head set;
-  // each set's segments are spelled out with its own pattern table).
+  plan.ranges = std::move(ranges);
   std::vector<IntervalSet> reads(static_cast<size_t>(ranks));
   plan.pairs.assign(static_cast<size_t>(ranks), 0.0);
   for (int q = 0; q < ranks; ++q) {
@@ -180,6 +127,126 @@ ShardPlan shardContext(const PatternIR &ir, int64_t n, int ranks) {
         plan.returnRows[static_cast<size_t>(o)] += keysIn(read, plan.ranges[static_cast<size_t>(o)]);
   }
   return plan;
+}
+
+} // namespace
+
+ShardPlan shardContext(const PatternIR &ir, int64_t n, int ranks) {
+  ATTNC_CHECK(n >= 1 && ranks >= 1, "shardContext needs n >= 1 and ranks >= 1");
+  ATTNC_CHECK(!ir.heads.empty(), "a pattern without head sets");
+  const std::vector<int64_t> weights = setWeights(ir);
+  const int64_t totalWeight = std::accumulate(weights.begin(), weights.end(), int64_t{0});
+
+  // Each row's pairs over every head.
+  std::vector<int64_t> rowPairs(static_cast<size_t>(n), 0);
+  for (size_t s = 0; s < ir.heads.size(); ++s) {
+    SetRows rows(ir.heads[s].set, n);
+    for (int64_t i = 0; i < n; ++i)
+      rowPairs[static_cast<size_t>(i)] += weights[s] * rows.row(i, nullptr);
+  }
+  const double total = std::accumulate(rowPairs.begin(), rowPairs.end(), 0.0);
+  const double share = total / ranks;
+
+  // Heavy rows, heaviest first, each to the least loaded rank: rows whose
+  // pairs pass `threshold`.
+  struct Heavy {
+    std::vector<Ranges> ranges;
+    std::vector<double> load;
+    std::vector<char> is;
+    int64_t count = 0;
+  };
+  auto placeHeavy = [&](double threshold) {
+    Heavy h{std::vector<Ranges>(static_cast<size_t>(ranks)), std::vector<double>(static_cast<size_t>(ranks), 0.0),
+            std::vector<char>(static_cast<size_t>(n), 0), 0};
+    std::vector<int64_t> rows;
+    for (int64_t i = 0; i < n && ranks > 1; ++i)
+      if (static_cast<double>(rowPairs[static_cast<size_t>(i)]) > threshold)
+        rows.push_back(i);
+    std::stable_sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) {
+      return rowPairs[static_cast<size_t>(a)] > rowPairs[static_cast<size_t>(b)];
+    });
+    for (int64_t i : rows) {
+      const size_t r = static_cast<size_t>(std::min_element(h.load.begin(), h.load.end()) - h.load.begin());
+      h.load[r] += static_cast<double>(rowPairs[static_cast<size_t>(i)]);
+      h.ranges[r].push_back({i, i + 1});
+      h.is[static_cast<size_t>(i)] = 1;
+    }
+    h.count = static_cast<int64_t>(rows.size());
+    return h;
+  };
+  auto addRow = [](Ranges &mine, int64_t i) {
+    if (!mine.empty() && mine.back().second == i)
+      mine.back().second = i + 1;
+    else
+      mine.push_back({i, i + 1});
+  };
+
+  // Layout 1, runs: rows past 1/40 of a share placed first; the other rows
+  // in order, row i to the first rank whose cumulative room (its share less
+  // its heavy rows) reaches the middle of the row, so that errors do not add
+  // up from rank to rank. Few K/V rows cross for local patterns; but a rank
+  // of heavier rows holds fewer positions.
+  const Heavy runsHeavy = placeHeavy(share / 40);
+  std::vector<Ranges> runs = runsHeavy.ranges;
+  {
+    std::vector<double> roomUpTo(static_cast<size_t>(ranks));
+    double room = 0;
+    for (int r = 0; r < ranks; ++r) {
+      room += std::max(0.0, share - runsHeavy.load[static_cast<size_t>(r)]);
+      roomUpTo[static_cast<size_t>(r)] = room;
+    }
+    double done = 0;
+    int r = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (runsHeavy.is[static_cast<size_t>(i)])
+        continue;
+      const double w = static_cast<double>(rowPairs[static_cast<size_t>(i)]);
+      while (r + 1 < ranks && done + w / 2 > roomUpTo[static_cast<size_t>(r)])
+        ++r;
+      addRow(runs[static_cast<size_t>(r)], i);
+      done += w;
+    }
+  }
+  // Layout 2, zig-zag: rows of more than 16 times the mean row's pairs (a
+  // global row) placed first, then the other rows cut into 2R runs of equal
+  // length, rank r taking runs r and 2R - 1 - r. Every rank holds about
+  // n / R positions (so it never receives more than ring attention's
+  // n (R - 1) / R rows), and rows whose pairs grow linearly with i (causal
+  // stripes) balance.
+  const Heavy zigHeavy = placeHeavy(std::min(share / 40, 16 * total / static_cast<double>(n)));
+  std::vector<Ranges> zigzag = zigHeavy.ranges;
+  {
+    const int64_t light = n - zigHeavy.count;
+    int64_t seen = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (zigHeavy.is[static_cast<size_t>(i)])
+        continue;
+      const int64_t run = seen++ * 2 * ranks / std::max<int64_t>(light, 1);
+      addRow(zigzag[static_cast<size_t>(run < ranks ? run : 2 * ranks - 1 - run)], i);
+    }
+  }
+
+  ShardPlan best;
+  for (std::vector<Ranges> *layout : {&runs, &zigzag}) {
+    for (Ranges &mine : *layout)
+      mergeRanges(mine);
+    ShardPlan plan = measure(ir, weights, totalWeight, n, std::move(*layout));
+    plan.layout = layout == &runs ? "runs" : "zigzag";
+    const auto maxRecv = [](const ShardPlan &p) { return *std::max_element(p.recvRows.begin(), p.recvRows.end()); };
+    const bool balanced = plan.imbalance() <= kBalanced, bestBalanced = best.ranks > 0 && best.imbalance() <= kBalanced;
+    if (best.ranks == 0 || (balanced && !bestBalanced) ||
+        (balanced == bestBalanced && (balanced ? maxRecv(plan) < maxRecv(best) : plan.imbalance() < best.imbalance())))
+      best = std::move(plan);
+  }
+  // The backward's dK and dV partial sums: straight to their owners, or by
+  // a reduce-scatter over every rank (each receives n (R - 1) / R rows, as in
+  // ring attention) where straight would cost some rank more.
+  const int64_t ringRows = n * (ranks - 1) / ranks;
+  if (*std::max_element(best.returnRows.begin(), best.returnRows.end()) > ringRows) {
+    best.reduceScatter = true;
+    std::fill(best.returnRows.begin(), best.returnRows.end(), ringRows);
+  }
+  return best;
 }
 
 } // namespace attnc::ir

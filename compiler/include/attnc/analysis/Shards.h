@@ -15,6 +15,7 @@
 #include "attnc/plan/PatternIR.h"
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -36,17 +37,29 @@ struct ShardPlan {
   /// per reading rank (the backward pass receives their dK and dV partial
   /// sums).
   std::vector<int64_t> returnRows;
+  /// How the positions were laid out: "runs" (one contiguous run per rank,
+  /// after its heavy rows) or "zigzag" (runs r and 2R - 1 - r of 2R equal
+  /// runs), whichever balances the pairs within 5% and receives fewer rows.
+  std::string layout;
+  /// Whether the backward's dK and dV partial sums go back by a
+  /// reduce-scatter over every rank (returnRows then n (R - 1) / R, as in
+  /// ring attention) rather than straight to their owners.
+  bool reduceScatter = false;
   /// max(pairs) / mean(pairs); 1 when no pair exists.
   double imbalance() const;
 };
 
 /// Shares [0, n) out to `ranks` ranks (n >= 1, ranks >= 1). A row whose
 /// pairs exceed 1/40 of a rank's share (a global row, say) goes to a rank
-/// on its own, the heaviest first to the least loaded rank; the other rows
-/// are cut into contiguous runs, one per rank in order, each filled to its
-/// rank's share less what its own heavy rows bring. So each rank's pairs
-/// are within about 1/40 of the mean; a causal pattern's later, heavier rows
-/// simply make later ranks' runs shorter.
+/// on its own, the heaviest first to the least loaded rank. The other rows
+/// are laid out two ways, and the one that balances the pairs within 5% of
+/// the mean and makes the busiest rank receive fewer rows is kept: runs,
+/// one contiguous run per rank in order, each filled to its rank's share
+/// less its heavy rows (a causal pattern's later, heavier rows make later
+/// runs shorter; a band then crosses ranks only at the runs' ends); and
+/// zig-zag, 2R equal runs, rank r taking runs r and 2R - 1 - r (equal
+/// positions per rank, so no rank receives more than ring attention's
+/// n (R - 1) / R rows; causal stripes balance).
 ShardPlan shardContext(const PatternIR &ir, int64_t n, int ranks);
 
 } // namespace attnc::ir
