@@ -405,8 +405,9 @@ TEST(RowsBackwardThreads, ThreadCountsAgree) {
   KernelPtr kernel = compile(pc);
   ASSERT_TRUE(kernel);
   // One slice (batch 1, one key/value head) with ~260 keys per row: enough
-  // pairs that every thread count here splits the keys.
-  const Problem p = dense(1, 1, 1, 250, 1000, 64);
+  // pairs that every thread count here splits the keys (15 queries: at most
+  // 1/64 of the keys run row by row).
+  const Problem p = dense(1, 1, 1, 15, 1000, 64);
   Inputs in = randomInputs(p, 17);
   const Reference want = reference(pc, p, in);
   Result one;
@@ -430,7 +431,7 @@ TEST(RowsBackwardNonFinite, NaNInDOReachesItsRowAndItsKeysOnly) {
   const RowsPattern &pc = pattern("Fixed");
   KernelPtr kernel = compile(pc);
   ASSERT_TRUE(kernel);
-  const int64_t nq = 3, nk = 64, d = 16;
+  const int64_t nq = 3, nk = 192, d = 16; // (row by row: nq <= nk / 64)
   for (int threads : {1, 2}) {
     SCOPED_TRACE(std::to_string(threads) + " threads");
     const Problem p = dense(1, 2, 2, nq, nk, d);
@@ -469,7 +470,7 @@ TEST(RowsBackwardNonFinite, NaNInAKeyReachesTheRowsThatAttendIt) {
   const RowsPattern &pc = pattern("Local");
   KernelPtr kernel = compile(pc);
   ASSERT_TRUE(kernel);
-  const int64_t nq = 7, nk = 64, d = 16, key = nk - 3; // in the windows of the last three rows
+  const int64_t nq = 7, nk = 448, d = 16, key = nk - 3; // in the windows of the last three rows; nq <= nk / 64
   const Problem p = dense(1, 1, 1, nq, nk, d);
   Inputs in = randomInputs(p, 29);
   in.k[static_cast<size_t>(key * d)] = std::numeric_limits<float>::quiet_NaN();
