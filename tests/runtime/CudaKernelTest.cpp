@@ -234,9 +234,9 @@ std::vector<float> decode(const std::vector<unsigned char> &bytes, attnc_dtype t
       if (t == ATTNC_DTYPE_BF16) {
         out[i] = fromBf16(h);
       } else {
-        __half v;
-        std::memcpy(&v, &h, 2);
-        out[i] = __half2float(v);
+        __half_raw raw;
+        raw.x = h;
+        out[i] = __half2float(__half(raw));
       }
     }
   }

@@ -127,8 +127,9 @@ TEST(CudaTables, ChunksOfLongItemsCoverEachPairOnce) {
     for (const rt::cuda::BwdItem &x : t.bwdItems)
       bwdSplit = bwdSplit || x.chunk;
     EXPECT_TRUE(bwdSplit) << c.label << ": no backward chunks at n = 4097";
-    if (c.file != std::string("fixed"))
+    if (c.file != std::string("fixed")) {
       EXPECT_TRUE(fwdSplit) << c.label << ": no forward chunks at n = 4097";
+    }
     // No item is left far longer than the rest.
     int64_t total = 0, longest = 0;
     for (const rt::cuda::FwdItem &x : t.fwdItems)
