@@ -399,7 +399,7 @@ std::vector<uint16_t> &classValues(FusedScratch &s, uint16_t) { return s.classVB
 template <typename T>
 void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached, int64_t n,
              int64_t d, const T *q, const T *k, const T *v, float *o, float scale, FusedScratch &s, int threads,
-             RunBlockOf<T> kernel, int64_t skipRows) {
+             RunBlockOf<T> kernel, int64_t skipRows, int64_t endRows) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   std::vector<size_t> relayouts; // the residue-relayout pieces (the dense baseline has none)
   if (!dense)
@@ -485,9 +485,11 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
       if (last)
         waiting.clear();
     };
-    // Blocks wholly before skipRows hold only padding rows: not run.
-    const int64_t firstBlock = std::min(numBlocks, skipRows / R);
-    forEachItem(numBlocks - firstBlock, threads, s, [&](FusedScratch &ws, int64_t item) {
+    // Blocks wholly before skipRows or from endRows on hold only padding
+    // rows: not run.
+    const int64_t lastBlock = std::min(numBlocks, (std::min(endRows, n) + R - 1) / R);
+    const int64_t firstBlock = std::min(lastBlock, skipRows / R);
+    forEachItem(lastBlock - firstBlock, threads, s, [&](FusedScratch &ws, int64_t item) {
       const int64_t b = firstBlock + item;
       ws.blocks.resize(sources.size());
       ws.built.resize(sources.size());
@@ -518,8 +520,8 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
       // The next block this thread (likely) takes; threads take turns.
       fetchAhead(ws, blockArgs, (b + sharing) * blockArgs.tileRows, n, 0, 1);
       kernel(ws.built.data(), static_cast<int>(ws.built.size()), thisArgs, ws);
-      if (!waiting.empty() && ((b + 1) % kStretch == 0 || b + 1 == numBlocks))
-        runWaiting((b + 1) * R, b + 1 == numBlocks);
+      if (!waiting.empty() && ((b + 1) % kStretch == 0 || b + 1 == lastBlock))
+        runWaiting((b + 1) * R, b + 1 == lastBlock);
     });
   };
   // Every residue class of relayout piece p, each running all its blocks in
@@ -552,8 +554,10 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
       const plan::BlockTiles *one = &ws.blocks[0];
       const int64_t end = src.numBlocks(), classRows = plan::classRows(piece, n, c);
       for (int64_t b = 0; b < end; ++b) {
-        // (A block whose rows all lie before skipRows holds only padding.)
-        if (src.rowBase() + (std::min(classRows, (b + 1) * args.tileRows) - 1) * m < skipRows)
+        // (A block whose rows all lie before skipRows, or from endRows on,
+        // holds only padding.)
+        if (src.rowBase() + (std::min(classRows, (b + 1) * args.tileRows) - 1) * m < skipRows ||
+            src.rowBase() + b * args.tileRows * m >= endRows)
           continue;
         blockOf(src, p, static_cast<size_t>(c), b, ws, ws.blocks[0], true);
         const int64_t needed = ws.blocks[0].keys.empty() ? 0 : ws.blocks[0].keys.back() + 1;
@@ -592,8 +596,8 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
 
 void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached, int64_t n,
                   int64_t d, const float *q, const float *k, const float *v, float *o, float scale, FusedScratch &s,
-                  int threads, int64_t skipRows) {
-  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, blockKernel(), skipRows);
+                  int threads, int64_t skipRows, int64_t endRows) {
+  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, blockKernel(), skipRows, endRows);
 }
 
 bool fusedBf16Available(int64_t d) { return d >= 1 && blockKernelBf16() != nullptr; }
@@ -608,16 +612,16 @@ bool fusedBf16DotProducts() {
 
 void runFusedHeadBf16(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached,
                       int64_t n, int64_t d, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *o,
-                      float scale, FusedScratch &s, int threads, int64_t skipRows) {
+                      float scale, FusedScratch &s, int threads, int64_t skipRows, int64_t endRows) {
   const RunBlockOf<uint16_t> kernel = blockKernelBf16();
   ATTNC_CHECK(kernel && d >= 1, "runFusedHeadBf16 called where fusedBf16Available(" + std::to_string(d) + ") is false");
-  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, kernel, skipRows);
+  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, kernel, skipRows, endRows);
 }
 
 void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached,
                       int64_t n, int64_t d, const float *q, const float *k, const float *v, const float *o,
                       const float *dO, const float *lse, float *dq, float *dk, float *dv, float scale,
-                      FusedGradScratch &s, int threads, int64_t skipRows) {
+                      FusedGradScratch &s, int threads, int64_t skipRows, int64_t endRows) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   const size_t nd = static_cast<size_t>(n * d);
   s.delta.resize(static_cast<size_t>(n));
@@ -707,9 +711,10 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
   if (!rowSources.empty()) {
     // Blocks wholly before skipRows hold only padding rows (dO = 0: they
     // add nothing to dK or dV), so they are not run.
-    const int64_t numBlocks = rowSources.front().numBlocks();
-    const int64_t firstBlock = std::min(numBlocks, skipRows / plan.options.tileRows);
-    support::parallelFor(numBlocks - firstBlock, threads,
+    const int64_t numBlocks = rowSources.front().numBlocks(), R = plan.options.tileRows;
+    const int64_t lastBlock = std::min(numBlocks, (std::min(endRows, n) + R - 1) / R);
+    const int64_t firstBlock = std::min(lastBlock, skipRows / R);
+    support::parallelFor(lastBlock - firstBlock, threads,
                          [&](int w, int64_t b) { runRowBlock(rowSources, rowPieces, w, firstBlock + b); });
   }
   if (!dense) {
@@ -749,7 +754,8 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
                                    plan.options.tileRows};
           const std::vector<plan::BlockShape> *blocks = pieceBlocks(p, static_cast<size_t>(c));
           for (int64_t b = 0; b < src.numBlocks(); ++b) {
-            if (c + (std::min(rows, (b + 1) * plan.options.tileRows) - 1) * m < skipRows)
+            if (c + (std::min(rows, (b + 1) * plan.options.tileRows) - 1) * m < skipRows ||
+                c + b * plan.options.tileRows * m >= endRows)
               continue; // (padding rows only)
             loadBlock(src, blocks, b, ws, true); // rows and keys of the class's copies
             kernel(ws.tiles, classArgs, ws);

@@ -18,6 +18,7 @@
 #include "attnc/plan/Plan.h"
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -58,13 +59,14 @@ struct FusedScratch {
 /// `dense` (the baseline: every key of every row) is the same code on blocks
 /// that skip nothing. `threads` threads share the slice's row blocks (and
 /// residue classes): for runs with fewer (batch, head) slices than cores.
-/// Rows before `skipRows` are padding the caller drops (queries fewer than
-/// the keys): blocks of them alone are not run, and their output rows and
-/// state are left as they are.
+/// Rows before `skipRows` and from `endRows` on are padding the caller drops
+/// (queries fewer than the keys): blocks of them alone are not run, and
+/// their output rows and state are left as they are.
 void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
                   const plan::HeadShapes *cached, int64_t n, int64_t d, const float *q,
                   const float *k, const float *v, float *o, float scale, FusedScratch &scratch,
-                  int threads = 1, int64_t skipRows = 0);
+                  int threads = 1, int64_t skipRows = 0,
+                  int64_t endRows = std::numeric_limits<int64_t>::max());
 
 /// The tile kernels' instruction set: "avx512", "avx2" or "portable".
 const char *fusedIsa();
@@ -96,7 +98,8 @@ bool fusedBf16DotProducts();
 void runFusedHeadBf16(const plan::Plan &plan, size_t headIndex, bool dense,
                       const plan::HeadShapes *cached, int64_t n, int64_t d, const uint16_t *q,
                       const uint16_t *k, const uint16_t *v, float *o, float scale, FusedScratch &scratch,
-                      int threads = 1, int64_t skipRows = 0);
+                      int threads = 1, int64_t skipRows = 0,
+                      int64_t endRows = std::numeric_limits<int64_t>::max());
 
 /// A thread's scratch in the backward pass.
 struct GradScratch {
@@ -131,6 +134,7 @@ struct FusedGradScratch {
 void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached,
                       int64_t n, int64_t d, const float *q, const float *k, const float *v, const float *o,
                       const float *dO, const float *lse, float *dq, float *dk, float *dv, float scale,
-                      FusedGradScratch &scratch, int threads = 1, int64_t skipRows = 0);
+                      FusedGradScratch &scratch, int threads = 1, int64_t skipRows = 0,
+                      int64_t endRows = std::numeric_limits<int64_t>::max());
 
 } // namespace attnc::rt

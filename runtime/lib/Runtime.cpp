@@ -318,6 +318,10 @@ attnc_status validateLse(const attnc_tensor *lse, const attnc_tensor &q) {
 /// sequence of a varlen call (b = 0).
 struct Seq {
   int64_t b, q0, nq, k0, nk;
+  /// The first query's position among the nk keys: nk - nq (bottom-right
+  /// aligned) unless a call names another (attnc_run_forward_at).
+  int64_t first = -1;
+  int64_t firstQuery() const { return first >= 0 ? first : nk - nq; }
 };
 
 /// Reads and checks one cu_seqlens array: `count` + 1 offsets from 0 up to `rows`.
@@ -339,11 +343,12 @@ attnc_status readOffsets(const int32_t *cu, int64_t count, int64_t rows, const c
 }
 
 /// The sequences of a validated call.
-attnc_status sequences(const Shape &shape, const attnc_varlen *varlen, std::vector<Seq> &out) {
+attnc_status sequences(const Shape &shape, const attnc_varlen *varlen, std::vector<Seq> &out,
+                       int64_t firstQuery = -1) {
   out.clear();
   if (!varlen) {
     for (int64_t b = 0; b < shape.batch; ++b)
-      out.push_back({b, 0, shape.nq, 0, shape.nk});
+      out.push_back({b, 0, shape.nq, 0, shape.nk, firstQuery});
     return ATTNC_OK;
   }
   if (varlen->num_seqs < 0)
@@ -382,9 +387,9 @@ attnc_status sequences(const Shape &shape, const attnc_varlen *varlen, std::vect
 /// group of query heads shares is packed once per worker and call.
 struct Packed {
   const attnc_tensor *t = nullptr;
-  int64_t b = -1, h = -1, row0 = -1, rows = -1, pad = -1;
+  int64_t b = -1, h = -1, row0 = -1, rows = -1, pad = -1, tail = -1;
   bool operator==(const Packed &o) const {
-    return t == o.t && b == o.b && h == o.h && row0 == o.row0 && rows == o.rows && pad == o.pad;
+    return t == o.t && b == o.b && h == o.h && row0 == o.row0 && rows == o.rows && pad == o.pad && tail == o.tail;
   }
 };
 
@@ -408,15 +413,15 @@ template <typename T> constexpr attnc_dtype kNative = std::is_same_v<T, float> ?
 /// these rows already.
 template <typename T>
 const T *inputRows(const attnc_tensor &t, int64_t b, int64_t h, int64_t row0, int64_t rows, int64_t pad,
-                   std::vector<T> &scratch, Packed &memo) {
+                   std::vector<T> &scratch, Packed &memo, int64_t tail = 0) {
   const int64_t d = t.shape[3], off = rowOffset(t, b, h, row0);
-  if (pad == 0 && t.dtype == kNative<T> && contiguousRows(t, rows))
+  if (pad == 0 && tail == 0 && t.dtype == kNative<T> && contiguousRows(t, rows))
     return static_cast<const T *>(t.data) + off;
-  const Packed key{&t, b, h, row0, rows, pad};
+  const Packed key{&t, b, h, row0, rows, pad, tail};
   if (memo == key)
     return scratch.data();
   memo = key;
-  scratch.assign(static_cast<size_t>((pad + rows) * d), T{});
+  scratch.assign(static_cast<size_t>((pad + rows + tail) * d), T{});
   auto pack = [&](const auto *data, auto convert) {
     for (int64_t i = 0; i < rows; ++i) {
       const auto *row = data + off + i * t.strides[2];
@@ -536,7 +541,9 @@ struct Call {
   }
   /// Whether the backend computes sequence `s`'s queries itself, without
   /// the zero rows before them (and without a per-n state), in either pass.
-  bool rowRange(const Seq &s) const { return s.nq < s.nk && backend.takesRowRange(s.nq, s.nk); }
+  bool rowRange(const Seq &s) const {
+    return s.nq < s.nk && s.firstQuery() + s.nq == s.nk && backend.takesRowRange(s.nq, s.nk);
+  }
 };
 
 /// A slice worker's scratch: the backend's, and packed inputs and outputs.
@@ -615,24 +622,27 @@ void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<S
             [&](SliceWorker &ws, const Call &c, const Seq &s, int64_t h, const attnc::rt::LengthState &state) {
               const int64_t d = c.shape.d, g = h / c.shape.group();
               const bool rowRange = c.rowRange(s);
-              // Backends that compute whole squares get the queries after
-              // nk - nq zero rows, and their output for those is dropped.
-              const int64_t pad = rowRange ? 0 : s.nk - s.nq, rows = pad + s.nq;
+              // Backends that compute whole squares get the queries between
+              // zero rows (before them, and after them up to nk when a call
+              // puts them earlier), and their output for those is dropped.
+              const int64_t pad = rowRange ? 0 : s.firstQuery(), tail = rowRange ? 0 : s.nk - pad - s.nq,
+                            rows = pad + s.nq + tail;
               attnc::rt::Slice slice{nullptr, nullptr, nullptr, nullptr, s.nk, d, c.set(h), c.scale};
               slice.firstRow = rowRange ? s.nk - s.nq : 0;
               slice.skipRows = pad;
+              slice.endRows = pad + s.nq;
               const bool bf16 = q.dtype == ATTNC_DTYPE_BF16 &&
                                 (rowRange ? c.backend.takesBf16Rows() : c.backend.takesBf16(d));
               if (bf16) {
-                slice.qb = inputRows(q, s.b, h, s.q0, s.nq, pad, ws.inBf16[0], ws.packedBf16[0]);
+                slice.qb = inputRows(q, s.b, h, s.q0, s.nq, pad, ws.inBf16[0], ws.packedBf16[0], tail);
                 slice.kb = inputRows(k, s.b, g, s.k0, s.nk, 0, ws.inBf16[1], ws.packedBf16[1]);
                 slice.vb = inputRows(v, s.b, g, s.k0, s.nk, 0, ws.inBf16[2], ws.packedBf16[2]);
               } else {
-                slice.q = inputRows(q, s.b, h, s.q0, s.nq, pad, ws.in[0], ws.packed[0]);
+                slice.q = inputRows(q, s.b, h, s.q0, s.nq, pad, ws.in[0], ws.packed[0], tail);
                 slice.k = inputRows(k, s.b, g, s.k0, s.nk, 0, ws.in[1], ws.packed[1]);
                 slice.v = inputRows(v, s.b, g, s.k0, s.nk, 0, ws.in[2], ws.packed[2]);
               }
-              float *direct = pad == 0 ? directRows(o, s.b, h, s.q0, s.nq) : nullptr;
+              float *direct = pad == 0 && tail == 0 ? directRows(o, s.b, h, s.q0, s.nq) : nullptr;
               if (!direct)
                 ws.out[0].assign(static_cast<size_t>(rows * d), 0.0f);
               slice.o = direct ? direct : ws.out[0].data();
@@ -664,7 +674,8 @@ void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<
             [&](SliceWorker &ws, const Call &c, const Seq &s, int64_t g, const attnc::rt::LengthState &state) {
               const int64_t d = c.shape.d, n = s.nk, group = c.shape.group();
               const bool rowRange = c.rowRange(s);
-              const int64_t pad = rowRange ? 0 : s.nk - s.nq, rows = pad + s.nq;
+              const int64_t pad = rowRange ? 0 : s.firstQuery(), tail = rowRange ? 0 : s.nk - pad - s.nq,
+                            rows = pad + s.nq + tail;
               const size_t size = static_cast<size_t>(n * d);
               // A row-range slice reads bf16 keys and values as they are,
               // only the rows its queries name.
@@ -688,10 +699,10 @@ void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<
               ws.lse.resize(static_cast<size_t>(rows));
               for (int64_t u = 0; u < group; ++u) {
                 const int64_t h = g * group + u;
-                std::fill(ws.lse.begin(), ws.lse.begin() + pad, 0.0f);
+                std::fill(ws.lse.begin(), ws.lse.end(), 0.0f);
                 for (int64_t i = 0; i < s.nq; ++i)
                   ws.lse[static_cast<size_t>(pad + i)] = lseAt(lse, s.b, h, s.q0 + i);
-                float *dqOut = pad == 0 ? directRows(dq, s.b, h, s.q0, s.nq) : nullptr;
+                float *dqOut = pad == 0 && tail == 0 ? directRows(dq, s.b, h, s.q0, s.nq) : nullptr;
                 if (!dqOut)
                   ws.out[0].resize(static_cast<size_t>(rows * d));
                 // The padded path overwrites its dK and dV: a group's later
@@ -701,11 +712,11 @@ void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<
                   ws.out[1].resize(size);
                   ws.out[2].resize(size);
                 }
-                attnc::rt::GradSlice slice{inputRows(q, s.b, h, s.q0, s.nq, pad, ws.in[0], ws.packed[0]),
+                attnc::rt::GradSlice slice{inputRows(q, s.b, h, s.q0, s.nq, pad, ws.in[0], ws.packed[0], tail),
                                            kIn,
                                            vIn,
-                                           inputRows(o, s.b, h, s.q0, s.nq, pad, ws.in[3], ws.packed[3]),
-                                           inputRows(dO, s.b, h, s.q0, s.nq, pad, ws.in[4], ws.packed[4]),
+                                           inputRows(o, s.b, h, s.q0, s.nq, pad, ws.in[3], ws.packed[3], tail),
+                                           inputRows(dO, s.b, h, s.q0, s.nq, pad, ws.in[4], ws.packed[4], tail),
                                            ws.lse.data(),
                                            dqOut ? dqOut : ws.out[0].data(),
                                            apart ? ws.out[1].data() : dkSum,
@@ -716,6 +727,7 @@ void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<
                                            c.scale};
                 slice.firstRow = rowRange ? s.nk - s.nq : 0;
                 slice.skipRows = pad;
+                slice.endRows = pad + s.nq;
                 slice.kb = kbIn;
                 slice.vb = vbIn;
                 c.backend.runBackwardSlice(state, slice, *ws.scratch, c.threadsPerSlice);
@@ -749,9 +761,20 @@ attnc_status onGpu(const attnc_device *device, bool &gpu) {
 attnc::rt::cuda::Dims dimsOf(const Shape &s) { return {s.batch, s.hq, s.hkv, s.nq, s.nk, s.d}; }
 
 /// attnc_run_forward and attnc_run_varlen.
+/// The queries' first position of an attnc_run_*_at call: in [0, nk - nq].
+attnc_status checkFirstQuery(int64_t firstQuery, const Shape &shape) {
+  if (firstQuery < 0 || firstQuery > shape.nk - shape.nq)
+    return fail(ATTNC_ERROR_SHAPE, "first_query is " + std::to_string(firstQuery) + ": the " +
+                                       std::to_string(shape.nq) + " queries must sit inside the " +
+                                       std::to_string(shape.nk) + " key positions, so it must lie in [0, " +
+                                       std::to_string(shape.nk - shape.nq) + "]");
+  return ATTNC_OK;
+}
+
 attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                         const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse, const attnc_varlen *varlen,
-                        const attnc_run_options *options, const attnc_device *device = nullptr) {
+                        const attnc_run_options *options, const attnc_device *device = nullptr,
+                        int64_t firstQuery = -1) {
   if (!kernel)
     return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run: kernel is null");
   bool gpu = false;
@@ -774,12 +797,15 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
                                                " backend does not give the rows' log-sum-exp (the backward "
                                                "pass needs it): compile the pattern with --backend fused");
   }
+  if (firstQuery >= 0)
+    if (attnc_status s = checkFirstQuery(firstQuery, shape); s != ATTNC_OK)
+      return s;
   if (shape.empty())
     return ATTNC_OK;
   if (gpu)
     return guarded([&] { kernel->cuda().forward(*device, dimsOf(shape), *q, *k, *v, *o, lse, callScale(options, shape.d)); });
   std::vector<Seq> seqs;
-  if (attnc_status s = sequences(shape, varlen, seqs); s != ATTNC_OK)
+  if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
     return s;
   return guarded([&] { forward(*kernel, shape, seqs, *q, *k, *v, *o, lse, options); });
 }
@@ -789,7 +815,7 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
                          const attnc_tensor *v, const attnc_tensor *o, const attnc_tensor *d_o,
                          const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
                          const attnc_varlen *varlen, const attnc_run_options *options,
-                         const attnc_device *device = nullptr) {
+                         const attnc_device *device = nullptr, int64_t firstQuery = -1) {
   if (!kernel)
     return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run_backward: kernel is null");
   bool gpu = false;
@@ -810,6 +836,9 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
     return s;
   if (attnc_status s = validateLse(lse, *q); s != ATTNC_OK)
     return s;
+  if (firstQuery >= 0)
+    if (attnc_status s = checkFirstQuery(firstQuery, shape); s != ATTNC_OK)
+      return s;
   for (const auto &[grad, name] : {std::pair{d_q, "d_q"}, {d_k, "d_k"}, {d_v, "d_v"}})
     if (rangesMeet(*grad, *lse))
       return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("tensor '") + name +
@@ -829,7 +858,7 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
   if (shape.batch == 0 || shape.hkv == 0 || shape.nk == 0 || shape.d == 0)
     return ATTNC_OK; // no gradient has an element
   std::vector<Seq> seqs;
-  if (attnc_status s = sequences(shape, varlen, seqs); s != ATTNC_OK)
+  if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
     return s;
   return guarded([&] {
     // Keys that no query reaches get zero gradients: sequences without
@@ -950,6 +979,23 @@ attnc_status attnc_run_backward_on(const attnc_kernel *kernel, const attnc_devic
                                    const attnc_tensor *d_o, const attnc_tensor *lse, attnc_tensor *d_q,
                                    attnc_tensor *d_k, attnc_tensor *d_v, const attnc_run_options *options) {
   return runBackward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, nullptr, options, device);
+}
+
+attnc_status attnc_run_forward_at(const attnc_kernel *kernel, int64_t first_query, const attnc_tensor *q,
+                                  const attnc_tensor *k, const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse,
+                                  const attnc_run_options *options) {
+  if (first_query < 0)
+    return fail(ATTNC_ERROR_SHAPE, "first_query is " + std::to_string(first_query) + "; it must not be negative");
+  return runForward(kernel, q, k, v, o, lse, nullptr, options, nullptr, first_query);
+}
+
+attnc_status attnc_run_backward_at(const attnc_kernel *kernel, int64_t first_query, const attnc_tensor *q,
+                                   const attnc_tensor *k, const attnc_tensor *v, const attnc_tensor *o,
+                                   const attnc_tensor *d_o, const attnc_tensor *lse, attnc_tensor *d_q,
+                                   attnc_tensor *d_k, attnc_tensor *d_v, const attnc_run_options *options) {
+  if (first_query < 0)
+    return fail(ATTNC_ERROR_SHAPE, "first_query is " + std::to_string(first_query) + "; it must not be negative");
+  return runBackward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, nullptr, options, nullptr, first_query);
 }
 
 const char *attnc_cpu_isa(void) {

@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -83,7 +84,7 @@ Reference reference(const PatternCase &pc, const Problem &p, const std::vector<f
       auto qRow = [&](int64_t r) { return ((s.b * p.hq + h) * p.nqTotal + s.q0 + r) * d; };
       auto kRow = [&](int64_t j) { return ((s.b * p.hkv + g) * p.nkTotal + s.k0 + j) * d; };
       for (int64_t r = 0; r < s.nq; ++r) {
-        const int64_t pos = r + s.nk - s.nq, qi = qRow(r);
+        const int64_t pos = r + (p.firstQuery >= 0 ? p.firstQuery : s.nk - s.nq), qi = qRow(r);
         std::vector<int64_t> keys;
         for (int64_t j = 0; j < s.nk; ++j)
           if (mask[static_cast<size_t>(pos * s.nk + j)])
@@ -177,7 +178,10 @@ void check(const PatternCase &pc, const char *backend, const Problem &p, attnc_d
   const attnc_varlen lengths{p.cuQ.data(), p.cuK.data(), static_cast<int64_t>(p.seqs.size())};
   const bool isVarlen = !p.cuQ.empty();
   const bool lseToo = std::string(backend) == "fused" || std::string(backend) == "dense";
+  const bool at = p.firstQuery >= 0;
   attnc_status s = isVarlen ? attnc_run_varlen(kernel.get(), &tq, &tk, &tv, &to, lseToo ? &tl : nullptr, &lengths, nullptr)
+                   : at     ? attnc_run_forward_at(kernel.get(), p.firstQuery, &tq, &tk, &tv, &to, lseToo ? &tl : nullptr,
+                                                   nullptr)
                             : attnc_run_forward(kernel.get(), &tq, &tk, &tv, &to, lseToo ? &tl : nullptr, nullptr);
   ASSERT_EQ(s, ATTNC_OK) << attnc_last_error();
   const double tolerance = bf16 ? 2e-2 : 2e-5;
@@ -200,6 +204,8 @@ void check(const PatternCase &pc, const char *backend, const Problem &p, attnc_d
   attnc_tensor tdv = tensor(dv.data(), ATTNC_DTYPE_F32, p.batch, p.hkv, p.nkTotal, p.d);
   s = isVarlen ? attnc_run_backward_varlen(kernel.get(), &tq, &tk, &tv, &tO, &tdO, &tl, &tdq, &tdk, &tdv, &lengths,
                                            nullptr)
+      : at     ? attnc_run_backward_at(kernel.get(), p.firstQuery, &tq, &tk, &tv, &tO, &tdO, &tl, &tdq, &tdk, &tdv,
+                                       nullptr)
                : attnc_run_backward(kernel.get(), &tq, &tk, &tv, &tO, &tdO, &tl, &tdq, &tdk, &tdv, nullptr);
   ASSERT_EQ(s, ATTNC_OK) << attnc_last_error();
   const double gradTolerance = bf16 ? 5e-2 : 1e-4;
@@ -242,6 +248,21 @@ TEST_P(Shapes, QueriesAfterManyPaddedBlocksMatchTheReference) {
   // straddles the padding. Forward and backward against the reference.
   for (int64_t nq : {200, 333, 699})
     check(pattern(), backend(), dense(1, pattern().heads, 1, nq, 700, 16));
+}
+
+TEST_P(Shapes, QueriesAtAnyOffsetMatchTheReference) {
+  // attnc_run_forward_at / _backward_at: the queries at [first, first + nq)
+  // of the nk positions, the pattern evaluated there (keys after them too),
+  // on padded rows before and after them (skipped blocks) or row by row
+  // where they end at nk; GQA too.
+  const int64_t hkv = pattern().heads % 2 == 0 ? pattern().heads / 2 : pattern().heads;
+  for (auto [nq, nk, first] : std::vector<std::array<int64_t, 3>>{
+           {1, 97, 0}, {7, 97, 40}, {30, 700, 0}, {200, 700, 250}, {333, 700, 100}, {5, 700, 695}, {700, 700, 0}}) {
+    SCOPED_TRACE("nq " + std::to_string(nq) + " of nk " + std::to_string(nk) + " from " + std::to_string(first));
+    Problem p = dense(1, pattern().heads, hkv, nq, nk, 16);
+    p.firstQuery = first;
+    check(pattern(), backend(), p);
+  }
 }
 
 TEST_P(Shapes, VarlenSequencesAttendWithinThemselves) {
@@ -321,6 +342,25 @@ TEST_F(ShapeErrors, MoreQueriesThanKeysIsAShapeError) {
   EXPECT_EQ(run(t(a, 1, 2, 9, 4), t(b, 1, 2, 8, 4), t(c, 1, 2, 8, 4), t(out, 1, 2, 9, 4)), ATTNC_ERROR_SHAPE);
   EXPECT_NE(error().find("nq <= nk"), std::string::npos) << error();
   EXPECT_EQ(run(t(a, 1, 2, 3, 4), t(b, 1, 2, 0, 4), t(c, 1, 2, 0, 4), t(out, 1, 2, 3, 4)), ATTNC_ERROR_SHAPE);
+}
+
+TEST_F(ShapeErrors, QueriesAtAnOffsetMustSitInsideTheKeys) {
+  std::vector<float> lse(64, 0.0f);
+  attnc_tensor q = t(a, 1, 2, 3, 4), k = t(b, 1, 2, 8, 4), o = t(out, 1, 2, 3, 4);
+  attnc_tensor tl = tensor(lse.data(), ATTNC_DTYPE_F32, 1, 2, 3, 1);
+  EXPECT_EQ(attnc_run_forward_at(kernel.get(), 5, &q, &k, &k, &o, &tl, nullptr), ATTNC_OK) << error();
+  EXPECT_EQ(attnc_run_forward_at(kernel.get(), 6, &q, &k, &k, &o, &tl, nullptr), ATTNC_ERROR_SHAPE);
+  EXPECT_NE(error().find("first_query is 6: the 3 queries must sit inside the 8 key positions, so it must lie in [0, 5]"),
+            std::string::npos)
+      << error();
+  EXPECT_EQ(attnc_run_forward_at(kernel.get(), -1, &q, &k, &k, &o, &tl, nullptr), ATTNC_ERROR_SHAPE);
+  EXPECT_NE(error().find("must not be negative"), std::string::npos) << error();
+  std::vector<float> dq(4096), dk(4096), dv(4096);
+  attnc_tensor tdq = t(dq, 1, 2, 3, 4), tdk = t(dk, 1, 2, 8, 4), tdv = t(dv, 1, 2, 8, 4);
+  EXPECT_EQ(attnc_run_backward_at(kernel.get(), 9, &q, &k, &k, &o, &o, &tl, &tdq, &tdk, &tdv, nullptr),
+            ATTNC_ERROR_SHAPE);
+  EXPECT_EQ(attnc_run_backward_at(nullptr, 0, &q, &k, &k, &o, &o, &tl, &tdq, &tdk, &tdv, nullptr),
+            ATTNC_ERROR_INVALID_ARGUMENT);
 }
 
 TEST_F(ShapeErrors, KeysAndValuesMustAgree) {

@@ -89,6 +89,8 @@ struct Problem {
   int64_t batch, hq, hkv, nqTotal, nkTotal, d;
   std::vector<Seq> seqs;
   std::vector<int32_t> cuQ, cuK; ///< varlen offsets (empty: a dense batch)
+  /// A dense batch's first query position (attnc_run_*_at); -1: nk - nq.
+  int64_t firstQuery = -1;
   size_t qSize() const { return static_cast<size_t>(batch * hq * nqTotal * d); }
   size_t kSize() const { return static_cast<size_t>(batch * hkv * nkTotal * d); }
   size_t lseSize() const { return static_cast<size_t>(batch * hq * nqTotal); }

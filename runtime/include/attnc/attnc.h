@@ -39,7 +39,9 @@
  * shapes above (K, V with fewer heads or more rows than Q, empty calls) and
  * the varlen calls; version 4 the devices (attnc_device: CUDA GPUs and
  * their streams, fp16 on them) and the calls that take one; version 5
- * attnc_cpu_isa. Every older call and kernel file works unchanged.
+ * attnc_cpu_isa and the calls with queries at any offset
+ * (attnc_run_forward_at, attnc_run_backward_at). Every older call and
+ * kernel file works unchanged.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef ATTNC_ATTNC_H
@@ -275,6 +277,25 @@ ATTNC_API attnc_status attnc_run_backward_on(const attnc_kernel *kernel, const a
  * the fused and dense backends refuse to load (ATTNC_ERROR_UNSUPPORTED).
  */
 ATTNC_API const char *attnc_cpu_isa(void);
+
+/**
+ * attnc_run_forward with the nq queries at positions [first_query,
+ * first_query + nq) of the nk key positions, not the last nq
+ * (attnc_run_forward is first_query = nk - nq). 0 <= first_query <= nk - nq,
+ * else ATTNC_ERROR_SHAPE. A part of a sequence's queries (one rank's, in
+ * context parallelism) against all of its keys: the pattern is evaluated at
+ * the real positions. The CPU backends compute only the rows of the queries
+ * (the fused and dense ones skip the others' row blocks).
+ */
+ATTNC_API attnc_status attnc_run_forward_at(const attnc_kernel *kernel, int64_t first_query, const attnc_tensor *q,
+                                            const attnc_tensor *k, const attnc_tensor *v, attnc_tensor *o,
+                                            attnc_tensor *lse, const attnc_run_options *options);
+
+/** attnc_run_backward for the queries of attnc_run_forward_at. */
+ATTNC_API attnc_status attnc_run_backward_at(const attnc_kernel *kernel, int64_t first_query, const attnc_tensor *q,
+                                             const attnc_tensor *k, const attnc_tensor *v, const attnc_tensor *o,
+                                             const attnc_tensor *d_o, const attnc_tensor *lse, attnc_tensor *d_q,
+                                             attnc_tensor *d_k, attnc_tensor *d_v, const attnc_run_options *options);
 
 /** The message of the last failure on this thread ("" if none). */
 ATTNC_API const char *attnc_last_error(void);

@@ -24,6 +24,7 @@
 #include "attnc/plan/Plan.h"
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,10 +70,11 @@ struct Slice {
   /// Positions before the first query: 0 unless the backend takes row
   /// ranges (Backend::takesRowRange); the runtime pads the others' slices.
   int64_t firstRow = 0;
-  /// Rows [0, skipRows) are zero rows the runtime padded the queries with
-  /// (fewer queries than keys, not a row range): their outputs are dropped,
-  /// so a backend may leave them uncomputed.
+  /// Rows [0, skipRows) and [endRows, n) are zero rows the runtime padded
+  /// the queries with (fewer queries than keys, not a row range): their
+  /// outputs are dropped, so a backend may leave them uncomputed.
   int64_t skipRows = 0;
+  int64_t endRows = std::numeric_limits<int64_t>::max();
   /// bf16 inputs left as bf16, contiguous row-major [n, d], when the backend
   /// takes them (Backend::takesBf16, or takesBf16Rows for a row range); q,
   /// k and v are null then.
@@ -95,10 +97,11 @@ struct GradSlice {
   /// added to (the runtime clears them once per key/value head, and the
   /// group's query heads sum into them in place).
   int64_t firstRow = 0;
-  /// Rows [0, skipRows) are zero rows the runtime padded the queries with
-  /// (q, o, dO and lse 0): they add nothing to dK or dV and their dQ is
-  /// dropped, so a backend may leave them uncomputed.
+  /// Rows [0, skipRows) and [endRows, n) are zero rows the runtime padded
+  /// the queries with (q, o, dO and lse 0): they add nothing to dK or dV and
+  /// their dQ is dropped, so a backend may leave them uncomputed.
   int64_t skipRows = 0;
+  int64_t endRows = std::numeric_limits<int64_t>::max();
   /// bf16 keys and values left as bf16, [n, d], in a row-range slice of a
   /// backend that takes them (Backend::takesBf16Rows); k and v are null
   /// then. q, o and dO arrive widened to f32: they are only the query rows.

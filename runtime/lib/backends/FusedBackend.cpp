@@ -98,15 +98,15 @@ public:
     const size_t set = static_cast<size_t>(s.set);
     if (s.qb) {
       runFusedHeadBf16(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
-                       s.qb, s.kb, s.vb, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads, s.skipRows);
+                       s.qb, s.kb, s.vb, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads, s.skipRows, s.endRows);
     } else {
       runFusedHead(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
-                   s.q, s.k, s.v, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads, s.skipRows);
+                   s.q, s.k, s.v, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads, s.skipRows, s.endRows);
     }
     if (s.lse) {
       // The online softmax leaves each row's max and sum of exp(score - max).
       const FusedScratch &f = static_cast<FusedWorker &>(scratch).fused;
-      for (int64_t i = s.skipRows; i < s.n; ++i) { // (the padding rows' are dropped)
+      for (int64_t i = s.skipRows; i < std::min(s.n, s.endRows); ++i) { // (the padding rows' are dropped)
         const float sum = f.rowSum[static_cast<size_t>(i)];
         s.lse[i] = sum == 0 ? -std::numeric_limits<float>::infinity() // no key (NaN stays NaN)
                             : f.rowMax[static_cast<size_t>(i)] + std::log(sum);
@@ -130,7 +130,7 @@ public:
     const size_t set = static_cast<size_t>(s.set);
     runFusedBackward(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d, s.q,
                      s.k, s.v, s.o, s.dO, s.lse, s.dq, s.dk, s.dv, s.scale, static_cast<FusedWorker &>(scratch).grad,
-                     threads, s.skipRows);
+                     threads, s.skipRows, s.endRows);
   }
 
 private:
