@@ -630,7 +630,7 @@ void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<S
               attnc::rt::Slice slice{nullptr, nullptr, nullptr, nullptr, s.nk, d, c.set(h), c.scale};
               slice.firstRow = rowRange ? s.nk - s.nq : 0;
               slice.skipRows = pad;
-              slice.endRows = pad + s.nq;
+              slice.endRows = rowRange ? s.nk : pad + s.nq; // (a row range has no padding)
               const bool bf16 = q.dtype == ATTNC_DTYPE_BF16 &&
                                 (rowRange ? c.backend.takesBf16Rows() : c.backend.takesBf16(d));
               if (bf16) {
@@ -727,7 +727,7 @@ void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<
                                            c.scale};
                 slice.firstRow = rowRange ? s.nk - s.nq : 0;
                 slice.skipRows = pad;
-                slice.endRows = pad + s.nq;
+                slice.endRows = rowRange ? s.nk : pad + s.nq; // (a row range has no padding)
                 slice.kb = kbIn;
                 slice.vb = vbIn;
                 c.backend.runBackwardSlice(state, slice, *ws.scratch, c.threadsPerSlice);

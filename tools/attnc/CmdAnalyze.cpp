@@ -46,11 +46,13 @@ std::string fmtBytes(double bytes) {
 /// The context-parallel section of the text form.
 void printContext(const ir::ContextReport &c, std::ostream &os) {
   const ir::ShardPlan &p = c.shards;
-  double maxPairs = 0, sumPairs = 0;
+  double sumPairs = 0;
   for (double v : p.pairs)
-    maxPairs = std::max(maxPairs, v), sumPairs += v;
-  os << "context parallel over " << p.ranks << " ranks: pairs per rank max/mean "
-     << std::to_string(p.imbalance()).substr(0, 6) << " (mean " << static_cast<int64_t>(sumPairs / p.ranks)
+    sumPairs += v;
+  char imbalance[32];
+  std::snprintf(imbalance, sizeof imbalance, "%.4f", p.imbalance());
+  os << "context parallel over " << p.ranks << " ranks: pairs per rank max/mean " << imbalance << " (mean "
+     << static_cast<int64_t>(sumPairs / p.ranks)
      << " per head), layout " << p.layout << "; K/V rows of " << c.rowBytes << " bytes each; dK/dV sums back "
      << (p.reduceScatter ? "by a reduce-scatter" : "straight to their owners") << "\n";
   os << "  rank  positions                       pairs/head   recv rows fwd   recv bytes fwd   recv bytes bwd   vs ring fwd\n";
