@@ -10,8 +10,8 @@ backward pass those again and as many rows of dK and dV partial sums).
                                     [--dtype bf16] [--ranks 4,8,16,64] [--json]
 
 Prints a Markdown table (or one JSON object per row with --json). Needs only
-the attnc binary of a build; the measured half (ranks exchanging K and V) is
-not here yet.
+the attnc binary of a build. The measured half (ranks exchanging K and V with
+attnc.distributed) is bench/context_parallel_run.py.
 """
 import argparse
 import json

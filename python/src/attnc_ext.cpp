@@ -1,7 +1,7 @@
 //===- attnc_ext.cpp - attnc._attnc: the nanobind extension ---------------===//
 //
 // A thin layer over the C ABI (attnc.h: load, run_forward, run_backward and
-// their varlen forms),
+// their varlen and offset (_at) forms),
 // the JIT (attnc_jit.h) and the compiler's analyses (analysis/Report.h,
 // analysis/Picture.h). It converts arrays, which arrive through DLPack (or the
 // buffer protocol; torch tensors through the converter attnc.torch passes)
@@ -18,6 +18,7 @@
 
 #include "attnc/analysis/Picture.h"
 #include "attnc/analysis/Report.h"
+#include "attnc/analysis/Shards.h"
 #include "attnc/frontend/Canonicalize.h"
 #include "attnc/frontend/Driver.h"
 
@@ -183,11 +184,13 @@ attnc_varlen varlenOf(const Offsets &cuQ, const std::optional<Offsets> &cuK) {
   return varlen;
 }
 
-/// attnc_run_forward_on `device` (null: the CPU), or attnc_run_varlen when
-/// `varlen` is given. In, Out: the arrays' nanobind types (CPU or CUDA).
+/// attnc_run_forward_on `device` (null: the CPU), attnc_run_varlen when
+/// `varlen` is given, or attnc_run_forward_at when `firstQuery` is (>= 0).
+/// In, Out: the arrays' nanobind types (CPU or CUDA).
 template <class In, class Out>
 void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const Out &o, const std::optional<Out> &lse,
-             const attnc_varlen *varlen, float scale, int32_t numThreads, const attnc_device *device = nullptr) {
+             const attnc_varlen *varlen, float scale, int32_t numThreads, const attnc_device *device = nullptr,
+             int64_t firstQuery = -1) {
   const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v");
   attnc_tensor to = view4(o, "o");
   std::optional<attnc_tensor> tl;
@@ -196,26 +199,32 @@ void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const 
   const attnc_run_options options = runOptions(scale, numThreads);
   attnc_tensor *l = tl ? &*tl : nullptr;
   check(timedCall([&] {
-    return varlen ? attnc_run_varlen(kernel.handle, &tq, &tk, &tv, &to, l, varlen, &options)
-                  : attnc_run_forward_on(kernel.handle, device, &tq, &tk, &tv, &to, l, &options);
+    if (varlen)
+      return attnc_run_varlen(kernel.handle, &tq, &tk, &tv, &to, l, varlen, &options);
+    if (firstQuery >= 0)
+      return attnc_run_forward_at(kernel.handle, firstQuery, &tq, &tk, &tv, &to, l, &options);
+    return attnc_run_forward_on(kernel.handle, device, &tq, &tk, &tv, &to, l, &options);
   }));
 }
 
-/// attnc_run_backward_on `device` (null: the CPU), or
-/// attnc_run_backward_varlen when `varlen` is given.
+/// attnc_run_backward_on `device` (null: the CPU), attnc_run_backward_varlen
+/// when `varlen` is given, or attnc_run_backward_at when `firstQuery` is.
 template <class In, class Out>
 void backward(const Kernel &kernel, const In &q, const In &k, const In &v, const In &o, const In &dO, const In &lse,
               const Out &dq, const Out &dk, const Out &dv, const attnc_varlen *varlen, float scale, int32_t numThreads,
-              const attnc_device *device = nullptr) {
+              const attnc_device *device = nullptr, int64_t firstQuery = -1) {
   const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v"), to = view4(o, "o"),
                      tdo = view4(dO, "d_o"), tl = viewLse(lse);
   attnc_tensor tdq = view4(dq, "d_q"), tdk = view4(dk, "d_k"), tdv = view4(dv, "d_v");
   const attnc_run_options options = runOptions(scale, numThreads);
   check(timedCall([&] {
-    return varlen ? attnc_run_backward_varlen(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
-                                              varlen, &options)
-                  : attnc_run_backward_on(kernel.handle, device, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
-                                          &options);
+    if (varlen)
+      return attnc_run_backward_varlen(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, varlen,
+                                       &options);
+    if (firstQuery >= 0)
+      return attnc_run_backward_at(kernel.handle, firstQuery, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
+                                   &options);
+    return attnc_run_backward_on(kernel.handle, device, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
   }));
 }
 
@@ -234,6 +243,27 @@ void runBackward(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v,
            arrayOf<InArray>(dO, toDlpack, "d_o"), arrayOf<InArray>(lse, toDlpack, "lse"),
            arrayOf<OutArray>(dq, toDlpack, "d_q"), arrayOf<OutArray>(dk, toDlpack, "d_k"),
            arrayOf<OutArray>(dv, toDlpack, "d_v"), nullptr, scale, numThreads);
+}
+
+void runForwardAt(const Kernel &kernel, int64_t firstQuery, nb::handle q, nb::handle k, nb::handle v, nb::handle o,
+                  nb::handle lse, float scale, int32_t numThreads, nb::handle toDlpack) {
+  if (firstQuery < 0)
+    throw StatusError{ATTNC_ERROR_SHAPE, "first_query is " + std::to_string(firstQuery) + "; it must be >= 0"};
+  forward(kernel, arrayOf<InArray>(q, toDlpack, "q"), arrayOf<InArray>(k, toDlpack, "k"),
+          arrayOf<InArray>(v, toDlpack, "v"), arrayOf<OutArray>(o, toDlpack, "o"),
+          optionalArrayOf<OutArray>(lse, toDlpack, "lse"), nullptr, scale, numThreads, nullptr, firstQuery);
+}
+
+void runBackwardAt(const Kernel &kernel, int64_t firstQuery, nb::handle q, nb::handle k, nb::handle v, nb::handle o,
+                   nb::handle dO, nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, float scale,
+                   int32_t numThreads, nb::handle toDlpack) {
+  if (firstQuery < 0)
+    throw StatusError{ATTNC_ERROR_SHAPE, "first_query is " + std::to_string(firstQuery) + "; it must be >= 0"};
+  backward(kernel, arrayOf<InArray>(q, toDlpack, "q"), arrayOf<InArray>(k, toDlpack, "k"),
+           arrayOf<InArray>(v, toDlpack, "v"), arrayOf<InArray>(o, toDlpack, "o"),
+           arrayOf<InArray>(dO, toDlpack, "d_o"), arrayOf<InArray>(lse, toDlpack, "lse"),
+           arrayOf<OutArray>(dq, toDlpack, "d_q"), arrayOf<OutArray>(dk, toDlpack, "d_k"),
+           arrayOf<OutArray>(dv, toDlpack, "d_v"), nullptr, scale, numThreads, nullptr, firstQuery);
 }
 
 void runVarlen(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
@@ -378,6 +408,27 @@ std::pair<std::string, std::string> analyze(const std::string &source, const std
   return {json, loaded->warnings};
 }
 
+/// attnc::ir::shardContext for attnc.distributed.shard: per rank its ranges,
+/// pairs per head, rows received forward and returned backward, and the keys
+/// its queries read (intervals); the layout's name; the warnings.
+nb::tuple shard(const std::string &source, const std::string &name, const std::vector<std::string> &defines,
+                const std::string &pattern, int64_t n, int ranks) {
+  std::unique_ptr<Loaded> loaded = load(source, name, defines, pattern);
+  attnc::ir::ShardPlan plan;
+  {
+    nb::gil_scoped_release release;
+    plan = attnc::ir::shardContext(loaded->ir, n, ranks);
+  }
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> reads;
+  for (const attnc::IntervalSet &set : plan.reads) {
+    reads.emplace_back();
+    for (const attnc::Interval &iv : set)
+      reads.back().push_back({iv.lo, iv.hi});
+  }
+  return nb::make_tuple(plan.ranges, plan.pairs, plan.recvRows, plan.returnRows, reads, plan.layout,
+                        loaded->warnings);
+}
+
 std::pair<std::string, std::string> show(const std::string &source, const std::string &name,
                                          const std::vector<std::string> &defines, const std::string &pattern,
                                          int64_t n, int64_t queries, std::optional<int64_t> head, int64_t grid,
@@ -444,6 +495,12 @@ NB_MODULE(_attnc, m) {
   m.def("run_backward", &runBackward, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a,
         "d_k"_a, "d_v"_a, "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_backward: d_q, d_k, d_v");
+  m.def("run_forward_at", &runForwardAt, "kernel"_a, "first_query"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(),
+        "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
+        "attnc_run_forward_at: the queries at positions [first_query, first_query + nq) of the keys");
+  m.def("run_backward_at", &runBackwardAt, "kernel"_a, "first_query"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a,
+        "lse"_a, "d_q"_a, "d_k"_a, "d_v"_a, "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
+        "attnc_run_backward_at: d_q, d_k, d_v of attnc_run_forward_at's queries");
   m.def("run_varlen", &runVarlen, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(), "cu_seqlens_q"_a,
         "cu_seqlens_k"_a.none(), "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_varlen: o (and lse) of a batch-1 call whose sequences cu_seqlens (int32) delimit");
@@ -468,6 +525,9 @@ NB_MODULE(_attnc, m) {
   m.def("analyze", &analyze, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "queries"_a, "block"_a,
         "block_cols"_a, "connectivity"_a, "ranks"_a, "head_dim"_a, "kv_heads"_a, "element_bytes"_a,
         "(the analyze --json object, warnings)");
+  m.def("shard", &shard, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "ranks"_a,
+        "(ranges, pairs, recv_rows, return_rows, reads, layout, warnings): the positions shared out to `ranks` "
+        "ranks with equal pairs (analysis/Shards.h)");
   m.def("show", &show, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "queries"_a, "head"_a.none(), "grid"_a,
         "max_side"_a, "format"_a, "(the picture as SVG or ASCII text, warnings)");
   m.def("last_call", [] { return lastCall; },

@@ -36,3 +36,14 @@ def test_attnc_and_masked_sdpa_train_alike():
 def test_kv_cache_decoding_steps_equal_full_passes(capsys):
     load_example("kv_cache_decoding").main()  # asserts a difference below 1e-5 itself
     assert "largest difference between decoding steps and full passes" in capsys.readouterr().out
+
+
+def test_context_parallel_example_runs_two_ranks():
+    # Run as a script, as the README shows: its ranks are processes it spawns, which import it by path.
+    import subprocess
+    import sys
+
+    path = REPO / "examples" / "python" / "context_parallel.py"
+    out = subprocess.run([sys.executable, str(path), "--n", "3000"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "2 ranks" in out.stdout and "rank 1:" in out.stdout, out.stdout

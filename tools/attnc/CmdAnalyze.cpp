@@ -53,8 +53,8 @@ void printContext(const ir::ContextReport &c, std::ostream &os) {
   std::snprintf(imbalance, sizeof imbalance, "%.4f", p.imbalance());
   os << "context parallel over " << p.ranks << " ranks: pairs per rank max/mean " << imbalance << " (mean "
      << static_cast<int64_t>(sumPairs / p.ranks)
-     << " per head), layout " << p.layout << "; K/V rows of " << c.rowBytes << " bytes each; dK/dV sums back "
-     << (p.reduceScatter ? "by a reduce-scatter" : "straight to their owners") << "\n";
+     << " per head), layout " << p.layout << "; K/V rows of " << c.rowBytes << " bytes each; dK/dV sums go straight back to "
+        "their owners\n";
   os << "  rank  positions                       pairs/head   recv rows fwd   recv bytes fwd   recv bytes bwd   vs ring fwd\n";
   for (int q = 0; q < p.ranks; ++q) {
     std::string pos;

@@ -123,7 +123,7 @@ std::string reportJson(const PatternIR &ir, const PatternReport &report) {
       return out.str() + "]";
     };
     os << ", \"context_parallel\": {\"ranks\": " << p.ranks << ", \"layout\": \"" << p.layout
-       << "\", \"backward_return\": \"" << (p.reduceScatter ? "reduce_scatter" : "direct") << "\", \"ranges\": [";
+       << "\", \"backward_return\": \"" << "direct" << "\", \"ranges\": [";
     for (size_t q = 0; q < p.ranges.size(); ++q) {
       os << (q ? ", " : "") << "[";
       for (size_t k = 0; k < p.ranges[q].size(); ++k)

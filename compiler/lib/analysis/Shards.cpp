@@ -126,6 +126,7 @@ ShardPlan measure(const PatternIR &ir, const std::vector<int64_t> &weights, int6
       if (o != q)
         plan.returnRows[static_cast<size_t>(o)] += keysIn(read, plan.ranges[static_cast<size_t>(o)]);
   }
+  plan.reads = std::move(reads);
   return plan;
 }
 
@@ -237,14 +238,6 @@ ShardPlan shardContext(const PatternIR &ir, int64_t n, int ranks) {
     if (best.ranks == 0 || (balanced && !bestBalanced) ||
         (balanced == bestBalanced && (balanced ? maxRecv(plan) < maxRecv(best) : plan.imbalance() < best.imbalance())))
       best = std::move(plan);
-  }
-  // The backward's dK and dV partial sums: straight to their owners, or by
-  // a reduce-scatter over every rank (each receives n (R - 1) / R rows, as in
-  // ring attention) where straight would cost some rank more.
-  const int64_t ringRows = n * (ranks - 1) / ranks;
-  if (*std::max_element(best.returnRows.begin(), best.returnRows.end()) > ringRows) {
-    best.reduceScatter = true;
-    std::fill(best.returnRows.begin(), best.returnRows.end(), ringRows);
   }
   return best;
 }

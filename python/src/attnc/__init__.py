@@ -9,7 +9,9 @@
     svg = attnc.show("patterns/fixed.attn", n=512, l=64, c=8)
 
 :mod:`attnc.torch` (imported on first use with a tensor) holds the PyTorch
-integration; numpy arrays work without torch.
+integration; numpy arrays work without torch. :mod:`attnc.distributed` (imported
+on first use of ``attnc.distributed``) shares one sequence's attention across the
+ranks of a torch.distributed group.
 """
 
 from ._api import Kernel, analyze, cache_stats, compile, cpu_isa, load, show
@@ -17,6 +19,15 @@ from ._attnc import ABI_VERSION
 from ._errors import AttncError, AttncWarning
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # attnc.distributed and attnc.torch import torch: only when asked for.
+    if name in ("distributed", "torch"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'attnc' has no attribute {name!r}")
 
 __all__ = [
     "ABI_VERSION",

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "attnc/plan/IntervalSet.h"
 #include "attnc/plan/PatternIR.h"
 
 #include <cstdint>
@@ -35,16 +36,15 @@ struct ShardPlan {
   std::vector<int64_t> recvRows;
   /// Per rank: rows it holds that other ranks' queries read, counted once
   /// per reading rank (the backward pass receives their dK and dV partial
-  /// sums).
+  /// sums, sent straight to their owner).
   std::vector<int64_t> returnRows;
+  /// Per rank: every key its queries read (its own positions included), over
+  /// every head: what attnc.distributed exchanges.
+  std::vector<IntervalSet> reads;
   /// How the positions were laid out: "runs" (one contiguous run per rank,
   /// after its heavy rows) or "zigzag" (runs r and 2R - 1 - r of 2R equal
   /// runs), whichever balances the pairs within 5% and receives fewer rows.
   std::string layout;
-  /// Whether the backward's dK and dV partial sums go back by a
-  /// reduce-scatter over every rank (returnRows then n (R - 1) / R, as in
-  /// ring attention) rather than straight to their owners.
-  bool reduceScatter = false;
   /// max(pairs) / mean(pairs); 1 when no pair exists.
   double imbalance() const;
 };
