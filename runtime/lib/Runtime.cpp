@@ -420,8 +420,13 @@ const T *inputRows(const attnc_tensor &t, int64_t b, int64_t h, int64_t row0, in
   const Packed key{&t, b, h, row0, rows, pad, tail};
   if (memo == key)
     return scratch.data();
+  // The zero rows around the data: already there when the last rows packed
+  // here had the same place in it (the next head of a call, say: the
+  // padding of a call of few queries is most of the scratch).
+  const size_t size = static_cast<size_t>((pad + rows + tail) * d);
+  if (memo.rows != rows || memo.pad != pad || memo.tail != tail || scratch.size() != size)
+    scratch.assign(size, T{});
   memo = key;
-  scratch.assign(static_cast<size_t>((pad + rows + tail) * d), T{});
   auto pack = [&](const auto *data, auto convert) {
     for (int64_t i = 0; i < rows; ++i) {
       const auto *row = data + off + i * t.strides[2];
@@ -547,10 +552,74 @@ struct Call {
 };
 
 /// A slice worker's scratch: the backend's, and packed inputs and outputs.
-struct SliceWorker {
-  std::unique_ptr<attnc::rt::Scratch> scratch;
+/// A slice worker's packing buffers: rows packed or padded for a backend,
+/// outputs and sums it writes before they are copied out.
+struct PackBuffers {
   std::vector<float> in[5], out[3], sum[2], lse;
   std::vector<uint16_t> inBf16[3];
+
+  size_t bytes() const {
+    size_t b = lse.capacity() * sizeof(float);
+    auto add = [&b](const auto &buffers) {
+      for (const auto &x : buffers)
+        b += x.capacity() * sizeof(x[0]);
+    };
+    add(in);
+    add(out);
+    add(sum);
+    add(inBf16);
+    return b;
+  }
+};
+
+/// Packing buffers kept from one call to the next, up to kKeptBytes in all.
+/// A call of few queries against many keys packs n rows per slice (the
+/// padding around its queries): megabytes that, freshly allocated, cost a
+/// page fault per 4 KiB on every call (a tenth of such a call's time,
+/// measured at n = 65,536 with half the queries).
+class PackPool {
+public:
+  static constexpr size_t kKeptBytes = size_t{512} << 20;
+
+  PackBuffers take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (kept_.empty())
+      return {};
+    PackBuffers out = std::move(kept_.back());
+    kept_.pop_back();
+    bytes_ -= out.bytes();
+    return out;
+  }
+
+  void give(PackBuffers &&buffers) {
+    const size_t b = buffers.bytes();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (b == 0 || bytes_ + b > kKeptBytes)
+      return; // (freed by the caller's destructor)
+    bytes_ += b;
+    kept_.push_back(std::move(buffers));
+  }
+
+private:
+  std::mutex mutex_;
+  std::vector<PackBuffers> kept_;
+  size_t bytes_ = 0;
+};
+
+PackPool &packPool() {
+  static PackPool pool;
+  return pool;
+}
+
+/// One thread's share of a call: the backend's scratch, the packing buffers
+/// (from the pool, and back to it), and what they hold now.
+struct SliceWorker : PackBuffers {
+  SliceWorker() : PackBuffers(packPool().take()) {}
+  ~SliceWorker() { packPool().give(std::move(static_cast<PackBuffers &>(*this))); }
+  SliceWorker(const SliceWorker &) = delete;
+  SliceWorker &operator=(const SliceWorker &) = delete;
+
+  std::unique_ptr<attnc::rt::Scratch> scratch;
   Packed packed[5], packedBf16[3];
 };
 
@@ -643,8 +712,8 @@ void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<S
                 slice.v = inputRows(v, s.b, g, s.k0, s.nk, 0, ws.in[2], ws.packed[2]);
               }
               float *direct = pad == 0 && tail == 0 ? directRows(o, s.b, h, s.q0, s.nq) : nullptr;
-              if (!direct)
-                ws.out[0].assign(static_cast<size_t>(rows * d), 0.0f);
+              if (!direct) // (every backend writes each row it computes; the others are not read back)
+                ws.out[0].resize(static_cast<size_t>(rows * d));
               slice.o = direct ? direct : ws.out[0].data();
               if (lse) {
                 ws.lse.resize(static_cast<size_t>(rows));
