@@ -324,7 +324,8 @@ def _local_problem(kernel: Any, q: Any, k: Any, v: Any, shards: Any, rank: int) 
             raise TypeError(f"expected an attnc.Kernel, got {type(kernel).__name__}")
         if not isinstance(shards, Shards):
             raise TypeError(f"'shards' must come from attnc.distributed.shard, got {type(shards).__name__}")
-        _check_tensors(q, k, v, cuda=False)
+        _check_tensors(q, k, v, cuda=False, cpu_only="attnc.distributed runs CPU tensors on gloo for now (the "
+                       "CUDA kernels take no query offset yet); move them to the CPU")
         _api._check_shapes(q.shape, k.shape, v.shape)
         if shards._kernel_key != _kernel_key(kernel):
             raise error(INVALID_ARGUMENT, "these shards were made for another kernel (pattern or parameters "

@@ -384,14 +384,17 @@ def _eager_attention(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", sca
 # ---- checks and the public functions ----------------------------------------
 
 
-def _check_tensors(q: Tensor, k: Tensor, v: Tensor, cuda: bool = True) -> None:
-    """q, k, v are tensors of one dtype on one device: the CPU, or (with `cuda`) a CUDA GPU."""
+_CPU_ONLY = "variable-length batches run on the CPU only (dense batches run on CUDA devices too)"
+
+
+def _check_tensors(q: Tensor, k: Tensor, v: Tensor, cuda: bool = True, cpu_only: str = _CPU_ONLY) -> None:
+    """q, k, v are tensors of one dtype on one device: the CPU, or (with `cuda`) a CUDA GPU; without
+    it, `cpu_only` says what runs on the CPU only."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor):
             raise TypeError(f"'{name}' is a {type(x).__name__}; q, k and v must all be tensors")
         if x.device.type == "cuda" and not cuda:
-            raise error(UNSUPPORTED, f"'{name}' is on device '{x.device}'; variable-length batches run on the "
-                                     "CPU only (dense batches run on CUDA devices too)")
+            raise error(UNSUPPORTED, f"'{name}' is on device '{x.device}'; {cpu_only}")
         if x.device.type not in ("cpu", "cuda"):
             raise error(UNSUPPORTED, f"'{name}' is on device '{x.device}'; attnc kernels run on the CPU and on "
                                      "CUDA GPUs")
