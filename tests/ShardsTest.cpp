@@ -147,9 +147,10 @@ TEST(ShardBalance, LibraryPatternsWithinFivePercentOfTheMean) {
       const ir::ShardPlan plan = ir::shardContext(l->ir, 65536, ranks);
       EXPECT_LE(plan.imbalance(), 1.05) << name << " over " << ranks << " ranks";
       // Where the zig-zag layout was chosen no rank receives more than ring attention.
-      if (plan.layout == "zigzag")
+      if (plan.layout == "zigzag") {
         for (int64_t rows : plan.recvRows)
           EXPECT_LE(rows, 65536 * (ranks - 1) / ranks) << name << " over " << ranks << " ranks";
+      }
     }
   }
 }

@@ -148,8 +148,13 @@ ShardPlan shardContext(const PatternIR &ir, int64_t n, int ranks) {
   const double total = std::accumulate(rowPairs.begin(), rowPairs.end(), 0.0);
   const double share = total / ranks;
 
-  // Heavy rows, heaviest first, each to the least loaded rank: rows whose
-  // pairs pass `threshold`.
+  // Heavy rows (rows whose pairs pass `threshold`: global rows) in order of
+  // position, cut into `ranks` consecutive groups of equal pairs, group r to
+  // rank r (a row to the first rank whose cumulative share reaches the
+  // middle of the row). Global rows come in runs of similar weight, so each
+  // rank gets one run of them, a single range to compute, and an equal part
+  // of their pairs; one per row, heaviest first to the least loaded rank,
+  // balanced no better and scattered them one row per range.
   struct Heavy {
     std::vector<Ranges> ranges;
     std::vector<double> load;
@@ -160,16 +165,26 @@ ShardPlan shardContext(const PatternIR &ir, int64_t n, int ranks) {
     Heavy h{std::vector<Ranges>(static_cast<size_t>(ranks)), std::vector<double>(static_cast<size_t>(ranks), 0.0),
             std::vector<char>(static_cast<size_t>(n), 0), 0};
     std::vector<int64_t> rows;
+    double heavyPairs = 0;
     for (int64_t i = 0; i < n && ranks > 1; ++i)
-      if (static_cast<double>(rowPairs[static_cast<size_t>(i)]) > threshold)
+      if (static_cast<double>(rowPairs[static_cast<size_t>(i)]) > threshold) {
         rows.push_back(i);
-    std::stable_sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) {
-      return rowPairs[static_cast<size_t>(a)] > rowPairs[static_cast<size_t>(b)];
-    });
+        heavyPairs += static_cast<double>(rowPairs[static_cast<size_t>(i)]);
+      }
+    const double each = heavyPairs / ranks;
+    double done = 0;
+    size_t r = 0;
     for (int64_t i : rows) {
-      const size_t r = static_cast<size_t>(std::min_element(h.load.begin(), h.load.end()) - h.load.begin());
-      h.load[r] += static_cast<double>(rowPairs[static_cast<size_t>(i)]);
-      h.ranges[r].push_back({i, i + 1});
+      const double w = static_cast<double>(rowPairs[static_cast<size_t>(i)]);
+      while (r + 1 < static_cast<size_t>(ranks) && done + w / 2 > each * static_cast<double>(r + 1))
+        ++r;
+      h.load[r] += w;
+      done += w;
+      Ranges &mine = h.ranges[r];
+      if (!mine.empty() && mine.back().second == i)
+        mine.back().second = i + 1;
+      else
+        mine.push_back({i, i + 1});
       h.is[static_cast<size_t>(i)] = 1;
     }
     h.count = static_cast<int64_t>(rows.size());

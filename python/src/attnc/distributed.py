@@ -162,18 +162,16 @@ class _Route:
         self.recv_counts = np.bincount(source, minlength=ranks).tolist()
         self._buffers: dict = {}
 
-    def buffer(self, name: str, like: Tensor, n: int, dtype: torch.dtype) -> Tensor:
-        """A [batch, heads, n, d] buffer kept for the next call of the same shape. Kept, since fresh
-        memory of that size costs its page faults on every call (as much as a local pattern's
-        share of the work, measured); "keys" and "values" are zeroed once, when made: every call
+    def buffer(self, name: str, shape: Tuple[int, ...], dtype: torch.dtype, zero: bool = False) -> Tensor:
+        """A buffer kept for the next call of the same shape: fresh memory of these sizes costs its
+        page faults on every call (as much as a local pattern's share of the work, measured). The
+        K and V buffers of the whole sequence (`zero`) are zeroed once, when made: every call
         writes the same positions (its own and those it receives), so the others stay zero."""
-        shape = (like.shape[0], like.shape[1], n, like.shape[3])
-        key = (name, shape, dtype)
+        key = (name, tuple(shape), dtype)
         out = self._buffers.get(key)
         if out is None:
             for old in [k for k in self._buffers if k[0] == name]:
                 del self._buffers[old]
-            zero = name in ("keys", "values")
             out = self._buffers[key] = (torch.zeros if zero else torch.empty)(shape, dtype=dtype)
         return out
 
@@ -220,24 +218,35 @@ def shard(kernel: "_api.Kernel", n: int, world_size: int) -> Shards:
 _DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2}
 
 
-def _all_to_all(rows: Tensor, send_counts: List[int], recv_counts: List[int], group: Any) -> Tensor:
-    """all_to_all_single over the first dimension of a contiguous tensor, carried as bytes (gloo moves
+def _all_to_all(rows: Tensor, out: Tensor, send_counts: List[int], recv_counts: List[int], group: Any) -> Tensor:
+    """all_to_all_single over the first dimension of contiguous tensors, carried as bytes (gloo moves
     any dtype then; nothing is reduced on the way)."""
-    out = rows.new_empty((sum(recv_counts),) + tuple(rows.shape[1:]))
     dist.all_to_all_single(out.view(torch.uint8), rows.view(torch.uint8), recv_counts, send_counts, group=group)
     return out
+
+
+def _gather_rows(route: _Route, name: str, sources: Sequence[Tensor], index: Tensor, dtype: torch.dtype) -> Tensor:
+    """[rows, batch, heads, len(sources) * d]: the rows `index` (dimension 2) of each source side by
+    side, in `dtype`, in a kept buffer (what all_to_all sends)."""
+    b, h, _, d = sources[0].shape
+    rows = route.buffer(name, (len(index), b, h, len(sources) * d), dtype)
+    picked = route.buffer(name + " picked", (b, h, len(index), d), sources[0].dtype)
+    for i, x in enumerate(sources):
+        torch.index_select(x, 2, index, out=picked)
+        rows[..., i * d:(i + 1) * d].copy_(picked.permute(2, 0, 1, 3))
+    return rows
 
 
 def _fetch_keys(k: Tensor, v: Tensor, shards: Shards, route: _Route, group: Any) -> Tuple[Tensor, Tensor]:
     """K and V of the whole sequence's length: this rank's rows, those its queries read from the
     others, zeros elsewhere."""
-    d = k.shape[3]
-    send = torch.cat((k.index_select(2, route.send_index), v.index_select(2, route.send_index)), dim=3)
-    got = _all_to_all(send.permute(2, 0, 1, 3).contiguous(), route.send_counts, route.recv_counts, group)
-    got = got.permute(1, 2, 0, 3)
+    b, h, _, d = k.shape
+    send = _gather_rows(route, "send", (k, v), route.send_index, k.dtype)
+    got = route.buffer("received", (len(route.recv_positions), b, h, 2 * d), k.dtype)
+    got = _all_to_all(send, got, route.send_counts, route.recv_counts, group).permute(1, 2, 0, 3)
     full = []
     for name, x, part in (("keys", k, got[..., :d]), ("values", v, got[..., d:])):
-        buffer = route.buffer(name, x, shards.n, x.dtype)
+        buffer = route.buffer(name, (b, h, shards.n, d), x.dtype, zero=True)
         buffer.index_copy_(2, route.own, x)
         buffer.index_copy_(2, route.recv_positions, part)
         full.append(buffer)
@@ -265,9 +274,10 @@ def _backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tens
     # dK and dV of every key this rank's queries read, summed over its ranges in float32: the first
     # range's call writes the sums, a later one a scratch pair that is added (the runtime overwrites
     # every row of d_k and d_v).
-    sums = [route.buffer(name, k, shards.n, torch.float32) for name in ("d_keys", "d_values")]
+    shape = (k.shape[0], k.shape[1], shards.n, k.shape[3])
+    sums = [route.buffer(name, shape, torch.float32) for name in ("d_keys", "d_values")]
     for i, (first, row, rows) in enumerate(route.pieces):
-        out = sums if i == 0 else [route.buffer(name, k, shards.n, torch.float32) for name in ("d_k", "d_v")]
+        out = sums if i == 0 else [route.buffer(name, shape, torch.float32) for name in ("d_k", "d_v")]
         piece = slice(row, row + rows)
         _attnc.run_backward_at(kernel._handle, first, q[:, :, piece], k_full, v_full, o[:, :, piece],
                                d_o[:, :, piece], lse[:, :, piece], d_q[:, :, piece], out[0], out[1], scale,
@@ -281,9 +291,9 @@ def _backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tens
     # The partial sums of the keys received go back to their owners (in the inputs' dtype, as the
     # K/V rows came); each owner adds them to its own.
     d = k.shape[3]
-    back = torch.cat([s.index_select(2, route.recv_positions) for s in sums], dim=3).to(k.dtype)
-    got = _all_to_all(back.permute(2, 0, 1, 3).contiguous(), route.recv_counts, route.send_counts, group)
-    got = got.permute(1, 2, 0, 3).float()
+    back = _gather_rows(route, "return", sums, route.recv_positions, k.dtype)
+    got = route.buffer("returned", (len(route.send_index),) + tuple(back.shape[1:]), k.dtype)
+    got = _all_to_all(back, got, route.recv_counts, route.send_counts, group).permute(1, 2, 0, 3).float()
     grads = []
     for s, part in ((sums[0], got[..., :d]), (sums[1], got[..., d:])):
         mine = s.index_select(2, route.own)

@@ -50,8 +50,9 @@ struct ShardPlan {
 };
 
 /// Shares [0, n) out to `ranks` ranks (n >= 1, ranks >= 1). A row whose
-/// pairs exceed 1/40 of a rank's share (a global row, say) goes to a rank
-/// on its own, the heaviest first to the least loaded rank. The other rows
+/// pairs exceed 1/40 of a rank's share (a global row, say) is placed first:
+/// such rows, in order, are cut into one consecutive group of equal pairs
+/// per rank (one range each, not a range per row). The other rows
 /// are laid out two ways, and the one that balances the pairs within 5% of
 /// the mean and makes the busiest rank receive fewer rows is kept: runs,
 /// one contiguous run per rank in order, each filled to its rank's share
