@@ -863,6 +863,40 @@ TEST(CliBench, PeakIsThatOfTheInstructionSetThatRan) {
   EXPECT_NE(bad.err.find("ATTNC_FUSED_ISA='avx9': expected avx512, avx2 or portable"), std::string::npos) << bad.err;
 }
 
+/// --target cuda: where no driver opens (forced here with ATTNC_CUDA_DRIVER,
+/// as on a machine without a GPU) attnc says why and exits 1; options that
+/// mean nothing on the GPU are refused with exit 2, f16 on the CPU too.
+TEST(CliBench, TargetCudaWithoutADriverSaysWhy) {
+  ScratchDir dir;
+  const std::string env = "ATTNC_CACHE_DIR=" + dir.path() + " ATTNC_CUDA_DRIVER=/nonexistent/libcuda.so.1";
+  const std::string small = " -D l=16 -D c=4 --n 200 --d 16 --heads 2 --repeat 1";
+  for (const char *extra : {"", " --backward --json", " --dtype f16"}) {
+    CommandResult r = attnc("bench " + libraryPattern("fixed") + small + " --target cuda" + extra, env);
+    EXPECT_EQ(r.exitCode, 1) << extra << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("attnc: error: --target cuda: no CUDA driver: /nonexistent/libcuda.so.1 cannot be opened"),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+  const std::pair<const char *, const char *> refused[] = {
+      {" --target cuda --peak", "--peak measures the CPU's FMA peak"},
+      {" --target cuda --backend dense", "--backend must be fused"},
+      {" --target cuda --threads 2", "--threads sets CPU worker threads"},
+      {" --dtype f16", "--dtype f16 runs on the GPU only (--target cuda)"},
+  };
+  for (const auto &[extra, message] : refused) {
+    CommandResult r = attnc("bench " + libraryPattern("fixed") + small + extra, env);
+    EXPECT_EQ(r.exitCode, 2) << extra;
+    EXPECT_NE(r.err.find(message), std::string::npos) << extra << ": " << r.err;
+  }
+  CommandResult varlen = attnc("bench " + libraryPattern("local") + " --varlen 100,50 --d 16 --target cuda", env);
+  EXPECT_EQ(varlen.exitCode, 2);
+  EXPECT_NE(varlen.err.find("variable-length batches do not run on the GPU yet"), std::string::npos) << varlen.err;
+  CommandResult help = attnc("bench --help", env);
+  EXPECT_NE(help.out.find("--target"), std::string::npos);
+  EXPECT_NE(help.out.find("--device"), std::string::npos);
+}
+
 #if ATTNC_HAVE_MLIR || ATTNC_HAVE_HALIDE
 TEST(CliBench, BackendWithoutABackwardSaysNotAvailable) {
   ScratchDir dir;

@@ -25,6 +25,7 @@
 
 #include "FusedExecutor.h"
 #include "backends/Backend.h"
+#include "cuda/CudaDriver.h"
 #include "cuda/CudaRun.h"
 
 #include <algorithm>
@@ -1078,6 +1079,66 @@ const char *attnc_cpu_isa(void) {
 const char *attnc_last_error(void) { return lastError.c_str(); }
 
 void attnc_internal_set_last_error(const char *message) { lastError = message ? message : ""; }
+
+attnc_status attnc_internal_cuda_alloc(int32_t device, size_t bytes, void **ptr) {
+  if (!ptr)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_internal_cuda_alloc: ptr is null");
+  *ptr = nullptr;
+  return guarded([&] {
+    attnc::rt::cuda::checkDevice(device);
+    *ptr = attnc::rt::cuda::deviceAlloc(device, bytes);
+  });
+}
+
+attnc_status attnc_internal_cuda_free(int32_t device, void *ptr) {
+  if (!ptr)
+    return ATTNC_OK;
+  return guarded([&] { attnc::rt::cuda::deviceFree(device, ptr); });
+}
+
+attnc_status attnc_internal_cuda_copy(int32_t device, void *dst, const void *src, size_t bytes, int32_t to_device) {
+  if ((!dst || !src) && bytes)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_internal_cuda_copy: a null pointer");
+  return guarded([&] {
+    if (bytes)
+      attnc::rt::cuda::deviceCopy(device, dst, src, bytes, to_device != 0);
+  });
+}
+
+attnc_status attnc_internal_cuda_timer(int32_t device, void **timer, float *ms) {
+  if (!timer)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_internal_cuda_timer: timer is null");
+  return guarded([&] {
+    using attnc::rt::cuda::CUevent;
+    if (!*timer) {
+      attnc::rt::cuda::checkDevice(device);
+      *timer = attnc::rt::cuda::recordEvent(device);
+      return;
+    }
+    CUevent start = static_cast<CUevent>(*timer);
+    *timer = nullptr;
+    CUevent end = attnc::rt::cuda::recordEvent(device);
+    const float elapsed = attnc::rt::cuda::elapsedMs(device, start, end);
+    if (ms)
+      *ms = elapsed;
+  });
+}
+
+attnc_status attnc_internal_cuda_device(int32_t device, char *name, size_t size, int32_t *major, int32_t *minor) {
+  return guarded([&] {
+    attnc::rt::cuda::checkDevice(device);
+    const attnc::rt::cuda::DeviceInfo info = attnc::rt::cuda::deviceInfo(device);
+    if (name && size) {
+      const size_t len = std::min(size - 1, info.name.size());
+      std::memcpy(name, info.name.data(), len);
+      name[len] = '\0';
+    }
+    if (major)
+      *major = info.major;
+    if (minor)
+      *minor = info.minor;
+  });
+}
 
 const char *attnc_status_name(attnc_status status) {
   switch (status) {

@@ -15,6 +15,7 @@
 #include "TestSupport.h"
 
 #include "attnc/attnc.h"
+#include "attnc/runtime/Internal.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -120,6 +121,83 @@ TEST(CudaErrors, CpuMemoryInAGpuCall) {
   attnc_device missing{ATTNC_DEVICE_CUDA, count, nullptr};
   EXPECT_EQ(attnc_device_check(&missing), ATTNC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(attnc_last_error()).find("does not exist"), std::string::npos) << attnc_last_error();
+}
+
+// --- The tool's GPU memory and timing (Internal.h: `attnc bench --target cuda`) ---
+
+TEST(CudaTools, WithoutAGpuTheySayWhy) {
+  std::string why;
+  if (gpuPresent(why))
+    GTEST_SKIP() << "this machine has a GPU (CudaTools.MemoryCopiesAndEventsOnAGpu covers it)";
+  void *ptr = reinterpret_cast<void *>(1);
+  EXPECT_EQ(attnc_internal_cuda_alloc(0, 64, &ptr), ATTNC_ERROR_UNSUPPORTED);
+  EXPECT_EQ(ptr, nullptr);
+  EXPECT_EQ(std::string(attnc_last_error()), why);
+  void *timer = nullptr;
+  EXPECT_EQ(attnc_internal_cuda_timer(0, &timer, nullptr), ATTNC_ERROR_UNSUPPORTED);
+  EXPECT_EQ(timer, nullptr);
+  char name[64];
+  EXPECT_EQ(attnc_internal_cuda_device(0, name, sizeof name, nullptr, nullptr), ATTNC_ERROR_UNSUPPORTED);
+  EXPECT_EQ(attnc_internal_cuda_free(0, nullptr), ATTNC_OK); // nothing to free
+  EXPECT_EQ(attnc_internal_cuda_alloc(0, 64, nullptr), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attnc_internal_cuda_timer(0, nullptr, nullptr), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attnc_internal_cuda_copy(0, nullptr, name, 8, 1), ATTNC_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(CudaTools, MemoryCopiesAndEventsOnAGpu) {
+  ATTNC_REQUIRE_GPU();
+  char name[256];
+  int32_t major = 0, minor = -1;
+  ASSERT_EQ(attnc_internal_cuda_device(0, name, sizeof name, &major, &minor), ATTNC_OK) << attnc_last_error();
+  EXPECT_GT(std::strlen(name), 0u);
+  EXPECT_GE(major, 5);
+  EXPECT_GE(minor, 0);
+  int count = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  void *none = nullptr;
+  EXPECT_EQ(attnc_internal_cuda_alloc(count, 64, &none), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnc_last_error()).find("does not exist"), std::string::npos) << attnc_last_error();
+
+  // A forward call on memory from the tool's functions, timed by its events,
+  // against the same call on the CPU.
+  KernelPtr k = kernelOf("local", nullptr, {"w=5"});
+  ASSERT_TRUE(k);
+  const int64_t n = 100, d = 64, count4 = 2 * n * d;
+  std::vector<float> q(count4), kk(count4), v(count4), o(count4), back(count4, -1.0f);
+  for (int64_t x = 0; x < count4; ++x) {
+    q[static_cast<size_t>(x)] = std::sin(0.37f * static_cast<float>(x));
+    kk[static_cast<size_t>(x)] = std::cos(0.11f * static_cast<float>(x));
+    v[static_cast<size_t>(x)] = std::sin(0.05f * static_cast<float>(x) + 1.0f);
+  }
+  const size_t bytes = static_cast<size_t>(count4) * sizeof(float);
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr, *dout = nullptr;
+  for (void **p : {&dq, &dk, &dv, &dout})
+    ASSERT_EQ(attnc_internal_cuda_alloc(0, bytes, p), ATTNC_OK) << attnc_last_error();
+  ASSERT_EQ(attnc_internal_cuda_copy(0, dq, q.data(), bytes, 1), ATTNC_OK);
+  ASSERT_EQ(attnc_internal_cuda_copy(0, dk, kk.data(), bytes, 1), ATTNC_OK);
+  ASSERT_EQ(attnc_internal_cuda_copy(0, dv, v.data(), bytes, 1), ATTNC_OK);
+  // A round trip is exact.
+  ASSERT_EQ(attnc_internal_cuda_copy(0, back.data(), dq, bytes, 0), ATTNC_OK);
+  EXPECT_EQ(back, q);
+  attnc_tensor tq = tensor(dq, ATTNC_DTYPE_F32, {1, 2, n, d}), tk = tensor(dk, ATTNC_DTYPE_F32, {1, 2, n, d}),
+               tv = tensor(dv, ATTNC_DTYPE_F32, {1, 2, n, d}), to = tensor(dout, ATTNC_DTYPE_F32, {1, 2, n, d});
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  void *timer = nullptr;
+  ASSERT_EQ(attnc_internal_cuda_timer(0, &timer, nullptr), ATTNC_OK) << attnc_last_error();
+  ASSERT_NE(timer, nullptr);
+  ASSERT_EQ(attnc_run_forward_on(k.get(), &dev, &tq, &tk, &tv, &to, nullptr, nullptr), ATTNC_OK) << attnc_last_error();
+  float ms = -1;
+  ASSERT_EQ(attnc_internal_cuda_timer(0, &timer, &ms), ATTNC_OK) << attnc_last_error();
+  EXPECT_EQ(timer, nullptr);
+  EXPECT_GT(ms, 0.0f);
+  EXPECT_LT(ms, 10000.0f);
+  ASSERT_EQ(attnc_internal_cuda_copy(0, back.data(), dout, bytes, 0), ATTNC_OK);
+  attnc_tensor hq = view(q, 1, 2, n, d), hk = view(kk, 1, 2, n, d), hv = view(v, 1, 2, n, d), ho = view(o, 1, 2, n, d);
+  ASSERT_EQ(attnc_run_forward_on(k.get(), nullptr, &hq, &hk, &hv, &ho, nullptr, nullptr), ATTNC_OK);
+  for (size_t x = 0; x < o.size(); ++x)
+    ASSERT_NEAR(back[x], o[x], 2e-2) << x; // (f32 runs on bf16 tensor cores)
+  for (void *p : {dq, dk, dv, dout})
+    EXPECT_EQ(attnc_internal_cuda_free(0, p), ATTNC_OK);
 }
 
 // --- Numerics on a GPU ----------------------------------------------------------

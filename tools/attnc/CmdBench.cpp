@@ -34,7 +34,10 @@
 #include "attnc/support/ThreadPool.h"
 #include "attnc/tuning/Tuning.h"
 
+#include "CudaBench.h"
+
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -62,6 +65,9 @@ struct BenchOptions {
   bool backward = false;
   bool peak = false;
   bool backendsGiven = false;
+  std::string target = "cpu";
+  int device = 0;
+  bool dtypeGiven = false, threadsGiven = false;
 };
 
 struct Row {
@@ -150,7 +156,94 @@ MemoryEstimate benchEstimate(const BenchOptions &opts, const std::vector<int64_t
   return estimate;
 }
 
+/// attnc bench --target cuda: the fused kernel on a GPU, timed with CUDA
+/// events (CudaBench.h); the useful work is the CPU table's.
+int runCudaBench(const BenchOptions &opts, const std::string &pattern, const std::array<int64_t, 4> &qShape,
+                 const std::array<int64_t, 4> &kvShape, int64_t nnzPerHead, double usefulFlops,
+                 double backwardFlops) {
+  std::vector<const char *> defs;
+  for (const std::string &d : opts.pattern.defines)
+    defs.push_back(d.c_str());
+  attnc_jit_options jo{defs.data(), static_cast<int32_t>(defs.size()),
+                       opts.pattern.pattern.empty() ? nullptr : opts.pattern.pattern.c_str(), nullptr, 0, "fused"};
+  attnc_kernel *kernel = nullptr;
+  if (attnc_jit_compile_file(opts.pattern.file.c_str(), &jo, &kernel) != ATTNC_OK) {
+    std::cerr << "attnc: error: " << attnc_last_error() << "\n";
+    return kExitUserError;
+  }
+  CudaBenchRequest request;
+  request.kernel = kernel;
+  request.qShape = qShape;
+  request.kvShape = kvShape;
+  request.dtype = opts.dtype == "f32" ? ATTNC_DTYPE_F32 : opts.dtype == "f16" ? ATTNC_DTYPE_F16 : ATTNC_DTYPE_BF16;
+  request.device = opts.device;
+  request.repeat = opts.repeat;
+  request.backward = opts.backward;
+  CudaBenchResult r;
+  std::string error;
+  const attnc_status status = cudaBench(request, r, error);
+  attnc_kernel_free(kernel);
+  if (status != ATTNC_OK) {
+    std::cerr << "attnc: error: --target cuda: " << error << "\n";
+    return kExitUserError;
+  }
+  const double fwdTflops = usefulFlops / (r.forwardMs * 1e9), bwdTflops = backwardFlops / (r.backwardMs * 1e9);
+  const std::string cc = std::to_string(r.major) + "." + std::to_string(r.minor);
+  if (opts.json) {
+    std::ostringstream os;
+    os << "{\"pattern\": " << jsonString(pattern) << ", \"target\": \"cuda\", \"device\": {\"index\": " << opts.device
+       << ", \"name\": " << jsonString(r.deviceName) << ", \"compute_capability\": " << jsonString(cc)
+       << "}, \"dtype\": " << jsonString(opts.dtype) << ", \"n\": " << kvShape[2] << ", \"queries\": " << qShape[2]
+       << ", \"d\": " << qShape[3] << ", \"batch\": " << qShape[0] << ", \"heads\": " << qShape[1]
+       << ", \"kv_heads\": " << kvShape[1] << ", \"nnz_per_head\": " << nnzPerHead << ", \"repeat\": " << opts.repeat
+       << ", \"first_run_ms\": " << r.firstMs << ", \"ms\": " << r.forwardMs << ", \"tflops\": " << fwdTflops;
+    if (opts.backward)
+      os << ", \"fwd_lse_ms\": " << r.forwardLseMs << ", \"bwd_ms\": " << r.backwardMs << ", \"bwd_tflops\": "
+         << bwdTflops;
+    os << "}\n";
+    std::cout << os.str();
+    return kExitOk;
+  }
+  std::printf("%s  n=%lld queries=%lld d=%lld batch=%lld heads=%lld kv-heads=%lld %s  nnz/head=%lld  on %s (sm_%d%d, "
+              "device %d), CUDA events, median of %d\n",
+              pattern.c_str(), (long long)kvShape[2], (long long)qShape[2], (long long)qShape[3],
+              (long long)qShape[0], (long long)qShape[1], (long long)kvShape[1], opts.dtype.c_str(),
+              (long long)nnzPerHead, r.deviceName.c_str(), r.major, r.minor, opts.device, opts.repeat);
+  std::printf("  %-12s %10s %14s %14s\n", "backend", "ms", "eff TFLOP/s", "first run ms");
+  std::printf("  %-12s %10.3f %14.1f %14.2f\n", "cuda", r.forwardMs, fwdTflops, r.firstMs);
+  if (opts.backward) {
+    std::printf("  backward: forward with lse, then dQ, dK, dV; eff TFLOP/s = 10*nnz*d/time\n");
+    std::printf("  %-12s %10s %10s %12s %10s\n", "backend", "fwd+lse ms", "bwd ms", "bwd TFLOP/s", "bwd/fwd");
+    std::printf("  %-12s %10.3f %10.3f %12.1f %10.2f\n", "cuda", r.forwardLseMs, r.backwardMs, bwdTflops,
+                r.backwardMs / r.forwardMs);
+  }
+  return kExitOk;
+}
+
+/// Why a --target cuda run cannot take these options ("" when it can).
+std::string cudaConflict(const BenchOptions &opts) {
+  if (opts.peak)
+    return "--peak measures the CPU's FMA peak; it does not apply to --target cuda";
+  if (!opts.varlen.empty())
+    return "--varlen: variable-length batches do not run on the GPU yet";
+  if (opts.backendsGiven && (opts.backends.size() != 1 || opts.backends[0] != "fused"))
+    return "--target cuda runs the fused backend's plan on the GPU; --backend must be fused (or left out)";
+  if (opts.threadsGiven)
+    return "--threads sets CPU worker threads; it does not apply to --target cuda";
+  return "";
+}
+
 int runBench(const BenchOptions &opts) {
+  if (opts.target == "cuda") {
+    if (std::string why = cudaConflict(opts); !why.empty()) {
+      std::cerr << "attnc: error: " << why << "\n";
+      return kExitUsage;
+    }
+  } else if (opts.dtype == "f16") {
+    std::cerr << "attnc: error: --dtype f16 runs on the GPU only (--target cuda); the CPU kernels take f32 and "
+                 "bf16\n";
+    return kExitUsage;
+  }
   if (!attnc_cpu_isa()) { // ATTNC_FUSED_ISA names CPU kernels this CPU lacks, or none
     std::cerr << "attnc: error: " << attnc_last_error() << "\n";
     return kExitUserError;
@@ -276,6 +369,11 @@ int runBench(const BenchOptions &opts) {
     if (int code = checkMemory(estimate, opts.maxMemory); code != kExitOk)
       return code;
   }
+
+  if (opts.target == "cuda")
+    return runCudaBench(opts, p.name, {qShape[0], qShape[1], qShape[2], qShape[3]},
+                        {kvShape[0], kvShape[1], kvShape[2], kvShape[3]}, nnzAllHeads / heads, usefulFlops,
+                        backwardFlops);
 
   // The fused backend's per-n cost: the symbolic plan is built once per
   // kernel; its row blocks at n are generated once, on every core, as the
@@ -565,12 +663,22 @@ void setupBench(CLI::App &app, int &exitCode) {
           ->delimiter(',')
           ->capture_default_str()
           ->check(CLI::IsMember(codegen::backendNames()));
-  cmd->add_option("--dtype", opts->dtype,
-                  "Element type of Q, K, V and O: f32, or bf16 (computed and accumulated in f32, "
-                  "the output rounded to nearest even)")
+  CLI::Option *dtypeOption =
+      cmd->add_option("--dtype", opts->dtype,
+                      "Element type of Q, K, V and O: f32, or bf16 (computed and accumulated in f32, the output "
+                      "rounded to nearest even); with --target cuda also f16, and bf16 is the default there")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  CLI::Option *threadsOption = cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
+  cmd->add_option("--target", opts->target,
+                  "cpu (the backends on this machine's cores) or cuda (the fused plan's tensor-core kernels on an "
+                  "NVIDIA GPU of compute capability 8.0 or newer, timed with CUDA events; --backward too, not "
+                  "--varlen; without a GPU or driver attnc says why and exits 1)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "bf16"}));
-  cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", opts->device, "With --target cuda: the CUDA device index")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1023));
   cmd->add_option("--repeat", opts->repeat, "Timed runs per backend (the median is reported)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
@@ -589,14 +697,19 @@ void setupBench(CLI::App &app, int &exitCode) {
        "attnc bench patterns/fixed.attn --n 4096 --d 64 --backward --peak", "attnc bench --peak --threads 2",
        "attnc bench patterns/fixed.attn --n 16384 --d 128 --heads 32 --kv-heads 8 --backend fused",
        "attnc bench patterns/fixed.attn --n 32768 --queries 1 --d 64 --backend fused",
-       "attnc bench patterns/local.attn --varlen 512,4096,1024,2560 --d 64 --backend fused"}));
-  cmd->callback([opts, backendOption, nOption, &exitCode] {
+       "attnc bench patterns/local.attn --varlen 512,4096,1024,2560 --d 64 --backend fused",
+       "attnc bench patterns/fixed.attn --n 16384 --d 64 --target cuda --backward"}));
+  cmd->callback([opts, backendOption, nOption, dtypeOption, threadsOption, &exitCode] {
     if (opts->pattern.file.empty() && !opts->peak)
       throw CLI::RequiredError("file");
     opts->nGiven = nOption->count() > 0;
     if (!opts->pattern.file.empty() && !opts->nGiven && opts->varlen.empty())
       throw CLI::RequiredError("--n");
     opts->backendsGiven = backendOption->count() > 0;
+    opts->dtypeGiven = dtypeOption->count() > 0;
+    opts->threadsGiven = threadsOption->count() > 0;
+    if (opts->target == "cuda" && !opts->dtypeGiven)
+      opts->dtype = "bf16";
     try {
       exitCode = runBench(*opts);
     } catch (const std::bad_alloc &) {

@@ -49,7 +49,10 @@ Opened open() {
       find(lib, "cuMemsetD32Async", d.cuMemsetD32Async) &&
       find(lib, "cuStreamQuery", d.cuStreamQuery) &&
       find(lib, "cuPointerGetAttribute", d.cuPointerGetAttribute) &&
-      find(lib, "cuGetErrorString", d.cuGetErrorString);
+      find(lib, "cuGetErrorString", d.cuGetErrorString) && find(lib, "cuMemcpyDtoH_v2", d.cuMemcpyDtoH) &&
+      find(lib, "cuEventCreate", d.cuEventCreate) && find(lib, "cuEventRecord", d.cuEventRecord) &&
+      find(lib, "cuEventSynchronize", d.cuEventSynchronize) &&
+      find(lib, "cuEventElapsedTime", d.cuEventElapsedTime) && find(lib, "cuEventDestroy_v2", d.cuEventDestroy);
   if (!all) {
     o.error = std::string("the CUDA driver ") + path +
               " lacks functions attnc needs (CUDA 11.2 or newer: cuMemAllocAsync); update the NVIDIA driver";
@@ -136,6 +139,52 @@ DeviceInfo deviceInfo(int index) {
   check(d.cuDeviceGetAttribute(&info.major, kAttrComputeMajor, dev), "cuDeviceGetAttribute");
   check(d.cuDeviceGetAttribute(&info.minor, kAttrComputeMinor, dev), "cuDeviceGetAttribute");
   return info;
+}
+
+void *deviceAlloc(int index, size_t bytes) {
+  ScopedContext ctx(index);
+  CUdeviceptr p = 0;
+  check(driver().cuMemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
+  return reinterpret_cast<void *>(static_cast<uintptr_t>(p));
+}
+
+void deviceFree(int index, void *ptr) {
+  ScopedContext ctx(index);
+  check(driver().cuMemFree(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(ptr))), "cuMemFree");
+}
+
+void deviceCopy(int index, void *dst, const void *src, size_t bytes, bool toDevice) {
+  ScopedContext ctx(index);
+  if (toDevice)
+    check(driver().cuMemcpyHtoD(static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(dst)), src, bytes),
+          "cuMemcpyHtoD");
+  else
+    check(driver().cuMemcpyDtoH(dst, static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(src)), bytes),
+          "cuMemcpyDtoH");
+}
+
+CUevent recordEvent(int index) {
+  ScopedContext ctx(index);
+  CUevent e = nullptr;
+  check(driver().cuEventCreate(&e, 0), "cuEventCreate");
+  if (CUresult r = driver().cuEventRecord(e, nullptr); r != kSuccess) {
+    driver().cuEventDestroy(e);
+    check(r, "cuEventRecord");
+  }
+  return e;
+}
+
+float elapsedMs(int index, CUevent start, CUevent end) {
+  ScopedContext ctx(index);
+  const Driver &d = driver();
+  float ms = 0;
+  CUresult r = d.cuEventSynchronize(end);
+  if (r == kSuccess)
+    r = d.cuEventElapsedTime(&ms, start, end);
+  d.cuEventDestroy(start);
+  d.cuEventDestroy(end);
+  check(r, "cuEventElapsedTime");
+  return ms;
 }
 
 } // namespace attnc::rt::cuda

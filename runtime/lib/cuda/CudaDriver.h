@@ -23,6 +23,7 @@ using CUcontext = struct CUctx_st *;
 using CUmodule = struct CUmod_st *;
 using CUfunction = struct CUfunc_st *;
 using CUstream = struct CUstream_st *;
+using CUevent = struct CUevent_st *;
 
 /// The driver functions attnc calls (names as libcuda exports them).
 struct Driver {
@@ -49,6 +50,13 @@ struct Driver {
   CUresult (*cuStreamQuery)(CUstream);
   CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
   CUresult (*cuGetErrorString)(CUresult, const char **);
+  // For attnc's own tools (attnc_internal_cuda_*: `attnc bench --target cuda`).
+  CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*cuEventCreate)(CUevent *, unsigned);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*cuEventDestroy)(CUevent);
 };
 
 // The enum values attnc uses (cuda.h).
@@ -88,5 +96,16 @@ struct DeviceInfo {
   int major = 0, minor = 0;
 };
 DeviceInfo deviceInfo(int index);
+
+// GPU memory and timing for attnc's own tools (Internal.h's
+// attnc_internal_cuda_*). Each makes device `index`'s context current and
+// throws RunError on failure.
+void *deviceAlloc(int index, size_t bytes);
+void deviceFree(int index, void *ptr);
+void deviceCopy(int index, void *dst, const void *src, size_t bytes, bool toDevice);
+/// Records an event on the legacy default stream of device `index`.
+CUevent recordEvent(int index);
+/// Waits for `end` and returns the milliseconds from `start` to it; destroys both.
+float elapsedMs(int index, CUevent start, CUevent end);
 
 } // namespace attnc::rt::cuda

@@ -1,0 +1,169 @@
+//===- CudaBench.cpp - attnc bench --target cuda: CUDA-event timings ------===//
+#include "CudaBench.h"
+
+#include "Measure.h"
+
+#include "attnc/attnc.hpp"
+#include "attnc/runtime/Internal.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace attnc::tool {
+
+namespace {
+
+/// A failed call: its status and attnc_last_error().
+struct Failure {
+  attnc_status status;
+  std::string message;
+};
+
+void check(attnc_status status) {
+  if (status != ATTNC_OK)
+    throw Failure{status, attnc_last_error()};
+}
+
+/// The IEEE half of a float, rounded to nearest even (finite inputs of any
+/// size: overflow gives infinity, tiny values subnormals or zero).
+uint16_t floatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  if (x >= 0x7f800000u) // infinity or NaN
+    return static_cast<uint16_t>(sign | 0x7c00u | (x > 0x7f800000u ? 0x200u : 0u));
+  if (x >= 0x477ff000u) // rounds to beyond 65504
+    return static_cast<uint16_t>(sign | 0x7c00u);
+  if (x < 0x38800000u) { // below the smallest normal half: a subnormal
+    float scaled;
+    std::memcpy(&scaled, &x, sizeof scaled);
+    scaled *= 16777216.0f; // 2^24: the subnormal's units
+    const uint32_t units = static_cast<uint32_t>(std::nearbyint(scaled));
+    return static_cast<uint16_t>(sign | units);
+  }
+  const uint32_t rounded = x + 0xfffu + ((x >> 13) & 1u); // nearest even at bit 13
+  return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+/// Device memory freed with the object.
+class DeviceArray {
+public:
+  DeviceArray(int device, size_t bytes) : device_(device), bytes_(bytes) {
+    check(attnc_internal_cuda_alloc(device, bytes, &ptr_));
+  }
+  ~DeviceArray() { attnc_internal_cuda_free(device_, ptr_); }
+  DeviceArray(const DeviceArray &) = delete;
+  DeviceArray &operator=(const DeviceArray &) = delete;
+  void *get() const { return ptr_; }
+  void upload(const void *host) { check(attnc_internal_cuda_copy(device_, ptr_, host, bytes_, 1)); }
+
+private:
+  int device_;
+  size_t bytes_;
+  void *ptr_ = nullptr;
+};
+
+size_t elementBytes(attnc_dtype t) { return t == ATTNC_DTYPE_F32 ? 4 : 2; }
+
+int64_t count(const std::array<int64_t, 4> &s) { return s[0] * s[1] * s[2] * s[3]; }
+
+/// A [B, H, n, d] array on the device holding `values` in `dtype`.
+std::unique_ptr<DeviceArray> deviceCopy(int device, const std::vector<float> &values, attnc_dtype dtype) {
+  auto array = std::make_unique<DeviceArray>(device, values.size() * elementBytes(dtype));
+  if (dtype == ATTNC_DTYPE_F32) {
+    array->upload(values.data());
+    return array;
+  }
+  std::vector<uint16_t> narrow(values.size());
+  std::transform(values.begin(), values.end(), narrow.begin(),
+                 dtype == ATTNC_DTYPE_BF16 ? floatToBf16 : floatToHalf);
+  array->upload(narrow.data());
+  return array;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+/// Milliseconds of `call` on the device's default stream, by CUDA events.
+template <typename Call> double eventMs(int device, Call &&call) {
+  void *timer = nullptr;
+  check(attnc_internal_cuda_timer(device, &timer, nullptr));
+  const attnc_status status = call();
+  float ms = 0;
+  const attnc_status stop = attnc_internal_cuda_timer(device, &timer, &ms); // (frees the timer)
+  check(status);
+  check(stop);
+  return ms;
+}
+
+} // namespace
+
+attnc_status cudaBench(const CudaBenchRequest &r, CudaBenchResult &out, std::string &error) {
+  try {
+    char name[256] = {};
+    int32_t major = 0, minor = 0;
+    check(attnc_internal_cuda_device(r.device, name, sizeof name, &major, &minor));
+    out.deviceName = name;
+    out.major = major;
+    out.minor = minor;
+
+    // The same draws as the CPU's bench (f32 values, narrowed on the way).
+    RandomInputs host(r.qShape, r.kvShape, 1);
+    auto q = deviceCopy(r.device, host.q, r.dtype), k = deviceCopy(r.device, host.k, r.dtype),
+         v = deviceCopy(r.device, host.v, r.dtype), o = deviceCopy(r.device, host.o, r.dtype);
+    const std::array<int64_t, 4> lseShape{r.qShape[0], r.qShape[1], r.qShape[2], 1};
+    DeviceArray lse(r.device, static_cast<size_t>(count(lseShape)) * sizeof(float));
+    const attnc_tensor tq = tensorView(q->get(), r.qShape, r.dtype), tk = tensorView(k->get(), r.kvShape, r.dtype),
+                       tv = tensorView(v->get(), r.kvShape, r.dtype);
+    attnc_tensor to = tensorView(o->get(), r.qShape, r.dtype), tl = tensorView(lse.get(), lseShape);
+    const attnc_device dev{ATTNC_DEVICE_CUDA, r.device, nullptr};
+    const attnc_run_options options{0.0f, 0};
+    auto forward = [&](attnc_tensor *l) {
+      return attnc_run_forward_on(r.kernel, &dev, &tq, &tk, &tv, &to, l, &options);
+    };
+
+    // The first call at this n builds the tables and uploads them.
+    const auto t0 = std::chrono::steady_clock::now();
+    eventMs(r.device, [&] { return forward(nullptr); }); // (waits for the call's end)
+    out.firstMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<double> times;
+    for (int i = 0; i < r.repeat; ++i)
+      times.push_back(eventMs(r.device, [&] { return forward(nullptr); }));
+    out.forwardMs = median(times);
+    if (!r.backward)
+      return ATTNC_OK;
+
+    auto dO = deviceCopy(r.device, RandomInputs(r.qShape, r.qShape, 2).q, r.dtype); // Normal(0, 1), Q's shape
+    DeviceArray dq(r.device, static_cast<size_t>(count(r.qShape)) * elementBytes(r.dtype)),
+        dk(r.device, static_cast<size_t>(count(r.kvShape)) * elementBytes(r.dtype)),
+        dv(r.device, static_cast<size_t>(count(r.kvShape)) * elementBytes(r.dtype));
+    const attnc_tensor tdo = tensorView(dO->get(), r.qShape, r.dtype);
+    attnc_tensor tdq = tensorView(dq.get(), r.qShape, r.dtype), tdk = tensorView(dk.get(), r.kvShape, r.dtype),
+                 tdv = tensorView(dv.get(), r.kvShape, r.dtype);
+    auto backward = [&] {
+      return attnc_run_backward_on(r.kernel, &dev, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
+    };
+    eventMs(r.device, [&] { return forward(&tl); }); // a warm-up step
+    eventMs(r.device, backward);
+    std::vector<double> fwd, bwd;
+    for (int i = 0; i < r.repeat; ++i) {
+      fwd.push_back(eventMs(r.device, [&] { return forward(&tl); }));
+      bwd.push_back(eventMs(r.device, backward));
+    }
+    out.forwardLseMs = median(fwd);
+    out.backwardMs = median(bwd);
+    return ATTNC_OK;
+  } catch (const Failure &f) {
+    error = f.message;
+    return f.status;
+  }
+}
+
+} // namespace attnc::tool

@@ -1,0 +1,46 @@
+//===- CudaBench.h - attnc bench --target cuda: CUDA-event timings --------===//
+//
+// The GPU half of `attnc bench`: random inputs copied to a GPU, the kernel
+// run there through attnc_run_forward_on / attnc_run_backward_on on the
+// legacy default stream, timed with CUDA events. The memory, copies and
+// events go through the driver libattnc opens (Internal.h's
+// attnc_internal_cuda_*): the tool links no CUDA library either, and where
+// there is no GPU it says why and exits 1.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/attnc.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace attnc::tool {
+
+struct CudaBenchRequest {
+  const attnc_kernel *kernel = nullptr;
+  std::array<int64_t, 4> qShape{}, kvShape{}; ///< [B, Hq, nq, d], [B, Hkv, nk, d]
+  attnc_dtype dtype = ATTNC_DTYPE_BF16;       ///< bf16, f16 or f32
+  int device = 0;
+  int repeat = 5;
+  bool backward = false;
+};
+
+struct CudaBenchResult {
+  std::string deviceName;
+  int major = 0, minor = 0;
+  double firstMs = 0;     ///< the first call at this n (it builds and uploads the tables), host clock
+  double forwardMs = 0;   ///< median, CUDA events, O alone
+  double forwardLseMs = 0, backwardMs = 0; ///< with `backward`: a training step's two calls
+};
+
+/// Runs the request's kernel on Normal(0, 1) inputs on GPU `device`: one
+/// warm-up call, then `repeat` calls each timed with CUDA events (medians);
+/// with `backward`, as many training steps (forward with the log-sum-exp,
+/// then dQ, dK, dV). ATTNC_OK, or the failing call's status with `error`
+/// set (ATTNC_ERROR_UNSUPPORTED: no GPU, no driver, a libattnc without the
+/// cuda target).
+attnc_status cudaBench(const CudaBenchRequest &request, CudaBenchResult &out, std::string &error);
+
+} // namespace attnc::tool
