@@ -897,6 +897,32 @@ TEST(CliBench, TargetCudaWithoutADriverSaysWhy) {
   EXPECT_NE(help.out.find("--device"), std::string::npos);
 }
 
+/// run --target cuda: no driver, exit 1 with why and no file written; what
+/// the GPU does not take is a usage error.
+TEST(CliRun, TargetCudaWithoutADriverSaysWhy) {
+  ScratchDir dir;
+  const std::string env = "ATTNC_CACHE_DIR=" + dir.path() + " ATTNC_CUDA_DRIVER=/nonexistent/libcuda.so.1";
+  const std::string out = dir.path() + "/o.npy";
+  CommandResult r = attnc("run " + libraryPattern("fixed") + " -D l=16 -D c=4 --random 1,2,100,16 --target cuda -o " +
+                              out + " --grad random --check",
+                          env);
+  EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("attnc: error: --target cuda: no CUDA driver: /nonexistent/libcuda.so.1 cannot be opened"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  const std::pair<const char *, const char *> refused[] = {
+      {" --random 1,2,100,16 --threads 2", "--threads sets CPU worker threads"},
+      {" --random 1,1,100,16 --cu-seqlens 0,50,100", "variable-length batches do not run on the GPU yet"},
+      {" --random 1,2,100,16 --backend dense", "--backend must be fused"},
+  };
+  for (const auto &[extra, message] : refused) {
+    CommandResult bad = attnc("run " + libraryPattern("fixed") + extra + " --target cuda", env);
+    EXPECT_EQ(bad.exitCode, 2) << extra;
+    EXPECT_NE(bad.err.find(message), std::string::npos) << extra << ": " << bad.err;
+  }
+}
+
 #if ATTNC_HAVE_MLIR || ATTNC_HAVE_HALIDE
 TEST(CliBench, BackendWithoutABackwardSaysNotAvailable) {
   ScratchDir dir;

@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Common.h"
+#include "CudaBench.h"
 #include "Npy.h"
 
 #include "attnc/attnc.h"
@@ -57,6 +58,9 @@ struct RunOptions {
   std::string backend = "fused";
   int threads = 0;
   bool check = false;
+  std::string target = "cpu";
+  int device = 0;
+  bool threadsGiven = false;
 };
 
 /// `--grad random`: dO drawn like --random's inputs.
@@ -141,6 +145,9 @@ NpyArray randomArray(const std::vector<int64_t> &shape, uint64_t seed, uint64_t 
 /// magnitude (at least 1): the forward's 1e-4 on unit-sized outputs, scaled
 /// for dK and dV, which sum over every query that attends a key.
 constexpr double kGradTolerance = 1e-4;
+/// On a GPU, float32 inputs run on bf16 tensor cores (8 bits of mantissa,
+/// float32 accumulation): --check's tolerance for the gradients there.
+constexpr double kGpuGradTolerance = 3e-2;
 
 bool endsWith(const std::string &s, const std::string &suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -308,7 +315,8 @@ struct RunArrays {
 /// key/value head h / group, its queries are the last nq of the sequence's
 /// nk positions, and dK, dV sum over the group's query heads. Prints one line
 /// per array; the gradients fail (exit 1) past kGradTolerance.
-int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape, const RunArrays &a) {
+int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape, const RunArrays &a,
+                          double gradTolerance = kGradTolerance) {
   const int64_t hq = shape.q[1], hkv = shape.kv[1], d = shape.q[3], group = shape.group();
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const bool grad = a.dO != nullptr;
@@ -372,7 +380,7 @@ int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape
   int exitCode = kExitOk;
   const char *names[3] = {"dQ", "dK", "dV"};
   for (int g = 0; g < 3; ++g) {
-    const double tolerance = kGradTolerance * std::max(1.0, dev[g].maxRef);
+    const double tolerance = gradTolerance * std::max(1.0, dev[g].maxRef);
     std::printf("max abs error of %s vs double-precision reference: %.3g (tolerance %.3g)\n", names[g],
                 dev[g].maxErr, tolerance);
     if (dev[g].nonFinite) {
@@ -384,7 +392,7 @@ int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape
       std::snprintf(message, sizeof message,
                     "%s is off the double-precision reference by %.3g, past the tolerance %.3g "
                     "(%g x its largest magnitude, at least 1)",
-                    names[g], dev[g].maxErr, tolerance, kGradTolerance);
+                    names[g], dev[g].maxErr, tolerance, gradTolerance);
       std::cerr << "attnc: error: " << message << "\n";
       exitCode = kExitUserError;
     }
@@ -591,6 +599,14 @@ MemoryEstimate runEstimate(const RunOptions &opts, const RunShape &shape) {
 int runRun(const RunOptions &opts) {
   if (int code = checkInputFlags(opts); code != kExitOk)
     return code;
+  if (opts.target == "cuda") {
+    if (!opts.cuSeqlens.empty())
+      return fail(kExitUsage, "--cu-seqlens: variable-length batches do not run on the GPU yet");
+    if (opts.threadsGiven)
+      return fail(kExitUsage, "--threads sets CPU worker threads; it does not apply to --target cuda");
+    if (opts.backend != "fused")
+      return fail(kExitUsage, "--target cuda runs the fused backend's plan on the GPU; --backend must be fused");
+  }
   const bool random = !opts.random.empty(), grad = !opts.grad.empty(), varlen = !opts.cuSeqlens.empty();
   std::vector<int64_t> cuQ, cuK;
   if (varlen) {
@@ -688,21 +704,31 @@ int runRun(const RunOptions &opts) {
   // A training step keeps each row's log-sum-exp for the backward.
   std::vector<float> lse(grad ? static_cast<size_t>(shape.q[0] * shape.q[1] * shape.q[2]) : 0);
   attnc_tensor tl = tensorView(lse.data(), {shape.q[0], shape.q[1], shape.q[2], 1});
+  NpyArray dq{qShape, std::vector<float>(grad ? q.data.size() : 0)};
+  NpyArray dk{kvShape, std::vector<float>(grad ? k.data.size() : 0)}, dv = dk;
+  attnc_tensor tdO = tensorView(grad ? dO.data.data() : nullptr, shape.q), tdq = tensorView(dq.data.data(), shape.q),
+               tdk = tensorView(dk.data.data(), shape.kv), tdv = tensorView(dv.data.data(), shape.kv);
+  double ms = 0, backwardMs = 0;
+  const bool gpu = opts.target == "cuda";
+  if (gpu) {
+    CudaRunArrays arrays{tq, tk, tv, to, grad ? &tdO : nullptr, &tdq, &tdk, &tdv};
+    std::string error;
+    if (cudaRun(raw, opts.device, arrays, ms, backwardMs, error) != ATTNC_OK)
+      return fail(kExitUserError, "--target cuda: " + error);
+  }
   auto start = std::chrono::steady_clock::now();
-  if (varlen)
+  if (gpu)
+    status = ATTNC_OK;
+  else if (varlen)
     status = attnc_run_varlen(raw, &tq, &tk, &tv, &to, grad ? &tl : nullptr, &lengths, &ro);
   else
     status = grad ? attnc_run_forward(raw, &tq, &tk, &tv, &to, &tl, &ro) : attnc_run(raw, &tq, &tk, &tv, &to, &ro);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!gpu)
+    ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (status != ATTNC_OK)
     return runtimeFailure(status);
 
-  NpyArray dq{qShape, std::vector<float>(grad ? q.data.size() : 0)};
-  NpyArray dk{kvShape, std::vector<float>(grad ? k.data.size() : 0)}, dv = dk;
-  double backwardMs = 0;
-  if (grad) {
-    attnc_tensor tdO = tensorView(dO.data.data(), shape.q), tdq = tensorView(dq.data.data(), shape.q),
-                 tdk = tensorView(dk.data.data(), shape.kv), tdv = tensorView(dv.data.data(), shape.kv);
+  if (grad && !gpu) {
     start = std::chrono::steady_clock::now();
     status = varlen ? attnc_run_backward_varlen(raw, &tq, &tk, &tv, &to, &tdO, &tl, &tdq, &tdk, &tdv, &lengths, &ro)
                     : attnc_run_backward(raw, &tq, &tk, &tv, &to, &tdO, &tl, &tdq, &tdk, &tdv, &ro);
@@ -728,8 +754,9 @@ int runRun(const RunOptions &opts) {
   std::string shapes = q4 == kv4 ? shapeText(q4) : "Q " + shapeText(q4) + ", K and V " + shapeText(kv4);
   if (varlen)
     shapes += " as " + std::to_string(shape.seqs.size()) + " sequence" + (shape.seqs.size() == 1 ? "" : "s");
-  std::printf("ran pattern '%s' on %s%s%s in %.3f ms\n", attnc_kernel_metadata(raw, "pattern"),
-              random ? "random " : "", shapes.c_str(), random ? seed.c_str() : "", ms);
+  const std::string where = gpu ? " on CUDA device " + std::to_string(opts.device) : "";
+  std::printf("ran pattern '%s' on %s%s%s%s in %.3f ms\n", attnc_kernel_metadata(raw, "pattern"),
+              random ? "random " : "", shapes.c_str(), random ? seed.c_str() : "", where.c_str(), ms);
   if (grad)
     std::printf("backward%s in %.3f ms: wrote dQ to %s, dK to %s, dV to %s\n", randomDO.c_str(), backwardMs,
                 writes[writes.size() - 3].first.c_str(), writes[writes.size() - 2].first.c_str(),
@@ -738,7 +765,8 @@ int runRun(const RunOptions &opts) {
     return kExitOk;
   return checkAgainstReference(pattern, shape,
                                {q, k, v, o, grad ? &dO : nullptr, grad ? &dq : nullptr, grad ? &dk : nullptr,
-                                grad ? &dv : nullptr});
+                                grad ? &dv : nullptr},
+                               gpu ? kGpuGradTolerance : kGradTolerance);
 }
 
 /// runRun, with an allocation that fails despite the estimate (another
@@ -821,7 +849,15 @@ void setupRun(CLI::App &app, int &exitCode) {
                   "backend built in)")
       ->capture_default_str()
       ->check(CLI::IsMember(codegen::backendNames()));
-  cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
+  CLI::Option *threadsOption = cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
+  cmd->add_option("--target", opts->target,
+                  "cpu, or cuda: run on an NVIDIA GPU (compute capability 8.0 or newer; the float32 arrays on "
+                  "bf16 tensor cores, so --check's gradient tolerance is 3e-2 there); not with --cu-seqlens")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", opts->device, "With --target cuda: the CUDA device index")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1023));
   CLI::Option *gradOption =
       cmd->add_option("--grad", opts->grad,
                       "dO, the loss's gradient with respect to O (.npy, O's shape; 'random': drawn like --random's "
@@ -851,8 +887,9 @@ void setupRun(CLI::App &app, int &exitCode) {
        "attnc run patterns/fixed.attn --random 1,32,1024,128 --kv-heads 8 --check",
        "attnc run patterns/causal.attn --random 1,8,1,64 --keys 32768 --check",
        "attnc run patterns/local.attn --random 1,8,4096,64 --cu-seqlens 0,512,1536,4096 --grad random --check"}));
-  cmd->callback([opts, seed, &exitCode] {
+  cmd->callback([opts, seed, threadsOption, &exitCode] {
     opts->seedGiven = seed->count() > 0;
+    opts->threadsGiven = threadsOption->count() > 0;
     exitCode = runRunChecked(*opts);
   });
 }

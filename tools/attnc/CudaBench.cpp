@@ -61,6 +61,7 @@ public:
   DeviceArray &operator=(const DeviceArray &) = delete;
   void *get() const { return ptr_; }
   void upload(const void *host) { check(attnc_internal_cuda_copy(device_, ptr_, host, bytes_, 1)); }
+  void download(void *host) const { check(attnc_internal_cuda_copy(device_, host, ptr_, bytes_, 0)); }
 
 private:
   int device_;
@@ -159,6 +160,56 @@ attnc_status cudaBench(const CudaBenchRequest &r, CudaBenchResult &out, std::str
     }
     out.forwardLseMs = median(fwd);
     out.backwardMs = median(bwd);
+    return ATTNC_OK;
+  } catch (const Failure &f) {
+    error = f.message;
+    return f.status;
+  }
+}
+
+namespace {
+
+size_t bytesOf(const attnc_tensor &t) {
+  return static_cast<size_t>(t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]) * elementBytes(t.dtype);
+}
+
+/// A device copy of host tensor `t` (contiguous), and its view there.
+struct OnDevice {
+  OnDevice(int device, const attnc_tensor &t, bool upload) : array(device, bytesOf(t)), view(t) {
+    view.data = array.get();
+    if (upload)
+      array.upload(t.data);
+  }
+  DeviceArray array;
+  attnc_tensor view;
+};
+
+} // namespace
+
+attnc_status cudaRun(const attnc_kernel *kernel, int device, CudaRunArrays &a, double &forwardMs,
+                     double &backwardMs, std::string &error) {
+  try {
+    const bool grad = a.dO != nullptr;
+    OnDevice q(device, a.q, true), k(device, a.k, true), v(device, a.v, true), o(device, a.o, false);
+    const std::array<int64_t, 4> lseShape{a.q.shape[0], a.q.shape[1], a.q.shape[2], 1};
+    DeviceArray lse(device, static_cast<size_t>(count(lseShape)) * sizeof(float));
+    attnc_tensor tl = tensorView(lse.get(), lseShape);
+    const attnc_device dev{ATTNC_DEVICE_CUDA, device, nullptr};
+    const attnc_run_options options{0.0f, 0};
+    auto start = std::chrono::steady_clock::now();
+    check(attnc_run_forward_on(kernel, &dev, &q.view, &k.view, &v.view, &o.view, grad ? &tl : nullptr, &options));
+    o.array.download(a.o.data); // (a copy on the default stream: after the call)
+    forwardMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!grad)
+      return ATTNC_OK;
+    OnDevice dO(device, *a.dO, true), dq(device, *a.dq, false), dk(device, *a.dk, false), dv(device, *a.dv, false);
+    start = std::chrono::steady_clock::now();
+    check(attnc_run_backward_on(kernel, &dev, &q.view, &k.view, &v.view, &o.view, &dO.view, &tl, &dq.view, &dk.view,
+                                &dv.view, &options));
+    dq.array.download(a.dq->data);
+    dk.array.download(a.dk->data);
+    dv.array.download(a.dv->data);
+    backwardMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     return ATTNC_OK;
   } catch (const Failure &f) {
     error = f.message;

@@ -43,4 +43,20 @@ struct CudaBenchResult {
 /// cuda target).
 attnc_status cudaBench(const CudaBenchRequest &request, CudaBenchResult &out, std::string &error);
 
+/// Host arrays of one call (`attnc run --target cuda`): contiguous f32
+/// views; dO, dQ, dK, dV only for a training step (`dO` non-null).
+struct CudaRunArrays {
+  attnc_tensor q{}, k{}, v{}, o{};
+  const attnc_tensor *dO = nullptr;
+  attnc_tensor *dq = nullptr, *dk = nullptr, *dv = nullptr;
+};
+
+/// Copies Q, K, V (and dO) to GPU `device`, runs the kernel there once
+/// (forward with the log-sum-exp and the backward with `dO`) and copies O
+/// (and dQ, dK, dV) back into the host arrays; each call's time (until its
+/// results are back) in `forwardMs` / `backwardMs`. ATTNC_OK, or the
+/// failing call's status with `error` set.
+attnc_status cudaRun(const attnc_kernel *kernel, int device, CudaRunArrays &arrays, double &forwardMs,
+                     double &backwardMs, std::string &error);
+
 } // namespace attnc::tool
