@@ -959,9 +959,9 @@ TEST(CliBench, RunsBf16TensorsAndRejectsOtherTypes) {
   ASSERT_EQ(doc["results"].array.size(), 2u);
   for (const Json &row : doc["results"].array)
     EXPECT_GT(row["ms"].number, 0) << row["backend"].string << ": the run failed";
-  CommandResult bad = attnc("bench " + libraryPattern("strided") + " --n 64 --dtype f16", env);
+  CommandResult bad = attnc("bench " + libraryPattern("strided") + " --n 64 --dtype f64", env);
   EXPECT_EQ(bad.exitCode, 2) << bad.out;
-  EXPECT_NE(bad.err.find("f16 not in {f32,bf16}"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("f64 not in {f32,bf16,f16}"), std::string::npos) << bad.err;
 }
 #endif
 
