@@ -200,7 +200,7 @@ void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const 
   attnc_tensor *l = tl ? &*tl : nullptr;
   check(timedCall([&] {
     if (varlen)
-      return attnc_run_varlen(kernel.handle, &tq, &tk, &tv, &to, l, varlen, &options);
+      return attnc_run_varlen_on(kernel.handle, device, &tq, &tk, &tv, &to, l, varlen, &options);
     if (firstQuery >= 0)
       return attnc_run_forward_at(kernel.handle, firstQuery, &tq, &tk, &tv, &to, l, &options);
     return attnc_run_forward_on(kernel.handle, device, &tq, &tk, &tv, &to, l, &options);
@@ -219,8 +219,8 @@ void backward(const Kernel &kernel, const In &q, const In &k, const In &v, const
   const attnc_run_options options = runOptions(scale, numThreads);
   check(timedCall([&] {
     if (varlen)
-      return attnc_run_backward_varlen(kernel.handle, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, varlen,
-                                       &options);
+      return attnc_run_backward_varlen_on(kernel.handle, device, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
+                                          varlen, &options);
     if (firstQuery >= 0)
       return attnc_run_backward_at(kernel.handle, firstQuery, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
                                    &options);
@@ -319,6 +319,29 @@ void runBackwardCuda(const Kernel &kernel, nb::handle q, nb::handle k, nb::handl
            arrayOf<GpuIn>(v, toDlpack, "v"), arrayOf<GpuIn>(o, toDlpack, "o"), arrayOf<GpuIn>(dO, toDlpack, "d_o"),
            arrayOf<GpuIn>(lse, toDlpack, "lse"), arrayOf<GpuOut>(dq, toDlpack, "d_q"),
            arrayOf<GpuOut>(dk, toDlpack, "d_k"), arrayOf<GpuOut>(dv, toDlpack, "d_v"), nullptr, scale, 0, &dev);
+}
+
+void runVarlenCuda(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
+                   nb::handle cuQ, nb::handle cuK, float scale, int32_t device, uintptr_t stream, nb::handle toDlpack) {
+  const Offsets offsetsQ = arrayOf<Offsets>(cuQ, toDlpack, "cu_seqlens_q");
+  const std::optional<Offsets> offsetsK = optionalArrayOf<Offsets>(cuK, toDlpack, "cu_seqlens_k");
+  const attnc_varlen varlen = varlenOf(offsetsQ, offsetsK);
+  const attnc_device dev = cudaDevice(device, stream);
+  forward(kernel, arrayOf<GpuIn>(q, toDlpack, "q"), arrayOf<GpuIn>(k, toDlpack, "k"), arrayOf<GpuIn>(v, toDlpack, "v"),
+          arrayOf<GpuOut>(o, toDlpack, "o"), optionalArrayOf<GpuOut>(lse, toDlpack, "lse"), &varlen, scale, 0, &dev);
+}
+
+void runBackwardVarlenCuda(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o,
+                           nb::handle dO, nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle cuQ,
+                           nb::handle cuK, float scale, int32_t device, uintptr_t stream, nb::handle toDlpack) {
+  const Offsets offsetsQ = arrayOf<Offsets>(cuQ, toDlpack, "cu_seqlens_q");
+  const std::optional<Offsets> offsetsK = optionalArrayOf<Offsets>(cuK, toDlpack, "cu_seqlens_k");
+  const attnc_varlen varlen = varlenOf(offsetsQ, offsetsK);
+  const attnc_device dev = cudaDevice(device, stream);
+  backward(kernel, arrayOf<GpuIn>(q, toDlpack, "q"), arrayOf<GpuIn>(k, toDlpack, "k"),
+           arrayOf<GpuIn>(v, toDlpack, "v"), arrayOf<GpuIn>(o, toDlpack, "o"), arrayOf<GpuIn>(dO, toDlpack, "d_o"),
+           arrayOf<GpuIn>(lse, toDlpack, "lse"), arrayOf<GpuOut>(dq, toDlpack, "d_q"),
+           arrayOf<GpuOut>(dk, toDlpack, "d_k"), arrayOf<GpuOut>(dv, toDlpack, "d_v"), &varlen, scale, 0, &dev);
 }
 
 /// "" when CUDA device `index` can run attnc's kernels, else why not.
@@ -513,6 +536,12 @@ NB_MODULE(_attnc, m) {
   m.def("run_backward_cuda", &runBackwardCuda, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a,
         "d_k"_a, "d_v"_a, "scale"_a, "device"_a, "stream"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_backward_on a CUDA device: d_q, d_k, d_v, queued on `stream`");
+  m.def("run_varlen_cuda", &runVarlenCuda, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(),
+        "cu_seqlens_q"_a, "cu_seqlens_k"_a.none(), "scale"_a, "device"_a, "stream"_a, "to_dlpack"_a.none() = nb::none(),
+        "attnc_run_varlen_on a CUDA device: the tensors there, the offsets (int32) on the host");
+  m.def("run_backward_varlen_cuda", &runBackwardVarlenCuda, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a,
+        "d_q"_a, "d_k"_a, "d_v"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a.none(), "scale"_a, "device"_a, "stream"_a,
+        "to_dlpack"_a.none() = nb::none(), "attnc_run_backward_varlen_on a CUDA device");
   m.def("cpu_isa",
         []() -> nb::object {
           const char *isa = attnc_cpu_isa();

@@ -127,3 +127,37 @@ def test_compile_for_the_cuda_target():
     masks = pattern_masks("local", 30, 1, **LIBRARY["local"])
     want, _ = reference(q.cpu(), k.cpu(), v.cpu(), masks)
     assert rel_err(kernel(q, k, v), want) <= TOL[torch.float16]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_varlen_batches_on_the_gpu_match_the_cpu(dtype):
+    # Sequences with no keys, keys but no queries, one query, fewer queries than keys; grouped
+    # heads; offsets given as CUDA tensors (copied to the host) and as lists.
+    kernel = library_kernel("local")
+    lengths = [(0, 0), (0, 37), (1, 1), (100, 130), (65, 65), (1, 70)]
+    cu_q = torch.tensor([0] + list(torch.tensor([a for a, _ in lengths]).cumsum(0)), dtype=torch.int32)
+    cu_k = torch.tensor([0] + list(torch.tensor([b for _, b in lengths]).cumsum(0)), dtype=torch.int32)
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(int(cu_q[-1]), 4, 64, generator=g).to(dtype)
+    k, v = (torch.randn(int(cu_k[-1]), 2, 64, generator=g).to(dtype) for _ in range(2))
+    d_o = torch.randn(q.shape, generator=g).to(dtype)
+    cpu = [x.clone().requires_grad_() for x in (q, k, v)]
+    o_cpu = attnc.torch.attention_varlen(*cpu, cu_q, cu_k, kernel=kernel)
+    o_cpu.backward(d_o)
+    gpu = [x.to(DEV).requires_grad_() for x in (q, k, v)]
+    o_gpu = attnc.torch.attention_varlen(*gpu, cu_q.to(DEV), cu_k.tolist(), kernel=kernel)
+    assert o_gpu.device == DEV and o_gpu.dtype == dtype
+    o_gpu.backward(d_o.to(DEV))
+    assert rel_err(o_gpu, o_cpu.detach().float()) <= TOL[dtype]
+    for got, want in zip(gpu, cpu):
+        assert rel_err(got.grad, want.grad.float()) <= 1.5 * TOL[dtype]
+    # The keys of the sequence without queries get exactly zero gradients.
+    assert torch.count_nonzero(gpu[1].grad[0:37]) == 0 and torch.count_nonzero(gpu[2].grad[0:37]) == 0
+
+
+def test_varlen_compiles_fullgraph_on_the_gpu():
+    kernel = library_kernel("fixed")
+    cu = torch.tensor([0, 30, 100], dtype=torch.int32)
+    q, k, v = (torch.randn(100, 2, 64, device=DEV, dtype=torch.bfloat16) for _ in range(3))
+    fn = torch.compile(lambda q, k, v: attnc.torch.attention_varlen(q, k, v, cu, kernel=kernel), fullgraph=True)
+    torch.testing.assert_close(fn(q, k, v), attnc.torch.attention_varlen(q, k, v, cu, kernel=kernel))

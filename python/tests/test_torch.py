@@ -123,13 +123,6 @@ def test_meta_tensors_outside_fake_mode():
     assert "device 'meta'" in str(e.value)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (attnc runs on the CPU only)")
-def test_cuda_tensors():
-    kernel = library_kernel("fixed")
-    with raises_status("ATTNC_ERROR_UNSUPPORTED"):
-        kernel(*(x.cuda() for x in qkv()))
-
-
 def test_fake_mode_gives_shapes():
     from torch._subclasses.fake_tensor import FakeTensorMode
 

@@ -830,6 +830,17 @@ attnc_status onGpu(const attnc_device *device, bool &gpu) {
 
 attnc::rt::cuda::Dims dimsOf(const Shape &s) { return {s.batch, s.hq, s.hkv, s.nq, s.nk, s.d}; }
 
+/// One sequence of a varlen batch as a call of its own (batch 1).
+attnc::rt::cuda::Dims seqDims(const Shape &shape, const Seq &s) { return {1, shape.hq, shape.hkv, s.nq, s.nk, shape.d}; }
+
+/// Rows [row0, row0 + rows) of every slice of `t`: a view of the same memory.
+attnc_tensor rowsOf(const attnc_tensor &t, int64_t row0, int64_t rows) {
+  attnc_tensor out = t;
+  out.data = static_cast<char *>(t.data) + row0 * t.strides[2] * static_cast<int64_t>(elementBytes(t.dtype));
+  out.shape[2] = rows;
+  return out;
+}
+
 /// attnc_run_forward and attnc_run_varlen.
 /// The queries' first position of an attnc_run_*_at call: in [0, nk - nq].
 attnc_status checkFirstQuery(int64_t firstQuery, const Shape &shape) {
@@ -872,11 +883,22 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
       return s;
   if (shape.empty())
     return ATTNC_OK;
-  if (gpu)
-    return guarded([&] { kernel->cuda().forward(*device, dimsOf(shape), *q, *k, *v, *o, lse, callScale(options, shape.d)); });
   std::vector<Seq> seqs;
+  if (gpu && !varlen)
+    return guarded([&] { kernel->cuda().forward(*device, dimsOf(shape), *q, *k, *v, *o, lse, callScale(options, shape.d)); });
   if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
     return s;
+  if (gpu) // a varlen batch: each sequence a call of its own on the device
+    return guarded([&] {
+      for (const Seq &s : seqs)
+        if (s.nq > 0) {
+          const attnc_tensor sq = rowsOf(*q, s.q0, s.nq), sk = rowsOf(*k, s.k0, s.nk), sv = rowsOf(*v, s.k0, s.nk),
+                             so = rowsOf(*o, s.q0, s.nq);
+          const attnc_tensor sl = lse ? rowsOf(*lse, s.q0, s.nq) : attnc_tensor{};
+          kernel->cuda().forward(*device, seqDims(shape, s), sq, sk, sv, so, lse ? &sl : nullptr,
+                                 callScale(options, shape.d));
+        }
+    });
   return guarded([&] { forward(*kernel, shape, seqs, *q, *k, *v, *o, lse, options); });
 }
 
@@ -913,12 +935,34 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
     if (rangesMeet(*grad, *lse))
       return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("tensor '") + name +
                                                     "' overlaps the memory of 'lse'; each gradient needs memory of its own");
-  if (gpu) { // (the _on calls take no varlen)
+  if (gpu && !varlen) {
     if (shape.batch == 0 || shape.hkv == 0 || shape.nk == 0 || shape.d == 0)
       return ATTNC_OK;
     return guarded([&] {
       kernel->cuda().backward(*device, dimsOf(shape), *q, *k, *v, *o, *d_o, *lse, *d_q, *d_k, *d_v,
                               callScale(options, shape.d));
+    });
+  }
+  if (gpu) { // a varlen batch: each sequence a call of its own on the device
+    if (shape.hkv == 0 || shape.nk == 0 || shape.d == 0)
+      return ATTNC_OK;
+    std::vector<Seq> seqs;
+    if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
+      return s;
+    return guarded([&] {
+      for (const Seq &s : seqs) {
+        if (s.nk == 0)
+          continue;
+        if (s.nq == 0 || shape.hq == 0) { // keys that no query reads: zero gradients
+          attnc::rt::cuda::zeroRows(device->index, device->stream, *d_k, s.k0, s.nk);
+          attnc::rt::cuda::zeroRows(device->index, device->stream, *d_v, s.k0, s.nk);
+          continue;
+        }
+        kernel->cuda().backward(*device, seqDims(shape, s), rowsOf(*q, s.q0, s.nq), rowsOf(*k, s.k0, s.nk),
+                                rowsOf(*v, s.k0, s.nk), rowsOf(*o, s.q0, s.nq), rowsOf(*d_o, s.q0, s.nq),
+                                rowsOf(*lse, s.q0, s.nq), rowsOf(*d_q, s.q0, s.nq), rowsOf(*d_k, s.k0, s.nk),
+                                rowsOf(*d_v, s.k0, s.nk), callScale(options, shape.d));
+      }
     });
   }
   if (!kernel->backend->hasBackward())
@@ -1049,6 +1093,24 @@ attnc_status attnc_run_backward_on(const attnc_kernel *kernel, const attnc_devic
                                    const attnc_tensor *d_o, const attnc_tensor *lse, attnc_tensor *d_q,
                                    attnc_tensor *d_k, attnc_tensor *d_v, const attnc_run_options *options) {
   return runBackward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, nullptr, options, device);
+}
+
+attnc_status attnc_run_varlen_on(const attnc_kernel *kernel, const attnc_device *device, const attnc_tensor *q,
+                                 const attnc_tensor *k, const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse,
+                                 const attnc_varlen *varlen, const attnc_run_options *options) {
+  if (!varlen)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run_varlen_on: varlen is null");
+  return runForward(kernel, q, k, v, o, lse, varlen, options, device);
+}
+
+attnc_status attnc_run_backward_varlen_on(const attnc_kernel *kernel, const attnc_device *device,
+                                          const attnc_tensor *q, const attnc_tensor *k, const attnc_tensor *v,
+                                          const attnc_tensor *o, const attnc_tensor *d_o, const attnc_tensor *lse,
+                                          attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
+                                          const attnc_varlen *varlen, const attnc_run_options *options) {
+  if (!varlen)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run_backward_varlen_on: varlen is null");
+  return runBackward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, varlen, options, device);
 }
 
 attnc_status attnc_run_forward_at(const attnc_kernel *kernel, int64_t first_query, const attnc_tensor *q,

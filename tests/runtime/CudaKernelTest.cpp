@@ -532,5 +532,142 @@ TEST(CudaKernelLengths, ManyLengthsOneKernel) {
   }
 }
 
+
+// --- Variable-length batches on a device (ABI 6) ------------------------------------
+
+/// A varlen batch of `lengths` (queries, keys) per sequence: offsets and sizes.
+struct VarlenCase {
+  std::vector<std::pair<int32_t, int32_t>> lengths;
+  std::vector<int32_t> cuQ{0}, cuK{0};
+  explicit VarlenCase(std::vector<std::pair<int32_t, int32_t>> l) : lengths(std::move(l)) {
+    for (const auto &[nq, nk] : lengths) {
+      cuQ.push_back(cuQ.back() + nq);
+      cuK.push_back(cuK.back() + nk);
+    }
+  }
+  attnc_varlen args() const { return {cuQ.data(), cuK.data(), static_cast<int64_t>(lengths.size())}; }
+};
+
+TEST(CudaErrors, VarlenOnADeviceWithoutAGpu) {
+  std::string why;
+  if (gpuPresent(why))
+    GTEST_SKIP() << "this machine has a GPU (CudaKernel.VarlenMatchesTheCpu covers it)";
+  KernelPtr k = kernelOf("local", nullptr, {"w=3"});
+  ASSERT_TRUE(k);
+  const VarlenCase c({{3, 5}, {4, 4}});
+  const attnc_varlen vl = c.args();
+  std::vector<float> q(2 * 7 * 16, 0.25f), kv(2 * 9 * 16, 0.5f), o(q.size()), o2(q.size());
+  attnc_tensor tq = view(q, 1, 2, 7, 16), tk = view(kv, 1, 2, 9, 16), to = view(o, 1, 2, 7, 16),
+               to2 = view(o2, 1, 2, 7, 16);
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  EXPECT_EQ(attnc_run_varlen_on(k.get(), &dev, &tq, &tk, &tk, &to, nullptr, &vl, nullptr), ATTNC_ERROR_UNSUPPORTED);
+  EXPECT_EQ(std::string(attnc_last_error()), why);
+  EXPECT_EQ(attnc_run_varlen_on(k.get(), nullptr, &tq, &tk, &tk, &to, nullptr, nullptr, nullptr),
+            ATTNC_ERROR_INVALID_ARGUMENT);
+  // On the CPU (a null device) it is attnc_run_varlen.
+  ASSERT_EQ(attnc_run_varlen_on(k.get(), nullptr, &tq, &tk, &tk, &to, nullptr, &vl, nullptr), ATTNC_OK)
+      << attnc_last_error();
+  ASSERT_EQ(attnc_run_varlen(k.get(), &tq, &tk, &tk, &to2, nullptr, &vl, nullptr), ATTNC_OK);
+  EXPECT_EQ(o, o2);
+  std::vector<float> lse(2 * 7), dq(q.size()), dk(kv.size()), dv(kv.size());
+  attnc_tensor tl = view(lse, 1, 2, 7, 1), tdq = view(dq, 1, 2, 7, 16), tdk = view(dk, 1, 2, 9, 16),
+               tdv = view(dv, 1, 2, 9, 16);
+  EXPECT_EQ(attnc_run_backward_varlen_on(k.get(), &dev, &tq, &tk, &tk, &to, &to, &tl, &tdq, &tdk, &tdv, &vl, nullptr),
+            ATTNC_ERROR_UNSUPPORTED);
+  EXPECT_EQ(attnc_run_backward_varlen_on(k.get(), &dev, &tq, &tk, &tk, &to, &to, &tl, &tdq, &tdk, &tdv, nullptr,
+                                         nullptr),
+            ATTNC_ERROR_INVALID_ARGUMENT);
+}
+
+/// A varlen batch on the GPU (sequences with no keys, keys but no queries,
+/// one query, fewer queries than keys, grouped heads) against the same
+/// batch on the CPU: O, lse, and the gradients (dK, dV of keys no query
+/// reads exactly zero, over memory that held garbage).
+TEST(CudaKernel, VarlenMatchesTheCpu) {
+  ATTNC_REQUIRE_GPU();
+  for (const char *pattern : {"local", "fixed", "bigbird"}) {
+    SCOPED_TRACE(pattern);
+    const std::vector<std::string> defines =
+        std::string(pattern) == "local" ? std::vector<std::string>{"w=20"}
+        : std::string(pattern) == "fixed" ? std::vector<std::string>{"l=16", "c=4"}
+                                          : std::vector<std::string>{"b=8", "g=1", "r=2"};
+    KernelPtr k = kernelOf(pattern, nullptr, defines);
+    ASSERT_TRUE(k);
+    const VarlenCase c({{0, 0}, {0, 37}, {1, 1}, {100, 130}, {65, 65}, {1, 70}});
+    const attnc_varlen vl = c.args();
+    const int64_t hq = 4, hkv = 2, d = 64, tq = c.cuQ.back(), tk = c.cuK.back();
+    std::vector<float> q(static_cast<size_t>(hq * tq * d)), kk(static_cast<size_t>(hkv * tk * d)), v(kk.size()),
+        dO(q.size());
+    for (size_t x = 0; x < q.size(); ++x) {
+      q[x] = std::sin(0.61f * static_cast<float>(x));
+      dO[x] = std::cos(0.23f * static_cast<float>(x));
+    }
+    for (size_t x = 0; x < kk.size(); ++x) {
+      kk[x] = std::cos(0.37f * static_cast<float>(x) + 0.5f);
+      v[x] = std::sin(0.13f * static_cast<float>(x) + 1.0f);
+    }
+    // The CPU's answer.
+    std::vector<float> o(q.size()), lse(static_cast<size_t>(hq * tq)), dq(q.size()), dk(kk.size()), dv(kk.size());
+    attnc_tensor hq_ = view(q, 1, hq, tq, d), hk = view(kk, 1, hkv, tk, d), hv = view(v, 1, hkv, tk, d),
+                 ho = view(o, 1, hq, tq, d), hl = view(lse, 1, hq, tq, 1), hdo = view(dO, 1, hq, tq, d),
+                 hdq = view(dq, 1, hq, tq, d), hdk = view(dk, 1, hkv, tk, d), hdv = view(dv, 1, hkv, tk, d);
+    ASSERT_EQ(attnc_run_varlen(k.get(), &hq_, &hk, &hv, &ho, &hl, &vl, nullptr), ATTNC_OK) << attnc_last_error();
+    ASSERT_EQ(attnc_run_backward_varlen(k.get(), &hq_, &hk, &hv, &ho, &hdo, &hl, &hdq, &hdk, &hdv, &vl, nullptr),
+              ATTNC_OK)
+        << attnc_last_error();
+    // The GPU's, on f32 tensors (bf16 tensor cores inside).
+    auto bytesOf = [](const std::vector<float> &x) { return x.size() * sizeof(float); };
+    auto up = [&](const std::vector<float> &x) {
+      auto dev = std::make_unique<Device>(bytesOf(x));
+      EXPECT_EQ(cudaMemcpy(dev->p, x.data(), bytesOf(x), cudaMemcpyHostToDevice), cudaSuccess);
+      return dev;
+    };
+    auto gq = up(q), gk = up(kk), gv = up(v), gdo = up(dO);
+    Device go(bytesOf(o)), gl(bytesOf(lse)), gdq(bytesOf(dq)), gdk(bytesOf(dk)), gdv(bytesOf(dv));
+    for (Device *x : {&go, &gl, &gdq, &gdk, &gdv})
+      ASSERT_EQ(cudaMemset(x->p, 0x7f, x->bytes), cudaSuccess); // garbage: every element must be written
+    attnc_tensor tq4 = tensor(gq->p, ATTNC_DTYPE_F32, {1, hq, tq, d}), tk4 = tensor(gk->p, ATTNC_DTYPE_F32, {1, hkv, tk, d}),
+                 tv4 = tensor(gv->p, ATTNC_DTYPE_F32, {1, hkv, tk, d}), to4 = tensor(go.p, ATTNC_DTYPE_F32, {1, hq, tq, d}),
+                 tl4 = tensor(gl.p, ATTNC_DTYPE_F32, {1, hq, tq, 1}), tdo4 = tensor(gdo->p, ATTNC_DTYPE_F32, {1, hq, tq, d}),
+                 tdq4 = tensor(gdq.p, ATTNC_DTYPE_F32, {1, hq, tq, d}),
+                 tdk4 = tensor(gdk.p, ATTNC_DTYPE_F32, {1, hkv, tk, d}),
+                 tdv4 = tensor(gdv.p, ATTNC_DTYPE_F32, {1, hkv, tk, d});
+    attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+    ASSERT_EQ(attnc_run_varlen_on(k.get(), &dev, &tq4, &tk4, &tv4, &to4, &tl4, &vl, nullptr), ATTNC_OK)
+        << attnc_last_error();
+    ASSERT_EQ(attnc_run_backward_varlen_on(k.get(), &dev, &tq4, &tk4, &tv4, &to4, &tdo4, &tl4, &tdq4, &tdk4, &tdv4,
+                                           &vl, nullptr),
+              ATTNC_OK)
+        << attnc_last_error();
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    auto down = [](const Device &x, size_t count) {
+      std::vector<float> h(count);
+      EXPECT_EQ(cudaMemcpy(h.data(), x.p, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      return h;
+    };
+    auto near = [](const std::vector<float> &got, const std::vector<float> &want, double tol, const char *what) {
+      double scale = 1;
+      for (float w : want)
+        scale = std::max(scale, static_cast<double>(std::fabs(w)));
+      for (size_t x = 0; x < want.size(); ++x)
+        ASSERT_NEAR(got[x], want[x], tol * scale) << what << " at " << x;
+    };
+    near(down(go, o.size()), o, 2e-2, "O");
+    near(down(gl, lse.size()), lse, 2e-2, "lse");
+    near(down(gdq, dq.size()), dq, 3e-2, "dQ");
+    const std::vector<float> gotDk = down(gdk, dk.size()), gotDv = down(gdv, dv.size());
+    near(gotDk, dk, 3e-2, "dK");
+    near(gotDv, dv, 3e-2, "dV");
+    // Sequence 1 (37 keys, no queries): its dK and dV rows are exactly zero.
+    for (int64_t g = 0; g < hkv; ++g)
+      for (int64_t row = c.cuK[1]; row < c.cuK[2]; ++row)
+        for (int64_t col = 0; col < d; ++col) {
+          const size_t x = static_cast<size_t>((g * tk + row) * d + col);
+          ASSERT_EQ(gotDk[x], 0.0f) << "dK row " << row;
+          ASSERT_EQ(gotDv[x], 0.0f) << "dV row " << row;
+        }
+  }
+}
+
 } // namespace
 } // namespace attnc::test

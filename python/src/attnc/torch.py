@@ -4,8 +4,9 @@
     o = attnc.torch.attention(q, k, v, kernel)     # or kernel(q, k, v)
     o = attnc.torch.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, kernel)
 
-Four ops, for CPU tensors, and the dense ones for CUDA tensors too (attnc's cuda
-target: bf16, fp16 or float32 on a GPU, run on torch's current stream):
+Four ops, for CPU tensors and for CUDA tensors (attnc's cuda target: bf16, fp16 or
+float32 on a GPU, run on torch's current stream; a varlen batch's offsets are read on the
+host, so CUDA cu_seqlens are copied back first):
 
 - ``attnc::attention(q, k, v, kernel_id, scale) -> (o, lse)``: attnc_run_forward on q
   [batch, Hq, nq, d] and k, v [batch, Hkv, nk, d], which also writes each row's
@@ -102,7 +103,9 @@ def _offsets(cu: Optional[Tensor], name: str) -> Optional[Tensor]:
             bad = hi if hi > _INT32_MAX else lo
             raise error(INVALID_ARGUMENT, f"'{name}' holds {bad}, which does not fit in int32 (attnc reads "
                                           "FlashAttention's int32 cu_seqlens)")
-    return cu.to(torch.int32).contiguous()
+    # (On the host: attnc reads the offsets before it launches anything, as FlashAttention's callers
+    # hold them; a CUDA tensor is copied back, which waits for the stream.)
+    return cu.to(device="cpu", dtype=torch.int32).contiguous()
 
 
 # ---- CUDA tensors -------------------------------------------------------------
@@ -176,9 +179,11 @@ def _varlen_forward(
 ) -> Tuple[Tensor, Tensor]:
     cu_q, cu_k = _offsets(cu_seqlens_q, "cu_seqlens_q"), _offsets(cu_seqlens_k, "cu_seqlens_k")
     o = _new(q)
-    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
     views = [_packed(x) for x in (q, k, v, o)]
-    if kernel._has_lse:
+    if q.is_cuda:
+        _run(_attnc.run_varlen_cuda, kernel, views + [lse.unsqueeze(0)], 3, scale, (cu_q, cu_k), where=_on(q))
+    elif kernel._has_lse:
         _run(_attnc.run_varlen, kernel, views + [lse.unsqueeze(0)], 3, scale, (cu_q, cu_k))
     else:
         _run(_attnc.run_varlen, kernel, views + [None], 3, scale, (cu_q, cu_k))
@@ -195,7 +200,10 @@ def _varlen_backward(
         d_o = d_o.to(o.dtype)
     d_q, d_k, d_v = _new(q), _new(k), _new(v)
     views = [_packed(x) for x in (q, k, v, o, d_o)] + [lse.unsqueeze(0)] + [_packed(x) for x in (d_q, d_k, d_v)]
-    _run(_attnc.run_backward_varlen, kernel, views, 6, scale, (cu_q, cu_k))
+    if q.is_cuda:
+        _run(_attnc.run_backward_varlen_cuda, kernel, views, 6, scale, (cu_q, cu_k), where=_on(q))
+    else:
+        _run(_attnc.run_backward_varlen, kernel, views, 6, scale, (cu_q, cu_k))
     return d_q, d_k, d_v
 
 
@@ -245,7 +253,7 @@ _attention_op.register_autograd(_attention_op_backward, setup_context=_setup_con
 # ---- variable-length batches ------------------------------------------------
 
 
-@torch.library.custom_op("attnc::attention_varlen", mutates_args=(), device_types="cpu")
+@torch.library.custom_op("attnc::attention_varlen", mutates_args=(), device_types=("cpu", "cuda"))
 def _attention_varlen_op(
     q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Optional[Tensor], kernel_id: int,
     scale: float
@@ -262,7 +270,7 @@ def _attention_varlen_fake(
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
-@torch.library.custom_op("attnc::attention_varlen_backward", mutates_args=(), device_types="cpu")
+@torch.library.custom_op("attnc::attention_varlen_backward", mutates_args=(), device_types=("cpu", "cuda"))
 def _attention_varlen_backward_op(
     d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, cu_seqlens_q: Tensor,
     cu_seqlens_k: Optional[Tensor], kernel_id: int, scale: float
@@ -384,10 +392,7 @@ def _eager_attention(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", sca
 # ---- checks and the public functions ----------------------------------------
 
 
-_CPU_ONLY = "variable-length batches run on the CPU only (dense batches run on CUDA devices too)"
-
-
-def _check_tensors(q: Tensor, k: Tensor, v: Tensor, cuda: bool = True, cpu_only: str = _CPU_ONLY) -> None:
+def _check_tensors(q: Tensor, k: Tensor, v: Tensor, cuda: bool = True, cpu_only: str = "") -> None:
     """q, k, v are tensors of one dtype on one device: the CPU, or (with `cuda`) a CUDA GPU; without
     it, `cpu_only` says what runs on the CPU only."""
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -410,8 +415,8 @@ def _check_tensors(q: Tensor, k: Tensor, v: Tensor, cuda: bool = True, cpu_only:
 
 
 def _check_offsets(cu: Tensor, name: str) -> None:
-    if cu.device.type != "cpu":
-        raise error(UNSUPPORTED, f"'{name}' is on device '{cu.device}'; attnc kernels run on the CPU")
+    if cu.device.type not in ("cpu", "cuda"):
+        raise error(UNSUPPORTED, f"'{name}' is on device '{cu.device}'; cu_seqlens live on the CPU or a CUDA GPU")
     if cu.dtype not in _OFFSET_DTYPES:
         raise error(DTYPE, f"'{name}' has dtype {cu.dtype}; cu_seqlens are int32 (or int64) offsets")
     if cu.dim() != 1 or cu.shape[0] < 1:
@@ -532,7 +537,7 @@ def attention_varlen_with_lse(
     FlashAttention's varlen returns it; -inf for a row with no keys; not differentiable)."""
     if kernel is None:
         raise TypeError("attention_varlen needs a kernel: attention_varlen(q, k, v, cu_seqlens_q, kernel=...)")
-    _check_tensors(q, k, v, cuda=False)
+    _check_tensors(q, k, v)
     cu_q, cu_k = _as_offsets(cu_seqlens_q, "cu_seqlens_q"), _as_offsets(cu_seqlens_k, "cu_seqlens_k")
     if cu_q is None:
         raise TypeError("'cu_seqlens_q' is None; a varlen call needs its queries' offsets")
@@ -552,7 +557,7 @@ def attention_varlen(
     """attnc attention over a variable-length batch in FlashAttention's packed layout.
 
     q is ``[total_q, Hq, d]`` and k, v ``[total_k, Hkv, d]`` (CPU tensors, float32 or
-    bfloat16, any strides): sequence ``s`` has its queries at rows ``cu_seqlens_q[s] :
+    bfloat16, or CUDA tensors, also float16; any strides): sequence ``s`` has its queries at rows ``cu_seqlens_q[s] :
     cu_seqlens_q[s + 1]`` of q and its keys at rows ``cu_seqlens_k[s] : cu_seqlens_k[s + 1]``
     of k and v, and attends within itself under the pattern at its own length. The offsets
     are FlashAttention's ``cu_seqlens``: ``num_seqs + 1`` non-decreasing integers from 0 to

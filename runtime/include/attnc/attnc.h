@@ -40,8 +40,9 @@
  * the varlen calls; version 4 the devices (attnc_device: CUDA GPUs and
  * their streams, fp16 on them) and the calls that take one; version 5
  * attnc_cpu_isa and the calls with queries at any offset
- * (attnc_run_forward_at, attnc_run_backward_at). Every older call and
- * kernel file works unchanged.
+ * (attnc_run_forward_at, attnc_run_backward_at); version 6 the varlen calls
+ * on a device (attnc_run_varlen_on, attnc_run_backward_varlen_on). Every
+ * older call and kernel file works unchanged.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef ATTNC_ATTNC_H
@@ -54,7 +55,7 @@
 extern "C" {
 #endif
 
-#define ATTNC_ABI_VERSION 5
+#define ATTNC_ABI_VERSION 6
 #define ATTNC_OLDEST_ABI_VERSION 1
 
 #if defined(__GNUC__)
@@ -267,6 +268,27 @@ ATTNC_API attnc_status attnc_run_backward_on(const attnc_kernel *kernel, const a
                                              const attnc_tensor *o, const attnc_tensor *d_o, const attnc_tensor *lse,
                                              attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
                                              const attnc_run_options *options);
+
+/**
+ * attnc_run_varlen on `device` (ABI 6; null: the CPU). On a CUDA device the
+ * tensors are as for attnc_run_forward_on and the offsets stay host memory
+ * (int32, read before the call returns, as cu_seqlens usually are on the
+ * host before a launch); each sequence runs as a call of its own on the
+ * device's stream (its tables are per length, shared by the sequences of
+ * one length), so a batch pays one launch per sequence.
+ */
+ATTNC_API attnc_status attnc_run_varlen_on(const attnc_kernel *kernel, const attnc_device *device,
+                                           const attnc_tensor *q, const attnc_tensor *k, const attnc_tensor *v,
+                                           attnc_tensor *o, attnc_tensor *lse, const attnc_varlen *varlen,
+                                           const attnc_run_options *options);
+
+/** attnc_run_backward_varlen on `device` (ABI 6; null: the CPU). */
+ATTNC_API attnc_status attnc_run_backward_varlen_on(const attnc_kernel *kernel, const attnc_device *device,
+                                                    const attnc_tensor *q, const attnc_tensor *k,
+                                                    const attnc_tensor *v, const attnc_tensor *o,
+                                                    const attnc_tensor *d_o, const attnc_tensor *lse,
+                                                    attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
+                                                    const attnc_varlen *varlen, const attnc_run_options *options);
 
 /**
  * The instruction set of the CPU kernels this process runs (the fused and

@@ -163,6 +163,36 @@ void deviceCopy(int index, void *dst, const void *src, size_t bytes, bool toDevi
           "cuMemcpyDtoH");
 }
 
+void zeroRows(int index, void *stream, const attnc_tensor &t, int64_t row0, int64_t rows) {
+  ScopedContext ctx(index);
+  const size_t element = t.dtype == ATTNC_DTYPE_F32 ? 4 : 2;
+  const int64_t d = t.shape[3];
+  // One memset per slice when its rows are contiguous, else one per row (per element when d is strided).
+  const bool rowsTogether = t.strides[3] == 1 && (rows == 1 || t.strides[2] == d);
+  const bool rowTogether = t.strides[3] == 1 || d == 1;
+  auto zero = [&](int64_t offset, size_t bytes) {
+    const CUdeviceptr p = static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(t.data)) +
+                          static_cast<CUdeviceptr>(offset) * element;
+    check(driver().cuMemsetD8Async(p, 0, bytes, static_cast<CUstream>(stream)), "cuMemsetD8Async");
+  };
+  for (int64_t b = 0; b < t.shape[0]; ++b)
+    for (int64_t h = 0; h < t.shape[1]; ++h) {
+      const int64_t base = b * t.strides[0] + h * t.strides[1] + row0 * t.strides[2];
+      if (rowsTogether) {
+        zero(base, static_cast<size_t>(rows * d) * element);
+        continue;
+      }
+      for (int64_t i = 0; i < rows; ++i) {
+        if (rowTogether) {
+          zero(base + i * t.strides[2], static_cast<size_t>(d) * element);
+          continue;
+        }
+        for (int64_t c = 0; c < d; ++c)
+          zero(base + i * t.strides[2] + c * t.strides[3], element);
+      }
+    }
+}
+
 CUevent recordEvent(int index) {
   ScopedContext ctx(index);
   CUevent e = nullptr;

@@ -10,6 +10,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "attnc/attnc.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -103,6 +105,9 @@ DeviceInfo deviceInfo(int index);
 void *deviceAlloc(int index, size_t bytes);
 void deviceFree(int index, void *ptr);
 void deviceCopy(int index, void *dst, const void *src, size_t bytes, bool toDevice);
+/// Zeros rows [row0, row0 + rows) of every [b, h] slice of device tensor
+/// `t`, on `stream` of device `index` (its context current).
+void zeroRows(int index, void *stream, const attnc_tensor &t, int64_t row0, int64_t rows);
 /// Records an event on the legacy default stream of device `index`.
 CUevent recordEvent(int index);
 /// Waits for `end` and returns the milliseconds from `start` to it; destroys both.

@@ -31,10 +31,10 @@ constexpr uint32_t kOldestKernelFormatVersion = 1;
 
 /// The runtime ABI (attnc.h's ATTNC_ABI_VERSION) that kernels are built for,
 /// here so that the compiler stamps files without the runtime's headers.
-constexpr uint32_t kAbiVersion = 5;
-/// The oldest ABI whose kernel files the runtime still loads (versions 2, 3
-/// and 4 only added functions, shapes and devices to attnc.h; kernel code
-/// and files are unchanged).
+constexpr uint32_t kAbiVersion = 6;
+/// The oldest ABI whose kernel files the runtime still loads (versions 2 to
+/// 6 only added functions, shapes and devices to attnc.h; kernel code and
+/// files are unchanged).
 constexpr uint32_t kOldestAbiVersion = 1;
 
 struct KernelFile {
