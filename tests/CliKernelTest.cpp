@@ -13,6 +13,8 @@
 #include "Npy.h"
 
 #include "attnc/attnc.h"
+#include "attnc/frontend/Driver.h"
+#include "attnc/tuning/Tuning.h"
 
 #include <gtest/gtest.h>
 
@@ -1067,6 +1069,70 @@ TEST(CliTune, HalideScheduleIsRecordedAndUsedByCompile) {
   EXPECT_EQ(fused.err.find("using tuned"), std::string::npos) << fused.err;
 }
 #endif
+
+/// A GPU's tuned forward variant (what `attnc tune --target cuda` records,
+/// written here: no GPU) reaches compiled kernels as metadata cuda_tuned,
+/// for the same pattern instance only; tune --target cuda's usage errors.
+TEST(CliTune, GpuVariantIsRecordedIntoTheKernel) {
+  ScratchDir dir;
+  const std::string env = "ATTNC_CACHE_DIR=" + dir.path();
+  const std::string path = libraryPattern("fixed");
+  std::ifstream in(path);
+  const std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Frontend fe;
+  SemaOptions sema;
+  for (const char *text : {"l=16", "c=4"}) {
+    Define d;
+    std::string error;
+    ASSERT_TRUE(parseDefine(text, d, error)) << error;
+    sema.defines.push_back(d);
+  }
+  ASSERT_TRUE(fe.parseString(path, source) && fe.analyze(sema));
+  const Pattern *pattern = fe.select("");
+  ASSERT_NE(pattern, nullptr);
+  for (const auto &[gpu, d, variant] : {std::tuple{"NVIDIA_H200@9.0", 64, 2}, {"NVIDIA_H200@9.0", 32, 1},
+                                        {"NVIDIA_A100-SXM4-80GB@8.0", 64, 3}}) {
+    tuning::Entry e;
+    e.key = tuning::tuningKey(source, *pattern, "cuda");
+    e.d = d;
+    e.options.tileRows = e.options.tileCols = 64;
+    e.gflops = 1000;
+    e.backend = "cuda";
+    e.gpu = gpu;
+    e.dtype = "bf16";
+    e.variant = variant;
+    std::string error;
+    ASSERT_TRUE(tuning::record(dir.file("tuning.db"), e, error)) << error;
+  }
+  CommandResult compile = attnc("compile " + path + " -D l=16 -D c=4 -o " + dir.file("k.attnk"), env);
+  ASSERT_EQ(compile.exitCode, 0) << compile.err;
+  EXPECT_NE(compile.err.find("GPU variants "), std::string::npos) << compile.err;
+  attnc_kernel *kernel = nullptr;
+  ASSERT_EQ(attnc_kernel_load(dir.file("k.attnk").c_str(), &kernel), ATTNC_OK) << attnc_last_error();
+  const char *tuned = attnc_kernel_metadata(kernel, "cuda_tuned");
+  ASSERT_NE(tuned, nullptr);
+  EXPECT_EQ(std::string(tuned),
+            "NVIDIA_H200@9.0:bf16:32=1;NVIDIA_A100-SXM4-80GB@8.0:bf16:64=3;NVIDIA_H200@9.0:bf16:64=2"); // by d, GPU
+  attnc_kernel_free(kernel);
+  // Another instance of the pattern has no tuned variants.
+  CommandResult other = attnc("compile " + path + " -D l=32 -o " + dir.file("k2.attnk"), env);
+  ASSERT_EQ(other.exitCode, 0) << other.err;
+  ASSERT_EQ(attnc_kernel_load(dir.file("k2.attnk").c_str(), &kernel), ATTNC_OK);
+  EXPECT_EQ(attnc_kernel_metadata(kernel, "cuda_tuned"), nullptr);
+  attnc_kernel_free(kernel);
+  // tune --target cuda: no driver, exit 1; what it cannot tune, exit 2.
+  const std::string noDriver = env + " ATTNC_CUDA_DRIVER=/nonexistent/libcuda.so.1";
+  CommandResult tune = attnc("tune " + path + " -D l=16 -D c=4 --n 300 --d 64 --target cuda --repeat 1", noDriver);
+  EXPECT_EQ(tune.exitCode, 1) << tune.out << tune.err;
+  EXPECT_NE(tune.err.find("--target cuda: no CUDA driver"), std::string::npos) << tune.err;
+  for (const auto &[extra, message] :
+       {std::pair{" --d 128", "variants to choose from for bf16 at d <= 64 only"},
+        {" --backend halide", "--backend must be fused"}, {" --threads 2", "--threads sets CPU worker threads"}}) {
+    CommandResult bad = attnc("tune " + path + " --n 300 --target cuda" + extra, noDriver);
+    EXPECT_EQ(bad.exitCode, 2) << extra;
+    EXPECT_NE(bad.err.find(message), std::string::npos) << extra << ": " << bad.err;
+  }
+}
 
 TEST(CliTune, RecordedShapeIsUsedByCompileForTheSameInstanceOnly) {
   ScratchDir dir;

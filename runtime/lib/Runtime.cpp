@@ -62,10 +62,15 @@ struct attnc_kernel {
   /// the first call on a GPU.
   mutable std::mutex cudaMutex;
   mutable std::unique_ptr<attnc::rt::cuda::Engine> cudaEngine;
+  /// The forward variants `attnc tune --target cuda` recorded (metadata cuda_tuned).
+  std::string tunedForGpu() const {
+    auto it = file.metadata.find("cuda_tuned");
+    return it == file.metadata.end() ? std::string() : it->second;
+  }
   attnc::rt::cuda::Engine &cuda() const {
     std::lock_guard<std::mutex> lock(cudaMutex);
     if (!cudaEngine)
-      cudaEngine = std::make_unique<attnc::rt::cuda::Engine>(ir, headToSet);
+      cudaEngine = std::make_unique<attnc::rt::cuda::Engine>(ir, headToSet, tunedForGpu());
     return *cudaEngine;
   }
 
@@ -1184,6 +1189,10 @@ attnc_status attnc_internal_cuda_timer(int32_t device, void **timer, float *ms) 
     if (ms)
       *ms = elapsed;
   });
+}
+
+attnc_status attnc_internal_cuda_forward_variant(int32_t variant) {
+  return guarded([&] { attnc::rt::cuda::forceForwardVariant(variant); });
 }
 
 attnc_status attnc_internal_cuda_device(int32_t device, char *name, size_t size, int32_t *major, int32_t *minor) {

@@ -180,5 +180,26 @@ TEST(CudaTables, ExecutedOverUsefulOfTheLibrary) {
   }
 }
 
+/// The kernel metadata that `attnc tune --target cuda` leads to
+/// (tuning::formatCudaTuned), as the runtime reads it per GPU, dtype and d.
+TEST(CudaTuned, ParsedPerGpuDtypeAndHeadDimension) {
+  const std::vector<rt::cuda::TunedVariant> t =
+      rt::cuda::parseCudaTuned("NVIDIA_H200@9.0:bf16:64=2;NVIDIA_H100_80GB_HBM3@9.0:bf16:64=3;"
+                           "NVIDIA_H200@9.0:bf16:32=1;bad;x:y=1;NVIDIA_A100@8.0:bf16:64=7;:bf16:64=1;"
+                           "NVIDIA_H200@9.0:bf16:64=0");
+  ASSERT_EQ(t.size(), 4u); // the malformed and out-of-range entries are skipped
+  EXPECT_EQ(t[0].gpu, "NVIDIA_H200@9.0");
+  EXPECT_EQ(t[0].dtype, "bf16");
+  EXPECT_EQ(t[0].d, 64);
+  EXPECT_EQ(t[0].variant, 2);
+  // The last entry for a GPU, dtype and d wins; anything else runs the default.
+  EXPECT_EQ(rt::cuda::tunedVariant(t, "NVIDIA_H200@9.0", "bf16", 64), 0);
+  EXPECT_EQ(rt::cuda::tunedVariant(t, "NVIDIA_H100_80GB_HBM3@9.0", "bf16", 64), 3);
+  EXPECT_EQ(rt::cuda::tunedVariant(t, "NVIDIA_H200@9.0", "bf16", 32), 1);
+  EXPECT_EQ(rt::cuda::tunedVariant(t, "NVIDIA_H200@9.0", "f16", 64), 0);
+  EXPECT_EQ(rt::cuda::tunedVariant(t, "NVIDIA_A100@8.0", "bf16", 64), 0);
+  EXPECT_TRUE(rt::cuda::parseCudaTuned("").empty());
+}
+
 } // namespace
 } // namespace attnc::test

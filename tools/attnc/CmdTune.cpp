@@ -11,9 +11,12 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Common.h"
+#include "CudaBench.h"
 #include "Measure.h"
 
 #include "attnc/attnc.h"
+#include "attnc/attnc_jit.h"
+#include "attnc/runtime/Internal.h"
 #include "attnc/analysis/Analysis.h"
 #include "attnc/codegen/HalideGen.h"
 #include "attnc/compiler/Compile.h"
@@ -37,6 +40,9 @@ struct TuneOptions {
   int measure = 3;
   int repeat = 3;
   std::string backend = "fused";
+  std::string target = "cpu";
+  int device = 0;
+  bool threadsGiven = false, backendGiven = false;
 };
 
 struct Candidate {
@@ -105,13 +111,109 @@ std::vector<Candidate> halideCandidates(const ir::PatternIR &ir, const TuneOptio
   return candidates;
 }
 
+/// attnc tune --target cuda: the GPU forward kernel's variants (bf16, d <=
+/// 64) timed with CUDA events on one GPU; the fastest is recorded for that
+/// GPU (tuning::gpuId) unless the default is within the margin.
+int runCudaTune(const TuneOptions &opts, const LoadedPattern &lp, int64_t heads, double flops) {
+  std::vector<const char *> defs;
+  for (const std::string &d : opts.pattern.defines)
+    defs.push_back(d.c_str());
+  attnc_jit_options jo{defs.data(), static_cast<int32_t>(defs.size()),
+                       opts.pattern.pattern.empty() ? nullptr : opts.pattern.pattern.c_str(), nullptr, 0, "fused"};
+  attnc_kernel *kernel = nullptr;
+  if (attnc_jit_compile_file(opts.pattern.file.c_str(), &jo, &kernel) != ATTNC_OK) {
+    std::cerr << "attnc: error: " << attnc_last_error() << "\n";
+    return kExitUserError;
+  }
+  CudaBenchRequest request;
+  request.kernel = kernel;
+  request.qShape = request.kvShape = {opts.batch, heads, opts.n, opts.d};
+  request.dtype = ATTNC_DTYPE_BF16;
+  request.device = opts.device;
+  request.repeat = opts.repeat;
+  // Variant 0 is the default; each is measured after its own warm-up.
+  static const char *const kLabels[4] = {"default (4 warps of 16 rows)", "variant 1 (more registers)",
+                                         "variant 2 (no warp skipping)", "variant 3 (2 warps of 32 rows)"};
+  double ms[4] = {};
+  CudaBenchResult r;
+  for (int v = 0; v < 4; ++v) {
+    std::string error;
+    attnc_status status = attnc_internal_cuda_forward_variant(v);
+    if (status == ATTNC_OK)
+      status = cudaBench(request, r, error);
+    else
+      error = attnc_last_error();
+    if (status != ATTNC_OK) {
+      attnc_internal_cuda_forward_variant(-1);
+      attnc_kernel_free(kernel);
+      std::cerr << "attnc: error: --target cuda: " << error << "\n";
+      return kExitUserError;
+    }
+    ms[v] = r.forwardMs;
+    std::fprintf(stderr, "[%d/4] timed %s\n", v + 1, kLabels[v]);
+  }
+  attnc_internal_cuda_forward_variant(-1);
+  attnc_kernel_free(kernel);
+  constexpr double kMargin = 0.02;
+  int best = 0;
+  for (int v = 0; v < 4; ++v) {
+    std::printf("%-34s %8.3f ms  %7.1f TFLOP/s\n", kLabels[v], ms[v], flops / (ms[v] * 1e9));
+    if (ms[v] < ms[best])
+      best = v;
+  }
+  const bool keptDefault = best != 0 && ms[best] > ms[0] * (1.0 - kMargin);
+  if (keptDefault)
+    best = 0;
+  tuning::Entry entry;
+  entry.key = tuning::tuningKey(lp.frontend->sourceText(), *lp.pattern, "cuda");
+  entry.d = opts.d;
+  entry.options.tileRows = entry.options.tileCols = 64; // (the GPU kernels' tiles)
+  entry.gflops = flops / (ms[best] * 1e6);
+  entry.backend = "cuda";
+  entry.gpu = tuning::gpuId(r.deviceName, r.major, r.minor);
+  entry.dtype = "bf16";
+  entry.variant = best;
+  std::string error;
+  if (!tuning::record(tuning::databasePath(), entry, error)) {
+    std::cerr << "attnc: error: " << error << "\n";
+    return kExitUserError;
+  }
+  std::printf("best on %s: %s, %.3f ms, %.1f TFLOP/s%s\n", r.deviceName.c_str(), kLabels[best], ms[best],
+              flops / (ms[best] * 1e9),
+              keptDefault ? " (no variant was 2% faster than the default)" : "");
+  std::printf("recorded in %s for %s; attnc compile and the JIT put it in the kernel (metadata cuda_tuned) and "
+              "the runtime runs it on that GPU at d = %lld\n",
+              tuning::databasePath().c_str(), entry.gpu.c_str(), static_cast<long long>(opts.d));
+  return kExitOk;
+}
+
 int runTune(const TuneOptions &opts) {
+  if (opts.target == "cuda") {
+    std::string why;
+    if (opts.backendGiven && opts.backend != "fused")
+      why = "--target cuda tunes the fused plan's GPU kernels; --backend must be fused (or left out)";
+    else if (opts.threadsGiven)
+      why = "--threads sets CPU worker threads; it does not apply to --target cuda";
+    else if (opts.d > 64)
+      why = "the GPU kernels have variants to choose from for bf16 at d <= 64 only; at d = " +
+            std::to_string(opts.d) + " there is one kernel and nothing to tune";
+    if (!why.empty()) {
+      std::cerr << "attnc: error: " << why << "\n";
+      return kExitUsage;
+    }
+  }
   int exitCode = kExitOk;
   auto lp = loadPattern(opts.pattern, exitCode);
   if (!lp)
     return exitCode;
   const Pattern &p = *lp->pattern;
   const int64_t heads = p.headsDeclared ? p.numHeads() : opts.heads;
+  if (opts.target == "cuda") {
+    int64_t nnz = 0;
+    for (const auto &h : lp->ir.heads)
+      nnz += ir::analyzeRows(h.set, opts.n).nnz * static_cast<int64_t>(p.headsDeclared ? h.heads.size() : heads);
+    return runCudaTune(opts, *lp, heads, 4.0 * double(nnz) * double(opts.d) * double(opts.batch));
+  }
 
   const bool useHalide = opts.backend == "halide";
   std::vector<Candidate> candidates = useHalide ? halideCandidates(lp->ir, opts) : fusedCandidates(lp->ir, opts);
@@ -242,7 +344,16 @@ void setupTune(CLI::App &app, int &exitCode) {
                   "chunk, register tiles; each candidate compiles in a few seconds)")
       ->capture_default_str()
       ->check(CLI::IsMember({"fused", "halide"}));
-  cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
+  CLI::Option *threadsOption = cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
+  cmd->add_option("--target", opts->target,
+                  "cpu, or cuda: time the GPU forward kernel's variants (bf16, d <= 64) on --device with CUDA "
+                  "events and record the fastest for that GPU; compile and the JIT put it in the kernel "
+                  "(metadata cuda_tuned) and the runtime uses it on that GPU")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--device", opts->device, "With --target cuda: the CUDA device index")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1023));
   cmd->add_option("--measure", opts->measure,
                   "How many of the cost model's best candidates to measure (the default shape is "
                   "always measured too)")
@@ -253,8 +364,13 @@ void setupTune(CLI::App &app, int &exitCode) {
       ->check(CLI::Range(1, 100));
   cmd->footer(examplesFooter({"attnc tune patterns/fixed.attn --n 16384 --d 64",
                               "attnc tune patterns/strided.attn --n 4096 --d 128 --measure 5",
-                              "attnc tune patterns/strided.attn --n 16384 --backend halide"}));
-  cmd->callback([opts, &exitCode] { exitCode = runTune(*opts); });
+                              "attnc tune patterns/strided.attn --n 16384 --backend halide",
+                              "attnc tune patterns/fixed.attn --n 16384 --d 64 --target cuda"}));
+  cmd->callback([opts, threadsOption, &exitCode] {
+    opts->threadsGiven = threadsOption->count() > 0;
+    opts->backendGiven = opts->backend != "fused";
+    exitCode = runTune(*opts);
+  });
 }
 
 } // namespace attnc::tool

@@ -161,14 +161,20 @@ std::string applyTuning(const std::string &dbPath, std::string_view source, cons
       return {};
     return "Halide schedule " + tuned->schedule;
   }
-  // The runtime picks a call's shape by its head dimension.
-  std::string used;
+  // The runtime picks a call's shape by its head dimension, and on a GPU
+  // the forward variant tuned for that GPU (`attnc tune --target cuda`).
+  std::string tiles;
   options.tunedTiles.clear();
   for (const tuning::Entry &e : tuning::lookupAll(dbPath, key, codegen::backendName(options.backend))) {
     options.tunedTiles.push_back({e.d, e.options});
-    used += (used.empty() ? "tiles " : ", ") + std::to_string(e.options.tileRows) + "x" +
-            std::to_string(e.options.tileCols) + " at d=" + std::to_string(e.d);
+    tiles += (tiles.empty() ? "tiles " : ", ") + std::to_string(e.options.tileRows) + "x" +
+             std::to_string(e.options.tileCols) + " at d=" + std::to_string(e.d);
   }
+  options.cudaTuned = tuning::formatCudaTuned(tuning::lookupAll(dbPath, tuning::tuningKey(source, pattern, "cuda"),
+                                                                "cuda"));
+  std::string used = tiles;
+  if (!options.cudaTuned.empty())
+    used += (used.empty() ? "" : "; ") + std::string("GPU variants ") + options.cudaTuned;
   return used;
 }
 
@@ -202,6 +208,7 @@ bool prepare(const Frontend &fe, const Pattern &pattern, const CompileRequest &r
                  std::to_string(format::kAbiVersion) + '\0' + std::to_string(format::kKernelFormatVersion) +
                  '\0' + "tiles=" + std::to_string(o.planOptions.tileRows) + "x" +
                  std::to_string(o.planOptions.tileCols) + ";tuned=" + plan::formatTunedTiles(o.tunedTiles) +
+                 ";cuda=" + o.cudaTuned +
                  '\0' + generatorKey(fe, out);
   return true;
 }
@@ -257,6 +264,8 @@ bool build(const Frontend &fe, const Compilation &c, format::KernelFile &file, s
     file.metadata["tile_cols"] = std::to_string(tiles.tileCols);
     if (options.backend == Backend::Fused && !options.tunedTiles.empty())
       file.metadata["tuned_tiles"] = plan::formatTunedTiles(options.tunedTiles);
+    if (options.backend == Backend::Fused && !options.cudaTuned.empty())
+      file.metadata["cuda_tuned"] = options.cudaTuned;
     if (options.backend == Backend::Fused) // the backward pass's blocks, at every d
       file.metadata["grad_tile_rows"] = std::to_string(plan::gradTileRows(c.ir, tiles));
   }

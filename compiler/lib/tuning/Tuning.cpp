@@ -5,6 +5,7 @@
 #include "attnc/support/Files.h"
 
 #include <algorithm>
+#include <tuple>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -50,8 +51,8 @@ bool parseLine(const std::string &line, Entry &e) {
     if (eq == std::string::npos)
       return false;
     std::string name = word.substr(0, eq), value = word.substr(eq + 1);
-    if (name == "backend" || name == "schedule") {
-      (name == "backend" ? e.backend : e.schedule) = value;
+    if (name == "backend" || name == "schedule" || name == "gpu" || name == "dtype") {
+      (name == "backend" ? e.backend : name == "schedule" ? e.schedule : name == "gpu" ? e.gpu : e.dtype) = value;
       continue;
     }
     char *end = nullptr;
@@ -66,8 +67,11 @@ bool parseLine(const std::string &line, Entry &e) {
       e.options.tileCols = static_cast<int64_t>(v), ++found;
     else if (name == "gflops")
       e.gflops = v, ++found;
+    else if (name == "variant")
+      e.variant = static_cast<int>(v);
   }
-  return found == 4 && (e.backend == "fused" || (e.backend == "halide" && !e.schedule.empty())) &&
+  const bool cuda = e.backend == "cuda" && !e.gpu.empty() && !e.dtype.empty() && e.variant >= 0 && e.variant <= 3;
+  return found == 4 && (e.backend == "fused" || (e.backend == "halide" && !e.schedule.empty()) || cuda) &&
          e.options.tileRows >= 1 && e.options.tileRows <= 64 &&
          e.options.tileCols >= 1 && e.options.tileCols <= 4096;
 }
@@ -87,7 +91,9 @@ std::vector<Entry> readAll(const std::string &path) {
 void writeLine(std::ostream &os, const Entry &e) {
   os << e.key << " d=" << e.d << " tile_rows=" << e.options.tileRows << " tile_cols=" << e.options.tileCols
      << " gflops=" << e.gflops;
-  if (e.backend != "fused")
+  if (e.backend == "cuda")
+    os << " backend=cuda gpu=" << e.gpu << " dtype=" << e.dtype << " variant=" << e.variant;
+  else if (e.backend != "fused")
     os << " backend=" << e.backend << " schedule=" << e.schedule;
   os << "\n";
 }
@@ -107,13 +113,16 @@ std::vector<Entry> lookupAll(const std::string &path, const std::string &key, co
   for (const Entry &e : readAll(path)) {
     if (e.key != key || e.backend != backend)
       continue;
-    auto same = std::find_if(out.begin(), out.end(), [&](const Entry &x) { return x.d == e.d; });
+    auto same = std::find_if(out.begin(), out.end(),
+                             [&](const Entry &x) { return x.d == e.d && x.gpu == e.gpu && x.dtype == e.dtype; });
     if (same != out.end())
       *same = e;
     else
       out.push_back(e);
   }
-  std::sort(out.begin(), out.end(), [](const Entry &a, const Entry &b) { return a.d < b.d; });
+  std::sort(out.begin(), out.end(), [](const Entry &a, const Entry &b) {
+    return std::tie(a.d, a.gpu, a.dtype) < std::tie(b.d, b.gpu, b.dtype);
+  });
   return out;
 }
 
@@ -121,12 +130,30 @@ bool record(const std::string &path, const Entry &entry, std::string &error) {
   std::vector<Entry> all = readAll(path);
   std::ostringstream os;
   for (const Entry &e : all)
-    if (!(e.key == entry.key && e.d == entry.d && e.backend == entry.backend))
+    if (!(e.key == entry.key && e.d == entry.d && e.backend == entry.backend && e.gpu == entry.gpu &&
+          e.dtype == entry.dtype))
       writeLine(os, e);
   writeLine(os, entry);
   if (!support::makeDirectories(path.substr(0, path.rfind('/')), error))
     return false;
   return support::writeFileAtomically(path, os.str(), error);
+}
+
+std::string gpuId(const std::string &name, int major, int minor) {
+  std::string id = name;
+  for (char &c : id)
+    if (c == ' ' || c == ';' || c == ':' || c == '=' || c == '@')
+      c = '_';
+  return id + "@" + std::to_string(major) + "." + std::to_string(minor);
+}
+
+std::string formatCudaTuned(const std::vector<Entry> &entries) {
+  std::string out;
+  for (const Entry &e : entries)
+    if (e.backend == "cuda")
+      out += (out.empty() ? "" : ";") + e.gpu + ":" + e.dtype + ":" + std::to_string(e.d) + "=" +
+             std::to_string(e.variant);
+  return out;
 }
 
 } // namespace attnc::tuning

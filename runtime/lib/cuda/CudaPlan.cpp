@@ -345,4 +345,38 @@ TableStats tableStats(const SetTables &t) {
   return s;
 }
 
+std::vector<TunedVariant> parseCudaTuned(const std::string &text) {
+  std::vector<TunedVariant> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(';', start), text.size());
+    const std::string entry = text.substr(start, end - start);
+    start = end + 1;
+    // GPU:dtype:d=variant (the GPU id has no ':', '=' or ';').
+    const size_t c1 = entry.find(':'), c2 = c1 == std::string::npos ? c1 : entry.find(':', c1 + 1),
+                 eq = entry.find('=');
+    if (c1 == std::string::npos || c2 == std::string::npos || eq == std::string::npos || eq < c2 || c1 == 0)
+      continue;
+    TunedVariant t;
+    t.gpu = entry.substr(0, c1);
+    t.dtype = entry.substr(c1 + 1, c2 - c1 - 1);
+    const std::string d = entry.substr(c2 + 1, eq - c2 - 1), v = entry.substr(eq + 1);
+    if (d.empty() || v.size() != 1 || d.find_first_not_of("0123456789") != std::string::npos || d.size() > 6 ||
+        v[0] < '0' || v[0] > '3')
+      continue;
+    t.d = std::stoll(d);
+    t.variant = v[0] - '0';
+    out.push_back(t);
+  }
+  return out;
+}
+
+int tunedVariant(const std::vector<TunedVariant> &tuned, const std::string &gpu, const std::string &dtype, int64_t d) {
+  int variant = 0;
+  for (const TunedVariant &t : tuned) // (the last entry for a GPU, dtype and d wins)
+    if (t.gpu == gpu && t.dtype == dtype && t.d == d)
+      variant = t.variant;
+  return variant;
+}
+
 } // namespace attnc::rt::cuda

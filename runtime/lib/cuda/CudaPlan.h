@@ -43,6 +43,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace attnc::rt::cuda {
@@ -114,5 +115,21 @@ struct TableStats {
   int64_t executedFwdWarps = 0;
 };
 TableStats tableStats(const SetTables &t);
+
+/// One entry of a kernel's `cuda_tuned` metadata (`attnc tune --target
+/// cuda`): on GPU `gpu` ("NVIDIA_H200@9.0"), for `dtype` at head dimension
+/// `d`, forward kernel variant `variant` (0: the default; 1-3 as
+/// ATTNC_CUDA_FWD_VARIANT names them) was the fastest.
+struct TunedVariant {
+  std::string gpu, dtype;
+  int64_t d = 0;
+  int variant = 0;
+};
+
+/// "GPU:dtype:d=variant;..." parsed; malformed entries are skipped.
+std::vector<TunedVariant> parseCudaTuned(const std::string &text);
+
+/// The variant tuned for this GPU, dtype and d; 0 (the default) if none.
+int tunedVariant(const std::vector<TunedVariant> &tuned, const std::string &gpu, const std::string &dtype, int64_t d);
 
 } // namespace attnc::rt::cuda

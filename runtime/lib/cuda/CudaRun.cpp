@@ -6,6 +6,7 @@
 #include "CudaDriver.h"
 #include "CudaPlan.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -29,10 +30,17 @@ int dpIndex(int dp) { return dp == 64 ? 0 : dp == 128 ? 1 : 2; }
 
 struct Module {
   CUfunction fwd[2][3] = {}, bwd[2][3] = {}, copy = nullptr, delta = nullptr;
-  /// ATTNC_CUDA_FWD_VARIANT's kernel for bf16 at d <= 64 (null: the default) and its threads.
-  CUfunction fwdVariant = nullptr;
-  unsigned fwdVariantThreads = 128;
+  /// The bf16 d <= 64 forward kernel's variants 1-3 ([0] unused: the default).
+  CUfunction fwdVariants[4] = {};
+  /// ATTNC_CUDA_FWD_VARIANT's variant (-1: unset).
+  int envVariant = -1;
+  /// This GPU as tuning names it (tuning::gpuId): "NVIDIA_H200@9.0".
+  std::string gpu;
 };
+
+unsigned variantThreads(int variant) { return variant == 3 ? 64 : 128; }
+
+std::atomic<int> forcedVariant{-1};
 
 const Module &module(int device) {
   static std::mutex mutex;
@@ -71,13 +79,19 @@ const Module &module(int device) {
       get(m.fwd[t][x], std::string("attnc_fwd_") + types[t] + "_" + std::to_string(dps[x]), fwdSmemBytes(dps[x]));
       get(m.bwd[t][x], std::string("attnc_bwd_") + types[t] + "_" + std::to_string(dps[x]), bwdSmemBytes(dps[x]));
     }
-  if (const char *variant = std::getenv("ATTNC_CUDA_FWD_VARIANT"); variant && *variant && *variant != '0') {
+  if (const char *variant = std::getenv("ATTNC_CUDA_FWD_VARIANT"); variant && *variant) {
     const std::string v = variant;
-    if (v != "1" && v != "2" && v != "3")
+    if (v != "0" && v != "1" && v != "2" && v != "3")
       throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "ATTNC_CUDA_FWD_VARIANT must be 0-3, not '" + v + "'"};
-    get(m.fwdVariant, "attnc_fwd_bf16_64_v" + v, fwdSmemBytes(64));
-    m.fwdVariantThreads = v == "3" ? 64 : 128;
+    m.envVariant = v[0] - '0';
   }
+  for (int v = 1; v <= 3; ++v)
+    get(m.fwdVariants[v], "attnc_fwd_bf16_64_v" + std::to_string(v), fwdSmemBytes(64));
+  m.gpu = info.name;
+  for (char &c : m.gpu) // (tuning::gpuId's spelling)
+    if (c == ' ' || c == ';' || c == ':' || c == '=' || c == '@')
+      c = '_';
+  m.gpu += "@" + std::to_string(info.major) + "." + std::to_string(info.minor);
   get(m.copy, "attnc_copy", 0);
   get(m.delta, "attnc_delta", 0);
   return modules.emplace(device, m).first->second;
@@ -314,8 +328,15 @@ struct Engine::DeviceTables {
   }
 };
 
-Engine::Engine(const ir::PatternIR &ir, std::vector<int64_t> headToSet)
-    : plan_(cuda::gpuPlan(ir)), headToSet_(std::move(headToSet)) {}
+void forceForwardVariant(int variant) {
+  if (variant < -1 || variant > 3)
+    throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "a forward variant is 0-3 (or -1: none forced), not " +
+                                                     std::to_string(variant)};
+  forcedVariant.store(variant);
+}
+
+Engine::Engine(const ir::PatternIR &ir, std::vector<int64_t> headToSet, const std::string &cudaTuned)
+    : plan_(cuda::gpuPlan(ir)), headToSet_(std::move(headToSet)), tuned_(parseCudaTuned(cudaTuned)) {}
 
 Engine::~Engine() = default;
 
@@ -402,8 +423,13 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   a.setOfHead = tabs->setOfHead;
   CUfunction f = m.fwd[typeIndex(type)][dpIndex(dp)];
   unsigned threads = 128;
-  if (m.fwdVariant && type == ATTNC_DTYPE_BF16 && dp == 64)
-    f = m.fwdVariant, threads = m.fwdVariantThreads;
+  if (type == ATTNC_DTYPE_BF16 && dp == 64) {
+    // The variant: forced (attnc tune), else ATTNC_CUDA_FWD_VARIANT's, else the one tuned for this GPU.
+    const int forced = forcedVariant.load();
+    const int variant = forced >= 0 ? forced : m.envVariant >= 0 ? m.envVariant : tunedVariant(tuned_, m.gpu, "bf16", dims.d);
+    if (variant > 0)
+      f = m.fwdVariants[variant], threads = variantThreads(variant);
+  }
   for (size_t s = 0; s < tabs->sets.size(); ++s) {
     const auto &set = tabs->sets[s];
     if (set.host.needsState() && !stateO) {

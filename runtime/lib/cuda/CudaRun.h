@@ -13,6 +13,8 @@
 #include "attnc/plan/PatternIR.h"
 #include "attnc/plan/Plan.h"
 
+#include "CudaPlan.h"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -35,9 +37,15 @@ struct Dims {
   int64_t batch = 0, hq = 0, hkv = 0, nq = 0, nk = 0, d = 0;
 };
 
+/// Forces the bf16 d <= 64 forward kernel's variant for every call of the
+/// process (0-3; -1: none, the kernel's tuned one or ATTNC_CUDA_FWD_VARIANT):
+/// what `attnc tune --target cuda` measures with.
+void forceForwardVariant(int variant);
+
 class Engine {
 public:
-  Engine(const ir::PatternIR &ir, std::vector<int64_t> headToSet);
+  /// `cudaTuned`: the kernel's metadata cuda_tuned (TunedVariant entries).
+  Engine(const ir::PatternIR &ir, std::vector<int64_t> headToSet, const std::string &cudaTuned = "");
   ~Engine();
 
   void forward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
@@ -53,6 +61,7 @@ private:
 
   plan::Plan plan_;
   std::vector<int64_t> headToSet_;
+  std::vector<TunedVariant> tuned_;
   std::mutex mutex_;
   std::map<std::pair<int, int64_t>, std::shared_ptr<const DeviceTables>> tables_;
 };

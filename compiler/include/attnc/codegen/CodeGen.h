@@ -53,6 +53,9 @@ struct CodeGenOptions {
   plan::PlanOptions planOptions;
   /// Fused backend: shapes tuned per head dimension (metadata tuned_tiles).
   std::vector<std::pair<int64_t, plan::PlanOptions>> tunedTiles;
+  /// Fused backend: the GPU forward variants tuned per GPU, dtype and d
+  /// (metadata cuda_tuned, tuning::formatCudaTuned).
+  std::string cudaTuned;
   /// Halide backend: the schedule template's parameters.
   halide::Schedule halideSchedule;
 };

@@ -8,8 +8,11 @@
 //
 //   KEY d=64 tile_rows=32 tile_cols=32 gflops=160.3
 //   KEY d=64 tile_rows=64 tile_cols=24 gflops=301.0 backend=halide schedule=r64-k24-s4x6-o6
+//   KEY d=64 tile_rows=64 tile_cols=64 gflops=81000 backend=cuda gpu=NVIDIA_H200@9.0 dtype=bf16 variant=2
 //
-// (a line without `backend` is the fused backend's). Each backend has its
+// (a line without `backend` is the fused backend's; a cuda line is one GPU's
+// and dtype's winner among the forward kernel's variants, its key the
+// pattern's with host "cuda"). Each backend has its
 // own winner per key and d; the file is rewritten atomically. A malformed
 // line is ignored. A fused kernel records every d's winner (TunedTiles); a
 // halide kernel's code is compiled for one schedule, the last one tuned.
@@ -32,7 +35,14 @@ struct Entry {
   double gflops = 0;
   std::string backend = "fused"; ///< "fused" or "halide"
   std::string schedule;          ///< halide: the schedule's name (halide::scheduleName)
+  // backend "cuda": the GPU (its name with '_' for spaces, '@', its compute
+  // capability), the dtype and the forward kernel variant that won.
+  std::string gpu, dtype;
+  int variant = -1;
 };
+
+/// A GPU as tuning entries and kernel metadata name it: "NVIDIA_H200@9.0".
+std::string gpuId(const std::string &name, int major, int minor);
 
 /// The cache directory the JIT and the tuner share.
 std::string cacheDirectory();
@@ -51,12 +61,17 @@ std::optional<Entry> lookup(const std::string &path, const std::string &key,
 /// for each d), by ascending d.
 std::vector<Entry> lookupAll(const std::string &path, const std::string &key,
                              const std::string &backend = "fused");
-/// Records `entry`, replacing an entry with the same key, d and backend.
+/// Records `entry`, replacing an entry with the same key, d and backend (and
+/// for cuda, GPU and dtype).
 bool record(const std::string &path, const Entry &entry, std::string &error);
 
 /// The fused backend's tuned tile shapes per head dimension (plan/Plan.h).
 using plan::TunedTiles;
 using plan::formatTunedTiles;
 using plan::parseTunedTiles;
+
+/// The cuda entries as kernel metadata (`cuda_tuned`):
+/// "NVIDIA_H200@9.0:bf16:64=2;..." (GPU:dtype:d=variant).
+std::string formatCudaTuned(const std::vector<Entry> &entries);
 
 } // namespace attnc::tuning
