@@ -34,7 +34,7 @@ std::string tuningKey(std::string_view source, const Pattern &pattern, const std
   text += std::string("\0f32\0", 5) + host;
   // Shapes measured on kernels that ATTNC_FUSED_ISA forced (the AVX2 ones on
   // an AVX-512 CPU) are not the best for the CPU's own, nor the reverse.
-  if (const char *isa = std::getenv("ATTNC_FUSED_ISA"); isa && *isa)
+  if (const char *isa = std::getenv("ATTNC_FUSED_ISA"); isa && *isa && host != "cuda") // (GPU entries: no CPU)
     text += std::string("\0isa=") + isa;
   return pattern.name + "-" + support::fnv1aHex(text);
 }
