@@ -161,16 +161,9 @@ MemoryEstimate benchEstimate(const BenchOptions &opts, const std::vector<int64_t
 int runCudaBench(const BenchOptions &opts, const std::string &pattern, const std::array<int64_t, 4> &qShape,
                  const std::array<int64_t, 4> &kvShape, int64_t nnzPerHead, double usefulFlops,
                  double backwardFlops) {
-  std::vector<const char *> defs;
-  for (const std::string &d : opts.pattern.defines)
-    defs.push_back(d.c_str());
-  attnc_jit_options jo{defs.data(), static_cast<int32_t>(defs.size()),
-                       opts.pattern.pattern.empty() ? nullptr : opts.pattern.pattern.c_str(), nullptr, 0, "fused"};
-  attnc_kernel *kernel = nullptr;
-  if (attnc_jit_compile_file(opts.pattern.file.c_str(), &jo, &kernel) != ATTNC_OK) {
-    std::cerr << "attnc: error: " << attnc_last_error() << "\n";
+  attnc_kernel *kernel = jitFused(opts.pattern);
+  if (!kernel)
     return kExitUserError;
-  }
   CudaBenchRequest request;
   request.kernel = kernel;
   request.qShape = qShape;

@@ -15,7 +15,6 @@
 #include "Measure.h"
 
 #include "attnc/attnc.h"
-#include "attnc/attnc_jit.h"
 #include "attnc/runtime/Internal.h"
 #include "attnc/analysis/Analysis.h"
 #include "attnc/codegen/HalideGen.h"
@@ -115,16 +114,9 @@ std::vector<Candidate> halideCandidates(const ir::PatternIR &ir, const TuneOptio
 /// 64) timed with CUDA events on one GPU; the fastest is recorded for that
 /// GPU (tuning::gpuId) unless the default is within the margin.
 int runCudaTune(const TuneOptions &opts, const LoadedPattern &lp, int64_t heads, double flops) {
-  std::vector<const char *> defs;
-  for (const std::string &d : opts.pattern.defines)
-    defs.push_back(d.c_str());
-  attnc_jit_options jo{defs.data(), static_cast<int32_t>(defs.size()),
-                       opts.pattern.pattern.empty() ? nullptr : opts.pattern.pattern.c_str(), nullptr, 0, "fused"};
-  attnc_kernel *kernel = nullptr;
-  if (attnc_jit_compile_file(opts.pattern.file.c_str(), &jo, &kernel) != ATTNC_OK) {
-    std::cerr << "attnc: error: " << attnc_last_error() << "\n";
+  attnc_kernel *kernel = jitFused(opts.pattern);
+  if (!kernel)
     return kExitUserError;
-  }
   CudaBenchRequest request;
   request.kernel = kernel;
   request.qShape = request.kvShape = {opts.batch, heads, opts.n, opts.d};

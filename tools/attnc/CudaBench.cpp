@@ -4,12 +4,14 @@
 #include "Measure.h"
 
 #include "attnc/attnc.hpp"
+#include "attnc/attnc_jit.h"
 #include "attnc/runtime/Internal.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <vector>
 
@@ -105,6 +107,20 @@ template <typename Call> double eventMs(int device, Call &&call) {
 }
 
 } // namespace
+
+attnc_kernel *jitFused(const PatternOptions &pattern) {
+  std::vector<const char *> defs;
+  for (const std::string &d : pattern.defines)
+    defs.push_back(d.c_str());
+  attnc_jit_options jo{defs.data(), static_cast<int32_t>(defs.size()),
+                       pattern.pattern.empty() ? nullptr : pattern.pattern.c_str(), nullptr, 0, "fused"};
+  attnc_kernel *kernel = nullptr;
+  if (attnc_jit_compile_file(pattern.file.c_str(), &jo, &kernel) != ATTNC_OK) {
+    std::cerr << "attnc: error: " << attnc_last_error() << "\n";
+    return nullptr;
+  }
+  return kernel;
+}
 
 attnc_status cudaBench(const CudaBenchRequest &r, CudaBenchResult &out, std::string &error) {
   try {

@@ -10,6 +10,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "Common.h"
+
 #include "attnc/attnc.h"
 
 #include <array>
@@ -17,6 +19,10 @@
 #include <string>
 
 namespace attnc::tool {
+
+/// The pattern of `pattern` compiled by the JIT for the fused backend (what
+/// the GPU runs); null after printing the error.
+attnc_kernel *jitFused(const PatternOptions &pattern);
 
 struct CudaBenchRequest {
   const attnc_kernel *kernel = nullptr;
