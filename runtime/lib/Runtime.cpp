@@ -557,7 +557,6 @@ struct Call {
   }
 };
 
-/// A slice worker's scratch: the backend's, and packed inputs and outputs.
 /// A slice worker's packing buffers: rows packed or padded for a backend,
 /// outputs and sums it writes before they are copied out.
 struct PackBuffers {
@@ -846,7 +845,6 @@ attnc_tensor rowsOf(const attnc_tensor &t, int64_t row0, int64_t rows) {
   return out;
 }
 
-/// attnc_run_forward and attnc_run_varlen.
 /// The queries' first position of an attnc_run_*_at call: in [0, nk - nq].
 attnc_status checkFirstQuery(int64_t firstQuery, const Shape &shape) {
   if (firstQuery < 0 || firstQuery > shape.nk - shape.nq)
@@ -857,6 +855,7 @@ attnc_status checkFirstQuery(int64_t firstQuery, const Shape &shape) {
   return ATTNC_OK;
 }
 
+/// attnc_run_forward, attnc_run_varlen and their _on and _at forms.
 attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                         const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse, const attnc_varlen *varlen,
                         const attnc_run_options *options, const attnc_device *device = nullptr,
@@ -888,9 +887,9 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
       return s;
   if (shape.empty())
     return ATTNC_OK;
-  std::vector<Seq> seqs;
   if (gpu && !varlen)
     return guarded([&] { kernel->cuda().forward(*device, dimsOf(shape), *q, *k, *v, *o, lse, callScale(options, shape.d)); });
+  std::vector<Seq> seqs;
   if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
     return s;
   if (gpu) // a varlen batch: each sequence a call of its own on the device
@@ -907,7 +906,7 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
   return guarded([&] { forward(*kernel, shape, seqs, *q, *k, *v, *o, lse, options); });
 }
 
-/// attnc_run_backward and attnc_run_backward_varlen.
+/// attnc_run_backward, attnc_run_backward_varlen and their _on and _at forms.
 attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                          const attnc_tensor *v, const attnc_tensor *o, const attnc_tensor *d_o,
                          const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,

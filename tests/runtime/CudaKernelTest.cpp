@@ -15,6 +15,7 @@
 #include "TestSupport.h"
 
 #include "attnc/attnc.h"
+#include "attnc/attnc.hpp"
 #include "attnc/runtime/Internal.h"
 
 #include <cuda_bf16.h>
@@ -121,6 +122,36 @@ TEST(CudaErrors, CpuMemoryInAGpuCall) {
   attnc_device missing{ATTNC_DEVICE_CUDA, count, nullptr};
   EXPECT_EQ(attnc_device_check(&missing), ATTNC_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(attnc_last_error()).find("does not exist"), std::string::npos) << attnc_last_error();
+}
+
+// --- attnc::floatToF16 (attnc.hpp; `attnc bench --target cuda --dtype f16`'s inputs) against CUDA's own
+// host conversion, bit for bit: a sweep of every float exponent, ties, the subnormal and overflow edges.
+
+TEST(Fp16, FloatToF16EqualsCudasRoundToNearestEven) {
+  auto cudaBits = [](float f) {
+    const __half h = __float2half_rn(f);
+    __half_raw raw = static_cast<__half_raw>(h);
+    return static_cast<uint16_t>(raw.x);
+  };
+  std::vector<uint32_t> bits;
+  for (uint64_t x = 0; x <= 0xffffffffull; x += 65521) // every exponent, many mantissas, both signs
+    bits.push_back(static_cast<uint32_t>(x));
+  for (uint32_t edge : {0x00000000u, 0x80000000u, 0x33000000u, 0x33000001u, 0x32ffffffu, 0x33800000u, 0x337fffffu,
+                        0x387fc000u, 0x387fe000u, 0x387fffffu, 0x38800000u, 0x3f800000u, 0x3f801000u, 0x3f803000u,
+                        0x3f800fffu, 0x477fe000u, 0x477fefffu, 0x477ff000u, 0x477fffffu, 0x7f7fffffu, 0x7f800000u,
+                        0xff800000u, 0x00000001u, 0x807fffffu})
+    bits.push_back(edge);
+  for (uint32_t x : bits) {
+    float f;
+    std::memcpy(&f, &x, sizeof f);
+    const uint16_t got = floatToF16(f), want = cudaBits(f);
+    if (std::isnan(f)) {
+      EXPECT_EQ(got & 0x7c00u, 0x7c00u) << std::hex << x;
+      EXPECT_NE(got & 0x3ffu, 0u) << std::hex << x;
+      continue;
+    }
+    ASSERT_EQ(got, want) << "float bits 0x" << std::hex << x << " (" << f << ")";
+  }
 }
 
 // --- The tool's GPU memory and timing (Internal.h: `attnc bench --target cuda`) ---

@@ -663,15 +663,10 @@ void setupBench(CLI::App &app, int &exitCode) {
           ->capture_default_str()
           ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   CLI::Option *threadsOption = cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
-  cmd->add_option("--target", opts->target,
+  addTargetOptions(*cmd, opts->target, opts->device,
                   "cpu (the backends on this machine's cores) or cuda (the fused plan's tensor-core kernels on an "
                   "NVIDIA GPU of compute capability 8.0 or newer, timed with CUDA events; --backward too, not "
-                  "--varlen; without a GPU or driver attnc says why and exits 1)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--device", opts->device, "With --target cuda: the CUDA device index")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1023));
+                  "--varlen; without a GPU or driver attnc says why and exits 1)");
   cmd->add_option("--repeat", opts->repeat, "Timed runs per backend (the median is reported)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));

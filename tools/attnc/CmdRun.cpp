@@ -715,24 +715,24 @@ int runRun(const RunOptions &opts) {
     std::string error;
     if (cudaRun(raw, opts.device, arrays, ms, backwardMs, error) != ATTNC_OK)
       return fail(kExitUserError, "--target cuda: " + error);
-  }
-  auto start = std::chrono::steady_clock::now();
-  if (gpu)
-    status = ATTNC_OK;
-  else if (varlen)
-    status = attnc_run_varlen(raw, &tq, &tk, &tv, &to, grad ? &tl : nullptr, &lengths, &ro);
-  else
-    status = grad ? attnc_run_forward(raw, &tq, &tk, &tv, &to, &tl, &ro) : attnc_run(raw, &tq, &tk, &tv, &to, &ro);
-  if (!gpu)
-    ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (status != ATTNC_OK)
-    return runtimeFailure(status);
-
-  if (grad && !gpu) {
-    start = std::chrono::steady_clock::now();
-    status = varlen ? attnc_run_backward_varlen(raw, &tq, &tk, &tv, &to, &tdO, &tl, &tdq, &tdk, &tdv, &lengths, &ro)
-                    : attnc_run_backward(raw, &tq, &tk, &tv, &to, &tdO, &tl, &tdq, &tdk, &tdv, &ro);
-    backwardMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  } else {
+    // Each call timed on its own.
+    auto timed = [](double &elapsed, auto &&call) {
+      const auto start = std::chrono::steady_clock::now();
+      const attnc_status s = call();
+      elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      return s;
+    };
+    status = timed(ms, [&] {
+      if (varlen)
+        return attnc_run_varlen(raw, &tq, &tk, &tv, &to, grad ? &tl : nullptr, &lengths, &ro);
+      return grad ? attnc_run_forward(raw, &tq, &tk, &tv, &to, &tl, &ro) : attnc_run(raw, &tq, &tk, &tv, &to, &ro);
+    });
+    if (status == ATTNC_OK && grad)
+      status = timed(backwardMs, [&] {
+        return varlen ? attnc_run_backward_varlen(raw, &tq, &tk, &tv, &to, &tdO, &tl, &tdq, &tdk, &tdv, &lengths, &ro)
+                      : attnc_run_backward(raw, &tq, &tk, &tv, &to, &tdO, &tl, &tdq, &tdk, &tdv, &ro);
+      });
     if (status != ATTNC_OK)
       return runtimeFailure(status);
   }
@@ -850,14 +850,9 @@ void setupRun(CLI::App &app, int &exitCode) {
       ->capture_default_str()
       ->check(CLI::IsMember(codegen::backendNames()));
   CLI::Option *threadsOption = cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
-  cmd->add_option("--target", opts->target,
+  addTargetOptions(*cmd, opts->target, opts->device,
                   "cpu, or cuda: run on an NVIDIA GPU (compute capability 8.0 or newer; the float32 arrays on "
-                  "bf16 tensor cores, so --check's gradient tolerance is 3e-2 there); not with --cu-seqlens")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--device", opts->device, "With --target cuda: the CUDA device index")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1023));
+                  "bf16 tensor cores, so --check's gradient tolerance is 3e-2 there); not with --cu-seqlens");
   CLI::Option *gradOption =
       cmd->add_option("--grad", opts->grad,
                       "dO, the loss's gradient with respect to O (.npy, O's shape; 'random': drawn like --random's "

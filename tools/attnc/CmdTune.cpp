@@ -200,12 +200,13 @@ int runTune(const TuneOptions &opts) {
     return exitCode;
   const Pattern &p = *lp->pattern;
   const int64_t heads = p.headsDeclared ? p.numHeads() : opts.heads;
-  if (opts.target == "cuda") {
-    int64_t nnz = 0;
-    for (const auto &h : lp->ir.heads)
-      nnz += ir::analyzeRows(h.set, opts.n).nnz * static_cast<int64_t>(p.headsDeclared ? h.heads.size() : heads);
-    return runCudaTune(opts, *lp, heads, 4.0 * double(nnz) * double(opts.d) * double(opts.batch));
-  }
+  // The useful work of one forward call: every head's pairs.
+  int64_t nnz = 0;
+  for (const auto &h : lp->ir.heads)
+    nnz += ir::analyzeRows(h.set, opts.n).nnz * static_cast<int64_t>(p.headsDeclared ? h.heads.size() : heads);
+  const double flops = 4.0 * double(nnz) * double(opts.d) * double(opts.batch);
+  if (opts.target == "cuda")
+    return runCudaTune(opts, *lp, heads, flops);
 
   const bool useHalide = opts.backend == "halide";
   std::vector<Candidate> candidates = useHalide ? halideCandidates(lp->ir, opts) : fusedCandidates(lp->ir, opts);
@@ -216,11 +217,6 @@ int runTune(const TuneOptions &opts) {
 
   RandomInputs inputs(opts.batch, heads, opts.n, opts.d, 3);
   attnc_run_options ro{0.0f, opts.threads};
-
-  int64_t nnz = 0;
-  for (const auto &h : lp->ir.heads)
-    nnz += ir::analyzeRows(h.set, opts.n).nnz * static_cast<int64_t>(p.headsDeclared ? h.heads.size() : heads);
-  double flops = 4.0 * double(nnz) * double(opts.d) * double(opts.batch);
 
   // Build and warm every measured candidate, then time them in rounds, one
   // run of each per round (in a rotating order), so that the machine's drift
@@ -337,15 +333,10 @@ void setupTune(CLI::App &app, int &exitCode) {
       ->capture_default_str()
       ->check(CLI::IsMember({"fused", "halide"}));
   CLI::Option *threadsOption = cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
-  cmd->add_option("--target", opts->target,
+  addTargetOptions(*cmd, opts->target, opts->device,
                   "cpu, or cuda: time the GPU forward kernel's variants (bf16, d <= 64) on --device with CUDA "
                   "events and record the fastest for that GPU; compile and the JIT put it in the kernel "
-                  "(metadata cuda_tuned) and the runtime uses it on that GPU")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  cmd->add_option("--device", opts->device, "With --target cuda: the CUDA device index")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1023));
+                  "(metadata cuda_tuned) and the runtime uses it on that GPU");
   cmd->add_option("--measure", opts->measure,
                   "How many of the cost model's best candidates to measure (the default shape is "
                   "always measured too)")

@@ -240,6 +240,13 @@ int checkMemory(const MemoryEstimate &estimate, const std::optional<uint64_t> &m
   return kExitUserError;
 }
 
+void addTargetOptions(CLI::App &cmd, std::string &target, int &device, const std::string &help) {
+  cmd.add_option("--target", target, help)->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("--device", device, "With --target cuda: the CUDA device index")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1023));
+}
+
 void addMaxMemoryOption(CLI::App &cmd, std::optional<uint64_t> &maxMemory) {
   cmd.add_option_function<std::string>(
          "--max-memory",

@@ -108,6 +108,9 @@ int checkMemory(const MemoryEstimate &estimate, const std::optional<uint64_t> &m
 /// Adds --max-memory BYTES to `cmd`, parsed into `maxMemory`.
 void addMaxMemoryOption(CLI::App &cmd, std::optional<uint64_t> &maxMemory);
 
+/// --target cpu|cuda (described by `help`) and --device I (a CUDA device index).
+void addTargetOptions(CLI::App &cmd, std::string &target, int &device, const std::string &help);
+
 /// Appended to every --help: examples on patterns/.
 std::string examplesFooter(const std::vector<std::string> &examples);
 

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -28,28 +27,6 @@ struct Failure {
 void check(attnc_status status) {
   if (status != ATTNC_OK)
     throw Failure{status, attnc_last_error()};
-}
-
-/// The IEEE half of a float, rounded to nearest even (finite inputs of any
-/// size: overflow gives infinity, tiny values subnormals or zero).
-uint16_t floatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  x &= 0x7fffffffu;
-  if (x >= 0x7f800000u) // infinity or NaN
-    return static_cast<uint16_t>(sign | 0x7c00u | (x > 0x7f800000u ? 0x200u : 0u));
-  if (x >= 0x477ff000u) // rounds to beyond 65504
-    return static_cast<uint16_t>(sign | 0x7c00u);
-  if (x < 0x38800000u) { // below the smallest normal half: a subnormal
-    float scaled;
-    std::memcpy(&scaled, &x, sizeof scaled);
-    scaled *= 16777216.0f; // 2^24: the subnormal's units
-    const uint32_t units = static_cast<uint32_t>(std::nearbyint(scaled));
-    return static_cast<uint16_t>(sign | units);
-  }
-  const uint32_t rounded = x + 0xfffu + ((x >> 13) & 1u); // nearest even at bit 13
-  return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
 }
 
 /// Device memory freed with the object.
@@ -84,7 +61,7 @@ std::unique_ptr<DeviceArray> deviceCopy(int device, const std::vector<float> &va
   }
   std::vector<uint16_t> narrow(values.size());
   std::transform(values.begin(), values.end(), narrow.begin(),
-                 dtype == ATTNC_DTYPE_BF16 ? floatToBf16 : floatToHalf);
+                 dtype == ATTNC_DTYPE_BF16 ? floatToBf16 : floatToF16);
   array->upload(narrow.data());
   return array;
 }

@@ -155,6 +155,13 @@ ShardPlan shardContext(const PatternIR &ir, int64_t n, int ranks) {
   // rank gets one run of them, a single range to compute, and an equal part
   // of their pairs; one per row, heaviest first to the least loaded rank,
   // balanced no better and scattered them one row per range.
+  // Row i appended to a rank's ranges (extending the last one when it ends at i).
+  auto addRow = [](Ranges &mine, int64_t i) {
+    if (!mine.empty() && mine.back().second == i)
+      mine.back().second = i + 1;
+    else
+      mine.push_back({i, i + 1});
+  };
   struct Heavy {
     std::vector<Ranges> ranges;
     std::vector<double> load;
@@ -180,21 +187,11 @@ ShardPlan shardContext(const PatternIR &ir, int64_t n, int ranks) {
         ++r;
       h.load[r] += w;
       done += w;
-      Ranges &mine = h.ranges[r];
-      if (!mine.empty() && mine.back().second == i)
-        mine.back().second = i + 1;
-      else
-        mine.push_back({i, i + 1});
+      addRow(h.ranges[r], i);
       h.is[static_cast<size_t>(i)] = 1;
     }
     h.count = static_cast<int64_t>(rows.size());
     return h;
-  };
-  auto addRow = [](Ranges &mine, int64_t i) {
-    if (!mine.empty() && mine.back().second == i)
-      mine.back().second = i + 1;
-    else
-      mine.push_back({i, i + 1});
   };
 
   // Layout 1, runs: rows past 1/40 of a share placed first; the other rows

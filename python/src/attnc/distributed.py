@@ -133,19 +133,17 @@ class _Route:
         n, ranks = shards.n, shards.world_size
         owner = np.full(n, -1, dtype=np.int32)
         local = np.zeros(n, dtype=np.int64)
+        #: (first position, first local row, rows) of each of my ranges: one kernel call each.
+        self.pieces: List[Tuple[int, int, int]] = []
         for r, ranges in enumerate(shards.ranges):
             offset = 0
             for a, b in ranges:
                 owner[a:b] = r
                 local[a:b] = np.arange(offset, offset + b - a)
+                if r == me:
+                    self.pieces.append((a, offset, b - a))
                 offset += b - a
         mine = owner == me
-        #: (first position, first local row, rows) of each of my ranges: one kernel call each.
-        self.pieces: List[Tuple[int, int, int]] = []
-        offset = 0
-        for a, b in shards.ranges[me]:
-            self.pieces.append((a, offset, b - a))
-            offset += b - a
         self.own = torch.from_numpy(np.flatnonzero(mine))
         # Sent: to each rank d, my rows that d's queries read, ascending (local rows of my tensors).
         send, self.send_counts = [], []
@@ -208,8 +206,9 @@ def shard(kernel: "_api.Kernel", n: int, world_size: int) -> Shards:
         raise error(INVALID_ARGUMENT, "the kernel carries no pattern source (a kernel file from an older attnc?); "
                                       "compile it again with attnc.compile")
     defines = [p for p in meta.get("params", "").split(",") if p]
-    ranges, pairs, recv, back, reads, layout, warned = _attnc.shard(meta["source"], meta["pattern"], defines,
-                                                                    meta["pattern"], int(n), int(world_size))
+    # (The pattern's warnings were given when the kernel was compiled.)
+    ranges, pairs, recv, back, reads, layout, _ = _attnc.shard(meta["source"], meta["pattern"], defines,
+                                                               meta["pattern"], int(n), int(world_size))
     return Shards(int(n), int(world_size), ranges, pairs, recv, back, reads, layout, _kernel_key(kernel))
 
 

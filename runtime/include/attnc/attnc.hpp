@@ -53,6 +53,31 @@ inline uint16_t floatToBf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+/// IEEE half (binary16) values, as ATTNC_DTYPE_F16 tensors on a GPU hold
+/// them: rounded to nearest, ties to even; beyond 65504 infinity, below
+/// 2^-14 a subnormal (or zero); NaN stays a (quiet) NaN.
+inline uint16_t floatToF16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  if (x > 0x7f800000u) // NaN
+    return static_cast<uint16_t>(sign | 0x7e00u | ((x >> 13) & 0x3ffu));
+  if (x >= 0x477ff000u) // rounds beyond 65504 (or is infinite)
+    return static_cast<uint16_t>(sign | 0x7c00u);
+  if (x < 0x38800000u) { // a subnormal: units of 2^-24, the float's mantissa shifted, ties to even
+    if (x < 0x33000000u) // below 2^-25: zero
+      return static_cast<uint16_t>(sign);
+    const uint32_t mantissa = (x & 0x7fffffu) | 0x800000u, shift = 126u - (x >> 23);
+    uint32_t units = mantissa >> shift;
+    const uint32_t rest = mantissa & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    units += rest > half || (rest == half && (units & 1u));
+    return static_cast<uint16_t>(sign | units);
+  }
+  const uint32_t rounded = x + 0xfffu + ((x >> 13) & 1u); // nearest even at bit 13
+  return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+}
+
 /// A [batch, heads, n, d] view of `data` (float32, or uint16_t bf16 with
 /// ATTNC_DTYPE_BF16); contiguous row-major by default.
 inline attnc_tensor tensorView(const void *data, std::array<int64_t, 4> shape,
