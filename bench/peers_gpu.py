@@ -22,6 +22,11 @@ n = 16384, 1.00-1.13 counting what its warps skip). Each attnc row also
 reports its largest difference from flex_attention's O, as a check of both.
 
   python3 bench/peers_gpu.py --lib-dir build-gpu --n 16384,65536 --d 64,128
+
+With --variants 0,4 it times the forward's variants instead (0 the default,
+1-3 of bf16 at d <= 64, 4 the wgmma kernel on compute capability 9.0), one
+process, switched with attnc_internal_cuda_forward_variant, each row with
+its largest difference from the default's O and log-sum-exp.
 """
 import argparse
 import ctypes
@@ -99,6 +104,10 @@ class Attnc:
                                                 ctypes.byref(tv), ctypes.byref(to), ctypes.byref(tl), None),
                    "attnc_run_forward_on")
 
+    def variant(self, v):
+        """Forces the forward's variant (-1: none forced)."""
+        self.check(self.rt.attnc_internal_cuda_forward_variant(ctypes.c_int32(v)), f"forward variant {v}")
+
     def backward(self, kernel, q, k, v, o, do, lse, dq, dk, dv):
         ts = [self.tensor(t) for t in (q, k, v, o, do, lse, dq, dk, dv)]
         dev = self.device(q)
@@ -146,6 +155,44 @@ def gpu_ms(fn, repeat):
     return statistics.median(times)
 
 
+def variants_table(args, at, dev):
+    """The forward's variants side by side, checked against the default."""
+    major, minor = torch.cuda.get_device_capability(dev)
+    print("| pattern | n | d | variant | fwd ms | TFLOP/s | vs default | max |O - O_0| | max |lse - lse_0| |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    for n in [int(x) for x in args.n.split(",")]:
+        for d in [int(x) for x in args.d.split(",")]:
+            g = torch.Generator(device=dev).manual_seed(1)
+            shape = (args.batch, args.heads, n, d)
+            q, k, v = (torch.randn(shape, generator=g, device=dev, dtype=torch.bfloat16) for _ in range(3))
+            for name in args.patterns.split(","):
+                flops = 4 * count_pairs(mask_mod(name, n), n, dev) * d * args.heads * args.batch
+                kernel = at.compile(name, ATTNC_PARAMS[name])
+                ref = None
+                for var in [int(x) for x in args.variants.split(",")]:
+                    if var == 4 and (major, minor) != (9, 0):
+                        print(f"| {name} | {n} | {d} | 4 | - | - | - | wgmma needs compute capability 9.0, "
+                              f"this GPU is {major}.{minor} | - |", flush=True)
+                        continue
+                    o = torch.empty_like(q)
+                    lse = torch.empty((args.batch, args.heads, n, 1), device=dev, dtype=torch.float32)
+                    at.variant(var)
+                    try:
+                        ms = gpu_ms(lambda: at.forward(kernel, q, k, v, o, lse), args.repeat)
+                    finally:
+                        at.variant(-1)
+                    torch.cuda.synchronize()
+                    if ref is None:
+                        ref = (ms, o, lse)
+                    finite = torch.isfinite(ref[2])
+                    do = (o.float() - ref[1].float()).abs().max().item()
+                    dl = (lse[finite] - ref[2][finite]).abs().max().item() if finite.any() else 0.0
+                    print(f"| {name} | {n} | {d} | {var} | {ms:.3f} | {flops / ms / 1e9:.1f} | {ref[0] / ms:.2f}x | "
+                          f"{do:.2e} | {dl:.2e} |", flush=True)
+            del q, k, v
+            torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib-dir", required=True, help="a build with libattnc.so and libattnc_jit.so")
@@ -157,6 +204,7 @@ def main():
     ap.add_argument("--patterns", default="fixed,strided,local,longformer,bigbird")
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--variants", help="time these forward variants (e.g. 0,4) instead of the peers")
     ap.add_argument("--sdpa-mask-max-n", type=int, default=32768,
                     help="largest n for SDPA with a boolean mask (n^2 bytes)")
     args = ap.parse_args()
@@ -166,6 +214,8 @@ def main():
     print(f"device: {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, bf16, batch {args.batch}, "
           f"heads {args.heads}", flush=True)
     at = Attnc(args.lib_dir)
+    if args.variants:
+        return variants_table(args, at, dev)
     flex = torch.compile(flex_attention, dynamic=False)
     cols = ["pattern", "n", "d", "nnz/row", "attnc fwd ms", "TFLOP/s", "flex fwd ms", "TFLOP/s", "flex exec/useful",
             "attnc/flex", "attnc bwd ms", "TFLOP/s", "flex bwd ms", "TFLOP/s", "SDPA mask fwd ms",

@@ -12,12 +12,14 @@
 #   2. the kernels' registers, shared memory and spills (cuobjdump);
 #   3. attnc_cuda_tests: every CudaKernel case (library patterns, ragged n,
 #      d 16-256, bf16 / fp16 / f32, GQA, nq < nk, strided views, rows with one
-#      key and none, forward and backward against the double reference),
-#      the error paths and the table walks;
+#      key and none, forward and backward against the double reference;
+#      all of it again with the forward on wgmma, variant 4, where the GPU is
+#      compute capability 9.0), the error paths and the table walks;
 #   4. compute-sanitizer (memcheck, racecheck) on small cases;
 #   5. bench/peers_gpu.py: attnc against flex_attention and SDPA, one table
 #      (quick: n = 16384, d = 64; full: flex and SDPA at n = 16384, d = 64 and
-#      128, attnc alone at n = 65536 too; then the forward's variants, A/B);
+#      128, attnc alone at n = 65536 too); then the forward's variants, A/B
+#      (quick: the default and wgmma; full: all five);
 #   6. the Python package built there (pip, no network: the machine's
 #      scikit-build-core and nanobind; the fatbin from .gpu-carry) and
 #      python/tests/test_cuda.py: the torch op on CUDA tensors.
@@ -77,15 +79,17 @@ if [ "$mode" != tests ]; then
     $bench --n 16384 --d 64,128 2>&1 | tee "$out/bench.md"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     $bench --n 65536 --d 64,128 --no-flex 2>&1 | tail -n +4 | tee -a "$out/bench.md"
-    for variant in 1 2 3; do
-      echo "ATTNC_CUDA_FWD_VARIANT=$variant:"
-      ATTNC_CUDA_FWD_VARIANT=$variant $bench --n 16384 --d 64 --no-flex --no-backward --patterns fixed,strided,local \
-        2>&1 | tail -n 3
-    done | tee "$out/variants.md"
+    variants=0,1,2,3,4
   else
     $bench --n 16384 --d 64 2>&1 | tee "$out/bench.md"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    variants=0,4
   fi
+  # The forward's variants side by side, each checked against the default
+  # (4: wgmma, compute capability 9.0 only).
+  $bench --variants "$variants" --n 16384 --d 64,128 --patterns fixed,strided,local,longformer,bigbird 2>&1 |
+    tee "$out/variants.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
   step "python package and its GPU tests"
   site=/tmp/attnc-site

@@ -1126,7 +1126,7 @@ TEST(CliTune, GpuVariantIsRecordedIntoTheKernel) {
   EXPECT_EQ(tune.exitCode, 1) << tune.out << tune.err;
   EXPECT_NE(tune.err.find("--target cuda: no CUDA driver"), std::string::npos) << tune.err;
   for (const auto &[extra, message] :
-       {std::pair{" --d 128", "variants to choose from for bf16 at d <= 64 only"},
+       {std::pair{" --d 200", "variants to choose from for bf16 at d <= 128 only"},
         {" --backend halide", "--backend must be fused"}, {" --threads 2", "--threads sets CPU worker threads"}}) {
     CommandResult bad = attnc("tune " + path + " --n 300 --target cuda" + extra, noDriver);
     EXPECT_EQ(bad.exitCode, 2) << extra;

@@ -242,6 +242,7 @@ struct GpuCase {
   attnc_dtype dtype;
   float inputScale = 1.0f;
   bool strided = false; ///< q, k, v, o as views of [batch, n, heads, d] memory (heads inner)
+  int variant = -1;     ///< the forward variant forced (attnc_internal_cuda_forward_variant); -1 none
 };
 
 void PrintTo(const GpuCase &c, std::ostream *os) { *os << c.label; }
@@ -488,8 +489,25 @@ TEST_P(CudaKernel, ForwardAndBackwardMatchTheReference) {
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   attnc_device dev{ATTNC_DEVICE_CUDA, 0, stream};
-  ASSERT_EQ(attnc_run_forward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tlse, nullptr), ATTNC_OK)
-      << attnc_last_error();
+  if (c.variant >= 0) {
+    char name[256];
+    int32_t major = 0, minor = 0;
+    ASSERT_EQ(attnc_internal_cuda_device(0, name, sizeof name, &major, &minor), ATTNC_OK);
+    ASSERT_EQ(attnc_internal_cuda_forward_variant(c.variant), ATTNC_OK);
+    const attnc_status st = attnc_run_forward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tlse, nullptr);
+    const std::string error = st == ATTNC_OK ? "" : attnc_last_error();
+    ASSERT_EQ(attnc_internal_cuda_forward_variant(-1), ATTNC_OK);
+    if (c.variant == 4 && !(major == 9 && minor == 0)) { // wgmma: sm_90a code only
+      EXPECT_EQ(st, ATTNC_ERROR_UNSUPPORTED);
+      EXPECT_NE(error.find("compute capability 9.0"), std::string::npos) << error;
+      cudaStreamDestroy(stream);
+      return;
+    }
+    ASSERT_EQ(st, ATTNC_OK) << error;
+  } else {
+    ASSERT_EQ(attnc_run_forward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tlse, nullptr), ATTNC_OK)
+        << attnc_last_error();
+  }
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   // Tolerances: bf16 keeps 8 bits of mantissa, fp16 11 (P and dS are
   // rounded to the input type for the tensor cores; outputs are rounded).
@@ -535,6 +553,22 @@ TEST_P(CudaKernel, ForwardAndBackwardMatchTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Library, CudaKernel, ::testing::ValuesIn(gpuCases()),
+                         [](const auto &info) { return info.param.label; });
+
+/// The same cases with the forward on wgmma (variant 4: d <= 128, every
+/// dtype; f32 runs as bf16), on compute capability 9.0; elsewhere the call
+/// must say why it cannot run.
+std::vector<GpuCase> wgmmaCases() {
+  std::vector<GpuCase> out;
+  for (GpuCase c : gpuCases())
+    if (c.d <= 128) {
+      c.variant = 4;
+      c.label = "wgmma_" + c.label;
+      out.push_back(std::move(c));
+    }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Wgmma, CudaKernel, ::testing::ValuesIn(wgmmaCases()),
                          [](const auto &info) { return info.param.label; });
 
 // Lengths changing between calls of one kernel, and back to one seen before

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "TestSupport.h"
+#include "cuda/CudaArgs.h"
 #include "cuda/CudaPlan.h"
 
 #include "attnc/frontend/Canonicalize.h"
@@ -186,8 +187,8 @@ TEST(CudaTuned, ParsedPerGpuDtypeAndHeadDimension) {
   const std::vector<rt::cuda::TunedVariant> t =
       rt::cuda::parseCudaTuned("NVIDIA_H200@9.0:bf16:64=2;NVIDIA_H100_80GB_HBM3@9.0:bf16:64=3;"
                            "NVIDIA_H200@9.0:bf16:32=1;bad;x:y=1;NVIDIA_A100@8.0:bf16:64=7;:bf16:64=1;"
-                           "NVIDIA_H200@9.0:bf16:64=0");
-  ASSERT_EQ(t.size(), 4u); // the malformed and out-of-range entries are skipped
+                           "NVIDIA_H200@9.0:bf16:64=0;NVIDIA_H200@9.0:f16:128=4;NVIDIA_H200@9.0:bf16:64=5");
+  ASSERT_EQ(t.size(), 5u); // the malformed and out-of-range entries are skipped
   EXPECT_EQ(t[0].gpu, "NVIDIA_H200@9.0");
   EXPECT_EQ(t[0].dtype, "bf16");
   EXPECT_EQ(t[0].d, 64);
@@ -197,8 +198,68 @@ TEST(CudaTuned, ParsedPerGpuDtypeAndHeadDimension) {
   EXPECT_EQ(rt::cuda::tunedVariant(t, "NVIDIA_H100_80GB_HBM3@9.0", "bf16", 64), 3);
   EXPECT_EQ(rt::cuda::tunedVariant(t, "NVIDIA_H200@9.0", "bf16", 32), 1);
   EXPECT_EQ(rt::cuda::tunedVariant(t, "NVIDIA_H200@9.0", "f16", 64), 0);
+  EXPECT_EQ(rt::cuda::tunedVariant(t, "NVIDIA_H200@9.0", "f16", 128), 4); // wgmma, for fp16 at d = 128
   EXPECT_EQ(rt::cuda::tunedVariant(t, "NVIDIA_A100@8.0", "bf16", 64), 0);
   EXPECT_TRUE(rt::cuda::parseCudaTuned("").empty());
+}
+
+// --- The wgmma forward's operands (variant 4) ------------------------------------
+
+/// The shared-memory byte wgmma reads for element (mn, k) of one 64 x 16
+/// (K-major) or 16 x N (MN-major) operand of 16-bit elements, decoded from
+/// its descriptor by the canonical layouts of the PTX ISA (T = 8 elements,
+/// 16 bytes; strides in elements except LBO / SBO, in bytes):
+///   K-major:  ((8, m), (T, 2)) : ((8T, SBO), (1, T))   (LBO unused)
+///   MN-major: ((T, 8, m), (8, 2)) : ((1, T, LBO), (8T, SBO))
+/// followed by the 128-byte swizzle: address bits 4-6 XOR bits 7-9.
+uint32_t wgmmaReads(uint64_t desc, bool mnMajor, int mn, int k) {
+  const uint32_t start = uint32_t(desc & 0x3FFF) << 4, lbo = uint32_t((desc >> 16) & 0x3FFF) << 4,
+                 sbo = uint32_t((desc >> 32) & 0x3FFF) << 4;
+  EXPECT_EQ(desc >> 62, 1u) << "128-byte swizzle";
+  EXPECT_EQ((desc >> 49) & 7, 0u) << "base offset (the tiles are 1024-byte aligned)";
+  const uint32_t off = mnMajor ? uint32_t(mn % 64) * 2 + uint32_t(mn / 64) * lbo + uint32_t(k % 8) * 128 +
+                                     uint32_t(k / 8) * sbo
+                               : uint32_t(mn % 8) * 128 + uint32_t(mn / 8) * sbo + uint32_t(k) * 2;
+  const uint32_t addr = start + off;
+  return addr ^ (((addr >> 7) & 7) << 4);
+}
+
+/// Every element the wgmma forward's products read is the one its tiles hold
+/// there: Q and K (K-major, S = Q K^T) at each 16-column k-step, V (MN-major,
+/// O = P V) at each 16-key step, for DP = 64 and 128; and the layout puts the
+/// 64 x DP elements at distinct addresses inside the tile.
+TEST(CudaWgmma, DescriptorsReadWhatTheTilesHold) {
+  using namespace rt::cuda;
+  const uint32_t base = 0x5000; // a 1024-byte aligned shared-memory address
+  for (const int dp : {64, 128}) {
+    std::vector<int> seen(size_t(64 * dp), 0);
+    auto at = [&](int row, int col) { return base + 2u * uint32_t(wgSwizzled(row, col / 8) + col % 8); };
+    for (int row = 0; row < 64; ++row)
+      for (int col = 0; col < dp; ++col) {
+        const uint32_t e = (at(row, col) - base) / 2;
+        ASSERT_LT(e, seen.size());
+        ASSERT_EQ(seen[e]++, 0) << "two elements at " << e;
+      }
+    int mismatches = 0;
+    for (int kk = 0; kk < dp / 16; ++kk) {
+      const uint64_t desc = wgDescriptor(base + wgKStep(kk), 16);
+      for (int row = 0; row < 64; ++row)
+        for (int kc = 0; kc < 16; ++kc)
+          mismatches += wgmmaReads(desc, false, row, kc) != at(row, 16 * kk + kc);
+    }
+    EXPECT_EQ(mismatches, 0) << "K-major (Q, K), DP " << dp;
+    mismatches = 0;
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint64_t desc = wgDescriptor(base + wgVStep(kk), kWgVLeading);
+      for (int key = 0; key < 16; ++key)
+        for (int col = 0; col < dp; ++col)
+          mismatches += wgmmaReads(desc, true, col, key) != at(16 * kk + key, col);
+    }
+    EXPECT_EQ(mismatches, 0) << "MN-major (V), DP " << dp;
+  }
+  // The forward's shared memory leaves room to align its tiles.
+  for (const int dp : {64, 128})
+    EXPECT_GE(fwdSmemBytes(dp), 1023 + 5 * 64 * dp * 2 + 2 * 64 * 8);
 }
 
 } // namespace

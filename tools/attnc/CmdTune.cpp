@@ -110,10 +110,28 @@ std::vector<Candidate> halideCandidates(const ir::PatternIR &ir, const TuneOptio
   return candidates;
 }
 
-/// attnc tune --target cuda: the GPU forward kernel's variants (bf16, d <=
-/// 64) timed with CUDA events on one GPU; the fastest is recorded for that
-/// GPU (tuning::gpuId) unless the default is within the margin.
+/// attnc tune --target cuda: the GPU forward kernel's variants (bf16; d <=
+/// 64: 0-3, and 4 on compute capability 9.0 up to d = 128) timed with CUDA
+/// events on one GPU; the fastest is recorded for that GPU (tuning::gpuId)
+/// unless the default is within the margin.
 int runCudaTune(const TuneOptions &opts, const LoadedPattern &lp, int64_t heads, double flops) {
+  char name[256] = {};
+  int32_t major = 0, minor = 0;
+  if (attnc_internal_cuda_device(static_cast<int32_t>(opts.device), name, sizeof name, &major, &minor) != ATTNC_OK) {
+    std::cerr << "attnc: error: --target cuda: " << attnc_last_error() << "\n";
+    return kExitUserError;
+  }
+  std::vector<int> variants;
+  for (int v = 0; v <= 3 && (v == 0 || opts.d <= 64); ++v)
+    variants.push_back(v);
+  if (major == 9 && minor == 0) // wgmma: sm_90a code
+    variants.push_back(4);
+  if (variants.size() == 1) {
+    std::cerr << "attnc: error: --target cuda: at d = " << opts.d << " the GPU kernels have variants to choose from "
+              << "on compute capability 9.0 only (the wgmma kernel); " << name << " is " << major << "." << minor
+              << ": nothing to tune\n";
+    return kExitUserError;
+  }
   attnc_kernel *kernel = jitFused(opts.pattern);
   if (!kernel)
     return kExitUserError;
@@ -124,11 +142,13 @@ int runCudaTune(const TuneOptions &opts, const LoadedPattern &lp, int64_t heads,
   request.device = opts.device;
   request.repeat = opts.repeat;
   // Variant 0 is the default; each is measured after its own warm-up.
-  static const char *const kLabels[4] = {"default (4 warps of 16 rows)", "variant 1 (more registers)",
-                                         "variant 2 (no warp skipping)", "variant 3 (2 warps of 32 rows)"};
-  double ms[4] = {};
+  static const char *const kLabels[5] = {"default (4 warps of 16 rows)", "variant 1 (more registers)",
+                                         "variant 2 (no warp skipping)", "variant 3 (2 warps of 32 rows)",
+                                         "variant 4 (wgmma, one warpgroup)"};
+  double ms[5] = {};
   CudaBenchResult r;
-  for (int v = 0; v < 4; ++v) {
+  for (size_t i = 0; i < variants.size(); ++i) {
+    const int v = variants[i];
     std::string error;
     attnc_status status = attnc_internal_cuda_forward_variant(v);
     if (status == ATTNC_OK)
@@ -142,13 +162,13 @@ int runCudaTune(const TuneOptions &opts, const LoadedPattern &lp, int64_t heads,
       return kExitUserError;
     }
     ms[v] = r.forwardMs;
-    std::fprintf(stderr, "[%d/4] timed %s\n", v + 1, kLabels[v]);
+    std::fprintf(stderr, "[%zu/%zu] timed %s\n", i + 1, variants.size(), kLabels[v]);
   }
   attnc_internal_cuda_forward_variant(-1);
   attnc_kernel_free(kernel);
   constexpr double kMargin = 0.02;
   int best = 0;
-  for (int v = 0; v < 4; ++v) {
+  for (const int v : variants) {
     std::printf("%-34s %8.3f ms  %7.1f TFLOP/s\n", kLabels[v], ms[v], flops / (ms[v] * 1e9));
     if (ms[v] < ms[best])
       best = v;
@@ -186,8 +206,8 @@ int runTune(const TuneOptions &opts) {
       why = "--target cuda tunes the fused plan's GPU kernels; --backend must be fused (or left out)";
     else if (opts.threadsGiven)
       why = "--threads sets CPU worker threads; it does not apply to --target cuda";
-    else if (opts.d > 64)
-      why = "the GPU kernels have variants to choose from for bf16 at d <= 64 only; at d = " +
+    else if (opts.d > 128)
+      why = "the GPU kernels have variants to choose from for bf16 at d <= 128 only; at d = " +
             std::to_string(opts.d) + " there is one kernel and nothing to tune";
     if (!why.empty()) {
       std::cerr << "attnc: error: " << why << "\n";
@@ -334,7 +354,7 @@ void setupTune(CLI::App &app, int &exitCode) {
       ->check(CLI::IsMember({"fused", "halide"}));
   CLI::Option *threadsOption = cmd->add_option("--threads", opts->threads, "Worker threads (default: every core)");
   addTargetOptions(*cmd, opts->target, opts->device,
-                  "cpu, or cuda: time the GPU forward kernel's variants (bf16, d <= 64) on --device with CUDA "
+                  "cpu, or cuda: time the GPU forward kernel's variants (bf16, d <= 128; wgmma on compute capability 9.0) on --device with CUDA "
                   "events and record the fastest for that GPU; compile and the JIT put it in the kernel "
                   "(metadata cuda_tuned) and the runtime uses it on that GPU");
   cmd->add_option("--measure", opts->measure,

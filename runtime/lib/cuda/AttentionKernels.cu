@@ -102,6 +102,96 @@ template <> struct Mma<__half> {
   static __device__ __forceinline__ __half from(float x) { return __float2half_rn(x); }
 };
 
+// --- Hopper's warpgroup MMA (sm_90a) ----------------------------------------
+//
+// wgmma: the 4 warps of a warpgroup issue one 64 x N x 16 product together,
+// asynchronously; B (and here Q, as A of S = Q K^T) is read from shared
+// memory through a descriptor, P (as A of O += P V) from registers, D stays
+// in registers in mma.sync's C-fragment order (warp w: rows 16 w ..).
+
+// (The operands' layout and descriptors: wgSwizzled, wgDescriptor in CudaArgs.h.)
+__device__ __forceinline__ void wgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgWait() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+/// cp.async's writes (the generic proxy) made visible to wgmma's reads (the async proxy).
+__device__ __forceinline__ void fenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/// Registers an asynchronous wgmma reads or writes: no instruction that
+/// uses them moves across this point (before the fence, after the wait).
+template <int N> __device__ __forceinline__ void pinRegs(float (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("" : "+f"(r[i][0]), "+f"(r[i][1]), "+f"(r[i][2]), "+f"(r[i][3])::"memory");
+}
+template <int N> __device__ __forceinline__ void pinRegs(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
+}
+
+template <class T> struct Wgmma;
+// ss64: S (+)= Q K^T, both K-major in shared memory; rs64 / rs128: O (+)= P V,
+// P from registers, V MN-major (transposed) in shared memory. scaleD 0: D = A B.
+#define ATTNC_WGMMA(TYPE, TY)                                                                                      \
+  template <> struct Wgmma<TYPE> {                                                                                 \
+  static __device__ __forceinline__ void ss64(float (&d)[8][4], uint64_t descA, uint64_t descB,                    \
+                                               int scaleD) {                                                       \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                      \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"                                      \
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                          \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                  \
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                                                \
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),       \
+                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),       \
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),       \
+                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),       \
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),       \
+                   "+f"(d[7][2]), "+f"(d[7][3])                                                                    \
+                 : "l"(descA), "l"(descB), "r"(scaleD));                                                           \
+  }                                                                                                                \
+  static __device__ __forceinline__ void rs64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t descB,            \
+                                               int scaleD) {                                                       \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                      \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"                                      \
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                          \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                  \
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                  \
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),       \
+                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),       \
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),       \
+                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),       \
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),       \
+                   "+f"(d[7][2]), "+f"(d[7][3])                                                                    \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(scaleD));                           \
+  }                                                                                                                \
+  static __device__ __forceinline__ void rs128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t descB,          \
+                                                int scaleD) {                                                      \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                      \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {"                                     \
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                          \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                \
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                \
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"                  \
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                  \
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),       \
+                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),       \
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),       \
+                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),       \
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),       \
+                   "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),       \
+                   "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),     \
+                   "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
+                   "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), \
+                   "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
+                   "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(scaleD));                           \
+  }                                                                                                                \
+  };
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) // (only the sm_90a pass knows wgmma)
+ATTNC_WGMMA(__nv_bfloat16, "bf16")
+ATTNC_WGMMA(__half, "f16")
+#endif
+#undef ATTNC_WGMMA
+
 // --- Shared-memory tiles ----------------------------------------------------
 
 /// Element offset of (row, 16-byte chunk) in a tile with DP columns: the
@@ -112,8 +202,10 @@ template <int DP> __device__ __forceinline__ int swz(int row, int chunk) {
 }
 
 /// Gathers 64 rows of DP columns (the first d real) into a tile: row r
-/// from base + rowOffset(r), or zeros where rowOffset(r) < 0.
-template <int DP, int NT = kThreads, class T, class RowOffset>
+/// from base + rowOffset(r), or zeros where rowOffset(r) < 0. WG: in the
+/// layout wgmma reads (wgSwizzled; for DP = 64 it is swz<64>), else in
+/// ldmatrix's (swz).
+template <int DP, int NT = kThreads, bool WG = false, class T, class RowOffset>
 __device__ __forceinline__ void gatherTile(T *tile, const T *base, int d, RowOffset rowOffset) {
   constexpr int kChunks = DP / 8;
 #pragma unroll 4
@@ -121,7 +213,7 @@ __device__ __forceinline__ void gatherTile(T *tile, const T *base, int d, RowOff
     const int r = idx / kChunks, c = idx % kChunks;
     const int64_t off = rowOffset(r);
     const bool real = off >= 0 && c * 8 < d;
-    cpAsync16(tile + swz<DP>(r, c), real ? base + off + c * 8 : base, real);
+    cpAsync16(tile + (WG ? wgSwizzled(r, c) : swz<DP>(r, c)), real ? base + off + c * 8 : base, real);
   }
 }
 
@@ -136,65 +228,19 @@ __device__ __forceinline__ float warpSum4(float x) {
 
 // --- Forward ----------------------------------------------------------------
 
-template <class T, int DP> struct FwdSmem {
-  static constexpr int kTile = kRows * DP;
-};
-
-/// The forward of one item. MT: 16-row m-tiles per warp (4 / MT warps);
-/// two m-tiles share each K and V fragment loaded from shared memory, so
-/// d = 64 runs 2 warps of 32 rows (half the shared-memory reads per flop).
-template <class T, int DP, int MT, bool SKIP = true> __device__ __forceinline__ void forward(const FwdArgs &a) {
-  using M = Mma<T>;
-  constexpr int NT = kThreads / MT; // threads
-  constexpr int kTile = FwdSmem<T, DP>::kTile;
-  extern __shared__ __align__(128) unsigned char smemRaw[];
-  T *qs = reinterpret_cast<T *>(smemRaw);
-  T *ks = qs + kTile;     // [2][64][DP]
-  T *vs = ks + 2 * kTile; // [2][64][DP]
-  uint64_t *ms = reinterpret_cast<uint64_t *>(vs + 2 * kTile); // [2][64]
-
-  const FwdItem item = a.items[a.itemBegin + blockIdx.x];
-  const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
-  if (a.setOfHead && a.setOfHead[h] != a.set)
-    return;
-  const int offset = a.nk - a.nq;
-  if (item.row0 + (item.rows - 1) * item.rowStride < offset)
-    return; // every row is a position before the first query
-  const int g = h / a.ratio;
-  const T *q = static_cast<const T *>(a.q) + b * a.qsb + h * a.qsh;
-  const T *k = static_cast<const T *>(a.k) + b * a.ksb + g * a.ksh;
-  const T *v = static_cast<const T *>(a.v) + b * a.vsb + g * a.vsh;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int warpRow = warp * 16 * MT; // this warp's first row
-
-  gatherTile<DP, NT>(qs, q, a.d, [&](int r) -> int64_t {
-    const int pos = item.row0 + r * item.rowStride;
-    return r < item.rows && pos >= offset ? (pos - offset) * a.qsn : -1;
-  });
-  const int32_t *keys = a.keys + item.keyBegin;
-  const uint64_t *masks = a.masks + item.keyBegin;
-  auto loadTile = [&](int tile, int stage) {
-    const int32_t *tk = keys + tile * kKeys;
-    gatherTile<DP, NT>(ks + stage * kTile, k, a.d, [&](int r) -> int64_t { return tk[r] * a.ksn; });
-    gatherTile<DP, NT>(vs + stage * kTile, v, a.d, [&](int r) -> int64_t { return tk[r] * a.vsn; });
-    if (tid < kKeys * 8 / 16)
-      cpAsync16(ms + stage * kKeys + tid * 2, masks + tile * kKeys + tid * 2, true);
-  };
-  if (item.numTiles > 0)
-    loadTile(0, 0);
-  cpAsyncCommit();
-
-  // Row state: this thread's rows are warpRow + 16 mt + gq (+ 8), z = 2 mt + x.
-  const int gq = lane >> 2, tq = lane & 3;
-  float acc[MT][DP / 8][4];
+/// The online-softmax state of this thread's rows of an item (z = 2 mt + x:
+/// row warpRow + 16 mt + gq + 8 x, its O in acc[mt][.][2 x ..]): empty, or
+/// what an earlier launch of the plan's pieces left (readsState).
+template <int DP, int MT>
+__device__ __forceinline__ void startRows(const FwdArgs &a, const FwdItem &item, int warpRow, int lane,
+                                          float (&acc)[MT][DP / 8][4], float (&mrow)[2 * MT], float (&lrow)[2 * MT], int (&rowPos)[2 * MT],
+                                          bool (&rowReal)[2 * MT]) {
+  const int bh = blockIdx.y, offset = a.nk - a.nq, gq = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int j = 0; j < DP / 8; ++j)
       acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
-  float mrow[2 * MT], lrow[2 * MT];
-  int rowPos[2 * MT];
-  bool rowReal[2 * MT];
 #pragma unroll
   for (int z = 0; z < 2 * MT; ++z) {
     const int r = warpRow + 16 * (z >> 1) + gq + 8 * (z & 1);
@@ -224,128 +270,17 @@ template <class T, int DP, int MT, bool SKIP = true> __device__ __forceinline__ 
     }
   }
 
-  uint32_t qf[MT][DP / 16][4];
-  for (int tile = 0; tile < item.numTiles; ++tile) {
-    const int stage = tile & 1;
-    if (tile + 1 < item.numTiles)
-      loadTile(tile + 1, stage ^ 1);
-    cpAsyncCommit();
-    cpAsyncWait<1>();
-    __syncthreads();
-    if (tile == 0) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int kk = 0; kk < DP / 16; ++kk)
-          ldmatrix4(qf[mt][kk], qs + swz<DP>(warpRow + 16 * mt + (lane & 15), kk * 2 + (lane >> 4)));
-    }
-    const T *kt = ks + stage * kTile;
-    const T *vt = vs + stage * kTile;
-    const bool full = a.full[(item.keyBegin >> 6) + tile] != 0;
-    const uint64_t *mt64 = ms + stage * kKeys;
-    // On a partial tile, the 16-key groups with a key for this warp's rows
-    // (bit jj: keys 16 jj ..): the others' products are skipped (a band's
-    // diagonal tile, a residue class's triangle).
-    uint32_t live = 0xF;
-    if (SKIP && !full) {
-      constexpr uint64_t kWarpRows = MT == 1 ? 0xFFFFull : 0xFFFFFFFFull;
-      bool any = false;
-      if (lane < 16)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          any = any || ((mt64[lane * 4 + e] >> warpRow) & kWarpRows) != 0;
-      const uint32_t quads = __ballot_sync(0xffffffffu, any); // bit x: keys 4x .. 4x + 3
-      live = 0;
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj)
-        live |= ((quads >> (4 * jj)) & 0xFu) ? 1u << jj : 0u;
-    }
-    float s[MT][8][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
-#pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      if (!((live >> jj) & 1))
-        continue;
-#pragma unroll
-      for (int kk = 0; kk < DP / 16; ++kk) {
-        uint32_t bf[4];
-        ldmatrix4(bf, kt + swz<DP>(jj * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          M::run(s[mt][2 * jj], qf[mt][kk], bf[0], bf[1]);
-          M::run(s[mt][2 * jj + 1], qf[mt][kk], bf[2], bf[3]);
-        }
-      }
-    }
-    float tileMax[2 * MT];
-#pragma unroll
-    for (int z = 0; z < 2 * MT; ++z)
-      tileMax[z] = -INFINITY;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int z = 2 * mt + (e >> 1), col = j * 8 + 2 * tq + (e & 1);
-          float val = s[mt][j][e] * a.scaleLog2;
-          if (!full && !((mt64[col] >> (warpRow + 16 * mt + gq + 8 * (e >> 1))) & 1))
-            val = -INFINITY;
-          s[mt][j][e] = val;
-          tileMax[z] = fmaxf(tileMax[z], val);
-        }
-    float alpha[2 * MT], mUse[2 * MT];
-#pragma unroll
-    for (int z = 0; z < 2 * MT; ++z) {
-      const float mNew = fmaxf(mrow[z], warpMax4(tileMax[z]));
-      mUse[z] = mNew == -INFINITY ? 0.f : mNew;
-      alpha[z] = exp2f(mrow[z] - mUse[z]);
-      mrow[z] = mNew;
-      lrow[z] *= alpha[z];
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int j = 0; j < DP / 8; ++j) {
-        acc[mt][j][0] *= alpha[2 * mt];
-        acc[mt][j][1] *= alpha[2 * mt];
-        acc[mt][j][2] *= alpha[2 * mt + 1];
-        acc[mt][j][3] *= alpha[2 * mt + 1];
-      }
-    uint32_t pf[MT][4][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float p0 = exp2f(s[mt][j][0] - mUse[2 * mt]), p1 = exp2f(s[mt][j][1] - mUse[2 * mt]);
-        const float p2 = exp2f(s[mt][j][2] - mUse[2 * mt + 1]), p3 = exp2f(s[mt][j][3] - mUse[2 * mt + 1]);
-        lrow[2 * mt] += p0 + p1;
-        lrow[2 * mt + 1] += p2 + p3;
-        pf[mt][j >> 1][(j & 1) * 2] = M::pack(p0, p1);
-        pf[mt][j >> 1][(j & 1) * 2 + 1] = M::pack(p2, p3);
-      }
-#pragma unroll
-    for (int dd = 0; dd < DP / 16; ++dd)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        if (!((live >> kk) & 1))
-          continue; // P is 0 there
-        uint32_t bf[4];
-        ldmatrix4T(bf, vt + swz<DP>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dd * 2 + (lane >> 4)));
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          M::run(acc[mt][2 * dd], pf[mt][kk], bf[0], bf[1]);
-          M::run(acc[mt][2 * dd + 1], pf[mt][kk], bf[2], bf[3]);
-        }
-      }
-    __syncthreads(); // this stage is loaded again two tiles on
-  }
-  cpAsyncWait<0>();
+}
 
+/// Normalises this thread's rows and writes them: a chunk's partial result
+/// to its slot; else merged with the item's chunks, to the state the next
+/// launch reads (writesState) or to O and the log-sum-exp.
+template <class T, int DP, int MT>
+__device__ __forceinline__ void finishRows(const FwdArgs &a, const FwdItem &item, int warpRow, int lane,
+                                           float (&acc)[MT][DP / 8][4], float (&mrow)[2 * MT], float (&lrow)[2 * MT], int (&rowPos)[2 * MT],
+                                           bool (&rowReal)[2 * MT]) {
+  using M = Mma<T>;
+  const int offset = a.nk - a.nq, gq = lane >> 2, tq = lane & 3, b = blockIdx.y / a.heads, h = blockIdx.y % a.heads, bh = blockIdx.y;
 #pragma unroll
   for (int z = 0; z < 2 * MT; ++z) {
     const int mt = z >> 1, x = z & 1;
@@ -406,6 +341,223 @@ template <class T, int DP, int MT, bool SKIP = true> __device__ __forceinline__ 
     if (a.lse && tq == 0)
       a.lse[b * a.lsb + h * a.lsh + int64_t(qrow) * a.lsn] = lse;
   }
+}
+
+template <class T, int DP> struct FwdSmem {
+  static constexpr int kTile = kRows * DP;
+};
+
+/// The forward of one item. MT: 16-row m-tiles per warp (4 / MT warps);
+/// two m-tiles share each K and V fragment loaded from shared memory, so
+/// d = 64 runs 2 warps of 32 rows (half the shared-memory reads per flop).
+/// WG (sm_90a, MT = 1, DP 64 or 128): the 4 warps are one warpgroup and the
+/// products run on wgmma (Q and K, V read from shared memory by the tensor
+/// cores, no ldmatrix), every 16-key group of a tile computed.
+template <class T, int DP, int MT, bool SKIP = true, bool WG = false>
+__device__ __forceinline__ void forward(const FwdArgs &a) {
+  static_assert(!WG || (MT == 1 && (DP == 64 || DP == 128)), "wgmma: one warpgroup, DP 64 or 128");
+  using M = Mma<T>;
+  constexpr int NT = kThreads / MT; // threads
+  constexpr int kTile = FwdSmem<T, DP>::kTile;
+  extern __shared__ __align__(128) unsigned char smemRaw[];
+  // wgmma's swizzle is of address bits: its tiles start at 1024-byte
+  // boundaries (fwdSmemBytes leaves the room).
+  T *qs = reinterpret_cast<T *>(WG ? smemRaw + ((1024 - (smemAddr(smemRaw) & 1023)) & 1023) : smemRaw);
+  T *ks = qs + kTile;     // [2][64][DP]
+  T *vs = ks + 2 * kTile; // [2][64][DP]
+  uint64_t *ms = reinterpret_cast<uint64_t *>(vs + 2 * kTile); // [2][64]
+
+  const FwdItem item = a.items[a.itemBegin + blockIdx.x];
+  const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
+  if (a.setOfHead && a.setOfHead[h] != a.set)
+    return;
+  const int offset = a.nk - a.nq;
+  if (item.row0 + (item.rows - 1) * item.rowStride < offset)
+    return; // every row is a position before the first query
+  const int g = h / a.ratio;
+  const T *q = static_cast<const T *>(a.q) + b * a.qsb + h * a.qsh;
+  const T *k = static_cast<const T *>(a.k) + b * a.ksb + g * a.ksh;
+  const T *v = static_cast<const T *>(a.v) + b * a.vsb + g * a.vsh;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int warpRow = warp * 16 * MT; // this warp's first row
+
+  gatherTile<DP, NT, WG>(qs, q, a.d, [&](int r) -> int64_t {
+    const int pos = item.row0 + r * item.rowStride;
+    return r < item.rows && pos >= offset ? (pos - offset) * a.qsn : -1;
+  });
+  const int32_t *keys = a.keys + item.keyBegin;
+  const uint64_t *masks = a.masks + item.keyBegin;
+  auto loadTile = [&](int tile, int stage) {
+    const int32_t *tk = keys + tile * kKeys;
+    gatherTile<DP, NT, WG>(ks + stage * kTile, k, a.d, [&](int r) -> int64_t { return tk[r] * a.ksn; });
+    gatherTile<DP, NT, WG>(vs + stage * kTile, v, a.d, [&](int r) -> int64_t { return tk[r] * a.vsn; });
+    if (tid < kKeys * 8 / 16)
+      cpAsync16(ms + stage * kKeys + tid * 2, masks + tile * kKeys + tid * 2, true);
+  };
+  if (item.numTiles > 0)
+    loadTile(0, 0);
+  cpAsyncCommit();
+
+  const int gq = lane >> 2, tq = lane & 3;
+  float acc[MT][DP / 8][4], mrow[2 * MT], lrow[2 * MT];
+  int rowPos[2 * MT];
+  bool rowReal[2 * MT];
+  startRows<DP, MT>(a, item, warpRow, lane, acc, mrow, lrow, rowPos, rowReal);
+  uint32_t qf[MT][DP / 16][4];
+  for (int tile = 0; tile < item.numTiles; ++tile) {
+    const int stage = tile & 1;
+    if (tile + 1 < item.numTiles)
+      loadTile(tile + 1, stage ^ 1);
+    cpAsyncCommit();
+    cpAsyncWait<1>();
+    if (WG)
+      fenceProxyAsync();
+    __syncthreads();
+    if (!WG && tile == 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < DP / 16; ++kk)
+          ldmatrix4(qf[mt][kk], qs + swz<DP>(warpRow + 16 * mt + (lane & 15), kk * 2 + (lane >> 4)));
+    }
+    const T *kt = ks + stage * kTile;
+    const T *vt = vs + stage * kTile;
+    const bool full = a.full[(item.keyBegin >> 6) + tile] != 0;
+    const uint64_t *mt64 = ms + stage * kKeys;
+    // On a partial tile, the 16-key groups with a key for this warp's rows
+    // (bit jj: keys 16 jj ..): the others' products are skipped (a band's
+    // diagonal tile, a residue class's triangle).
+    uint32_t live = 0xF;
+    if (SKIP && !WG && !full) {
+      constexpr uint64_t kWarpRows = MT == 1 ? 0xFFFFull : 0xFFFFFFFFull;
+      bool any = false;
+      if (lane < 16)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          any = any || ((mt64[lane * 4 + e] >> warpRow) & kWarpRows) != 0;
+      const uint32_t quads = __ballot_sync(0xffffffffu, any); // bit x: keys 4x .. 4x + 3
+      live = 0;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj)
+        live |= ((quads >> (4 * jj)) & 0xFu) ? 1u << jj : 0u;
+    }
+    float s[MT][8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+    if constexpr (WG) {
+      // S = Q K^T, 16 columns of d a step.
+      const uint32_t qa = smemAddr(qs), ka = smemAddr(kt);
+      wgFence();
+#pragma unroll
+      for (int kk = 0; kk < DP / 16; ++kk)
+        Wgmma<T>::ss64(s[0], wgDescriptor(qa + wgKStep(kk), 16), wgDescriptor(ka + wgKStep(kk), 16), kk > 0);
+      wgCommit();
+      wgWait();
+      pinRegs(s[0]);
+    } else {
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        if (!((live >> jj) & 1))
+          continue;
+#pragma unroll
+        for (int kk = 0; kk < DP / 16; ++kk) {
+          uint32_t bf[4];
+          ldmatrix4(bf, kt + swz<DP>(jj * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            M::run(s[mt][2 * jj], qf[mt][kk], bf[0], bf[1]);
+            M::run(s[mt][2 * jj + 1], qf[mt][kk], bf[2], bf[3]);
+          }
+        }
+      }
+    }
+    float tileMax[2 * MT];
+#pragma unroll
+    for (int z = 0; z < 2 * MT; ++z)
+      tileMax[z] = -INFINITY;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int z = 2 * mt + (e >> 1), col = j * 8 + 2 * tq + (e & 1);
+          float val = s[mt][j][e] * a.scaleLog2;
+          if (!full && !((mt64[col] >> (warpRow + 16 * mt + gq + 8 * (e >> 1))) & 1))
+            val = -INFINITY;
+          s[mt][j][e] = val;
+          tileMax[z] = fmaxf(tileMax[z], val);
+        }
+    float alpha[2 * MT], mUse[2 * MT];
+#pragma unroll
+    for (int z = 0; z < 2 * MT; ++z) {
+      const float mNew = fmaxf(mrow[z], warpMax4(tileMax[z]));
+      mUse[z] = mNew == -INFINITY ? 0.f : mNew;
+      alpha[z] = exp2f(mrow[z] - mUse[z]);
+      mrow[z] = mNew;
+      lrow[z] *= alpha[z];
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < DP / 8; ++j) {
+        acc[mt][j][0] *= alpha[2 * mt];
+        acc[mt][j][1] *= alpha[2 * mt];
+        acc[mt][j][2] *= alpha[2 * mt + 1];
+        acc[mt][j][3] *= alpha[2 * mt + 1];
+      }
+    uint32_t pf[MT][4][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float p0 = exp2f(s[mt][j][0] - mUse[2 * mt]), p1 = exp2f(s[mt][j][1] - mUse[2 * mt]);
+        const float p2 = exp2f(s[mt][j][2] - mUse[2 * mt + 1]), p3 = exp2f(s[mt][j][3] - mUse[2 * mt + 1]);
+        lrow[2 * mt] += p0 + p1;
+        lrow[2 * mt + 1] += p2 + p3;
+        pf[mt][j >> 1][(j & 1) * 2] = M::pack(p0, p1);
+        pf[mt][j >> 1][(j & 1) * 2 + 1] = M::pack(p2, p3);
+      }
+    if constexpr (WG) {
+      // O += P V, 16 keys a step; V read transposed (MN-major).
+      const uint32_t va = smemAddr(vt);
+      pinRegs(acc[0]);
+      pinRegs(pf[0]);
+      wgFence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t desc = wgDescriptor(va + wgVStep(kk), kWgVLeading);
+        if constexpr (DP == 64)
+          Wgmma<T>::rs64(acc[0], pf[0][kk], desc, 1);
+        else
+          Wgmma<T>::rs128(acc[0], pf[0][kk], desc, 1);
+      }
+      wgCommit();
+      wgWait();
+      pinRegs(acc[0]);
+    } else {
+#pragma unroll
+      for (int dd = 0; dd < DP / 16; ++dd)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          if (!((live >> kk) & 1))
+            continue; // P is 0 there
+          uint32_t bf[4];
+          ldmatrix4T(bf, vt + swz<DP>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dd * 2 + (lane >> 4)));
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            M::run(acc[mt][2 * dd], pf[mt][kk], bf[0], bf[1]);
+            M::run(acc[mt][2 * dd + 1], pf[mt][kk], bf[2], bf[3]);
+          }
+        }
+    }
+    __syncthreads(); // this stage is loaded again two tiles on
+  }
+  cpAsyncWait<0>();
+  finishRows<T, DP, MT>(a, item, warpRow, lane, acc, mrow, lrow, rowPos, rowReal);
 }
 
 // --- Backward ---------------------------------------------------------------
@@ -693,6 +845,21 @@ __global__ void __launch_bounds__(kThreads, 1) attnc_fwd_bf16_64_v2(const FwdArg
 __global__ void __launch_bounds__(kThreads / 2, 4) attnc_fwd_bf16_64_v3(const FwdArgs a) {
   forward<__nv_bfloat16, 64, 2>(a);
 }
+
+// Variant 4: the forward on Hopper's wgmma (sm_90a code only; the runtime
+// runs it on compute capability 9.0 alone), bf16 and fp16, DP 64 and 128.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTNC_FORWARD_WG(NAME, T, DP, MIN)                                                                    \
+  __global__ void __launch_bounds__(kThreads, MIN) NAME(const FwdArgs a) { forward<T, DP, 1, false, true>(a); }
+#else
+#define ATTNC_FORWARD_WG(NAME, T, DP, MIN)                                                                    \
+  __global__ void __launch_bounds__(kThreads, MIN) NAME(const FwdArgs) { __trap(); }
+#endif
+ATTNC_FORWARD_WG(attnc_fwd_wg_bf16_64, __nv_bfloat16, 64, 4)
+ATTNC_FORWARD_WG(attnc_fwd_wg_bf16_128, __nv_bfloat16, 128, 2)
+ATTNC_FORWARD_WG(attnc_fwd_wg_f16_64, __half, 64, 4)
+ATTNC_FORWARD_WG(attnc_fwd_wg_f16_128, __half, 128, 2)
+#undef ATTNC_FORWARD_WG
 
 #define ATTNC_BACKWARD(NAME, T, DP)                                                                           \
   __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP>(a); }

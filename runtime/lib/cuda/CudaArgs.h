@@ -87,8 +87,43 @@ struct View {
   int64_t strides[4];
 };
 
-/// Shared memory of the kernels, bytes (DP: the padded head dimension).
-constexpr int fwdSmemBytes(int dp) { return 2 * (5 * 64 * dp) + 2 * 64 * 8; }
+#if defined(__CUDACC__)
+#define ATTNC_HOST_DEVICE __host__ __device__
+#else
+#define ATTNC_HOST_DEVICE
+#endif
+
+// --- The wgmma forward's shared-memory operands (variant 4, sm_90a) --------
+//
+// Tiles of 64 rows (query rows, or keys) by DP columns in the 128-byte
+// swizzle: DP / 64 blocks of 64 columns, each 64 rows of 128 bytes, every
+// 8-row atom (1024 bytes, 1024-aligned) with its 16-byte chunks XOR-ed by
+// the row. Q and K are K-major operands (S = Q K^T: K is d), V an MN-major
+// one (O = P V: K is the key). Host-callable so that CudaPlanTest checks
+// them against the layouts the PTX ISA defines for such descriptors.
+
+/// Element offset of (row, 16-byte chunk) in such a tile.
+ATTNC_HOST_DEVICE constexpr int wgSwizzled(int row, int chunk) {
+  return (chunk >> 3) * (64 * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+}
+/// The matrix descriptor: start address, leading byte offset (K-major:
+/// unused; MN-major: the next 64 columns), stride byte offset 1024 (the
+/// next 8 rows), 128-byte swizzle.
+ATTNC_HOST_DEVICE constexpr uint64_t wgDescriptor(uint32_t addr, uint32_t leadingBytes) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t(leadingBytes >> 4) << 16 | uint64_t(1024 >> 4) << 32 |
+         uint64_t(1) << 62;
+}
+/// Bytes into a K-major tile of k-step kk (columns 16 kk ..): 32 bytes a
+/// step within a 128-byte row, the next 64 columns a block on.
+ATTNC_HOST_DEVICE constexpr uint32_t wgKStep(int kk) { return uint32_t((kk >> 2) * 64 * 128 + (kk & 3) * 32); }
+/// Bytes into V's tile of k-step kk (keys 16 kk ..: two 8-row atoms).
+ATTNC_HOST_DEVICE constexpr uint32_t wgVStep(int kk) { return uint32_t(kk * 16 * 128); }
+/// V's leading byte offset: from one block of 64 columns to the next.
+constexpr uint32_t kWgVLeading = 64 * 128;
+
+/// Shared memory of the kernels, bytes (DP: the padded head dimension); the
+/// forward's includes 1024 bytes of slack to align wgmma's tiles (variant 4).
+constexpr int fwdSmemBytes(int dp) { return 2 * (5 * 64 * dp) + 2 * 64 * 8 + 1024; }
 constexpr int bwdSmemBytes(int dp) { return 2 * (6 * 64 * dp + 64 * 64) + 2 * 64 * (8 + 4 + 4 + 4); }
 
 } // namespace attnc::rt::cuda

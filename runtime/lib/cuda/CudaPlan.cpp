@@ -362,7 +362,7 @@ std::vector<TunedVariant> parseCudaTuned(const std::string &text) {
     t.dtype = entry.substr(c1 + 1, c2 - c1 - 1);
     const std::string d = entry.substr(c2 + 1, eq - c2 - 1), v = entry.substr(eq + 1);
     if (d.empty() || v.size() != 1 || d.find_first_not_of("0123456789") != std::string::npos || d.size() > 6 ||
-        v[0] < '0' || v[0] > '3')
+        v[0] < '0' || v[0] > '0' + kLastForwardVariant)
       continue;
     t.d = std::stoll(d);
     t.variant = v[0] - '0';

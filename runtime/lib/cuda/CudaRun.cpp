@@ -32,6 +32,10 @@ struct Module {
   CUfunction fwd[2][3] = {}, bwd[2][3] = {}, copy = nullptr, delta = nullptr;
   /// The bf16 d <= 64 forward kernel's variants 1-3 ([0] unused: the default).
   CUfunction fwdVariants[4] = {};
+  /// Variant 4, the forward on wgmma (bf16 / fp16, DP 64 / 128): sm_90a code,
+  /// run on compute capability 9.0 only (hopper).
+  CUfunction fwdWg[2][2] = {};
+  bool hopper = false;
   /// ATTNC_CUDA_FWD_VARIANT's variant (-1: unset).
   int envVariant = -1;
   /// This GPU as tuning names it (tuning::gpuId): "NVIDIA_H200@9.0".
@@ -81,12 +85,17 @@ const Module &module(int device) {
     }
   if (const char *variant = std::getenv("ATTNC_CUDA_FWD_VARIANT"); variant && *variant) {
     const std::string v = variant;
-    if (v != "0" && v != "1" && v != "2" && v != "3")
-      throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "ATTNC_CUDA_FWD_VARIANT must be 0-3, not '" + v + "'"};
+    if (v.size() != 1 || v[0] < '0' || v[0] > '0' + kLastForwardVariant)
+      throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "ATTNC_CUDA_FWD_VARIANT must be 0-" + std::to_string(kLastForwardVariant) +
+                                                       ", not '" + v + "'"};
     m.envVariant = v[0] - '0';
   }
   for (int v = 1; v <= 3; ++v)
     get(m.fwdVariants[v], "attnc_fwd_bf16_64_v" + std::to_string(v), fwdSmemBytes(64));
+  m.hopper = info.major == 9 && info.minor == 0;
+  for (int t = 0; t < 2; ++t)
+    for (int x = 0; x < 2; ++x)
+      get(m.fwdWg[t][x], std::string("attnc_fwd_wg_") + types[t] + "_" + std::to_string(dps[x]), fwdSmemBytes(dps[x]));
   m.gpu = info.name;
   for (char &c : m.gpu) // (tuning::gpuId's spelling)
     if (c == ' ' || c == ';' || c == ':' || c == '=' || c == '@')
@@ -329,9 +338,9 @@ struct Engine::DeviceTables {
 };
 
 void forceForwardVariant(int variant) {
-  if (variant < -1 || variant > 3)
-    throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "a forward variant is 0-3 (or -1: none forced), not " +
-                                                     std::to_string(variant)};
+  if (variant < -1 || variant > kLastForwardVariant)
+    throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "a forward variant is 0-" + std::to_string(kLastForwardVariant) +
+                                                     " (or -1: none forced), not " + std::to_string(variant)};
   forcedVariant.store(variant);
 }
 
@@ -423,12 +432,19 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   a.setOfHead = tabs->setOfHead;
   CUfunction f = m.fwd[typeIndex(type)][dpIndex(dp)];
   unsigned threads = 128;
-  if (type == ATTNC_DTYPE_BF16 && dp == 64) {
-    // The variant: forced (attnc tune), else ATTNC_CUDA_FWD_VARIANT's, else the one tuned for this GPU.
-    const int forced = forcedVariant.load();
-    const int variant = forced >= 0 ? forced : m.envVariant >= 0 ? m.envVariant : tunedVariant(tuned_, m.gpu, "bf16", dims.d);
-    if (variant > 0)
-      f = m.fwdVariants[variant], threads = variantThreads(variant);
+  // The variant: forced (attnc tune), else ATTNC_CUDA_FWD_VARIANT's, else the one tuned for this GPU.
+  const int forced = forcedVariant.load();
+  const int variant = forced >= 0         ? forced
+                      : m.envVariant >= 0 ? m.envVariant
+                                          : tunedVariant(tuned_, m.gpu, type == ATTNC_DTYPE_F16 ? "f16" : "bf16", dims.d);
+  if (variant == 4) {
+    if (!m.hopper)
+      throw RunError{ATTNC_ERROR_UNSUPPORTED, "forward variant 4 runs on wgmma, compute capability 9.0 (H100, H200) "
+                                              "only; CUDA device " + std::to_string(device.index) + " is " + m.gpu};
+    if (dp <= 128) // (d > 128: the default kernel)
+      f = m.fwdWg[typeIndex(type)][dpIndex(dp)];
+  } else if (variant > 0 && type == ATTNC_DTYPE_BF16 && dp == 64) {
+    f = m.fwdVariants[variant], threads = variantThreads(variant);
   }
   for (size_t s = 0; s < tabs->sets.size(); ++s) {
     const auto &set = tabs->sets[s];

@@ -35,11 +35,13 @@ ATTNC_API attnc_status attnc_internal_cuda_copy(int32_t device, void *dst, const
  */
 ATTNC_API attnc_status attnc_internal_cuda_timer(int32_t device, void **timer, float *ms);
 /**
- * Forces the GPU forward kernel's variant for bf16 at d <= 64 in every later
- * call of this process: 0 the default, 1-3 the others (as
- * ATTNC_CUDA_FWD_VARIANT names them), -1 none forced (a kernel's
- * cuda_tuned metadata, or the environment, decides). `attnc tune --target
- * cuda` measures each with it. ATTNC_ERROR_INVALID_ARGUMENT outside -1..3.
+ * Forces the GPU forward kernel's variant in every later call of this
+ * process: 0 the default, 1-3 the others of bf16 at d <= 64, 4 the wgmma
+ * kernel (bf16 and fp16 at d <= 128, compute capability 9.0 only: a call
+ * elsewhere is ATTNC_ERROR_UNSUPPORTED), as ATTNC_CUDA_FWD_VARIANT names
+ * them; -1 none forced (a kernel's cuda_tuned metadata, or the environment,
+ * decides). `attnc tune --target cuda` measures each with it.
+ * ATTNC_ERROR_INVALID_ARGUMENT outside -1..4.
  */
 ATTNC_API attnc_status attnc_internal_cuda_forward_variant(int32_t variant);
 /** The device's name (NUL-terminated, at most size - 1 bytes) and compute capability. */
