@@ -22,7 +22,8 @@
 #      (quick: the default and wgmma; full: all five);
 #   6. the Python package built there (pip, no network: the machine's
 #      scikit-build-core and nanobind; the fatbin from .gpu-carry) and
-#      python/tests/test_cuda.py: the torch op on CUDA tensors.
+#      python/tests/test_cuda.py: the torch op on CUDA tensors, and
+#      test_distributed.py::test_cuda_tensors (context parallelism on a GPU).
 # Everything it needs travels in .gpu-carry/ (a few MB): no build there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -97,7 +98,8 @@ if [ "$mode" != tests ]; then
   if timeout 200 python3 -m pip install -q --no-build-isolation --no-deps --target "$site" \
        -Ccmake.define.ATTNC_CUDA_PREBUILT_FATBIN="$PWD/$carry/attnc_kernels.fatbin" -Cbuild-dir=/tmp/attnc-pybuild \
        ./python > "$out/pip.log" 2>&1; then
-    PYTHONPATH=$site timeout 150 python3 -m pytest -q -p no:cacheprovider python/tests/test_cuda.py 2>&1 |
+    PYTHONPATH=$site timeout 200 python3 -m pytest -q -p no:cacheprovider python/tests/test_cuda.py \
+      python/tests/test_distributed.py::test_cuda_tensors 2>&1 |
       tee "$out/pytest.log" | tail -15
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   else

@@ -184,8 +184,8 @@ attnc_varlen varlenOf(const Offsets &cuQ, const std::optional<Offsets> &cuK) {
   return varlen;
 }
 
-/// attnc_run_forward_on `device` (null: the CPU), attnc_run_varlen when
-/// `varlen` is given, or attnc_run_forward_at when `firstQuery` is (>= 0).
+/// attnc_run_forward_on `device` (null: the CPU), attnc_run_varlen_on when
+/// `varlen` is given, or attnc_run_forward_at_on when `firstQuery` is (>= 0).
 /// In, Out: the arrays' nanobind types (CPU or CUDA).
 template <class In, class Out>
 void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const Out &o, const std::optional<Out> &lse,
@@ -202,13 +202,13 @@ void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const 
     if (varlen)
       return attnc_run_varlen_on(kernel.handle, device, &tq, &tk, &tv, &to, l, varlen, &options);
     if (firstQuery >= 0)
-      return attnc_run_forward_at(kernel.handle, firstQuery, &tq, &tk, &tv, &to, l, &options);
+      return attnc_run_forward_at_on(kernel.handle, device, firstQuery, &tq, &tk, &tv, &to, l, &options);
     return attnc_run_forward_on(kernel.handle, device, &tq, &tk, &tv, &to, l, &options);
   }));
 }
 
-/// attnc_run_backward_on `device` (null: the CPU), attnc_run_backward_varlen
-/// when `varlen` is given, or attnc_run_backward_at when `firstQuery` is.
+/// attnc_run_backward_on `device` (null: the CPU), attnc_run_backward_varlen_on
+/// when `varlen` is given, or attnc_run_backward_at_on when `firstQuery` is.
 template <class In, class Out>
 void backward(const Kernel &kernel, const In &q, const In &k, const In &v, const In &o, const In &dO, const In &lse,
               const Out &dq, const Out &dk, const Out &dv, const attnc_varlen *varlen, float scale, int32_t numThreads,
@@ -222,8 +222,8 @@ void backward(const Kernel &kernel, const In &q, const In &k, const In &v, const
       return attnc_run_backward_varlen_on(kernel.handle, device, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
                                           varlen, &options);
     if (firstQuery >= 0)
-      return attnc_run_backward_at(kernel.handle, firstQuery, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
-                                   &options);
+      return attnc_run_backward_at_on(kernel.handle, device, firstQuery, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk,
+                                      &tdv, &options);
     return attnc_run_backward_on(kernel.handle, device, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
   }));
 }
@@ -319,6 +319,30 @@ void runBackwardCuda(const Kernel &kernel, nb::handle q, nb::handle k, nb::handl
            arrayOf<GpuIn>(v, toDlpack, "v"), arrayOf<GpuIn>(o, toDlpack, "o"), arrayOf<GpuIn>(dO, toDlpack, "d_o"),
            arrayOf<GpuIn>(lse, toDlpack, "lse"), arrayOf<GpuOut>(dq, toDlpack, "d_q"),
            arrayOf<GpuOut>(dk, toDlpack, "d_k"), arrayOf<GpuOut>(dv, toDlpack, "d_v"), nullptr, scale, 0, &dev);
+}
+
+void runForwardAtCuda(const Kernel &kernel, int64_t firstQuery, nb::handle q, nb::handle k, nb::handle v,
+                      nb::handle o, nb::handle lse, float scale, int32_t device, uintptr_t stream,
+                      nb::handle toDlpack) {
+  if (firstQuery < 0)
+    throw StatusError{ATTNC_ERROR_SHAPE, "first_query is " + std::to_string(firstQuery) + "; it must be >= 0"};
+  const attnc_device dev = cudaDevice(device, stream);
+  forward(kernel, arrayOf<GpuIn>(q, toDlpack, "q"), arrayOf<GpuIn>(k, toDlpack, "k"), arrayOf<GpuIn>(v, toDlpack, "v"),
+          arrayOf<GpuOut>(o, toDlpack, "o"), optionalArrayOf<GpuOut>(lse, toDlpack, "lse"), nullptr, scale, 0, &dev,
+          firstQuery);
+}
+
+void runBackwardAtCuda(const Kernel &kernel, int64_t firstQuery, nb::handle q, nb::handle k, nb::handle v,
+                       nb::handle o, nb::handle dO, nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv,
+                       float scale, int32_t device, uintptr_t stream, nb::handle toDlpack) {
+  if (firstQuery < 0)
+    throw StatusError{ATTNC_ERROR_SHAPE, "first_query is " + std::to_string(firstQuery) + "; it must be >= 0"};
+  const attnc_device dev = cudaDevice(device, stream);
+  backward(kernel, arrayOf<GpuIn>(q, toDlpack, "q"), arrayOf<GpuIn>(k, toDlpack, "k"),
+           arrayOf<GpuIn>(v, toDlpack, "v"), arrayOf<GpuIn>(o, toDlpack, "o"), arrayOf<GpuIn>(dO, toDlpack, "d_o"),
+           arrayOf<GpuIn>(lse, toDlpack, "lse"), arrayOf<GpuOut>(dq, toDlpack, "d_q"),
+           arrayOf<GpuOut>(dk, toDlpack, "d_k"), arrayOf<GpuOut>(dv, toDlpack, "d_v"), nullptr, scale, 0, &dev,
+           firstQuery);
 }
 
 void runVarlenCuda(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
@@ -536,6 +560,12 @@ NB_MODULE(_attnc, m) {
   m.def("run_backward_cuda", &runBackwardCuda, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a,
         "d_k"_a, "d_v"_a, "scale"_a, "device"_a, "stream"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_backward_on a CUDA device: d_q, d_k, d_v, queued on `stream`");
+  m.def("run_forward_at_cuda", &runForwardAtCuda, "kernel"_a, "first_query"_a, "q"_a, "k"_a, "v"_a, "o"_a,
+        "lse"_a.none(), "scale"_a, "device"_a, "stream"_a, "to_dlpack"_a.none() = nb::none(),
+        "attnc_run_forward_at_on a CUDA device: the queries at positions [first_query, first_query + nq)");
+  m.def("run_backward_at_cuda", &runBackwardAtCuda, "kernel"_a, "first_query"_a, "q"_a, "k"_a, "v"_a, "o"_a,
+        "d_o"_a, "lse"_a, "d_q"_a, "d_k"_a, "d_v"_a, "scale"_a, "device"_a, "stream"_a,
+        "to_dlpack"_a.none() = nb::none(), "attnc_run_backward_at_on a CUDA device");
   m.def("run_varlen_cuda", &runVarlenCuda, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(),
         "cu_seqlens_q"_a, "cu_seqlens_k"_a.none(), "scale"_a, "device"_a, "stream"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_varlen_on a CUDA device: the tensors there, the offsets (int32) on the host");

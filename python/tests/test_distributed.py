@@ -1,5 +1,6 @@
 """attnc.distributed on gloo over loopback: 2 and 4 processes (torch.multiprocessing), every library
-pattern, against the single-process kernel, and the errors every rank must raise alike."""
+pattern, against the single-process kernel, and the errors every rank must raise alike; with a GPU,
+CUDA tensors too (2 ranks on one GPU over gloo)."""
 
 from __future__ import annotations
 
@@ -26,21 +27,22 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 TIMEOUT = datetime.timedelta(seconds=60)
 
 
-def _case_tensors(seed, batch, hq, hkv, n, d, dtype):
+def _case_tensors(seed, batch, hq, hkv, n, d, dtype, device="cpu"):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(batch, hq, n, d, generator=g)
     k = torch.randn(batch, hkv, n, d, generator=g)
     v = torch.randn(batch, hkv, n, d, generator=g)
     d_o = torch.randn(batch, hq, n, d, generator=g)
-    return [x.to(dtype) for x in (q, k, v, d_o)]
+    return [x.to(dtype=dtype, device=device) for x in (q, k, v, d_o)]
 
 
-def _check_case(kernel, rank, world, n, batch=1, hq=2, hkv=2, d=16, dtype=torch.float32, seed=0, shards=None):
+def _check_case(kernel, rank, world, n, batch=1, hq=2, hkv=2, d=16, dtype=torch.float32, seed=0, shards=None,
+                device="cpu"):
     """One case on every rank: O and the gradients of rank `rank`'s positions against the
-    single-process kernel on the whole sequence."""
+    single-process kernel on the whole sequence (on the same device)."""
     shards = shards or attnc.distributed.shard(kernel, n, world)
     assert shards.positions(rank) == sum(b - a for a, b in shards.ranges[rank])
-    q, k, v, d_o = _case_tensors(seed, batch, hq, hkv, n, d, dtype)
+    q, k, v, d_o = _case_tensors(seed, batch, hq, hkv, n, d, dtype, device)
     # The reference: one process, the whole sequence.
     ref = [x.clone().requires_grad_() for x in (q, k, v)]
     o_ref = attnc.torch.attention(*ref, kernel)
@@ -49,7 +51,8 @@ def _check_case(kernel, rank, world, n, batch=1, hq=2, hkv=2, d=16, dtype=torch.
     mine = [shards.take(x, rank).requires_grad_() for x in (q, k, v)]
     o = attnc.distributed.attention(kernel, *mine, shards)
     o.backward(shards.take(d_o, rank))
-    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    # (On a GPU f32 runs on bf16 tensor cores; the partial dK/dV sums travel in the inputs' dtype.)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 and device == "cpu" else dict(rtol=2e-2, atol=2e-2)
     where = f"{kernel!r} n={n} world={world} rank={rank} hq={hq} hkv={hkv} {dtype}"
     torch.testing.assert_close(o, shards.take(o_ref.detach(), rank), **tol, msg=lambda m: f"O, {where}: {m}")
     for name, x, r in zip("qkv", mine, ref):
@@ -177,6 +180,27 @@ def _errors(rank, world):
         attnc.distributed.shard(fixed, 0, world)
     with pytest.raises(TypeError):
         attnc.distributed.shard("fixed", 100, world)
+
+
+def _cuda(rank, world):
+    torch.cuda.set_device(0)
+    for name in ("fixed", "local", "bigbird", "strided"):
+        kernel = library_kernel(name)
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            _check_case(kernel, rank, world, 257, d=64, dtype=dtype, seed=3, device="cuda")
+    local = library_kernel("local")
+    shards = attnc.distributed.shard(local, 130, world)
+    _check_case(local, rank, world, 130, hq=4, hkv=2, d=64, dtype=torch.bfloat16, device="cuda", shards=shards)  # GQA
+    # The same shards with CPU tensors next (the route's indices and buffers move back), then the GPU again.
+    _check_case(local, rank, world, 130, seed=5, shards=shards)
+    _check_case(local, rank, world, 130, seed=6, d=64, dtype=torch.bfloat16, device="cuda", shards=shards)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU on this machine")
+def test_cuda_tensors(tmp_path):
+    """2 ranks with CUDA tensors on one GPU (gloo stages the exchange through the host): the offset
+    calls on the GPU (attnc_run_forward_at_on) against the single-process GPU kernel."""
+    _spawn(tmp_path, 2, _cuda)
 
 
 @pytest.mark.parametrize("world", [2, 4])

@@ -832,7 +832,10 @@ attnc_status onGpu(const attnc_device *device, bool &gpu) {
   return ATTNC_OK;
 }
 
-attnc::rt::cuda::Dims dimsOf(const Shape &s) { return {s.batch, s.hq, s.hkv, s.nq, s.nk, s.d}; }
+/// A call on a GPU; `first`: its queries' first position (-1: nk - nq).
+attnc::rt::cuda::Dims dimsOf(const Shape &s, int64_t first = -1) {
+  return {s.batch, s.hq, s.hkv, s.nq, s.nk, s.d, first};
+}
 
 /// One sequence of a varlen batch as a call of its own (batch 1).
 attnc::rt::cuda::Dims seqDims(const Shape &shape, const Seq &s) { return {1, shape.hq, shape.hkv, s.nq, s.nk, shape.d}; }
@@ -888,7 +891,9 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
   if (shape.empty())
     return ATTNC_OK;
   if (gpu && !varlen)
-    return guarded([&] { kernel->cuda().forward(*device, dimsOf(shape), *q, *k, *v, *o, lse, callScale(options, shape.d)); });
+    return guarded([&] {
+      kernel->cuda().forward(*device, dimsOf(shape, firstQuery), *q, *k, *v, *o, lse, callScale(options, shape.d));
+    });
   std::vector<Seq> seqs;
   if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
     return s;
@@ -943,7 +948,7 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
     if (shape.batch == 0 || shape.hkv == 0 || shape.nk == 0 || shape.d == 0)
       return ATTNC_OK;
     return guarded([&] {
-      kernel->cuda().backward(*device, dimsOf(shape), *q, *k, *v, *o, *d_o, *lse, *d_q, *d_k, *d_v,
+      kernel->cuda().backward(*device, dimsOf(shape, firstQuery), *q, *k, *v, *o, *d_o, *lse, *d_q, *d_k, *d_v,
                               callScale(options, shape.d));
     });
   }
@@ -1120,18 +1125,32 @@ attnc_status attnc_run_backward_varlen_on(const attnc_kernel *kernel, const attn
 attnc_status attnc_run_forward_at(const attnc_kernel *kernel, int64_t first_query, const attnc_tensor *q,
                                   const attnc_tensor *k, const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse,
                                   const attnc_run_options *options) {
-  if (first_query < 0)
-    return fail(ATTNC_ERROR_SHAPE, "first_query is " + std::to_string(first_query) + "; it must not be negative");
-  return runForward(kernel, q, k, v, o, lse, nullptr, options, nullptr, first_query);
+  return attnc_run_forward_at_on(kernel, nullptr, first_query, q, k, v, o, lse, options);
 }
 
 attnc_status attnc_run_backward_at(const attnc_kernel *kernel, int64_t first_query, const attnc_tensor *q,
                                    const attnc_tensor *k, const attnc_tensor *v, const attnc_tensor *o,
                                    const attnc_tensor *d_o, const attnc_tensor *lse, attnc_tensor *d_q,
                                    attnc_tensor *d_k, attnc_tensor *d_v, const attnc_run_options *options) {
+  return attnc_run_backward_at_on(kernel, nullptr, first_query, q, k, v, o, d_o, lse, d_q, d_k, d_v, options);
+}
+
+attnc_status attnc_run_forward_at_on(const attnc_kernel *kernel, const attnc_device *device, int64_t first_query,
+                                     const attnc_tensor *q, const attnc_tensor *k, const attnc_tensor *v,
+                                     attnc_tensor *o, attnc_tensor *lse, const attnc_run_options *options) {
   if (first_query < 0)
     return fail(ATTNC_ERROR_SHAPE, "first_query is " + std::to_string(first_query) + "; it must not be negative");
-  return runBackward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, nullptr, options, nullptr, first_query);
+  return runForward(kernel, q, k, v, o, lse, nullptr, options, device, first_query);
+}
+
+attnc_status attnc_run_backward_at_on(const attnc_kernel *kernel, const attnc_device *device, int64_t first_query,
+                                      const attnc_tensor *q, const attnc_tensor *k, const attnc_tensor *v,
+                                      const attnc_tensor *o, const attnc_tensor *d_o, const attnc_tensor *lse,
+                                      attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
+                                      const attnc_run_options *options) {
+  if (first_query < 0)
+    return fail(ATTNC_ERROR_SHAPE, "first_query is " + std::to_string(first_query) + "; it must not be negative");
+  return runBackward(kernel, q, k, v, o, d_o, lse, d_q, d_k, d_v, nullptr, options, device, first_query);
 }
 
 const char *attnc_cpu_isa(void) {

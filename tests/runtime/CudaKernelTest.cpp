@@ -598,6 +598,125 @@ TEST(CudaKernelLengths, ManyLengthsOneKernel) {
 }
 
 
+// --- Queries at an offset on a device (ABI 7) -------------------------------------
+
+TEST(CudaErrors, QueriesAtAnOffsetOnADeviceWithoutAGpu) {
+  std::string why;
+  if (gpuPresent(why))
+    GTEST_SKIP() << "this machine has a GPU (CudaKernel.QueriesAtAnOffsetMatchTheWholeCall covers it)";
+  KernelPtr k = kernelOf("fixed", nullptr, {"l=8", "c=2"});
+  ASSERT_TRUE(k);
+  const int64_t nq = 9, nk = 30, d = 16;
+  std::vector<float> q(size_t(2 * nq * d)), kv(size_t(2 * nk * d)), o(q.size()), o2(q.size()), lse(size_t(2 * nq)),
+      lse2(lse.size());
+  for (size_t x = 0; x < q.size(); ++x)
+    q[x] = std::sin(0.3f * static_cast<float>(x));
+  for (size_t x = 0; x < kv.size(); ++x)
+    kv[x] = std::cos(0.7f * static_cast<float>(x));
+  attnc_tensor tq = view(q, 1, 2, nq, d), tk = view(kv, 1, 2, nk, d), to = view(o, 1, 2, nq, d),
+               to2 = view(o2, 1, 2, nq, d), tl = view(lse, 1, 2, nq, 1), tl2 = view(lse2, 1, 2, nq, 1);
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  EXPECT_EQ(attnc_run_forward_at_on(k.get(), &dev, 4, &tq, &tk, &tk, &to, &tl, nullptr), ATTNC_ERROR_UNSUPPORTED);
+  EXPECT_EQ(std::string(attnc_last_error()), why);
+  std::vector<float> dq(q.size()), dk(kv.size()), dv(kv.size());
+  attnc_tensor tdq = view(dq, 1, 2, nq, d), tdk = view(dk, 1, 2, nk, d), tdv = view(dv, 1, 2, nk, d);
+  EXPECT_EQ(attnc_run_backward_at_on(k.get(), &dev, 4, &tq, &tk, &tk, &to, &to, &tl, &tdq, &tdk, &tdv, nullptr),
+            ATTNC_ERROR_UNSUPPORTED);
+  // first_query outside 0 .. nk - nq: a shape error on the CPU.
+  for (const int64_t bad : {int64_t{-1}, nk - nq + 1}) {
+    EXPECT_EQ(attnc_run_forward_at_on(k.get(), nullptr, bad, &tq, &tk, &tk, &to, &tl, nullptr), ATTNC_ERROR_SHAPE)
+        << bad;
+    EXPECT_NE(std::string(attnc_last_error()).find("first_query"), std::string::npos) << attnc_last_error();
+  }
+  // On the CPU (a null device) it is attnc_run_forward_at.
+  ASSERT_EQ(attnc_run_forward_at_on(k.get(), nullptr, 4, &tq, &tk, &tk, &to, &tl, nullptr), ATTNC_OK)
+      << attnc_last_error();
+  ASSERT_EQ(attnc_run_forward_at(k.get(), 4, &tq, &tk, &tk, &to2, &tl2, nullptr), ATTNC_OK);
+  EXPECT_EQ(o, o2);
+  EXPECT_EQ(lse, lse2);
+}
+
+/// A sequence's queries cut into ranges, each run with
+/// attnc_run_forward_at_on / attnc_run_backward_at_on (what a rank runs in
+/// context parallelism), against one call over all of them on the same GPU:
+/// O and lse equal (the same tiles, in the same order), dQ within f32
+/// rounding, and the ranges' dK, dV summing to the whole call's.
+TEST(CudaKernel, QueriesAtAnOffsetMatchTheWholeCall) {
+  ATTNC_REQUIRE_GPU();
+  const std::vector<std::pair<const char *, std::vector<std::string>>> patterns = {
+      {"fixed", {"l=16", "c=4"}}, {"strided", {"l=8"}}, {"local", {"w=20"}}, {"longformer", {"w=8", "g=2"}},
+      {"bigbird", {"b=8", "g=1", "r=2"}}, {"causal", {}}};
+  const int64_t h = 2, n = 301, d = 64;
+  const std::vector<std::pair<int64_t, int64_t>> ranges = {{0, 1}, {1, 100}, {100, 230}, {230, 301}};
+  std::vector<float> q(size_t(h * n * d)), kk(q.size()), v(q.size()), dO(q.size());
+  for (size_t x = 0; x < q.size(); ++x) {
+    q[x] = std::sin(0.61f * static_cast<float>(x));
+    kk[x] = std::cos(0.37f * static_cast<float>(x) + 0.5f);
+    v[x] = std::sin(0.13f * static_cast<float>(x) + 1.0f);
+    dO[x] = std::cos(0.23f * static_cast<float>(x));
+  }
+  const size_t bytes = q.size() * sizeof(float);
+  auto up = [&](const std::vector<float> &x) {
+    auto dev = std::make_unique<Device>(bytes);
+    EXPECT_EQ(cudaMemcpy(dev->p, x.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    return dev;
+  };
+  auto down = [](const Device &x) {
+    std::vector<float> out(x.bytes / sizeof(float));
+    EXPECT_EQ(cudaMemcpy(out.data(), x.p, x.bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  };
+  auto gq = up(q), gk = up(kk), gv = up(v), gdo = up(dO);
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  // Rows [r0, r1) of every head of a [1, h, n, d] (or lse [1, h, n, 1]) buffer.
+  auto rows = [&](void *p, int64_t r0, int64_t r1, int64_t cols) {
+    attnc_tensor t = tensor(static_cast<float *>(p) + r0 * cols, ATTNC_DTYPE_F32, {1, h, r1 - r0, cols});
+    t.strides[1] = n * cols;
+    return t;
+  };
+  for (const auto &[pattern, defines] : patterns) {
+    SCOPED_TRACE(pattern);
+    KernelPtr k = kernelOf(pattern, nullptr, defines);
+    ASSERT_TRUE(k);
+    // The whole call.
+    Device o(bytes), lse(size_t(h * n) * 4), dq(bytes), dk(bytes), dv(bytes);
+    attnc_tensor tq = rows(gq->p, 0, n, d), tk = rows(gk->p, 0, n, d), tv = rows(gv->p, 0, n, d),
+                 tdo = rows(gdo->p, 0, n, d), to = rows(o.p, 0, n, d), tl = rows(lse.p, 0, n, 1),
+                 tdq = rows(dq.p, 0, n, d), tdk = rows(dk.p, 0, n, d), tdv = rows(dv.p, 0, n, d);
+    ASSERT_EQ(attnc_run_forward_on(k.get(), &dev, &tq, &tk, &tv, &to, &tl, nullptr), ATTNC_OK) << attnc_last_error();
+    ASSERT_EQ(attnc_run_backward_on(k.get(), &dev, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, nullptr), ATTNC_OK)
+        << attnc_last_error();
+    // The ranges: O, lse and dQ into their rows of buffers of n rows (which
+    // start as garbage), each range's dK and dV into buffers of their own.
+    Device ro(bytes), rl(size_t(h * n) * 4), rdq(bytes);
+    for (Device *x : {&ro, &rl, &rdq})
+      ASSERT_EQ(cudaMemset(x->p, 0x7f, x->bytes), cudaSuccess);
+    std::vector<double> dkSum(q.size(), 0.0), dvSum(q.size(), 0.0);
+    for (const auto &[r0, r1] : ranges) {
+      Device pdk(bytes), pdv(bytes);
+      attnc_tensor sq = rows(gq->p, r0, r1, d), sdo = rows(gdo->p, r0, r1, d), so = rows(ro.p, r0, r1, d),
+                   sl = rows(rl.p, r0, r1, 1), sdq = rows(rdq.p, r0, r1, d), sdk = rows(pdk.p, 0, n, d),
+                   sdv = rows(pdv.p, 0, n, d);
+      ASSERT_EQ(attnc_run_forward_at_on(k.get(), &dev, r0, &sq, &tk, &tv, &so, &sl, nullptr), ATTNC_OK)
+          << attnc_last_error();
+      ASSERT_EQ(attnc_run_backward_at_on(k.get(), &dev, r0, &sq, &tk, &tv, &so, &sdo, &sl, &sdq, &sdk, &sdv, nullptr),
+                ATTNC_OK)
+          << attnc_last_error();
+      const std::vector<float> a = down(pdk), b = down(pdv);
+      for (size_t x = 0; x < a.size(); ++x)
+        dkSum[x] += a[x], dvSum[x] += b[x];
+    }
+    EXPECT_EQ(down(ro), down(o)) << "O";
+    EXPECT_EQ(down(rl), down(lse)) << "lse";
+    size_t worst;
+    const std::vector<float> wantDq = down(dq), wantDk = down(dk), wantDv = down(dv);
+    EXPECT_LE(relativeError(down(rdq), std::vector<double>(wantDq.begin(), wantDq.end()), worst), 1e-5) << "dQ " << worst;
+    std::vector<float> gotDk(dkSum.begin(), dkSum.end()), gotDv(dvSum.begin(), dvSum.end());
+    EXPECT_LE(relativeError(gotDk, std::vector<double>(wantDk.begin(), wantDk.end()), worst), 1e-5) << "dK " << worst;
+    EXPECT_LE(relativeError(gotDv, std::vector<double>(wantDv.begin(), wantDv.end()), worst), 1e-5) << "dV " << worst;
+  }
+}
+
 // --- Variable-length batches on a device (ABI 6) ------------------------------------
 
 /// A varlen batch of `lengths` (queries, keys) per sequence: offsets and sizes.

@@ -17,7 +17,10 @@ evaluated at the global (i, j)). The backward fetches those K/V rows again
 sums of every key its queries read, and sends each partial sum to the rank
 that owns the key, where they are added up (a second ``all_to_all_single``).
 
-CPU tensors on a gloo group (float32 or bfloat16; grouped-query heads). Before
+CPU tensors on a gloo group (float32 or bfloat16), or CUDA tensors (also float16) on
+an NCCL group, one GPU per rank, or on gloo (which stages the exchange through the
+host); grouped-query heads. On a GPU each range runs ``attnc_run_forward_at_on``
+on torch's current stream. Before
 any data moves, the ranks exchange what each was given (one small
 ``all_gather``), so that shards made for another n, kernel or world size,
 shapes that differ between ranks, or a group of the wrong size raise the same
@@ -43,7 +46,7 @@ from torch import Tensor
 
 from . import _api, _attnc
 from ._errors import INVALID_ARGUMENT, SHAPE, UNSUPPORTED, AttncError, error
-from .torch import _check_tensors, _to_dlpack
+from .torch import _check_tensors, _on, _to_dlpack
 
 __all__ = ["Shards", "shard", "attention"]
 
@@ -159,6 +162,16 @@ class _Route:
         self.recv_positions = torch.from_numpy(read[order])
         self.recv_counts = np.bincount(source, minlength=ranks).tolist()
         self._buffers: dict = {}
+        self.device = torch.device("cpu")
+
+    def to(self, device: torch.device) -> "_Route":
+        """The index tensors and buffers on `device` (the tensors' of a call)."""
+        if device != self.device:
+            self.own, self.send_index, self.recv_positions = (
+                x.to(device) for x in (self.own, self.send_index, self.recv_positions))
+            self._buffers.clear()
+            self.device = device
+        return self
 
     def buffer(self, name: str, shape: Tuple[int, ...], dtype: torch.dtype, zero: bool = False) -> Tensor:
         """A buffer kept for the next call of the same shape: fresh memory of these sizes costs its
@@ -170,7 +183,7 @@ class _Route:
         if out is None:
             for old in [k for k in self._buffers if k[0] == name]:
                 del self._buffers[old]
-            out = self._buffers[key] = (torch.zeros if zero else torch.empty)(shape, dtype=dtype)
+            out = self._buffers[key] = (torch.zeros if zero else torch.empty)(shape, dtype=dtype, device=self.device)
         return out
 
 
@@ -214,7 +227,7 @@ def shard(kernel: "_api.Kernel", n: int, world_size: int) -> Shards:
 
 # ---- the exchange -------------------------------------------------------------
 
-_DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2}
+_DTYPE_CODES = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3}
 
 
 def _all_to_all(rows: Tensor, out: Tensor, send_counts: List[int], recv_counts: List[int], group: Any) -> Tensor:
@@ -252,16 +265,25 @@ def _fetch_keys(k: Tensor, v: Tensor, shards: Shards, route: _Route, group: Any)
     return full[0], full[1]
 
 
+def _run_at(forward: bool, kernel: "_api.Kernel", first: int, tensors: List[Any], scale: float) -> None:
+    """attnc_run_forward_at_on (or the backward's) on the tensors' device: the CPU or a CUDA GPU."""
+    if tensors[0].is_cuda:
+        call = _attnc.run_forward_at_cuda if forward else _attnc.run_backward_at_cuda
+        call(kernel._handle, first, *tensors, scale, *_on(tensors[0]), _to_dlpack)
+    else:
+        call = _attnc.run_forward_at if forward else _attnc.run_backward_at
+        call(kernel._handle, first, *tensors, scale, kernel.num_threads, _to_dlpack)
+
+
 def _forward(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", shards: Shards, route: _Route, group: Any,
              scale: float) -> Tuple[Tensor, Tensor]:
     k_full, v_full = _fetch_keys(k, v, shards, route, group)
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty(q.shape[:3], dtype=torch.float32)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     for first, row, rows in route.pieces:
         piece = slice(row, row + rows)
-        _attnc.run_forward_at(kernel._handle, first, q[:, :, piece], k_full, v_full, o[:, :, piece],
-                              lse[:, :, piece] if kernel._has_lse else None, scale, kernel.num_threads,
-                              _to_dlpack)
+        _run_at(True, kernel, first, [q[:, :, piece], k_full, v_full, o[:, :, piece],
+                                      lse[:, :, piece] if kernel._has_lse else None], scale)
     return o, lse
 
 
@@ -278,9 +300,8 @@ def _backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tens
     for i, (first, row, rows) in enumerate(route.pieces):
         out = sums if i == 0 else [route.buffer(name, shape, torch.float32) for name in ("d_k", "d_v")]
         piece = slice(row, row + rows)
-        _attnc.run_backward_at(kernel._handle, first, q[:, :, piece], k_full, v_full, o[:, :, piece],
-                               d_o[:, :, piece], lse[:, :, piece], d_q[:, :, piece], out[0], out[1], scale,
-                               kernel.num_threads, _to_dlpack)
+        _run_at(False, kernel, first, [q[:, :, piece], k_full, v_full, o[:, :, piece], d_o[:, :, piece],
+                                       lse[:, :, piece], d_q[:, :, piece], out[0], out[1]], scale)
         if i:
             sums[0] += out[0]
             sums[1] += out[1]
@@ -333,8 +354,7 @@ def _local_problem(kernel: Any, q: Any, k: Any, v: Any, shards: Any, rank: int) 
             raise TypeError(f"expected an attnc.Kernel, got {type(kernel).__name__}")
         if not isinstance(shards, Shards):
             raise TypeError(f"'shards' must come from attnc.distributed.shard, got {type(shards).__name__}")
-        _check_tensors(q, k, v, cuda=False, cpu_only="attnc.distributed runs CPU tensors on gloo for now (the "
-                       "CUDA kernels take no query offset yet); move them to the CPU")
+        _check_tensors(q, k, v)
         _api._check_shapes(q.shape, k.shape, v.shape)
         if shards._kernel_key != _kernel_key(kernel):
             raise error(INVALID_ARGUMENT, "these shards were made for another kernel (pattern or parameters "
@@ -406,10 +426,12 @@ def attention(kernel: "_api.Kernel", q: Tensor, k: Tensor, v: Tensor, shards: Sh
     group_size = dist.get_world_size(group)
     me = dist.get_rank(group)
     problem = _local_problem(kernel, q, k, v, shards, me)
-    mine = torch.tensor(_summary(kernel, q, k, v, shards, problem), dtype=torch.int64)
+    # (NCCL gathers GPU memory only; gloo either.)
+    where = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" else "cpu"
+    mine = torch.tensor(_summary(kernel, q, k, v, shards, problem), dtype=torch.int64, device=where)
     table = [torch.empty_like(mine) for _ in range(group_size)]
     dist.all_gather(table, mine, group=group)
     _agree([t.tolist() for t in table], problem, me, shards)
-    route = shards._route(me)
+    route = shards._route(me).to(q.device)
     q, k, v = (x.contiguous() for x in (q, k, v))
     return _Attention.apply(q, k, v, kernel, shards, route, group, _api._scale(scale))

@@ -41,8 +41,10 @@
  * their streams, fp16 on them) and the calls that take one; version 5
  * attnc_cpu_isa and the calls with queries at any offset
  * (attnc_run_forward_at, attnc_run_backward_at); version 6 the varlen calls
- * on a device (attnc_run_varlen_on, attnc_run_backward_varlen_on). Every
- * older call and kernel file works unchanged.
+ * on a device (attnc_run_varlen_on, attnc_run_backward_varlen_on); version 7
+ * the calls with queries at an offset on a device (attnc_run_forward_at_on,
+ * attnc_run_backward_at_on). Every older call and kernel file works
+ * unchanged.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef ATTNC_ATTNC_H
@@ -55,7 +57,7 @@
 extern "C" {
 #endif
 
-#define ATTNC_ABI_VERSION 6
+#define ATTNC_ABI_VERSION 7
 #define ATTNC_OLDEST_ABI_VERSION 1
 
 #if defined(__GNUC__)
@@ -318,6 +320,24 @@ ATTNC_API attnc_status attnc_run_backward_at(const attnc_kernel *kernel, int64_t
                                              const attnc_tensor *k, const attnc_tensor *v, const attnc_tensor *o,
                                              const attnc_tensor *d_o, const attnc_tensor *lse, attnc_tensor *d_q,
                                              attnc_tensor *d_k, attnc_tensor *d_v, const attnc_run_options *options);
+
+/**
+ * attnc_run_forward_at on `device` (ABI 7; null: the CPU): a rank's queries
+ * on its GPU in context parallelism. The GPU launches the pattern's row
+ * blocks of the whole sequence; those without a query of the call end at
+ * once.
+ */
+ATTNC_API attnc_status attnc_run_forward_at_on(const attnc_kernel *kernel, const attnc_device *device,
+                                               int64_t first_query, const attnc_tensor *q, const attnc_tensor *k,
+                                               const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse,
+                                               const attnc_run_options *options);
+
+/** attnc_run_backward_at on `device` (ABI 7; null: the CPU). */
+ATTNC_API attnc_status attnc_run_backward_at_on(const attnc_kernel *kernel, const attnc_device *device,
+                                                int64_t first_query, const attnc_tensor *q, const attnc_tensor *k,
+                                                const attnc_tensor *v, const attnc_tensor *o, const attnc_tensor *d_o,
+                                                const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k,
+                                                attnc_tensor *d_v, const attnc_run_options *options);
 
 /** The message of the last failure on this thread ("" if none). */
 ATTNC_API const char *attnc_last_error(void);

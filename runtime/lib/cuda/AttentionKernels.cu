@@ -217,6 +217,13 @@ __device__ __forceinline__ void gatherTile(T *tile, const T *base, int d, RowOff
   }
 }
 
+/// The query row at sequence position `pos`: the call's queries are the
+/// positions first .. first + nq - 1 (nk - nq .. for attnc_run_forward;
+/// attnc_run_forward_at's first_query). -1 where it is not one.
+__device__ __forceinline__ int queryRow(int pos, int first, int nq) {
+  return pos >= first && pos < first + nq ? pos - first : -1;
+}
+
 __device__ __forceinline__ float warpMax4(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
@@ -235,7 +242,7 @@ template <int DP, int MT>
 __device__ __forceinline__ void startRows(const FwdArgs &a, const FwdItem &item, int warpRow, int lane,
                                           float (&acc)[MT][DP / 8][4], float (&mrow)[2 * MT], float (&lrow)[2 * MT], int (&rowPos)[2 * MT],
                                           bool (&rowReal)[2 * MT]) {
-  const int bh = blockIdx.y, offset = a.nk - a.nq, gq = lane >> 2, tq = lane & 3;
+  const int bh = blockIdx.y, gq = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -247,7 +254,7 @@ __device__ __forceinline__ void startRows(const FwdArgs &a, const FwdItem &item,
     mrow[z] = -INFINITY;
     lrow[z] = 0.f;
     rowPos[z] = item.row0 + r * item.rowStride;
-    rowReal[z] = r < item.rows && rowPos[z] >= offset;
+    rowReal[z] = r < item.rows && queryRow(rowPos[z], a.first, a.nq) >= 0;
   }
   if (a.readsState) {
 #pragma unroll
@@ -280,7 +287,7 @@ __device__ __forceinline__ void finishRows(const FwdArgs &a, const FwdItem &item
                                            float (&acc)[MT][DP / 8][4], float (&mrow)[2 * MT], float (&lrow)[2 * MT], int (&rowPos)[2 * MT],
                                            bool (&rowReal)[2 * MT]) {
   using M = Mma<T>;
-  const int offset = a.nk - a.nq, gq = lane >> 2, tq = lane & 3, b = blockIdx.y / a.heads, h = blockIdx.y % a.heads, bh = blockIdx.y;
+  const int gq = lane >> 2, tq = lane & 3, b = blockIdx.y / a.heads, h = blockIdx.y % a.heads, bh = blockIdx.y;
 #pragma unroll
   for (int z = 0; z < 2 * MT; ++z) {
     const int mt = z >> 1, x = z & 1;
@@ -330,7 +337,7 @@ __device__ __forceinline__ void finishRows(const FwdArgs &a, const FwdItem &item
         a.stateLse[at] = lse;
       continue;
     }
-    const int qrow = rowPos[z] - offset;
+    const int qrow = rowPos[z] - a.first;
     T *o = static_cast<T *>(a.o) + b * a.osb + h * a.osh + int64_t(qrow) * a.osn;
 #pragma unroll
     for (int j = 0; j < DP / 8; ++j) {
@@ -371,9 +378,8 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
   const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
   if (a.setOfHead && a.setOfHead[h] != a.set)
     return;
-  const int offset = a.nk - a.nq;
-  if (item.row0 + (item.rows - 1) * item.rowStride < offset)
-    return; // every row is a position before the first query
+  if (item.row0 + (item.rows - 1) * item.rowStride < a.first || item.row0 >= a.first + a.nq)
+    return; // every row is a position outside the queries
   const int g = h / a.ratio;
   const T *q = static_cast<const T *>(a.q) + b * a.qsb + h * a.qsh;
   const T *k = static_cast<const T *>(a.k) + b * a.ksb + g * a.ksh;
@@ -383,7 +389,8 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
 
   gatherTile<DP, NT, WG>(qs, q, a.d, [&](int r) -> int64_t {
     const int pos = item.row0 + r * item.rowStride;
-    return r < item.rows && pos >= offset ? (pos - offset) * a.qsn : -1;
+    const int row = queryRow(pos, a.first, a.nq);
+    return r < item.rows && row >= 0 ? row * a.qsn : -1;
   });
   const int32_t *keys = a.keys + item.keyBegin;
   const uint64_t *masks = a.masks + item.keyBegin;
@@ -593,7 +600,6 @@ template <class T, int DP> __device__ __forceinline__ void backward(const BwdArg
   const BwdItem item = a.items[a.itemBegin + blockIdx.x];
   const int kvHeads = a.heads / a.ratio;
   const int bg = blockIdx.y, b = bg / kvHeads, g = bg % kvHeads;
-  const int offset = a.nk - a.nq;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int gq = lane >> 2, tq = lane & 3;
   const int32_t *keys = a.keys + item.keyBegin;
@@ -616,8 +622,8 @@ template <class T, int DP> __device__ __forceinline__ void backward(const BwdArg
   auto issue = [&](int step, int stage) {
     const int h = headAt(step / item.numTiles), e0 = item.rowBegin + (step % item.numTiles) * kRows;
     auto rowOf = [&](int r, int64_t stride) -> int64_t {
-      const int pos = a.rows[e0 + r];
-      return a.masks[e0 + r] != 0 && pos >= offset ? (pos - offset) * stride : -1;
+      const int row = queryRow(a.rows[e0 + r], a.first, a.nq);
+      return a.masks[e0 + r] != 0 && row >= 0 ? row * stride : -1;
     };
     gatherTile<DP>(qs + stage * kTile, static_cast<const T *>(a.q) + b * a.qsb + h * a.qsh, a.d,
                    [&](int r) { return rowOf(r, a.qsn); });
@@ -633,11 +639,11 @@ template <class T, int DP> __device__ __forceinline__ void backward(const BwdArg
   };
   auto fetch = [&](int step) {
     const int h = headAt(step / item.numTiles), e = item.rowBegin + (step % item.numTiles) * kRows + tid;
-    const int pos = a.rows[e];
+    const int row = queryRow(a.rows[e], a.first, a.nq);
     const uint64_t m = a.masks[e];
     RowInfo info{-1, 0, 0.f, 0.f};
-    if (m != 0 && pos >= offset) {
-      info.q = pos - offset;
+    if (m != 0 && row >= 0) {
+      info.q = row;
       info.mask = m;
       info.lse = a.lse[b * a.lsb + h * a.lsh + int64_t(info.q) * a.lsn];
       info.delta = a.delta[size_t(b * a.heads + h) * a.nq + info.q];

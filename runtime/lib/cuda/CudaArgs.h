@@ -56,7 +56,7 @@ struct FwdArgs {
   float *slotO;             ///< [slots][batch * heads][64][DP]: chunks' partial O (normalised)
   float *slotLse;           ///< [slots][batch * heads][64]
   int32_t writesSlots;      ///< a split launch: each item is a chunk that writes its slot
-  int32_t pad;
+  int32_t first;            ///< the position of query row 0 (nk - nq, or first_query)
 };
 
 /// The backward kernel's argument.
@@ -70,6 +70,7 @@ struct BwdArgs {
   int32_t heads, ratio, d, nq, nk, itemBegin;
   float scale, scaleLog2;
   int32_t set;
+  int32_t first; ///< the position of query row 0 (nk - nq, or first_query)
   const BwdItem *items;
   const int32_t *keys;
   const int32_t *rows;

@@ -428,6 +428,7 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   a.d = static_cast<int32_t>(dims.d);
   a.nq = static_cast<int32_t>(dims.nq);
   a.nk = static_cast<int32_t>(dims.nk);
+  a.first = static_cast<int32_t>(dims.first >= 0 ? dims.first : dims.nk - dims.nq);
   a.scaleLog2 = scale * 1.4426950408889634f;
   a.setOfHead = tabs->setOfHead;
   CUfunction f = m.fwd[typeIndex(type)][dpIndex(dp)];
@@ -511,6 +512,7 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
   a.d = static_cast<int32_t>(dims.d);
   a.nq = static_cast<int32_t>(dims.nq);
   a.nk = static_cast<int32_t>(dims.nk);
+  a.first = static_cast<int32_t>(dims.first >= 0 ? dims.first : dims.nk - dims.nq);
   a.scale = scale;
   a.scaleLog2 = scale * 1.4426950408889634f;
   a.setOfHead = tabs->setOfHead;

@@ -35,6 +35,7 @@ void checkDevice(int index);
 /// The sizes of a validated call (Runtime.cpp's Shape).
 struct Dims {
   int64_t batch = 0, hq = 0, hkv = 0, nq = 0, nk = 0, d = 0;
+  int64_t first = -1; ///< the queries' first position (attnc_run_forward_at); -1: nk - nq
 };
 
 /// Forces the bf16 d <= 64 forward kernel's variant for every call of the
