@@ -26,7 +26,9 @@ reports its largest difference from flex_attention's O, as a check of both.
 With --variants 0,4 it times the forward's variants instead (0 the default,
 1-3 of bf16 at d <= 64, 4 the wgmma kernel on compute capability 9.0), one
 process, switched with attnc_internal_cuda_forward_variant, each row with
-its largest difference from the default's O and log-sum-exp.
+its largest difference from the default's O and log-sum-exp; with
+--bwd-variants 0,1 also the backward's (1: wgmma), each against the
+default's dQ, dK and dV.
 """
 import argparse
 import ctypes
@@ -107,6 +109,10 @@ class Attnc:
     def variant(self, v):
         """Forces the forward's variant (-1: none forced)."""
         self.check(self.rt.attnc_internal_cuda_forward_variant(ctypes.c_int32(v)), f"forward variant {v}")
+
+    def bwd_variant(self, v):
+        """Forces the backward's variant (-1: none forced)."""
+        self.check(self.rt.attnc_internal_cuda_backward_variant(ctypes.c_int32(v)), f"backward variant {v}")
 
     def backward(self, kernel, q, k, v, o, do, lse, dq, dk, dv):
         ts = [self.tensor(t) for t in (q, k, v, o, do, lse, dq, dk, dv)]
@@ -189,8 +195,41 @@ def variants_table(args, at, dev):
                     dl = (lse[finite] - ref[2][finite]).abs().max().item() if finite.any() else 0.0
                     print(f"| {name} | {n} | {d} | {var} | {ms:.3f} | {flops / ms / 1e9:.1f} | {ref[0] / ms:.2f}x | "
                           f"{do:.2e} | {dl:.2e} |", flush=True)
+                if args.bwd_variants:
+                    backward_variants(args, at, kernel, q, k, v, flops, name, n, d, hopper=(major, minor) == (9, 0))
             del q, k, v
             torch.cuda.empty_cache()
+
+
+def backward_variants(args, at, kernel, q, k, v, flops, name, n, d, hopper):
+    """The backward's variants (forward: the default), timed alone (fwd+bwd minus fwd), against the default's
+    gradients."""
+    g = torch.Generator(device=q.device).manual_seed(2)
+    do = torch.randn(q.shape, generator=g, device=q.device, dtype=q.dtype)
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3] + (1,), device=q.device, dtype=torch.float32)
+    fwd_ms = gpu_ms(lambda: at.forward(kernel, q, k, v, o, lse), args.repeat)
+    ref = None
+    for var in [int(x) for x in args.bwd_variants.split(",")]:
+        if var == 1 and not hopper:
+            print(f"| {name} | {n} | {d} | bwd 1 | - | - | - | wgmma needs compute capability 9.0 | - |", flush=True)
+            continue
+        grads = [torch.empty_like(x) for x in (q, k, v)]
+
+        def step():
+            at.forward(kernel, q, k, v, o, lse)
+            at.backward(kernel, q, k, v, o, do, lse, *grads)
+        at.bwd_variant(var)
+        try:
+            ms = gpu_ms(step, args.repeat) - fwd_ms
+        finally:
+            at.bwd_variant(-1)
+        torch.cuda.synchronize()
+        if ref is None:
+            ref = (ms, grads)
+        diff = max((x.float() - y.float()).abs().max().item() for x, y in zip(grads, ref[1]))
+        print(f"| {name} | {n} | {d} | bwd {var} | {ms:.3f} | {2.5 * flops / ms / 1e9:.1f} | {ref[0] / ms:.2f}x | "
+              f"max |dQ,dK,dV - default| {diff:.2e} | - |", flush=True)
 
 
 def main():
@@ -205,6 +244,7 @@ def main():
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--variants", help="time these forward variants (e.g. 0,4) instead of the peers")
+    ap.add_argument("--bwd-variants", help="with --variants: time these backward variants too (e.g. 0,1)")
     ap.add_argument("--sdpa-mask-max-n", type=int, default=32768,
                     help="largest n for SDPA with a boolean mask (n^2 bytes)")
     args = ap.parse_args()

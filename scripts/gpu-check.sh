@@ -20,7 +20,9 @@
 #      (quick: n = 16384, d = 64; full: flex and SDPA at n = 16384, d = 64 and
 #      128, attnc alone at n = 65536 too); then the forward's variants, A/B
 #      (quick: the default and wgmma; full: all five);
-#   6. the Python package built there (pip, no network: the machine's
+#   6. the attnc tool's GPU paths (carried): run --target cuda --check with a
+#      gradient, bench --target cuda forward and backward, tune --target cuda;
+#   7. the Python package built there (pip, no network: the machine's
 #      scikit-build-core and nanobind; the fatbin from .gpu-carry) and
 #      python/tests/test_cuda.py: the torch op on CUDA tensors, and
 #      test_distributed.py::test_cuda_tensors (context parallelism on a GPU).
@@ -32,11 +34,13 @@ carry=.gpu-carry
 if [ "${1:-}" = "--stage" ]; then
   set -e
   build=${ATTNC_BUILD_DIR:-build-gpu}
-  ATTNC_BUILD_DIR=$build ATTNC_CMAKE_FLAGS="-DATTNC_WITH_MLIR=OFF -DATTNC_WITH_HALIDE=OFF -DATTNC_WITH_CUDA=ON" \
+  ATTNC_BUILD_DIR=$build ATTNC_CMAKE_FLAGS="-DATTNC_WITH_MLIR=OFF -DATTNC_WITH_HALIDE=OFF -DATTNC_WITH_CUDA=ON -DATTNC_WITH_CLI=ON" \
     bash scripts/build.sh
   rm -rf "$carry" && mkdir -p "$carry"
   cp "$build/runtime/libattnc.so" "$build/jit/libattnc_jit.so" "$build/runtime/attnc_kernels.fatbin" \
      "$build/tests/runtime/attnc_cuda_tests" "$carry/"
+  # The attnc tool (built here with CLI11, which the GPU machine lacks; it needs libz there only).
+  cp "$build/tools/attnc/attnc" "$carry/"
   git rev-parse --short HEAD > "$carry/commit"
   git status --porcelain | grep -q . && echo "+uncommitted" >> "$carry/commit"
   du -sh "$carry"
@@ -86,10 +90,20 @@ if [ "$mode" != tests ]; then
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     variants=0,4
   fi
-  # The forward's variants side by side, each checked against the default
-  # (4: wgmma, compute capability 9.0 only).
-  $bench --variants "$variants" --n 16384 --d 64,128 --patterns fixed,strided,local,longformer,bigbird 2>&1 |
+  # The forward's and the backward's variants side by side, each checked
+  # against the default (forward 4 and backward 1: wgmma, compute capability 9.0 only).
+  $bench --variants "$variants" --bwd-variants 0,1 --n 16384 --d 64,128 --patterns fixed,strided,local,longformer,bigbird 2>&1 |
     tee "$out/variants.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+  step "the attnc tool on the GPU"
+  tool=$carry/attnc
+  { "$tool" run patterns/fixed.attn --random 1,4,1000,64 --target cuda --grad random --check &&
+    "$tool" run patterns/strided.attn --random 2,4,300,128 --kv-heads 2 --target cuda --check &&
+    "$tool" bench patterns/fixed.attn --n 16384 --d 64 --target cuda --backward &&
+    "$tool" bench patterns/local.attn --n 16384 --d 128 --target cuda --dtype f16 &&
+    ATTNC_CACHE_DIR=/tmp/attnc-tune "$tool" tune patterns/local.attn --n 16384 --d 64 --target cuda --repeat 5
+  } 2>&1 | tee "$out/cli.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
   step "python package and its GPU tests"

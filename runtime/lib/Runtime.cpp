@@ -1213,6 +1213,10 @@ attnc_status attnc_internal_cuda_forward_variant(int32_t variant) {
   return guarded([&] { attnc::rt::cuda::forceForwardVariant(variant); });
 }
 
+attnc_status attnc_internal_cuda_backward_variant(int32_t variant) {
+  return guarded([&] { attnc::rt::cuda::forceBackwardVariant(variant); });
+}
+
 attnc_status attnc_internal_cuda_device(int32_t device, char *name, size_t size, int32_t *major, int32_t *minor) {
   return guarded([&] {
     attnc::rt::cuda::checkDevice(device);

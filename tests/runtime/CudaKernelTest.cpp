@@ -175,6 +175,26 @@ TEST(CudaTools, WithoutAGpuTheySayWhy) {
   EXPECT_EQ(attnc_internal_cuda_copy(0, nullptr, name, 8, 1), ATTNC_ERROR_INVALID_ARGUMENT);
 }
 
+/// Forcing a kernel variant (what attnc tune and the benchmarks do): the
+/// known ones are accepted anywhere (a call says later whether its GPU runs
+/// them), others are errors naming the range.
+TEST(CudaTools, VariantsOutsideTheirRangeAreErrors) {
+  for (const int32_t v : {-1, 0, 1, 2, 3, 4})
+    EXPECT_EQ(attnc_internal_cuda_forward_variant(v), ATTNC_OK) << v;
+  for (const int32_t v : {-2, 5, 99}) {
+    EXPECT_EQ(attnc_internal_cuda_forward_variant(v), ATTNC_ERROR_INVALID_ARGUMENT) << v;
+    EXPECT_NE(std::string(attnc_last_error()).find("0-4"), std::string::npos) << attnc_last_error();
+  }
+  for (const int32_t v : {-1, 0, 1})
+    EXPECT_EQ(attnc_internal_cuda_backward_variant(v), ATTNC_OK) << v;
+  for (const int32_t v : {-2, 2}) {
+    EXPECT_EQ(attnc_internal_cuda_backward_variant(v), ATTNC_ERROR_INVALID_ARGUMENT) << v;
+    EXPECT_NE(std::string(attnc_last_error()).find("0 or 1"), std::string::npos) << attnc_last_error();
+  }
+  EXPECT_EQ(attnc_internal_cuda_forward_variant(-1), ATTNC_OK);
+  EXPECT_EQ(attnc_internal_cuda_backward_variant(-1), ATTNC_OK);
+}
+
 TEST(CudaTools, MemoryCopiesAndEventsOnAGpu) {
   ATTNC_REQUIRE_GPU();
   char name[256];
@@ -242,7 +262,9 @@ struct GpuCase {
   attnc_dtype dtype;
   float inputScale = 1.0f;
   bool strided = false; ///< q, k, v, o as views of [batch, n, heads, d] memory (heads inner)
-  int variant = -1;     ///< the forward variant forced (attnc_internal_cuda_forward_variant); -1 none
+  /// The forward variant forced (attnc_internal_cuda_forward_variant), -1 none;
+  /// 4 (wgmma) forces the backward's wgmma variant (1) too.
+  int variant = -1;
 };
 
 void PrintTo(const GpuCase &c, std::ostream *os) { *os << c.label; }
@@ -500,6 +522,14 @@ TEST_P(CudaKernel, ForwardAndBackwardMatchTheReference) {
     if (c.variant == 4 && !(major == 9 && minor == 0)) { // wgmma: sm_90a code only
       EXPECT_EQ(st, ATTNC_ERROR_UNSUPPORTED);
       EXPECT_NE(error.find("compute capability 9.0"), std::string::npos) << error;
+      ASSERT_EQ(attnc_run_forward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tlse, nullptr), ATTNC_OK);
+      ASSERT_EQ(attnc_internal_cuda_backward_variant(1), ATTNC_OK);
+      attnc_tensor tgq = gpuTensor(gq.p, type, B, H, nq, d, c.strided),
+                   tgk = gpuTensor(gk.p, type, B, G, nk, d, c.strided), tgv = gpuTensor(gv.p, type, B, G, nk, d, c.strided);
+      EXPECT_EQ(attnc_run_backward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tdO, &tlse, &tgq, &tgk, &tgv, nullptr),
+                ATTNC_ERROR_UNSUPPORTED);
+      EXPECT_NE(std::string(attnc_last_error()).find("compute capability 9.0"), std::string::npos);
+      ASSERT_EQ(attnc_internal_cuda_backward_variant(-1), ATTNC_OK);
       cudaStreamDestroy(stream);
       return;
     }
@@ -529,9 +559,12 @@ TEST_P(CudaKernel, ForwardAndBackwardMatchTheReference) {
 
   attnc_tensor tgq = gpuTensor(gq.p, type, B, H, nq, d, c.strided), tgk = gpuTensor(gk.p, type, B, G, nk, d, c.strided),
                tgv = gpuTensor(gv.p, type, B, G, nk, d, c.strided);
-  ASSERT_EQ(attnc_run_backward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tdO, &tlse, &tgq, &tgk, &tgv, nullptr),
-            ATTNC_OK)
-      << attnc_last_error();
+  ASSERT_EQ(attnc_internal_cuda_backward_variant(c.variant == 4 ? 1 : -1), ATTNC_OK);
+  const attnc_status bst =
+      attnc_run_backward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tdO, &tlse, &tgq, &tgk, &tgv, nullptr);
+  const std::string berror = bst == ATTNC_OK ? "" : attnc_last_error();
+  ASSERT_EQ(attnc_internal_cuda_backward_variant(-1), ATTNC_OK);
+  ASSERT_EQ(bst, ATTNC_OK) << berror;
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaStreamDestroy(stream);
   const double gtol = type == ATTNC_DTYPE_F16 ? 1e-2 : 4e-2;
@@ -555,9 +588,9 @@ TEST_P(CudaKernel, ForwardAndBackwardMatchTheReference) {
 INSTANTIATE_TEST_SUITE_P(Library, CudaKernel, ::testing::ValuesIn(gpuCases()),
                          [](const auto &info) { return info.param.label; });
 
-/// The same cases with the forward on wgmma (variant 4: d <= 128, every
-/// dtype; f32 runs as bf16), on compute capability 9.0; elsewhere the call
-/// must say why it cannot run.
+/// The same cases with the forward and the backward on wgmma (forward
+/// variant 4, backward variant 1: d <= 128, every dtype; f32 runs as bf16),
+/// on compute capability 9.0; elsewhere the calls must say why they cannot run.
 std::vector<GpuCase> wgmmaCases() {
   std::vector<GpuCase> out;
   for (GpuCase c : gpuCases())

@@ -129,8 +129,9 @@ template <int N> __device__ __forceinline__ void pinRegs(uint32_t (&r)[N][4]) {
 }
 
 template <class T> struct Wgmma;
-// ss64: S (+)= Q K^T, both K-major in shared memory; rs64 / rs128: O (+)= P V,
-// P from registers, V MN-major (transposed) in shared memory. scaleD 0: D = A B.
+// ss64: S (+)= Q K^T, both K-major in shared memory; ss64t: both MN-major
+// (transposed: the backward's dQ = dS K from dS^T and K); rs64 / rs128:
+// O (+)= P V, P from registers, V MN-major in shared memory. scaleD 0: D = A B.
 #define ATTNC_WGMMA(TYPE, TY)                                                                                      \
   template <> struct Wgmma<TYPE> {                                                                                 \
   static __device__ __forceinline__ void ss64(float (&d)[8][4], uint64_t descA, uint64_t descB,                    \
@@ -140,6 +141,21 @@ template <class T> struct Wgmma;
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                          \
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                  \
                  "}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                                                \
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),       \
+                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),       \
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),       \
+                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),       \
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),       \
+                   "+f"(d[7][2]), "+f"(d[7][3])                                                                    \
+                 : "l"(descA), "l"(descB), "r"(scaleD));                                                           \
+  }                                                                                                                \
+  static __device__ __forceinline__ void ss64t(float (&d)[8][4], uint64_t descA, uint64_t descB,                    \
+                                               int scaleD) {                                                       \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                      \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"                                      \
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                          \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                  \
+                 "}, %32, %33, p, 1, 1, 1, 1;\n}\n"                                                                \
                  : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),       \
                    "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),       \
                    "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),       \
@@ -583,11 +599,18 @@ __device__ __forceinline__ void addPair(float *p, float x, float y) {
 #endif
 }
 
-template <class T, int DP> __device__ __forceinline__ void backward(const BwdArgs &a) {
+/// The backward of one key group. WG (sm_90a, DP 64 or 128): its five
+/// products on wgmma, the warpgroup's 64 keys as M: S^T = K Q^T and dP^T =
+/// V dO^T from shared memory, dV += P^T dO and dK += dS^T Q with P^T and dS^T
+/// from registers, dQ = dS K from dS^T and K in shared memory (both read
+/// transposed), 64 columns of dQ at a time.
+template <class T, int DP, bool WG = false> __device__ __forceinline__ void backward(const BwdArgs &a) {
+  static_assert(!WG || DP == 64 || DP == 128, "wgmma: DP 64 or 128");
   using M = Mma<T>;
   constexpr int kTile = BwdSmem<T, DP>::kTile;
   extern __shared__ __align__(128) unsigned char smemRaw[];
-  T *ks = reinterpret_cast<T *>(smemRaw);
+  // (wgmma's tiles start at 1024-byte boundaries: bwdSmemBytes leaves the room.)
+  T *ks = reinterpret_cast<T *>(WG ? smemRaw + ((1024 - (smemAddr(smemRaw) & 1023)) & 1023) : smemRaw);
   T *vs = ks + kTile;
   T *qs = vs + kTile;       // [2][64][DP]
   T *dos = qs + 2 * kTile;  // [2][64][DP]
@@ -605,8 +628,8 @@ template <class T, int DP> __device__ __forceinline__ void backward(const BwdArg
   const int32_t *keys = a.keys + item.keyBegin;
   const T *k = static_cast<const T *>(a.k) + b * a.ksb + g * a.ksh;
   const T *v = static_cast<const T *>(a.v) + b * a.vsb + g * a.vsh;
-  gatherTile<DP>(ks, k, a.d, [&](int r) -> int64_t { return r < item.numKeys ? keys[r] * a.ksn : -1; });
-  gatherTile<DP>(vs, v, a.d, [&](int r) -> int64_t { return r < item.numKeys ? keys[r] * a.vsn : -1; });
+  gatherTile<DP, kThreads, WG>(ks, k, a.d, [&](int r) -> int64_t { return r < item.numKeys ? keys[r] * a.ksn : -1; });
+  gatherTile<DP, kThreads, WG>(vs, v, a.d, [&](int r) -> int64_t { return r < item.numKeys ? keys[r] * a.vsn : -1; });
 
   // The query heads of this key/value head that run this set.
   int heads = 0;
@@ -625,10 +648,10 @@ template <class T, int DP> __device__ __forceinline__ void backward(const BwdArg
       const int row = queryRow(a.rows[e0 + r], a.first, a.nq);
       return a.masks[e0 + r] != 0 && row >= 0 ? row * stride : -1;
     };
-    gatherTile<DP>(qs + stage * kTile, static_cast<const T *>(a.q) + b * a.qsb + h * a.qsh, a.d,
-                   [&](int r) { return rowOf(r, a.qsn); });
-    gatherTile<DP>(dos + stage * kTile, static_cast<const T *>(a.dO) + b * a.gsb + h * a.gsh, a.d,
-                   [&](int r) { return rowOf(r, a.gsn); });
+    gatherTile<DP, kThreads, WG>(qs + stage * kTile, static_cast<const T *>(a.q) + b * a.qsb + h * a.qsh, a.d,
+                                 [&](int r) { return rowOf(r, a.qsn); });
+    gatherTile<DP, kThreads, WG>(dos + stage * kTile, static_cast<const T *>(a.dO) + b * a.gsb + h * a.gsh, a.d,
+                                 [&](int r) { return rowOf(r, a.gsn); });
   };
   // Step s's row data (threads 0-63, one row each): loaded a step ahead,
   // stored to shared memory when the step before it is done with the stage.
@@ -677,6 +700,8 @@ template <class T, int DP> __device__ __forceinline__ void backward(const BwdArg
       issue(step + 1, stage ^ 1);
     cpAsyncCommit();
     cpAsyncWait<1>();
+    if (WG)
+      fenceProxyAsync();
     __syncthreads();
     const T *qt = qs + stage * kTile, *dot = dos + stage * kTile;
     const uint64_t *rmask = rmaskS + stage * kRows;
@@ -691,21 +716,36 @@ template <class T, int DP> __device__ __forceinline__ void backward(const BwdArg
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         st[j][e] = dpt[j][e] = 0.f;
+    if constexpr (WG) {
+      const uint32_t ka = smemAddr(ks), va = smemAddr(vs), qa = smemAddr(qt), da = smemAddr(dot);
+      wgFence();
 #pragma unroll
-    for (int kk = 0; kk < DP / 16; ++kk) {
-      uint32_t kf[4], vf[4];
-      ldmatrix4(kf, ks + swz<DP>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
-      ldmatrix4(vf, vs + swz<DP>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+      for (int kk = 0; kk < DP / 16; ++kk) {
+        const uint32_t at = wgKStep(kk);
+        Wgmma<T>::ss64(st, wgDescriptor(ka + at, 16), wgDescriptor(qa + at, 16), kk > 0);
+        Wgmma<T>::ss64(dpt, wgDescriptor(va + at, 16), wgDescriptor(da + at, 16), kk > 0);
+      }
+      wgCommit();
+      wgWait();
+      pinRegs(st);
+      pinRegs(dpt);
+    } else {
 #pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        uint32_t bf[4];
-        const int row = jj * 16 + (lane & 7) + ((lane >> 4) << 3), chunk = kk * 2 + ((lane >> 3) & 1);
-        ldmatrix4(bf, qt + swz<DP>(row, chunk));
-        M::run(st[2 * jj], kf, bf[0], bf[1]);
-        M::run(st[2 * jj + 1], kf, bf[2], bf[3]);
-        ldmatrix4(bf, dot + swz<DP>(row, chunk));
-        M::run(dpt[2 * jj], vf, bf[0], bf[1]);
-        M::run(dpt[2 * jj + 1], vf, bf[2], bf[3]);
+      for (int kk = 0; kk < DP / 16; ++kk) {
+        uint32_t kf[4], vf[4];
+        ldmatrix4(kf, ks + swz<DP>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+        ldmatrix4(vf, vs + swz<DP>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          uint32_t bf[4];
+          const int row = jj * 16 + (lane & 7) + ((lane >> 4) << 3), chunk = kk * 2 + ((lane >> 3) & 1);
+          ldmatrix4(bf, qt + swz<DP>(row, chunk));
+          M::run(st[2 * jj], kf, bf[0], bf[1]);
+          M::run(st[2 * jj + 1], kf, bf[2], bf[3]);
+          ldmatrix4(bf, dot + swz<DP>(row, chunk));
+          M::run(dpt[2 * jj], vf, bf[0], bf[1]);
+          M::run(dpt[2 * jj + 1], vf, bf[2], bf[3]);
+        }
       }
     }
     const bool full = a.full[(item.rowBegin >> 6) + step % item.numTiles] != 0;
@@ -732,51 +772,103 @@ template <class T, int DP> __device__ __forceinline__ void backward(const BwdArg
                                     (col & 7)) = dsf[j >> 1][(j & 1) * 2 + 1];
     }
     // dV += P^T dO, dK += dS^T Q (the 64 rows are the reduction).
-#pragma unroll
-    for (int dd = 0; dd < DP / 16; ++dd)
+    if constexpr (WG) {
+      const uint32_t qa = smemAddr(qt), da = smemAddr(dot);
+      pinRegs(dv);
+      pinRegs(dk);
+      pinRegs(pf);
+      pinRegs(dsf);
+      wgFence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        uint32_t bf[4];
-        const int row = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), chunk = dd * 2 + (lane >> 4);
-        ldmatrix4T(bf, dot + swz<DP>(row, chunk));
-        M::run(dv[2 * dd], pf[kk], bf[0], bf[1]);
-        M::run(dv[2 * dd + 1], pf[kk], bf[2], bf[3]);
-        ldmatrix4T(bf, qt + swz<DP>(row, chunk));
-        M::run(dk[2 * dd], dsf[kk], bf[0], bf[1]);
-        M::run(dk[2 * dd + 1], dsf[kk], bf[2], bf[3]);
+        const uint64_t dDesc = wgDescriptor(da + wgVStep(kk), kWgVLeading),
+                       qDesc = wgDescriptor(qa + wgVStep(kk), kWgVLeading);
+        if constexpr (DP == 64) {
+          Wgmma<T>::rs64(dv, pf[kk], dDesc, 1);
+          Wgmma<T>::rs64(dk, dsf[kk], qDesc, 1);
+        } else {
+          Wgmma<T>::rs128(dv, pf[kk], dDesc, 1);
+          Wgmma<T>::rs128(dk, dsf[kk], qDesc, 1);
+        }
       }
+      wgCommit();
+      wgWait();
+      pinRegs(dv);
+      pinRegs(dk);
+      fenceProxyAsync(); // dS^T, written above, is read by the tensor cores next
+    } else {
+#pragma unroll
+      for (int dd = 0; dd < DP / 16; ++dd)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t bf[4];
+          const int row = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), chunk = dd * 2 + (lane >> 4);
+          ldmatrix4T(bf, dot + swz<DP>(row, chunk));
+          M::run(dv[2 * dd], pf[kk], bf[0], bf[1]);
+          M::run(dv[2 * dd + 1], pf[kk], bf[2], bf[3]);
+          ldmatrix4T(bf, qt + swz<DP>(row, chunk));
+          M::run(dk[2 * dd], dsf[kk], bf[0], bf[1]);
+          M::run(dk[2 * dd + 1], dsf[kk], bf[2], bf[3]);
+        }
+    }
     // The next step's row data, in flight while dQ is computed.
     RowInfo next{};
     if (more && tid < kRows)
       next = fetch(step + 1);
     __syncthreads();
     // dQ = scale dS K for this warp's 16 rows, 16 columns at a time.
-    uint32_t af[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const int key = kk * 16 + (lane & 7) + ((lane >> 4) << 3), chunk = warp * 2 + ((lane >> 3) & 1);
-      ldmatrix4T(af[kk], dss + key * kRows + ((chunk ^ (key & 7)) << 3));
-    }
     const int r0 = warp * 16 + gq;
     float *dq0 = rq[r0] >= 0 ? a.dq + (size_t(bh) * a.nq + rq[r0]) * DP : nullptr;
     float *dq1 = rq[r0 + 8] >= 0 ? a.dq + (size_t(bh) * a.nq + rq[r0 + 8]) * DP : nullptr;
+    if constexpr (WG) {
+      // 64 columns at a time: A = dS (rows x keys) read from dS^T, B = K,
+      // both transposed; 16 keys a step.
+      const uint32_t sa = smemAddr(dss), ka = smemAddr(ks);
 #pragma unroll
-    for (int dd = 0; dd < DP / 16; ++dd) {
-      float c[2][4] = {};
+      for (int half = 0; half < DP / 64; ++half) {
+        float c[8][4];
+        wgFence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          Wgmma<T>::ss64t(c, wgDescriptor(sa + wgVStep(kk), kWgVLeading),
+                          wgDescriptor(ka + half * kWgVLeading + wgVStep(kk), kWgVLeading), kk > 0);
+        wgCommit();
+        wgWait();
+        pinRegs(c);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int col = half * 64 + j * 8 + 2 * tq;
+          if (dq0 && col < a.d)
+            addPair(dq0 + col, c[j][0] * a.scale, c[j][1] * a.scale);
+          if (dq1 && col < a.d)
+            addPair(dq1 + col, c[j][2] * a.scale, c[j][3] * a.scale);
+        }
+      }
+    } else {
+      uint32_t af[4][4];
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        uint32_t bf[4];
-        ldmatrix4T(bf, ks + swz<DP>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dd * 2 + (lane >> 4)));
-        M::run(c[0], af[kk], bf[0], bf[1]);
-        M::run(c[1], af[kk], bf[2], bf[3]);
+        const int key = kk * 16 + (lane & 7) + ((lane >> 4) << 3), chunk = warp * 2 + ((lane >> 3) & 1);
+        ldmatrix4T(af[kk], dss + key * kRows + ((chunk ^ (key & 7)) << 3));
       }
 #pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const int col = dd * 16 + n * 8 + 2 * tq;
-        if (dq0 && col < a.d)
-          addPair(dq0 + col, c[n][0] * a.scale, c[n][1] * a.scale);
-        if (dq1 && col < a.d)
-          addPair(dq1 + col, c[n][2] * a.scale, c[n][3] * a.scale);
+      for (int dd = 0; dd < DP / 16; ++dd) {
+        float c[2][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          uint32_t bf[4];
+          ldmatrix4T(bf, ks + swz<DP>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dd * 2 + (lane >> 4)));
+          M::run(c[0], af[kk], bf[0], bf[1]);
+          M::run(c[1], af[kk], bf[2], bf[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const int col = dd * 16 + n * 8 + 2 * tq;
+          if (dq0 && col < a.d)
+            addPair(dq0 + col, c[n][0] * a.scale, c[n][1] * a.scale);
+          if (dq1 && col < a.d)
+            addPair(dq1 + col, c[n][2] * a.scale, c[n][3] * a.scale);
+        }
       }
     }
     if (more && tid < kRows)
@@ -875,6 +967,21 @@ ATTNC_BACKWARD(attnc_bwd_bf16_256, __nv_bfloat16, 256)
 ATTNC_BACKWARD(attnc_bwd_f16_64, __half, 64)
 ATTNC_BACKWARD(attnc_bwd_f16_128, __half, 128)
 ATTNC_BACKWARD(attnc_bwd_f16_256, __half, 256)
+
+// The backward on wgmma (sm_90a code only, compute capability 9.0), bf16
+// and fp16, DP 64 and 128: the runtime runs it for backward variant 1.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTNC_BACKWARD_WG(NAME, T, DP)                                                                        \
+  __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP, true>(a); }
+#else
+#define ATTNC_BACKWARD_WG(NAME, T, DP)                                                                        \
+  __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs) { __trap(); }
+#endif
+ATTNC_BACKWARD_WG(attnc_bwd_wg_bf16_64, __nv_bfloat16, 64)
+ATTNC_BACKWARD_WG(attnc_bwd_wg_bf16_128, __nv_bfloat16, 128)
+ATTNC_BACKWARD_WG(attnc_bwd_wg_f16_64, __half, 64)
+ATTNC_BACKWARD_WG(attnc_bwd_wg_f16_128, __half, 128)
+#undef ATTNC_BACKWARD_WG
 
 /// dst = src element by element (any dtypes, any strides; `cols` per row,
 /// and dst's columns cols .. padCols - 1 set to 0): packing a tensor the

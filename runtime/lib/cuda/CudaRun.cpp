@@ -35,7 +35,11 @@ struct Module {
   /// Variant 4, the forward on wgmma (bf16 / fp16, DP 64 / 128): sm_90a code,
   /// run on compute capability 9.0 only (hopper).
   CUfunction fwdWg[2][2] = {};
+  /// Backward variant 1, the backward on wgmma (likewise).
+  CUfunction bwdWg[2][2] = {};
   bool hopper = false;
+  /// ATTNC_CUDA_BWD_VARIANT's variant (-1: unset).
+  int envBwdVariant = -1;
   /// ATTNC_CUDA_FWD_VARIANT's variant (-1: unset).
   int envVariant = -1;
   /// This GPU as tuning names it (tuning::gpuId): "NVIDIA_H200@9.0".
@@ -44,7 +48,7 @@ struct Module {
 
 unsigned variantThreads(int variant) { return variant == 3 ? 64 : 128; }
 
-std::atomic<int> forcedVariant{-1};
+std::atomic<int> forcedVariant{-1}, forcedBwdVariant{-1};
 
 const Module &module(int device) {
   static std::mutex mutex;
@@ -92,10 +96,19 @@ const Module &module(int device) {
   }
   for (int v = 1; v <= 3; ++v)
     get(m.fwdVariants[v], "attnc_fwd_bf16_64_v" + std::to_string(v), fwdSmemBytes(64));
+  if (const char *variant = std::getenv("ATTNC_CUDA_BWD_VARIANT"); variant && *variant) {
+    const std::string v = variant;
+    if (v != "0" && v != "1")
+      throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "ATTNC_CUDA_BWD_VARIANT must be 0 or 1, not '" + v + "'"};
+    m.envBwdVariant = v[0] - '0';
+  }
   m.hopper = info.major == 9 && info.minor == 0;
   for (int t = 0; t < 2; ++t)
-    for (int x = 0; x < 2; ++x)
-      get(m.fwdWg[t][x], std::string("attnc_fwd_wg_") + types[t] + "_" + std::to_string(dps[x]), fwdSmemBytes(dps[x]));
+    for (int x = 0; x < 2; ++x) {
+      const std::string suffix = std::string(types[t]) + "_" + std::to_string(dps[x]);
+      get(m.fwdWg[t][x], "attnc_fwd_wg_" + suffix, fwdSmemBytes(dps[x]));
+      get(m.bwdWg[t][x], "attnc_bwd_wg_" + suffix, bwdSmemBytes(dps[x]));
+    }
   m.gpu = info.name;
   for (char &c : m.gpu) // (tuning::gpuId's spelling)
     if (c == ' ' || c == ';' || c == ':' || c == '=' || c == '@')
@@ -300,6 +313,13 @@ template <class Args> void setInputs(Args &a, const Operand &q, const Operand &k
   a.vsb = v.sb, a.vsh = v.sh, a.vsn = v.sn;
 }
 
+/// Throws unless this module's GPU runs the wgmma kernels (`what` names the one asked for).
+void needHopper(const Module &m, int device, const std::string &what) {
+  if (!m.hopper)
+    throw RunError{ATTNC_ERROR_UNSUPPORTED, what + " runs on wgmma, compute capability 9.0 (H100, H200) only; CUDA "
+                                                  "device " + std::to_string(device) + " is " + m.gpu};
+}
+
 } // namespace
 
 void checkDevice(int index) {
@@ -336,6 +356,13 @@ struct Engine::DeviceTables {
     }
   }
 };
+
+void forceBackwardVariant(int variant) {
+  if (variant < -1 || variant > 1)
+    throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "a backward variant is 0 or 1 (or -1: none forced), not " +
+                                                     std::to_string(variant)};
+  forcedBwdVariant.store(variant);
+}
 
 void forceForwardVariant(int variant) {
   if (variant < -1 || variant > kLastForwardVariant)
@@ -439,9 +466,7 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
                       : m.envVariant >= 0 ? m.envVariant
                                           : tunedVariant(tuned_, m.gpu, type == ATTNC_DTYPE_F16 ? "f16" : "bf16", dims.d);
   if (variant == 4) {
-    if (!m.hopper)
-      throw RunError{ATTNC_ERROR_UNSUPPORTED, "forward variant 4 runs on wgmma, compute capability 9.0 (H100, H200) "
-                                              "only; CUDA device " + std::to_string(device.index) + " is " + m.gpu};
+    needHopper(m, device.index, "forward variant 4");
     if (dp <= 128) // (d > 128: the default kernel)
       f = m.fwdWg[typeIndex(type)][dpIndex(dp)];
   } else if (variant > 0 && type == ATTNC_DTYPE_BF16 && dp == 64) {
@@ -517,6 +542,13 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
   a.scaleLog2 = scale * 1.4426950408889634f;
   a.setOfHead = tabs->setOfHead;
   CUfunction f = m.bwd[typeIndex(type)][dpIndex(dp)];
+  // The variant: forced (tests, benchmarks), else ATTNC_CUDA_BWD_VARIANT's; 1 is wgmma (d > 128: the default).
+  const int forced = forcedBwdVariant.load();
+  if ((forced >= 0 ? forced : m.envBwdVariant) == 1) {
+    needHopper(m, device.index, "backward variant 1");
+    if (dp <= 128)
+      f = m.bwdWg[typeIndex(type)][dpIndex(dp)];
+  }
   for (size_t s = 0; s < tabs->sets.size(); ++s) {
     const auto &set = tabs->sets[s];
     a.set = static_cast<int32_t>(s);

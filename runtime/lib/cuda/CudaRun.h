@@ -42,6 +42,9 @@ struct Dims {
 /// process (0-3; -1: none, the kernel's tuned one or ATTNC_CUDA_FWD_VARIANT):
 /// what `attnc tune --target cuda` measures with.
 void forceForwardVariant(int variant);
+/// Forces the backward's variant likewise (0 the default, 1 wgmma; -1: none,
+/// ATTNC_CUDA_BWD_VARIANT decides).
+void forceBackwardVariant(int variant);
 
 class Engine {
 public:

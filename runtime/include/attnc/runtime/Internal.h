@@ -44,6 +44,14 @@ ATTNC_API attnc_status attnc_internal_cuda_timer(int32_t device, void **timer, f
  * ATTNC_ERROR_INVALID_ARGUMENT outside -1..4.
  */
 ATTNC_API attnc_status attnc_internal_cuda_forward_variant(int32_t variant);
+/**
+ * Forces the GPU backward's variant in every later call of this process: 0
+ * the default, 1 the wgmma kernel (bf16 and fp16 at d <= 128, compute
+ * capability 9.0 only: a call elsewhere is ATTNC_ERROR_UNSUPPORTED), as
+ * ATTNC_CUDA_BWD_VARIANT names them; -1 none forced (the environment
+ * decides). ATTNC_ERROR_INVALID_ARGUMENT outside -1..1.
+ */
+ATTNC_API attnc_status attnc_internal_cuda_backward_variant(int32_t variant);
 /** The device's name (NUL-terminated, at most size - 1 bytes) and compute capability. */
 ATTNC_API attnc_status attnc_internal_cuda_device(int32_t device, char *name, size_t size, int32_t *major,
                                                   int32_t *minor);
