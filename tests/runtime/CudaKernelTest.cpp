@@ -525,7 +525,8 @@ TEST_P(CudaKernel, ForwardAndBackwardMatchTheReference) {
       ASSERT_EQ(attnc_run_forward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tlse, nullptr), ATTNC_OK);
       ASSERT_EQ(attnc_internal_cuda_backward_variant(1), ATTNC_OK);
       attnc_tensor tgq = gpuTensor(gq.p, type, B, H, nq, d, c.strided),
-                   tgk = gpuTensor(gk.p, type, B, G, nk, d, c.strided), tgv = gpuTensor(gv.p, type, B, G, nk, d, c.strided);
+                   tgk = gpuTensor(gk.p, type, B, G, nk, d, c.strided),
+                   tgv = gpuTensor(gv.p, type, B, G, nk, d, c.strided);
       EXPECT_EQ(attnc_run_backward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tdO, &tlse, &tgq, &tgk, &tgv, nullptr),
                 ATTNC_ERROR_UNSUPPORTED);
       EXPECT_NE(std::string(attnc_last_error()).find("compute capability 9.0"), std::string::npos);
@@ -743,7 +744,8 @@ TEST(CudaKernel, QueriesAtAnOffsetMatchTheWholeCall) {
     EXPECT_EQ(down(rl), down(lse)) << "lse";
     size_t worst;
     const std::vector<float> wantDq = down(dq), wantDk = down(dk), wantDv = down(dv);
-    EXPECT_LE(relativeError(down(rdq), std::vector<double>(wantDq.begin(), wantDq.end()), worst), 1e-5) << "dQ " << worst;
+    EXPECT_LE(relativeError(down(rdq), std::vector<double>(wantDq.begin(), wantDq.end()), worst), 1e-5)
+        << "dQ " << worst;
     std::vector<float> gotDk(dkSum.begin(), dkSum.end()), gotDv(dvSum.begin(), dvSum.end());
     EXPECT_LE(relativeError(gotDk, std::vector<double>(wantDk.begin(), wantDk.end()), worst), 1e-5) << "dK " << worst;
     EXPECT_LE(relativeError(gotDv, std::vector<double>(wantDv.begin(), wantDv.end()), worst), 1e-5) << "dV " << worst;

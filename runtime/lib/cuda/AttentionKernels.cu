@@ -129,40 +129,26 @@ template <int N> __device__ __forceinline__ void pinRegs(uint32_t (&r)[N][4]) {
 }
 
 template <class T> struct Wgmma;
-// ss64: S (+)= Q K^T, both K-major in shared memory; ss64t: both MN-major
-// (transposed: the backward's dQ = dS K from dS^T and K); rs64 / rs128:
+// ss64<0>: S (+)= Q K^T, both K-major in shared memory; ss64<1>: both
+// MN-major (transposed: the backward's dQ = dS K from dS^T and K); rs64 / rs128:
 // O (+)= P V, P from registers, V MN-major in shared memory. scaleD 0: D = A B.
 #define ATTNC_WGMMA(TYPE, TY)                                                                                      \
   template <> struct Wgmma<TYPE> {                                                                                 \
+  template <int MN>                                                                                                \
   static __device__ __forceinline__ void ss64(float (&d)[8][4], uint64_t descA, uint64_t descB,                    \
                                                int scaleD) {                                                       \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                      \
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"                                      \
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                          \
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                  \
-                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                                                \
+                 "}, %32, %33, p, 1, 1, %35, %35;\n}\n"                                                            \
                  : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),       \
                    "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),       \
                    "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),       \
                    "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),       \
                    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),       \
                    "+f"(d[7][2]), "+f"(d[7][3])                                                                    \
-                 : "l"(descA), "l"(descB), "r"(scaleD));                                                           \
-  }                                                                                                                \
-  static __device__ __forceinline__ void ss64t(float (&d)[8][4], uint64_t descA, uint64_t descB,                    \
-                                               int scaleD) {                                                       \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                      \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"                                      \
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                          \
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                  \
-                 "}, %32, %33, p, 1, 1, 1, 1;\n}\n"                                                                \
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),       \
-                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),       \
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),       \
-                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),       \
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),       \
-                   "+f"(d[7][2]), "+f"(d[7][3])                                                                    \
-                 : "l"(descA), "l"(descB), "r"(scaleD));                                                           \
+                 : "l"(descA), "l"(descB), "r"(scaleD), "n"(MN));                                                  \
   }                                                                                                                \
   static __device__ __forceinline__ void rs64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t descB,            \
                                                int scaleD) {                                                       \
@@ -256,8 +242,8 @@ __device__ __forceinline__ float warpSum4(float x) {
 /// what an earlier launch of the plan's pieces left (readsState).
 template <int DP, int MT>
 __device__ __forceinline__ void startRows(const FwdArgs &a, const FwdItem &item, int warpRow, int lane,
-                                          float (&acc)[MT][DP / 8][4], float (&mrow)[2 * MT], float (&lrow)[2 * MT], int (&rowPos)[2 * MT],
-                                          bool (&rowReal)[2 * MT]) {
+                                          float (&acc)[MT][DP / 8][4], float (&mrow)[2 * MT],
+                                          float (&lrow)[2 * MT], int (&rowPos)[2 * MT], bool (&rowReal)[2 * MT]) {
   const int bh = blockIdx.y, gq = lane >> 2, tq = lane & 3;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -300,8 +286,8 @@ __device__ __forceinline__ void startRows(const FwdArgs &a, const FwdItem &item,
 /// launch reads (writesState) or to O and the log-sum-exp.
 template <class T, int DP, int MT>
 __device__ __forceinline__ void finishRows(const FwdArgs &a, const FwdItem &item, int warpRow, int lane,
-                                           float (&acc)[MT][DP / 8][4], float (&mrow)[2 * MT], float (&lrow)[2 * MT], int (&rowPos)[2 * MT],
-                                           bool (&rowReal)[2 * MT]) {
+                                           float (&acc)[MT][DP / 8][4], float (&mrow)[2 * MT],
+                                           float (&lrow)[2 * MT], int (&rowPos)[2 * MT], bool (&rowReal)[2 * MT]) {
   using M = Mma<T>;
   const int gq = lane >> 2, tq = lane & 3, b = blockIdx.y / a.heads, h = blockIdx.y % a.heads, bh = blockIdx.y;
 #pragma unroll
@@ -476,7 +462,8 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
       wgFence();
 #pragma unroll
       for (int kk = 0; kk < DP / 16; ++kk)
-        Wgmma<T>::ss64(s[0], wgDescriptor(qa + wgKStep(kk), 16), wgDescriptor(ka + wgKStep(kk), 16), kk > 0);
+        Wgmma<T>::template ss64<0>(s[0], wgDescriptor(qa + wgKStep(kk), 16), wgDescriptor(ka + wgKStep(kk), 16),
+                                   kk > 0);
       wgCommit();
       wgWait();
       pinRegs(s[0]);
@@ -722,8 +709,8 @@ template <class T, int DP, bool WG = false> __device__ __forceinline__ void back
 #pragma unroll
       for (int kk = 0; kk < DP / 16; ++kk) {
         const uint32_t at = wgKStep(kk);
-        Wgmma<T>::ss64(st, wgDescriptor(ka + at, 16), wgDescriptor(qa + at, 16), kk > 0);
-        Wgmma<T>::ss64(dpt, wgDescriptor(va + at, 16), wgDescriptor(da + at, 16), kk > 0);
+        Wgmma<T>::template ss64<0>(st, wgDescriptor(ka + at, 16), wgDescriptor(qa + at, 16), kk > 0);
+        Wgmma<T>::template ss64<0>(dpt, wgDescriptor(va + at, 16), wgDescriptor(da + at, 16), kk > 0);
       }
       wgCommit();
       wgWait();
@@ -830,7 +817,7 @@ template <class T, int DP, bool WG = false> __device__ __forceinline__ void back
         wgFence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-          Wgmma<T>::ss64t(c, wgDescriptor(sa + wgVStep(kk), kWgVLeading),
+          Wgmma<T>::template ss64<1>(c, wgDescriptor(sa + wgVStep(kk), kWgVLeading),
                           wgDescriptor(ka + half * kWgVLeading + wgVStep(kk), kWgVLeading), kk > 0);
         wgCommit();
         wgWait();

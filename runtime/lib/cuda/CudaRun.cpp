@@ -90,8 +90,8 @@ const Module &module(int device) {
   if (const char *variant = std::getenv("ATTNC_CUDA_FWD_VARIANT"); variant && *variant) {
     const std::string v = variant;
     if (v.size() != 1 || v[0] < '0' || v[0] > '0' + kLastForwardVariant)
-      throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "ATTNC_CUDA_FWD_VARIANT must be 0-" + std::to_string(kLastForwardVariant) +
-                                                       ", not '" + v + "'"};
+      throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "ATTNC_CUDA_FWD_VARIANT must be 0-" +
+                                                       std::to_string(kLastForwardVariant) + ", not '" + v + "'"};
     m.envVariant = v[0] - '0';
   }
   for (int v = 1; v <= 3; ++v)
@@ -462,9 +462,10 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   unsigned threads = 128;
   // The variant: forced (attnc tune), else ATTNC_CUDA_FWD_VARIANT's, else the one tuned for this GPU.
   const int forced = forcedVariant.load();
+  const char *dtype = type == ATTNC_DTYPE_F16 ? "f16" : "bf16";
   const int variant = forced >= 0         ? forced
                       : m.envVariant >= 0 ? m.envVariant
-                                          : tunedVariant(tuned_, m.gpu, type == ATTNC_DTYPE_F16 ? "f16" : "bf16", dims.d);
+                                          : tunedVariant(tuned_, m.gpu, dtype, dims.d);
   if (variant == 4) {
     needHopper(m, device.index, "forward variant 4");
     if (dp <= 128) // (d > 128: the default kernel)
