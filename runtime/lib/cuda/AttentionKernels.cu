@@ -129,70 +129,59 @@ template <int N> __device__ __forceinline__ void pinRegs(uint32_t (&r)[N][4]) {
 }
 
 template <class T> struct Wgmma;
+// The accumulators as operands: 8 rows of d[.][4] from r (%0.. in the asm).
+#define ATTNC_WG_ACC8(d, r)                                                   \
+  "+f"(d[r + 0][0]), "+f"(d[r + 0][1]), "+f"(d[r + 0][2]), "+f"(d[r + 0][3]), \
+  "+f"(d[r + 1][0]), "+f"(d[r + 1][1]), "+f"(d[r + 1][2]), "+f"(d[r + 1][3]), \
+  "+f"(d[r + 2][0]), "+f"(d[r + 2][1]), "+f"(d[r + 2][2]), "+f"(d[r + 2][3]), \
+  "+f"(d[r + 3][0]), "+f"(d[r + 3][1]), "+f"(d[r + 3][2]), "+f"(d[r + 3][3]), \
+  "+f"(d[r + 4][0]), "+f"(d[r + 4][1]), "+f"(d[r + 4][2]), "+f"(d[r + 4][3]), \
+  "+f"(d[r + 5][0]), "+f"(d[r + 5][1]), "+f"(d[r + 5][2]), "+f"(d[r + 5][3]), \
+  "+f"(d[r + 6][0]), "+f"(d[r + 6][1]), "+f"(d[r + 6][2]), "+f"(d[r + 6][3]), \
+  "+f"(d[r + 7][0]), "+f"(d[r + 7][1]), "+f"(d[r + 7][2]), "+f"(d[r + 7][3])
+#define ATTNC_WG_REGS32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define ATTNC_WG_REGS64 ATTNC_WG_REGS32 ", " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 // ss64<0>: S (+)= Q K^T, both K-major in shared memory; ss64<1>: both
 // MN-major (transposed: the backward's dQ = dS K from dS^T and K); rs64 / rs128:
 // O (+)= P V, P from registers, V MN-major in shared memory. scaleD 0: D = A B.
-#define ATTNC_WGMMA(TYPE, TY)                                                                                      \
-  template <> struct Wgmma<TYPE> {                                                                                 \
-  template <int MN>                                                                                                \
-  static __device__ __forceinline__ void ss64(float (&d)[8][4], uint64_t descA, uint64_t descB,                    \
-                                               int scaleD) {                                                       \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                      \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"                                      \
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                          \
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                  \
-                 "}, %32, %33, p, 1, 1, %35, %35;\n}\n"                                                            \
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),       \
-                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),       \
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),       \
-                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),       \
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),       \
-                   "+f"(d[7][2]), "+f"(d[7][3])                                                                    \
-                 : "l"(descA), "l"(descB), "r"(scaleD), "n"(MN));                                                  \
-  }                                                                                                                \
-  static __device__ __forceinline__ void rs64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t descB,            \
-                                               int scaleD) {                                                       \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                      \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {"                                      \
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                          \
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"                  \
-                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                  \
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),       \
-                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),       \
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),       \
-                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),       \
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),       \
-                   "+f"(d[7][2]), "+f"(d[7][3])                                                                    \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(scaleD));                           \
-  }                                                                                                                \
-  static __device__ __forceinline__ void rs128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t descB,          \
-                                                int scaleD) {                                                      \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                      \
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {"                                     \
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                          \
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                \
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                \
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"                  \
-                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                                  \
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),       \
-                   "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),       \
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),       \
-                   "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),       \
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),       \
-                   "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),       \
-                   "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]),     \
-                   "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
-                   "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), \
-                   "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
-                   "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])                                  \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(scaleD));                           \
-  }                                                                                                                \
+#define ATTNC_WGMMA(TYPE, TY)                                                                                 \
+  template <> struct Wgmma<TYPE> {                                                                            \
+  template <int MN>                                                                                           \
+  static __device__ __forceinline__ void ss64(float (&d)[8][4], uint64_t descA, uint64_t descB, int scaleD) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                 \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" ATTNC_WG_REGS32                 \
+                 "}, %32, %33, p, 1, 1, %35, %35;\n}\n"                                                       \
+                 : ATTNC_WG_ACC8(d, 0)                                                                        \
+                 : "l"(descA), "l"(descB), "r"(scaleD), "n"(MN));                                             \
+  }                                                                                                           \
+  static __device__ __forceinline__ void rs64(float (&d)[8][4], const uint32_t (&a)[4], uint64_t descB,       \
+                                               int scaleD) {                                                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                 \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" ATTNC_WG_REGS32                 \
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                             \
+                 : ATTNC_WG_ACC8(d, 0)                                                                        \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(scaleD));                      \
+  }                                                                                                           \
+  static __device__ __forceinline__ void rs128(float (&d)[16][4], const uint32_t (&a)[4], uint64_t descB,     \
+                                                int scaleD) {                                                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                 \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" ATTNC_WG_REGS64                \
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                             \
+                 : ATTNC_WG_ACC8(d, 0), ATTNC_WG_ACC8(d, 8)                                                   \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(scaleD));                      \
+  }                                                                                                           \
   };
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) // (only the sm_90a pass knows wgmma)
 ATTNC_WGMMA(__nv_bfloat16, "bf16")
 ATTNC_WGMMA(__half, "f16")
 #endif
 #undef ATTNC_WGMMA
+#undef ATTNC_WG_REGS64
+#undef ATTNC_WG_REGS32
+#undef ATTNC_WG_ACC8
 
 // --- Shared-memory tiles ----------------------------------------------------
 
