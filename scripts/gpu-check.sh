@@ -5,7 +5,7 @@
 #     bash scripts/gpu-check.sh --stage      # build the runtime-only + CUDA
 #                                            # configuration, copy what runs into .gpu-carry/
 #   on the GPU machine (the checkout with .gpu-carry/ beside it):
-#     bash scripts/gpu-check.sh [quick|full|tests]
+#     bash scripts/gpu-check.sh [quick|full|tests|wgmma]
 #
 # On the GPU it runs, writing each log into $OUT (or /tmp/attnc-gpu-check):
 #   1. the GPU's name, driver and clocks (nvidia-smi);
@@ -26,6 +26,9 @@
 #      scikit-build-core and nanobind; the fatbin from .gpu-carry) and
 #      python/tests/test_cuda.py: the torch op on CUDA tensors, and
 #      test_distributed.py::test_cuda_tensors (context parallelism on a GPU).
+# `wgmma` runs only what decides the Hopper kernels' fate, in a few minutes:
+# their tests (CudaKernel/Wgmma.*, the offset calls), memcheck on two of
+# them, and the variants table at n = 16384, d = 64 and 128.
 # Everything it needs travels in .gpu-carry/ (a few MB): no build there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -64,6 +67,23 @@ cuobjdump --dump-resource-usage "$carry/attnc_kernels.fatbin" 2>&1 |
   grep -E "Function|REG|STACK" | sed 's/^ *//' | paste - - | awk '{print}' > "$out/resources.txt"
 grep -E "attnc_(fwd|bwd)_bf16_(64|128)" "$out/resources.txt" | head -8
 
+if [ "$mode" = wgmma ]; then
+  step "the wgmma kernels' tests"
+  "$carry/attnc_cuda_tests" --gtest_brief=1 --gtest_filter='Wgmma/*:CudaKernel.QueriesAtAnOffset*:CudaWgmma.*' 2>&1 |
+    tee "$out/tests.log" | tail -25
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  step "compute-sanitizer memcheck (wgmma)"
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$carry/attnc_cuda_tests" --gtest_brief=1 \
+    --gtest_filter='Wgmma/*gaps_n100*:Wgmma/*gqa_local*' > "$out/memcheck.log" 2>&1
+  rc=$?; tail -4 "$out/memcheck.log"; [ $rc = 0 ] || { echo "memcheck: exit $rc"; status=1; }
+  step "variants"
+  python3 bench/peers_gpu.py --lib-dir $carry --variants 0,4 --bwd-variants 0,1 --n 16384 --d 64,128 \
+    --patterns fixed,strided,local,longformer,bigbird 2>&1 | tee "$out/variants.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  step "done: status $status"
+  exit $status
+fi
+
 step "tests"
 "$carry/attnc_cuda_tests" --gtest_brief=1 2>&1 | tee "$out/tests.log" | tail -25
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
@@ -71,11 +91,12 @@ step "tests"
 if [ "$mode" != tests ]; then
   step "compute-sanitizer memcheck"
   timeout 180 compute-sanitizer --tool memcheck --error-exitcode 3 "$carry/attnc_cuda_tests" --gtest_brief=1 \
-    --gtest_filter='*gaps_n100*:*gqa_local*:*decode_strided*:*d33_fixed*:*strided_n100*' > "$out/memcheck.log" 2>&1
+    --gtest_filter='Library/*gaps_n100*:Library/*gqa_local*:Library/*decode_strided*:Library/*d33_fixed*:Library/*strided_n100*:Wgmma/*gaps_n100*:Wgmma/*gqa_local*:CudaKernel.QueriesAtAnOffset*' \
+    > "$out/memcheck.log" 2>&1
   rc=$?; tail -4 "$out/memcheck.log"; [ $rc = 0 ] || { echo "memcheck: exit $rc"; status=1; }
   step "compute-sanitizer racecheck"
   timeout 120 compute-sanitizer --tool racecheck --error-exitcode 3 "$carry/attnc_cuda_tests" --gtest_brief=1 \
-    --gtest_filter='*fixed_n100_*:*strided_n100*' > "$out/racecheck.log" 2>&1
+    --gtest_filter='Library/*fixed_n100_*:Library/*strided_n100*' > "$out/racecheck.log" 2>&1
   rc=$?; tail -4 "$out/racecheck.log"; [ $rc = 0 ] || { echo "racecheck: exit $rc"; status=1; }
 
   step "benchmark ($mode)"
@@ -84,16 +105,16 @@ if [ "$mode" != tests ]; then
     $bench --n 16384 --d 64,128 2>&1 | tee "$out/bench.md"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     $bench --n 65536 --d 64,128 --no-flex 2>&1 | tail -n +4 | tee -a "$out/bench.md"
-    variants=0,1,2,3,4
+    variants="--variants 0,1,2,3,4 --bwd-variants 0,1 --d 64,128 --patterns fixed,strided,local,longformer,bigbird"
   else
     $bench --n 16384 --d 64 2>&1 | tee "$out/bench.md"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
-    variants=0,4
+    variants="--variants 0,4 --bwd-variants 0,1 --d 64 --patterns fixed,strided,local"
   fi
   # The forward's and the backward's variants side by side, each checked
   # against the default (forward 4 and backward 1: wgmma, compute capability 9.0 only).
-  $bench --variants "$variants" --bwd-variants 0,1 --n 16384 --d 64,128 --patterns fixed,strided,local,longformer,bigbird 2>&1 |
-    tee "$out/variants.md"
+  # shellcheck disable=SC2086 # (the options are words)
+  $bench $variants --n 16384 2>&1 | tee "$out/variants.md"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
   step "the attnc tool on the GPU"
