@@ -24,7 +24,7 @@ reports its largest difference from flex_attention's O, as a check of both.
   python3 bench/peers_gpu.py --lib-dir build-gpu --n 16384,65536 --d 64,128
 
 With --variants 0,4 it times the forward's variants instead (0 the default,
-1-3 of bf16 at d <= 64, 4 the wgmma kernel on compute capability 9.0), one
+1-3 of bf16 at d <= 64, 4 and 5 the wgmma kernels on compute capability 9.0), one
 process, switched with attnc_internal_cuda_forward_variant, each row with
 its largest difference from the default's O and log-sum-exp; with
 --bwd-variants 0,1 also the backward's (1: wgmma), each against the
@@ -176,8 +176,8 @@ def variants_table(args, at, dev):
                 kernel = at.compile(name, ATTNC_PARAMS[name])
                 ref = None
                 for var in [int(x) for x in args.variants.split(",")]:
-                    if var == 4 and (major, minor) != (9, 0):
-                        print(f"| {name} | {n} | {d} | 4 | - | - | - | wgmma needs compute capability 9.0, "
+                    if var >= 4 and (major, minor) != (9, 0):
+                        print(f"| {name} | {n} | {d} | {var} | - | - | - | wgmma needs compute capability 9.0, "
                               f"this GPU is {major}.{minor} | - |", flush=True)
                         continue
                     o = torch.empty_like(q)

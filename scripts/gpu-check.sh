@@ -77,7 +77,7 @@ if [ "$mode" = wgmma ]; then
     --gtest_filter='Wgmma/*gaps_n100*:Wgmma/*gqa_local*' > "$out/memcheck.log" 2>&1
   rc=$?; tail -4 "$out/memcheck.log"; [ $rc = 0 ] || { echo "memcheck: exit $rc"; status=1; }
   step "variants"
-  python3 bench/peers_gpu.py --lib-dir $carry --variants 0,4 --bwd-variants 0,1 --n 16384 --d 64,128 \
+  python3 bench/peers_gpu.py --lib-dir $carry --variants 0,4,5 --bwd-variants 0,1 --n 16384 --d 64,128 \
     --patterns fixed,strided,local,longformer,bigbird 2>&1 | tee "$out/variants.md"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   step "done: status $status"
@@ -105,11 +105,11 @@ if [ "$mode" != tests ]; then
     $bench --n 16384 --d 64,128 2>&1 | tee "$out/bench.md"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     $bench --n 65536 --d 64,128 --no-flex 2>&1 | tail -n +4 | tee -a "$out/bench.md"
-    variants="--variants 0,1,2,3,4 --bwd-variants 0,1 --d 64,128 --patterns fixed,strided,local,longformer,bigbird"
+    variants="--variants 0,1,2,3,4,5 --bwd-variants 0,1 --d 64,128 --patterns fixed,strided,local,longformer,bigbird"
   else
     $bench --n 16384 --d 64 2>&1 | tee "$out/bench.md"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
-    variants="--variants 0,4 --bwd-variants 0,1 --d 64 --patterns fixed,strided,local"
+    variants="--variants 0,4,5 --bwd-variants 0,1 --d 64 --patterns fixed,strided,local"
   fi
   # The forward's and the backward's variants side by side, each checked
   # against the default (forward 4 and backward 1: wgmma, compute capability 9.0 only).

@@ -179,11 +179,11 @@ TEST(CudaTools, WithoutAGpuTheySayWhy) {
 /// known ones are accepted anywhere (a call says later whether its GPU runs
 /// them), others are errors naming the range.
 TEST(CudaTools, VariantsOutsideTheirRangeAreErrors) {
-  for (const int32_t v : {-1, 0, 1, 2, 3, 4})
+  for (const int32_t v : {-1, 0, 1, 2, 3, 4, 5})
     EXPECT_EQ(attnc_internal_cuda_forward_variant(v), ATTNC_OK) << v;
-  for (const int32_t v : {-2, 5, 99}) {
+  for (const int32_t v : {-2, 6, 99}) {
     EXPECT_EQ(attnc_internal_cuda_forward_variant(v), ATTNC_ERROR_INVALID_ARGUMENT) << v;
-    EXPECT_NE(std::string(attnc_last_error()).find("0-4"), std::string::npos) << attnc_last_error();
+    EXPECT_NE(std::string(attnc_last_error()).find("0-5"), std::string::npos) << attnc_last_error();
   }
   for (const int32_t v : {-1, 0, 1})
     EXPECT_EQ(attnc_internal_cuda_backward_variant(v), ATTNC_OK) << v;
@@ -519,7 +519,7 @@ TEST_P(CudaKernel, ForwardAndBackwardMatchTheReference) {
     const attnc_status st = attnc_run_forward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tlse, nullptr);
     const std::string error = st == ATTNC_OK ? "" : attnc_last_error();
     ASSERT_EQ(attnc_internal_cuda_forward_variant(-1), ATTNC_OK);
-    if (c.variant == 4 && !(major == 9 && minor == 0)) { // wgmma: sm_90a code only
+    if (c.variant >= 4 && !(major == 9 && minor == 0)) { // wgmma: sm_90a code only
       EXPECT_EQ(st, ATTNC_ERROR_UNSUPPORTED);
       EXPECT_NE(error.find("compute capability 9.0"), std::string::npos) << error;
       ASSERT_EQ(attnc_run_forward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tlse, nullptr), ATTNC_OK);
@@ -603,6 +603,21 @@ std::vector<GpuCase> wgmmaCases() {
   return out;
 }
 INSTANTIATE_TEST_SUITE_P(Wgmma, CudaKernel, ::testing::ValuesIn(wgmmaCases()),
+                         [](const auto &info) { return info.param.label; });
+
+/// The forward with 3 key tiles in flight (variant 5, d <= 64), the
+/// backward the default.
+std::vector<GpuCase> wgmma3Cases() {
+  std::vector<GpuCase> out;
+  for (GpuCase c : gpuCases())
+    if (c.d <= 64) {
+      c.variant = 5;
+      c.label = "wgmma3_" + c.label;
+      out.push_back(std::move(c));
+    }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Wgmma3, CudaKernel, ::testing::ValuesIn(wgmma3Cases()),
                          [](const auto &info) { return info.param.label; });
 
 // Lengths changing between calls of one kernel, and back to one seen before

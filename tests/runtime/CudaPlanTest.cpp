@@ -187,7 +187,7 @@ TEST(CudaTuned, ParsedPerGpuDtypeAndHeadDimension) {
   const std::vector<rt::cuda::TunedVariant> t =
       rt::cuda::parseCudaTuned("NVIDIA_H200@9.0:bf16:64=2;NVIDIA_H100_80GB_HBM3@9.0:bf16:64=3;"
                            "NVIDIA_H200@9.0:bf16:32=1;bad;x:y=1;NVIDIA_A100@8.0:bf16:64=7;:bf16:64=1;"
-                           "NVIDIA_H200@9.0:bf16:64=0;NVIDIA_H200@9.0:f16:128=4;NVIDIA_H200@9.0:bf16:64=5");
+                           "NVIDIA_H200@9.0:bf16:64=0;NVIDIA_H200@9.0:f16:128=4;NVIDIA_H200@9.0:bf16:64=6");
   ASSERT_EQ(t.size(), 5u); // the malformed and out-of-range entries are skipped
   EXPECT_EQ(t[0].gpu, "NVIDIA_H200@9.0");
   EXPECT_EQ(t[0].dtype, "bf16");

@@ -111,9 +111,10 @@ std::vector<Candidate> halideCandidates(const ir::PatternIR &ir, const TuneOptio
 }
 
 /// attnc tune --target cuda: the GPU forward kernel's variants (bf16; d <=
-/// 64: 0-3, and 4 on compute capability 9.0 up to d = 128) timed with CUDA
-/// events on one GPU; the fastest is recorded for that GPU (tuning::gpuId)
-/// unless the default is within the margin.
+/// 64: 0-3, and on compute capability 9.0 the wgmma ones, 4 up to d = 128
+/// and 5 up to d = 64) timed with CUDA events on one GPU; the fastest is
+/// recorded for that GPU (tuning::gpuId) unless the default is within the
+/// margin.
 int runCudaTune(const TuneOptions &opts, const LoadedPattern &lp, int64_t heads, double flops) {
   char name[256] = {};
   int32_t major = 0, minor = 0;
@@ -124,8 +125,11 @@ int runCudaTune(const TuneOptions &opts, const LoadedPattern &lp, int64_t heads,
   std::vector<int> variants;
   for (int v = 0; v <= 3 && (v == 0 || opts.d <= 64); ++v)
     variants.push_back(v);
-  if (major == 9 && minor == 0) // wgmma: sm_90a code
+  if (major == 9 && minor == 0) { // wgmma: sm_90a code
     variants.push_back(4);
+    if (opts.d <= 64)
+      variants.push_back(5);
+  }
   if (variants.size() == 1) {
     std::cerr << "attnc: error: --target cuda: at d = " << opts.d << " the GPU kernels have variants to choose from "
               << "on compute capability 9.0 only (the wgmma kernel); " << name << " is " << major << "." << minor
@@ -142,10 +146,10 @@ int runCudaTune(const TuneOptions &opts, const LoadedPattern &lp, int64_t heads,
   request.device = opts.device;
   request.repeat = opts.repeat;
   // Variant 0 is the default; each is measured after its own warm-up.
-  static const char *const kLabels[5] = {"default (4 warps of 16 rows)", "variant 1 (more registers)",
+  static const char *const kLabels[6] = {"default (4 warps of 16 rows)", "variant 1 (more registers)",
                                          "variant 2 (no warp skipping)", "variant 3 (2 warps of 32 rows)",
-                                         "variant 4 (wgmma, one warpgroup)"};
-  double ms[5] = {};
+                                         "variant 4 (wgmma, one warpgroup)", "variant 5 (wgmma, 3 tiles in flight)"};
+  double ms[6] = {};
   CudaBenchResult r;
   for (size_t i = 0; i < variants.size(); ++i) {
     const int v = variants[i];

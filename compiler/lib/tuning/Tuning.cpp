@@ -70,8 +70,8 @@ bool parseLine(const std::string &line, Entry &e) {
     else if (name == "variant")
       e.variant = static_cast<int>(v);
   }
-  // (the GPU forward's variants 0-4: runtime/lib/cuda/CudaPlan.h)
-  const bool cuda = e.backend == "cuda" && !e.gpu.empty() && !e.dtype.empty() && e.variant >= 0 && e.variant <= 4;
+  // (the GPU forward's variants 0-5: runtime/lib/cuda/CudaPlan.h)
+  const bool cuda = e.backend == "cuda" && !e.gpu.empty() && !e.dtype.empty() && e.variant >= 0 && e.variant <= 5;
   return found == 4 && (e.backend == "fused" || (e.backend == "halide" && !e.schedule.empty()) || cuda) &&
          e.options.tileRows >= 1 && e.options.tileRows <= 64 &&
          e.options.tileCols >= 1 && e.options.tileCols <= 4096;

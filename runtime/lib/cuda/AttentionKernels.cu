@@ -350,8 +350,9 @@ template <class T, int DP> struct FwdSmem {
 /// d = 64 runs 2 warps of 32 rows (half the shared-memory reads per flop).
 /// WG (sm_90a, MT = 1, DP 64 or 128): the 4 warps are one warpgroup and the
 /// products run on wgmma (Q and K, V read from shared memory by the tensor
-/// cores, no ldmatrix), every 16-key group of a tile computed.
-template <class T, int DP, int MT, bool SKIP = true, bool WG = false>
+/// cores, no ldmatrix), every 16-key group of a tile computed. ST: key
+/// tiles in flight (ST - 1 load while one computes).
+template <class T, int DP, int MT, bool SKIP = true, bool WG = false, int ST = 2>
 __device__ __forceinline__ void forward(const FwdArgs &a) {
   static_assert(!WG || (MT == 1 && (DP == 64 || DP == 128)), "wgmma: one warpgroup, DP 64 or 128");
   using M = Mma<T>;
@@ -361,9 +362,9 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
   // wgmma's swizzle is of address bits: its tiles start at 1024-byte
   // boundaries (fwdSmemBytes leaves the room).
   T *qs = reinterpret_cast<T *>(WG ? smemRaw + ((1024 - (smemAddr(smemRaw) & 1023)) & 1023) : smemRaw);
-  T *ks = qs + kTile;     // [2][64][DP]
-  T *vs = ks + 2 * kTile; // [2][64][DP]
-  uint64_t *ms = reinterpret_cast<uint64_t *>(vs + 2 * kTile); // [2][64]
+  T *ks = qs + kTile;      // [ST][64][DP]
+  T *vs = ks + ST * kTile; // [ST][64][DP]
+  uint64_t *ms = reinterpret_cast<uint64_t *>(vs + ST * kTile); // [ST][64]
 
   const FwdItem item = a.items[a.itemBegin + blockIdx.x];
   const int bh = blockIdx.y, b = bh / a.heads, h = bh % a.heads;
@@ -392,9 +393,11 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
     if (tid < kKeys * 8 / 16)
       cpAsync16(ms + stage * kKeys + tid * 2, masks + tile * kKeys + tid * 2, true);
   };
-  if (item.numTiles > 0)
-    loadTile(0, 0);
-  cpAsyncCommit();
+  for (int p = 0; p < ST - 1; ++p) { // (Q goes with the first group)
+    if (p < item.numTiles)
+      loadTile(p, p);
+    cpAsyncCommit();
+  }
 
   const int gq = lane >> 2, tq = lane & 3;
   float acc[MT][DP / 8][4], mrow[2 * MT], lrow[2 * MT];
@@ -403,11 +406,11 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
   startRows<DP, MT>(a, item, warpRow, lane, acc, mrow, lrow, rowPos, rowReal);
   uint32_t qf[MT][DP / 16][4];
   for (int tile = 0; tile < item.numTiles; ++tile) {
-    const int stage = tile & 1;
-    if (tile + 1 < item.numTiles)
-      loadTile(tile + 1, stage ^ 1);
+    const int stage = int(unsigned(tile) % ST);
+    if (tile + ST - 1 < item.numTiles)
+      loadTile(tile + ST - 1, int(unsigned(tile + ST - 1) % ST));
     cpAsyncCommit();
-    cpAsyncWait<1>();
+    cpAsyncWait<ST - 1>();
     if (WG)
       fenceProxyAsync();
     __syncthreads();
@@ -553,7 +556,7 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
           }
         }
     }
-    __syncthreads(); // this stage is loaded again two tiles on
+    __syncthreads(); // this stage is loaded again, ST tiles on, from the next iteration
   }
   cpAsyncWait<0>();
   finishRows<T, DP, MT>(a, item, warpRow, lane, acc, mrow, lrow, rowPos, rowReal);
@@ -934,6 +937,17 @@ ATTNC_FORWARD_WG(attnc_fwd_wg_bf16_128, __nv_bfloat16, 128, 2)
 ATTNC_FORWARD_WG(attnc_fwd_wg_f16_64, __half, 64, 4)
 ATTNC_FORWARD_WG(attnc_fwd_wg_f16_128, __half, 128, 2)
 #undef ATTNC_FORWARD_WG
+// Variant 5: the same with 3 key tiles in flight (DP 64; 3 CTAs an SM).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define ATTNC_FORWARD_WG3(NAME, T)                                                                            \
+  __global__ void __launch_bounds__(kThreads, 3) NAME(const FwdArgs a) { forward<T, 64, 1, false, true, 3>(a); }
+#else
+#define ATTNC_FORWARD_WG3(NAME, T)                                                                            \
+  __global__ void __launch_bounds__(kThreads, 3) NAME(const FwdArgs) { __trap(); }
+#endif
+ATTNC_FORWARD_WG3(attnc_fwd_wg3_bf16_64, __nv_bfloat16)
+ATTNC_FORWARD_WG3(attnc_fwd_wg3_f16_64, __half)
+#undef ATTNC_FORWARD_WG3
 
 #define ATTNC_BACKWARD(NAME, T, DP)                                                                           \
   __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP>(a); }

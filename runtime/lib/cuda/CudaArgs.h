@@ -122,9 +122,12 @@ ATTNC_HOST_DEVICE constexpr uint32_t wgVStep(int kk) { return uint32_t(kk * 16 *
 /// V's leading byte offset: from one block of 64 columns to the next.
 constexpr uint32_t kWgVLeading = 64 * 128;
 
-/// Shared memory of the kernels, bytes (DP: the padded head dimension), with
-/// 1024 bytes of slack to align the wgmma kernels' tiles.
-constexpr int fwdSmemBytes(int dp) { return 2 * (5 * 64 * dp) + 2 * 64 * 8 + 1024; }
+/// Shared memory of the kernels, bytes (DP: the padded head dimension; the
+/// forward's key tiles in flight), with 1024 bytes of slack to align the
+/// wgmma kernels' tiles.
+constexpr int fwdSmemBytes(int dp, int stages = 2) {
+  return 2 * ((1 + 2 * stages) * 64 * dp) + stages * 64 * 8 + 1024;
+}
 constexpr int bwdSmemBytes(int dp) { return 2 * (6 * 64 * dp + 64 * 64) + 2 * 64 * (8 + 4 + 4 + 4) + 1024; }
 
 } // namespace attnc::rt::cuda

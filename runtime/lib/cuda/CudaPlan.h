@@ -118,11 +118,12 @@ TableStats tableStats(const SetTables &t);
 
 /// One entry of a kernel's `cuda_tuned` metadata (`attnc tune --target
 /// cuda`): on GPU `gpu` ("NVIDIA_H200@9.0"), for `dtype` at head dimension
-/// `d`, forward kernel variant `variant` (0: the default; 1-4 as
+/// `d`, forward kernel variant `variant` (0: the default; 1-5 as
 /// ATTNC_CUDA_FWD_VARIANT names them) was the fastest.
 /// The forward variants: 0 the default, 1-3 of the bf16 d <= 64 kernel, 4
-/// the wgmma kernel (compute capability 9.0).
-constexpr int kLastForwardVariant = 4;
+/// the wgmma kernel, 5 the wgmma kernel with 3 key tiles in flight at d <=
+/// 64 (4 and 5: compute capability 9.0).
+constexpr int kLastForwardVariant = 5;
 
 struct TunedVariant {
   std::string gpu, dtype;

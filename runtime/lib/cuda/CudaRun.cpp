@@ -35,6 +35,8 @@ struct Module {
   /// Variant 4, the forward on wgmma (bf16 / fp16, DP 64 / 128): sm_90a code,
   /// run on compute capability 9.0 only (hopper).
   CUfunction fwdWg[2][2] = {};
+  /// Variant 5, wgmma with 3 key tiles in flight (bf16 / fp16, DP 64).
+  CUfunction fwdWg3[2] = {};
   /// Backward variant 1, the backward on wgmma (likewise).
   CUfunction bwdWg[2][2] = {};
   bool hopper = false;
@@ -109,6 +111,8 @@ const Module &module(int device) {
       get(m.fwdWg[t][x], "attnc_fwd_wg_" + suffix, fwdSmemBytes(dps[x]));
       get(m.bwdWg[t][x], "attnc_bwd_wg_" + suffix, bwdSmemBytes(dps[x]));
     }
+  for (int t = 0; t < 2; ++t)
+    get(m.fwdWg3[t], std::string("attnc_fwd_wg3_") + types[t] + "_64", fwdSmemBytes(64, 3));
   m.gpu = info.name;
   for (char &c : m.gpu) // (tuning::gpuId's spelling)
     if (c == ' ' || c == ';' || c == ':' || c == '=' || c == '@')
@@ -466,9 +470,12 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   const int variant = forced >= 0         ? forced
                       : m.envVariant >= 0 ? m.envVariant
                                           : tunedVariant(tuned_, m.gpu, dtype, dims.d);
-  if (variant == 4) {
-    needHopper(m, device.index, "forward variant 4");
-    if (dp <= 128) // (d > 128: the default kernel)
+  unsigned smem = fwdSmemBytes(dp);
+  if (variant == 4 || variant == 5) {
+    needHopper(m, device.index, "forward variant " + std::to_string(variant));
+    if (variant == 5 && dp == 64)
+      f = m.fwdWg3[typeIndex(type)], smem = fwdSmemBytes(64, 3);
+    else if (dp <= 128) // (5 at d > 64: 4's kernel; d > 128: the default kernel)
       f = m.fwdWg[typeIndex(type)][dpIndex(dp)];
   } else if (variant > 0 && type == ATTNC_DTYPE_BF16 && dp == 64) {
     f = m.fwdVariants[variant], threads = variantThreads(variant);
@@ -490,7 +497,7 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
         continue;
       a.itemBegin = l.itemBegin;
       a.readsState = l.readsState, a.writesState = l.writesState, a.writesSlots = l.writesSlots;
-      launch(f, unsigned(l.itemCount), unsigned(dims.batch * dims.hq), threads, fwdSmemBytes(dp), stream, &a);
+      launch(f, unsigned(l.itemCount), unsigned(dims.batch * dims.hq), threads, smem, stream, &a);
     }
   }
   if (!oInPlace)

@@ -37,11 +37,12 @@ ATTNC_API attnc_status attnc_internal_cuda_timer(int32_t device, void **timer, f
 /**
  * Forces the GPU forward kernel's variant in every later call of this
  * process: 0 the default, 1-3 the others of bf16 at d <= 64, 4 the wgmma
- * kernel (bf16 and fp16 at d <= 128, compute capability 9.0 only: a call
- * elsewhere is ATTNC_ERROR_UNSUPPORTED), as ATTNC_CUDA_FWD_VARIANT names
+ * kernel (bf16 and fp16 at d <= 128), 5 the wgmma kernel with 3 key tiles in
+ * flight (d <= 64; above, 4's) — 4 and 5 on compute capability 9.0 only: a
+ * call elsewhere is ATTNC_ERROR_UNSUPPORTED — as ATTNC_CUDA_FWD_VARIANT names
  * them; -1 none forced (a kernel's cuda_tuned metadata, or the environment,
  * decides). `attnc tune --target cuda` measures each with it.
- * ATTNC_ERROR_INVALID_ARGUMENT outside -1..4.
+ * ATTNC_ERROR_INVALID_ARGUMENT outside -1..5.
  */
 ATTNC_API attnc_status attnc_internal_cuda_forward_variant(int32_t variant);
 /**
