@@ -386,17 +386,43 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
   });
   const int32_t *keys = a.keys + item.keyBegin;
   const uint64_t *masks = a.masks + item.keyBegin;
+  // WG: a thread gathers the same 16-byte chunk of its rows tid / kChunks +
+  // i * (NT / kChunks) of every tile; their keys are loaded into registers a
+  // tile ahead (fetchKeys), so that no gather waits for its key list.
+  constexpr int kChunks = DP / 8, kMine = WG ? kRows * kChunks / NT : 1;
+  static_assert(!WG || NT % kChunks == 0, "each thread one chunk of rows a fixed stride apart");
+  int32_t nextKeys[kMine];
+  auto fetchKeys = [&](int tile) {
+#pragma unroll
+    for (int i = 0; i < kMine; ++i)
+      nextKeys[i] = tile < item.numTiles ? keys[tile * kKeys + tid / kChunks + i * (NT / kChunks)] : 0;
+  };
   auto loadTile = [&](int tile, int stage) {
-    const int32_t *tk = keys + tile * kKeys;
-    gatherTile<DP, NT, WG>(ks + stage * kTile, k, a.d, [&](int r) -> int64_t { return tk[r] * a.ksn; });
-    gatherTile<DP, NT, WG>(vs + stage * kTile, v, a.d, [&](int r) -> int64_t { return tk[r] * a.vsn; });
+    if constexpr (WG) {
+      const int c = tid % kChunks;
+      const bool real = c * 8 < a.d;
+#pragma unroll
+      for (int i = 0; i < kMine; ++i) {
+        const int at = stage * kTile + wgSwizzled(tid / kChunks + i * (NT / kChunks), c);
+        cpAsync16(ks + at, real ? k + int64_t(nextKeys[i]) * a.ksn + c * 8 : k, real);
+        cpAsync16(vs + at, real ? v + int64_t(nextKeys[i]) * a.vsn + c * 8 : v, real);
+      }
+    } else {
+      const int32_t *tk = keys + tile * kKeys;
+      gatherTile<DP, NT>(ks + stage * kTile, k, a.d, [&](int r) -> int64_t { return tk[r] * a.ksn; });
+      gatherTile<DP, NT>(vs + stage * kTile, v, a.d, [&](int r) -> int64_t { return tk[r] * a.vsn; });
+    }
     if (tid < kKeys * 8 / 16)
       cpAsync16(ms + stage * kKeys + tid * 2, masks + tile * kKeys + tid * 2, true);
   };
+  if (WG)
+    fetchKeys(0);
   for (int p = 0; p < ST - 1; ++p) { // (Q goes with the first group)
     if (p < item.numTiles)
       loadTile(p, p);
     cpAsyncCommit();
+    if (WG)
+      fetchKeys(p + 1);
   }
 
   const int gq = lane >> 2, tq = lane & 3;
@@ -410,6 +436,8 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
     if (tile + ST - 1 < item.numTiles)
       loadTile(tile + ST - 1, int(unsigned(tile + ST - 1) % ST));
     cpAsyncCommit();
+    if (WG)
+      fetchKeys(tile + ST);
     cpAsyncWait<ST - 1>();
     if (WG)
       fenceProxyAsync();
