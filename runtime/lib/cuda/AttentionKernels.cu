@@ -648,17 +648,45 @@ template <class T, int DP, bool WG = false> __device__ __forceinline__ void back
         return h;
   };
   const int steps = heads * item.numTiles; // (head, row tile) pairs, in order
+  // WG: a thread gathers the same 16-byte chunk of its rows tid / kChunks +
+  // i * (128 / kChunks) of every row tile; their query rows (-1: none) are
+  // loaded into registers a step ahead (fetchRows), so that no gather waits
+  // for its row list.
+  constexpr int kChunks = DP / 8, kMine = WG ? kRows * kChunks / kThreads : 1;
+  static_assert(!WG || kThreads % kChunks == 0, "each thread one chunk of rows a fixed stride apart");
+  int32_t nextRows[kMine];
+  auto fetchRows = [&](int step) {
+    const int e0 = item.rowBegin + (step % item.numTiles) * kRows;
+#pragma unroll
+    for (int i = 0; i < kMine; ++i) {
+      const int e = e0 + tid / kChunks + i * (kThreads / kChunks);
+      nextRows[i] = step < steps && a.masks[e] != 0 ? queryRow(a.rows[e], a.first, a.nq) : -1;
+    }
+  };
   // Step s: its rows' Q and dO gathered into stage s & 1 (cp.async).
   auto issue = [&](int step, int stage) {
     const int h = headAt(step / item.numTiles), e0 = item.rowBegin + (step % item.numTiles) * kRows;
-    auto rowOf = [&](int r, int64_t stride) -> int64_t {
-      const int row = queryRow(a.rows[e0 + r], a.first, a.nq);
-      return a.masks[e0 + r] != 0 && row >= 0 ? row * stride : -1;
-    };
-    gatherTile<DP, kThreads, WG>(qs + stage * kTile, static_cast<const T *>(a.q) + b * a.qsb + h * a.qsh, a.d,
-                                 [&](int r) { return rowOf(r, a.qsn); });
-    gatherTile<DP, kThreads, WG>(dos + stage * kTile, static_cast<const T *>(a.dO) + b * a.gsb + h * a.gsh, a.d,
-                                 [&](int r) { return rowOf(r, a.gsn); });
+    if constexpr (WG) {
+      const T *q = static_cast<const T *>(a.q) + b * a.qsb + h * a.qsh;
+      const T *dO = static_cast<const T *>(a.dO) + b * a.gsb + h * a.gsh;
+      const int c = tid % kChunks;
+#pragma unroll
+      for (int i = 0; i < kMine; ++i) {
+        const int at = stage * kTile + wgSwizzled(tid / kChunks + i * (kThreads / kChunks), c);
+        const bool real = nextRows[i] >= 0 && c * 8 < a.d;
+        cpAsync16(qs + at, real ? q + int64_t(nextRows[i]) * a.qsn + c * 8 : q, real);
+        cpAsync16(dos + at, real ? dO + int64_t(nextRows[i]) * a.gsn + c * 8 : dO, real);
+      }
+    } else {
+      auto rowOf = [&](int r, int64_t stride) -> int64_t {
+        const int row = queryRow(a.rows[e0 + r], a.first, a.nq);
+        return a.masks[e0 + r] != 0 && row >= 0 ? row * stride : -1;
+      };
+      gatherTile<DP>(qs + stage * kTile, static_cast<const T *>(a.q) + b * a.qsb + h * a.qsh, a.d,
+                     [&](int r) { return rowOf(r, a.qsn); });
+      gatherTile<DP>(dos + stage * kTile, static_cast<const T *>(a.dO) + b * a.gsb + h * a.gsh, a.d,
+                     [&](int r) { return rowOf(r, a.gsn); });
+    }
   };
   // Step s's row data (threads 0-63, one row each): loaded a step ahead,
   // stored to shared memory when the step before it is done with the stage.
@@ -687,9 +715,13 @@ template <class T, int DP, bool WG = false> __device__ __forceinline__ void back
     rdeltaS[stage * kRows + tid] = info.delta;
   };
   if (steps > 0) {
+    if (WG)
+      fetchRows(0);
     issue(0, 0);
     if (tid < kRows)
       store(fetch(0), 0);
+    if (WG)
+      fetchRows(1);
   }
   cpAsyncCommit();
 
@@ -706,6 +738,8 @@ template <class T, int DP, bool WG = false> __device__ __forceinline__ void back
     if (more)
       issue(step + 1, stage ^ 1);
     cpAsyncCommit();
+    if (WG && more)
+      fetchRows(step + 2);
     cpAsyncWait<1>();
     if (WG)
       fenceProxyAsync();
