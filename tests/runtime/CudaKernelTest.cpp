@@ -263,7 +263,8 @@ struct GpuCase {
   float inputScale = 1.0f;
   bool strided = false; ///< q, k, v, o as views of [batch, n, heads, d] memory (heads inner)
   /// The forward variant forced (attnc_internal_cuda_forward_variant), -1 none;
-  /// 4 (wgmma) forces the backward's wgmma variant (1) too.
+  /// 0 forces the backward's variant 0 too (the mma.sync kernels, on any GPU),
+  /// 4 (wgmma) the backward's wgmma variant (1).
   int variant = -1;
 };
 
@@ -560,7 +561,7 @@ TEST_P(CudaKernel, ForwardAndBackwardMatchTheReference) {
 
   attnc_tensor tgq = gpuTensor(gq.p, type, B, H, nq, d, c.strided), tgk = gpuTensor(gk.p, type, B, G, nk, d, c.strided),
                tgv = gpuTensor(gv.p, type, B, G, nk, d, c.strided);
-  ASSERT_EQ(attnc_internal_cuda_backward_variant(c.variant == 4 ? 1 : -1), ATTNC_OK);
+  ASSERT_EQ(attnc_internal_cuda_backward_variant(c.variant == 4 ? 1 : c.variant == 0 ? 0 : -1), ATTNC_OK);
   const attnc_status bst =
       attnc_run_backward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tdO, &tlse, &tgq, &tgk, &tgv, nullptr);
   const std::string berror = bst == ATTNC_OK ? "" : attnc_last_error();
@@ -586,7 +587,15 @@ TEST_P(CudaKernel, ForwardAndBackwardMatchTheReference) {
           }
 }
 
-INSTANTIATE_TEST_SUITE_P(Library, CudaKernel, ::testing::ValuesIn(gpuCases()),
+/// The mma.sync kernels (variant 0, forward and backward), which compute
+/// capability 9.0 does not run by default.
+std::vector<GpuCase> mmaSyncCases() {
+  std::vector<GpuCase> out = gpuCases();
+  for (GpuCase &c : out)
+    c.variant = 0;
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Library, CudaKernel, ::testing::ValuesIn(mmaSyncCases()),
                          [](const auto &info) { return info.param.label; });
 
 /// The same cases with the forward and the backward on wgmma (forward

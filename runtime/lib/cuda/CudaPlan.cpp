@@ -371,8 +371,9 @@ std::vector<TunedVariant> parseCudaTuned(const std::string &text) {
   return out;
 }
 
-int tunedVariant(const std::vector<TunedVariant> &tuned, const std::string &gpu, const std::string &dtype, int64_t d) {
-  int variant = 0;
+int tunedVariant(const std::vector<TunedVariant> &tuned, const std::string &gpu, const std::string &dtype, int64_t d,
+                 int none) {
+  int variant = none;
   for (const TunedVariant &t : tuned) // (the last entry for a GPU, dtype and d wins)
     if (t.gpu == gpu && t.dtype == dtype && t.d == d)
       variant = t.variant;

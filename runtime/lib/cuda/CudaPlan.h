@@ -134,7 +134,8 @@ struct TunedVariant {
 /// "GPU:dtype:d=variant;..." parsed; malformed entries are skipped.
 std::vector<TunedVariant> parseCudaTuned(const std::string &text);
 
-/// The variant tuned for this GPU, dtype and d; 0 (the default) if none.
-int tunedVariant(const std::vector<TunedVariant> &tuned, const std::string &gpu, const std::string &dtype, int64_t d);
+/// The variant tuned for this GPU, dtype and d; `none` if there is none.
+int tunedVariant(const std::vector<TunedVariant> &tuned, const std::string &gpu, const std::string &dtype, int64_t d,
+                 int none = 0);
 
 } // namespace attnc::rt::cuda

@@ -464,12 +464,13 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   a.setOfHead = tabs->setOfHead;
   CUfunction f = m.fwd[typeIndex(type)][dpIndex(dp)];
   unsigned threads = 128;
-  // The variant: forced (attnc tune), else ATTNC_CUDA_FWD_VARIANT's, else the one tuned for this GPU.
+  // The variant: forced (attnc tune), else ATTNC_CUDA_FWD_VARIANT's, else the one tuned for this GPU,
+  // else wgmma's on compute capability 9.0 (1.2-2.4x the mma.sync kernel's speed on an H200) and 0.
   const int forced = forcedVariant.load();
   const char *dtype = type == ATTNC_DTYPE_F16 ? "f16" : "bf16";
   const int variant = forced >= 0         ? forced
                       : m.envVariant >= 0 ? m.envVariant
-                                          : tunedVariant(tuned_, m.gpu, dtype, dims.d);
+                                          : tunedVariant(tuned_, m.gpu, dtype, dims.d, m.hopper && dp <= 128 ? 4 : 0);
   unsigned smem = fwdSmemBytes(dp);
   if (variant == 4 || variant == 5) {
     needHopper(m, device.index, "forward variant " + std::to_string(variant));
@@ -550,9 +551,11 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
   a.scaleLog2 = scale * 1.4426950408889634f;
   a.setOfHead = tabs->setOfHead;
   CUfunction f = m.bwd[typeIndex(type)][dpIndex(dp)];
-  // The variant: forced (tests, benchmarks), else ATTNC_CUDA_BWD_VARIANT's; 1 is wgmma (d > 128: the default).
+  // The variant: forced (tests, benchmarks), else ATTNC_CUDA_BWD_VARIANT's, else wgmma's (1) on compute
+  // capability 9.0 and 0; d > 128 runs the mma.sync kernel.
   const int forced = forcedBwdVariant.load();
-  if ((forced >= 0 ? forced : m.envBwdVariant) == 1) {
+  const int variant = forced >= 0 ? forced : m.envBwdVariant >= 0 ? m.envBwdVariant : m.hopper ? 1 : 0;
+  if (variant == 1) {
     needHopper(m, device.index, "backward variant 1");
     if (dp <= 128)
       f = m.bwdWg[typeIndex(type)][dpIndex(dp)];
