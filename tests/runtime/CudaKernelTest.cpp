@@ -587,47 +587,29 @@ TEST_P(CudaKernel, ForwardAndBackwardMatchTheReference) {
           }
 }
 
-/// The mma.sync kernels (variant 0, forward and backward), which compute
-/// capability 9.0 does not run by default.
-std::vector<GpuCase> mmaSyncCases() {
-  std::vector<GpuCase> out = gpuCases();
-  for (GpuCase &c : out)
-    c.variant = 0;
-  return out;
-}
-INSTANTIATE_TEST_SUITE_P(Library, CudaKernel, ::testing::ValuesIn(mmaSyncCases()),
-                         [](const auto &info) { return info.param.label; });
-
-/// The same cases with the forward and the backward on wgmma (forward
-/// variant 4, backward variant 1: d <= 128, every dtype; f32 runs as bf16),
-/// on compute capability 9.0; elsewhere the calls must say why they cannot run.
-std::vector<GpuCase> wgmmaCases() {
+/// gpuCases() up to head dimension `maxD` with `variant` forced, labels prefixed.
+std::vector<GpuCase> casesWith(int variant, int64_t maxD, const std::string &prefix) {
   std::vector<GpuCase> out;
   for (GpuCase c : gpuCases())
-    if (c.d <= 128) {
-      c.variant = 4;
-      c.label = "wgmma_" + c.label;
+    if (c.d <= maxD) {
+      c.variant = variant;
+      c.label = prefix + c.label;
       out.push_back(std::move(c));
     }
   return out;
 }
-INSTANTIATE_TEST_SUITE_P(Wgmma, CudaKernel, ::testing::ValuesIn(wgmmaCases()),
-                         [](const auto &info) { return info.param.label; });
+auto caseLabel = [](const auto &info) { return info.param.label; };
 
-/// The forward with 3 key tiles in flight (variant 5, d <= 64), the
-/// backward the default.
-std::vector<GpuCase> wgmma3Cases() {
-  std::vector<GpuCase> out;
-  for (GpuCase c : gpuCases())
-    if (c.d <= 64) {
-      c.variant = 5;
-      c.label = "wgmma3_" + c.label;
-      out.push_back(std::move(c));
-    }
-  return out;
-}
-INSTANTIATE_TEST_SUITE_P(Wgmma3, CudaKernel, ::testing::ValuesIn(wgmma3Cases()),
-                         [](const auto &info) { return info.param.label; });
+// The mma.sync kernels (variant 0, forward and backward), which compute
+// capability 9.0 does not run by default.
+INSTANTIATE_TEST_SUITE_P(Library, CudaKernel, ::testing::ValuesIn(casesWith(0, 256, "")), caseLabel);
+// The forward and the backward on wgmma (forward variant 4, backward variant
+// 1: d <= 128, every dtype; f32 runs as bf16), on compute capability 9.0;
+// elsewhere the calls must say why they cannot run.
+INSTANTIATE_TEST_SUITE_P(Wgmma, CudaKernel, ::testing::ValuesIn(casesWith(4, 128, "wgmma_")), caseLabel);
+// The forward with 3 key tiles in flight (variant 5, d <= 64), the backward
+// the GPU's default.
+INSTANTIATE_TEST_SUITE_P(Wgmma3, CudaKernel, ::testing::ValuesIn(casesWith(5, 64, "wgmma3_")), caseLabel);
 
 // Lengths changing between calls of one kernel, and back to one seen before
 // (its tables come from the per-(GPU, n) cache): each call right.

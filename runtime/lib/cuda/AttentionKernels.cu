@@ -861,6 +861,13 @@ template <class T, int DP, bool WG = false> __device__ __forceinline__ void back
     const int r0 = warp * 16 + gq;
     float *dq0 = rq[r0] >= 0 ? a.dq + (size_t(bh) * a.nq + rq[r0]) * DP : nullptr;
     float *dq1 = rq[r0 + 8] >= 0 ? a.dq + (size_t(bh) * a.nq + rq[r0 + 8]) * DP : nullptr;
+    // This thread's two pairs of dQ at column `col` (rows r0, r0 + 8): a C fragment's quad.
+    auto addDq = [&](int col, const float (&c)[4]) {
+      if (dq0 && col < a.d)
+        addPair(dq0 + col, c[0] * a.scale, c[1] * a.scale);
+      if (dq1 && col < a.d)
+        addPair(dq1 + col, c[2] * a.scale, c[3] * a.scale);
+    };
     if constexpr (WG) {
       // 64 columns at a time: A = dS (rows x keys) read from dS^T, B = K,
       // both transposed; 16 keys a step.
@@ -877,13 +884,8 @@ template <class T, int DP, bool WG = false> __device__ __forceinline__ void back
         wgWait();
         pinRegs(c);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const int col = half * 64 + j * 8 + 2 * tq;
-          if (dq0 && col < a.d)
-            addPair(dq0 + col, c[j][0] * a.scale, c[j][1] * a.scale);
-          if (dq1 && col < a.d)
-            addPair(dq1 + col, c[j][2] * a.scale, c[j][3] * a.scale);
-        }
+        for (int j = 0; j < 8; ++j)
+          addDq(half * 64 + j * 8 + 2 * tq, c[j]);
       }
     } else {
       uint32_t af[4][4];
@@ -903,13 +905,8 @@ template <class T, int DP, bool WG = false> __device__ __forceinline__ void back
           M::run(c[1], af[kk], bf[2], bf[3]);
         }
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          const int col = dd * 16 + n * 8 + 2 * tq;
-          if (dq0 && col < a.d)
-            addPair(dq0 + col, c[n][0] * a.scale, c[n][1] * a.scale);
-          if (dq1 && col < a.d)
-            addPair(dq1 + col, c[n][2] * a.scale, c[n][3] * a.scale);
-        }
+        for (int n = 0; n < 2; ++n)
+          addDq(dd * 16 + n * 8 + 2 * tq, c[n]);
       }
     }
     if (more && tid < kRows)
