@@ -638,6 +638,67 @@ TEST(CudaKernelLengths, ManyLengthsOneKernel) {
 }
 
 
+// A forward and a backward captured into a CUDA graph (global capture mode,
+// what torch.cuda.graph uses) after a call at their length, the graph
+// replayed on new inputs: the same O, bit for bit, and the same gradients
+// (within the atomics' order) as eager calls. strided runs its state
+// buffers, local one launch.
+TEST(CudaKernel, CapturedCallsReplayAsEagerOnes) {
+  ATTNC_REQUIRE_GPU();
+  for (const auto &[file, defines] :
+       std::vector<std::pair<const char *, std::vector<std::string>>>{{"strided", {"l=8"}}, {"local", {"w=20"}}}) {
+    SCOPED_TRACE(file);
+    KernelPtr kernel = kernelOf(file, nullptr, defines);
+    ASSERT_TRUE(kernel);
+    const int64_t h = 2, n = 300, d = 64;
+    const size_t bytes = size_t(h * n * d) * 2;
+    Device q(bytes), k(bytes), v(bytes), o(bytes), lse(size_t(h * n) * 4), dO(bytes), dq(bytes), dk(bytes), dv(bytes);
+    auto fill = [&](Device &x, uint32_t seed) {
+      x.put(encode(randomFloats(size_t(h * n * d), seed, 1.f), ATTNC_DTYPE_BF16));
+    };
+    fill(q, 1), fill(k, 2), fill(v, 3), fill(dO, 4);
+    const attnc_tensor tq = tensor(q.p, ATTNC_DTYPE_BF16, {1, h, n, d}),
+                       tk = tensor(k.p, ATTNC_DTYPE_BF16, {1, h, n, d}),
+                       tv = tensor(v.p, ATTNC_DTYPE_BF16, {1, h, n, d}),
+                       tdo = tensor(dO.p, ATTNC_DTYPE_BF16, {1, h, n, d});
+    attnc_tensor to = tensor(o.p, ATTNC_DTYPE_BF16, {1, h, n, d}), tl = tensor(lse.p, ATTNC_DTYPE_F32, {1, h, n, 1}),
+                 tdq = tensor(dq.p, ATTNC_DTYPE_BF16, {1, h, n, d}), tdk = tensor(dk.p, ATTNC_DTYPE_BF16, {1, h, n, d}),
+                 tdv = tensor(dv.p, ATTNC_DTYPE_BF16, {1, h, n, d});
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+    attnc_device dev{ATTNC_DEVICE_CUDA, 0, stream};
+    auto step = [&] {
+      EXPECT_EQ(attnc_run_forward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tl, nullptr), ATTNC_OK)
+          << attnc_last_error();
+      EXPECT_EQ(attnc_run_backward_on(kernel.get(), &dev, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, nullptr),
+                ATTNC_OK)
+          << attnc_last_error();
+    };
+    step(); // the warm-up at this length
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    step();
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << "a call invalidated the capture";
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    fill(q, 5), fill(v, 6);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<unsigned char> replayO = o.get();
+    const std::vector<float> replayDq = decode(dq.get(), ATTNC_DTYPE_BF16);
+    step();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(replayO, o.get()) << "the replay's O differs from an eager call's";
+    const std::vector<float> eagerDq = decode(dq.get(), ATTNC_DTYPE_BF16);
+    size_t worst;
+    EXPECT_LE(relativeError(replayDq, std::vector<double>(eagerDq.begin(), eagerDq.end()), worst), 1e-2);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
 // --- Queries at an offset on a device (ABI 7) -------------------------------------
 
 TEST(CudaErrors, QueriesAtAnOffsetOnADeviceWithoutAGpu) {

@@ -12,9 +12,6 @@
 #include "cuda/CudaArgs.h"
 #include "cuda/CudaPlan.h"
 
-#include "attnc/frontend/Canonicalize.h"
-#include "attnc/frontend/Driver.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -55,20 +52,7 @@ const PlanCase kCases[] = {
 };
 
 /// A library pattern's canonical IR.
-ir::PatternIR irOf(const PlanCase &c) {
-  Frontend fe;
-  SemaOptions options;
-  for (const std::string &text : c.defines) {
-    Define def;
-    std::string error;
-    if (!parseDefine(text, def, error))
-      throw std::runtime_error(error);
-    options.defines.push_back(def);
-  }
-  if (!fe.parseFile(patternPath(c.file)) || !fe.analyze(options))
-    throw std::runtime_error(std::string("cannot compile ") + c.file);
-  return ir::canonicalizePattern(fe.patterns().front());
-}
+ir::PatternIR irOf(const PlanCase &c) { return patternIr(c.file, c.defines); }
 
 class CudaTables : public ::testing::TestWithParam<PlanCase> {};
 

@@ -4,6 +4,7 @@
 #include "attnc/attnc.hpp"
 #include "attnc/attnc_jit.h"
 #include "attnc/compiler/Compile.h"
+#include "attnc/frontend/Canonicalize.h"
 #include "attnc/frontend/Driver.h"
 #include "support/Oracle.h"
 
@@ -308,6 +309,21 @@ std::string patternPath(const std::string &name) {
   // of the build in another place (scripts/gpu-check.sh on the GPU machine).
   const char *moved = std::getenv("ATTNC_TEST_SOURCE_DIR");
   return std::string(moved && *moved ? moved : ATTNC_SOURCE_DIR) + "/patterns/" + name + ".attn";
+}
+
+ir::PatternIR patternIr(const std::string &name, const std::vector<std::string> &defines) {
+  Frontend fe;
+  SemaOptions options;
+  for (const std::string &text : defines) {
+    Define def;
+    std::string error;
+    if (!parseDefine(text, def, error))
+      throw std::runtime_error(error);
+    options.defines.push_back(def);
+  }
+  if (!fe.parseFile(patternPath(name)) || !fe.analyze(options))
+    throw std::runtime_error("cannot compile " + name);
+  return ir::canonicalizePattern(fe.patterns().front());
 }
 
 std::string fusedKernelBytes(const std::string &name, const std::vector<std::string> &defines, int64_t rows,

@@ -4,6 +4,7 @@
 #include "../ScratchDir.h"
 
 #include "attnc/attnc.h"
+#include "attnc/plan/PatternIR.h"
 
 #include <cstdint>
 #include <initializer_list>
@@ -116,6 +117,9 @@ KernelPtr jitCompile(const char *file, const char *source, const std::vector<std
 const std::string &jitCacheDir();
 /// The path of a library pattern.
 std::string patternPath(const std::string &name);
+/// Library pattern `name`'s canonical IR with `defines` ("l=16"); throws
+/// std::runtime_error when it does not compile.
+ir::PatternIR patternIr(const std::string &name, const std::vector<std::string> &defines);
 /// The fused kernel file of library pattern `name` with `defines` ("l=16")
 /// on the forward tiles `rows` x `cols`, built in process (no JIT cache).
 /// Throws std::runtime_error when it does not build.

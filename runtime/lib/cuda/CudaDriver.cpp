@@ -47,7 +47,7 @@ Opened open() {
       find(lib, "cuMemAllocAsync", d.cuMemAllocAsync) && find(lib, "cuMemFreeAsync", d.cuMemFreeAsync) &&
       find(lib, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD) && find(lib, "cuMemsetD8Async", d.cuMemsetD8Async) &&
       find(lib, "cuMemsetD32Async", d.cuMemsetD32Async) &&
-      find(lib, "cuStreamQuery", d.cuStreamQuery) &&
+      find(lib, "cuStreamGetCtx", d.cuStreamGetCtx) &&
       find(lib, "cuPointerGetAttribute", d.cuPointerGetAttribute) &&
       find(lib, "cuGetErrorString", d.cuGetErrorString) && find(lib, "cuMemcpyDtoH_v2", d.cuMemcpyDtoH) &&
       find(lib, "cuEventCreate", d.cuEventCreate) && find(lib, "cuEventRecord", d.cuEventRecord) &&
@@ -92,7 +92,12 @@ void check(CUresult r, const char *what) {
   // Out of device memory is the caller's to handle; anything else is a
   // failure of the call, reported with the driver's words.
   const attnc_status status = r == 2 /*CUDA_ERROR_OUT_OF_MEMORY*/ ? ATTNC_ERROR_OUT_OF_MEMORY : ATTNC_ERROR_INTERNAL;
-  throw RunError{status, std::string(what) + " failed: " + errorText(r)};
+  // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED / _INVALIDATED: what a first call does is not capturable.
+  const char *capture = r == 900 || r == 901 ? " (under CUDA graph capture: the first call at a length uploads its "
+                                               "tables, and the first call on a device loads the GPU code, neither "
+                                               "capturable; run one call at each length before capturing)"
+                                             : "";
+  throw RunError{status, std::string(what) + " failed: " + errorText(r) + capture};
 }
 
 ScopedContext::ScopedContext(int index) {
@@ -105,7 +110,6 @@ ScopedContext::ScopedContext(int index) {
   // Primary contexts are retained once per device for the process.
   static std::mutex mutex;
   static CUcontext contexts[64] = {};
-  CUcontext ctx;
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (index >= 64)
@@ -115,9 +119,9 @@ ScopedContext::ScopedContext(int index) {
       check(d.cuDeviceGet(&dev, index), "cuDeviceGet");
       check(d.cuDevicePrimaryCtxRetain(&contexts[index], dev), "cuDevicePrimaryCtxRetain");
     }
-    ctx = contexts[index];
+    ctx_ = contexts[index];
   }
-  check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent");
+  check(d.cuCtxPushCurrent(ctx_), "cuCtxPushCurrent");
   pushed_ = true;
 }
 
@@ -138,6 +142,7 @@ DeviceInfo deviceInfo(int index) {
   info.name = name;
   check(d.cuDeviceGetAttribute(&info.major, kAttrComputeMajor, dev), "cuDeviceGetAttribute");
   check(d.cuDeviceGetAttribute(&info.minor, kAttrComputeMinor, dev), "cuDeviceGetAttribute");
+  check(d.cuDeviceGetAttribute(&info.smemOptIn, kAttrSmemOptIn, dev), "cuDeviceGetAttribute");
   return info;
 }
 

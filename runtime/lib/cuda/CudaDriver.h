@@ -49,7 +49,7 @@ struct Driver {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
-  CUresult (*cuStreamQuery)(CUstream);
+  CUresult (*cuStreamGetCtx)(CUstream, CUcontext *);
   CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
   CUresult (*cuGetErrorString)(CUresult, const char **);
   // For attnc's own tools (attnc_internal_cuda_*: `attnc bench --target cuda`).
@@ -64,7 +64,7 @@ struct Driver {
 // The enum values attnc uses (cuda.h).
 inline constexpr CUresult kSuccess = 0;
 inline constexpr CUresult kNotReady = 600;
-inline constexpr int kAttrComputeMajor = 75, kAttrComputeMinor = 76;
+inline constexpr int kAttrComputeMajor = 75, kAttrComputeMinor = 76, kAttrSmemOptIn = 97;
 inline constexpr int kFuncMaxDynamicShared = 8, kFuncPreferredCarveout = 9;
 inline constexpr int kPointerMemoryType = 2, kPointerDeviceOrdinal = 9;
 inline constexpr int kMemoryTypeHost = 1, kMemoryTypeDevice = 2, kMemoryTypeUnified = 4;
@@ -87,15 +87,20 @@ public:
   ~ScopedContext();
   ScopedContext(const ScopedContext &) = delete;
   ScopedContext &operator=(const ScopedContext &) = delete;
+  CUcontext get() const { return ctx_; }
 
 private:
+  CUcontext ctx_ = nullptr;
   bool pushed_ = false;
 };
 
-/// A GPU's name and compute capability ("NVIDIA H100 80GB HBM3", 9, 0).
+/// A GPU's name and compute capability ("NVIDIA H100 80GB HBM3", 9, 0), and
+/// the most shared memory a CTA may opt into there (227 KB on 9.0, 163 KB on
+/// 8.0, 99 KB on 8.6 and 8.9).
 struct DeviceInfo {
   std::string name;
   int major = 0, minor = 0;
+  int smemOptIn = 0;
 };
 DeviceInfo deviceInfo(int index);
 

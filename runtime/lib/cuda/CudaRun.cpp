@@ -6,6 +6,7 @@
 #include "CudaDriver.h"
 #include "CudaPlan.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -46,6 +47,10 @@ struct Module {
   int envVariant = -1;
   /// This GPU as tuning names it (tuning::gpuId): "NVIDIA_H200@9.0".
   std::string gpu;
+  /// The most dynamic shared memory a CTA may have here (bytes): kernels
+  /// that need more (the d = 256 backward on compute capability 8.x) are
+  /// loaded but not launched (needSmem says so).
+  int smemLimit = 0;
 };
 
 unsigned variantThreads(int variant) { return variant == 3 ? 64 : 128; }
@@ -74,9 +79,10 @@ const Module &module(int device) {
                                                 std::to_string(info.major) + "." + std::to_string(info.minor) +
                                                 "): " + errorText(r)};
   Module m;
+  m.smemLimit = info.smemOptIn;
   auto get = [&](CUfunction &f, const std::string &name, int smem) {
     check(d.cuModuleGetFunction(&f, mod, name.c_str()), "cuModuleGetFunction");
-    if (smem > 0) {
+    if (smem > 0 && smem <= m.smemLimit) {
       check(d.cuFuncSetAttribute(f, kFuncMaxDynamicShared, smem), "cuFuncSetAttribute");
       // As much shared memory as the SM has (not L1): more CTAs side by side.
       check(d.cuFuncSetAttribute(f, kFuncPreferredCarveout, 100), "cuFuncSetAttribute");
@@ -177,15 +183,23 @@ void checkOnDevice(const attnc_tensor &t, const char *name, int device) {
                                                      std::to_string(device)};
 }
 
-CUstream checkedStream(const attnc_device &device) {
+/// The call's stream, checked to be a stream of `context` (device.index's).
+/// It asks the driver for the stream's context, not for its state: a
+/// query (cuStreamQuery) would end a CUDA graph capture on the stream.
+CUstream checkedStream(const attnc_device &device, CUcontext context) {
   auto stream = static_cast<CUstream>(device.stream);
   if (!stream)
     return stream;
-  const CUresult r = driver().cuStreamQuery(stream);
-  if (r != kSuccess && r != kNotReady)
+  CUcontext owner = nullptr;
+  if (const CUresult r = driver().cuStreamGetCtx(stream, &owner); r != kSuccess)
     throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "the stream " + std::to_string(reinterpret_cast<uintptr_t>(stream)) +
                                                      " is not a usable CUDA stream of device " +
                                                      std::to_string(device.index) + ": " + errorText(r)};
+  if (owner != context)
+    throw RunError{ATTNC_ERROR_INVALID_ARGUMENT,
+                   "the stream " + std::to_string(reinterpret_cast<uintptr_t>(stream)) +
+                       " belongs to another CUDA context than device " + std::to_string(device.index) +
+                       "'s primary context (a stream of another device?); pass a stream of that device"};
   return stream;
 }
 
@@ -297,9 +311,9 @@ struct Started {
   attnc_dtype type;
 };
 
-Started start(const attnc_device &device, const Dims &dims,
+Started start(const attnc_device &device, const ScopedContext &context, const Dims &dims,
               std::initializer_list<std::pair<const attnc_tensor *, const char *>> tensors) {
-  const CUstream stream = checkedStream(device);
+  const CUstream stream = checkedStream(device, context.get());
   for (const auto &[t, name] : tensors)
     if (t)
       checkOnDevice(*t, name, device.index);
@@ -315,6 +329,17 @@ template <class Args> void setInputs(Args &a, const Operand &q, const Operand &k
   a.qsb = q.sb, a.qsh = q.sh, a.qsn = q.sn;
   a.ksb = k.sb, a.ksh = k.sh, a.ksn = k.sn;
   a.vsb = v.sb, a.vsh = v.sh, a.vsn = v.sn;
+}
+
+/// Throws unless a CTA of `smem` bytes of shared memory fits this module's GPU.
+void needSmem(const Module &m, int device, unsigned smem, const char *what, int dp) {
+  if (smem <= static_cast<unsigned>(m.smemLimit))
+    return;
+  throw RunError{ATTNC_ERROR_UNSUPPORTED,
+                 std::string("the GPU ") + what + " at d = " + std::to_string(dp) + " needs " +
+                     std::to_string(smem / 1024) + " KB of shared memory per CTA; CUDA device " +
+                     std::to_string(device) + " (" + m.gpu + ") allows " + std::to_string(m.smemLimit / 1024) +
+                     " KB: run smaller head dimensions there, or this call on the CPU"};
 }
 
 /// Throws unless this module's GPU runs the wgmma kernels (`what` names the one asked for).
@@ -382,8 +407,10 @@ Engine::~Engine() = default;
 
 std::shared_ptr<const Engine::DeviceTables> Engine::tables(int device, int64_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = tables_.find({device, n}); it != tables_.end())
-    return it->second;
+  if (auto it = tables_.find({device, n}); it != tables_.end()) {
+    it->second.used = ++uses_;
+    return it->second.tables;
+  }
   checkKeysFit32Bits(n);
   auto t = std::make_shared<DeviceTables>();
   t->device = device;
@@ -408,17 +435,40 @@ std::shared_ptr<const Engine::DeviceTables> Engine::tables(int device, int64_t n
     std::vector<int32_t> heads(headToSet_.begin(), headToSet_.end());
     t->setOfHead = deviceCopy(heads, t->owned);
   }
-  // Lengths kept per device: the most recent 16.
+  // Tables kept per kernel: those of the 16 (device, length) pairs used most recently.
   if (tables_.size() >= 16)
-    tables_.erase(tables_.begin());
-  tables_[{device, n}] = t;
+    tables_.erase(std::min_element(tables_.begin(), tables_.end(), [](const auto &a, const auto &b) {
+      return a.second.used < b.second.used;
+    }));
+  tables_[{device, n}] = {t, ++uses_};
   return t;
 }
 
 void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                      const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale) {
   ScopedContext ctx(device.index);
-  const auto [stream, dp, m, type] = start(device, dims, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {lse, "lse"}});
+  const auto [stream, dp, m, type] =
+      start(device, ctx, dims, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {lse, "lse"}});
+  CUfunction f = m.fwd[typeIndex(type)][dpIndex(dp)];
+  unsigned threads = 128;
+  // The variant: forced (attnc tune), else ATTNC_CUDA_FWD_VARIANT's, else the one tuned for this GPU,
+  // else wgmma's on compute capability 9.0 (1.2-2.4x the mma.sync kernel's speed on an H200) and 0.
+  const int forced = forcedVariant.load();
+  const char *dtype = type == ATTNC_DTYPE_F16 ? "f16" : "bf16";
+  const int variant = forced >= 0         ? forced
+                      : m.envVariant >= 0 ? m.envVariant
+                                          : tunedVariant(tuned_, m.gpu, dtype, dims.d, m.hopper && dp <= 128 ? 4 : 0);
+  unsigned smem = fwdSmemBytes(dp);
+  if (variant == 4 || variant == 5) {
+    needHopper(m, device.index, "forward variant " + std::to_string(variant));
+    if (variant == 5 && dp == 64)
+      f = m.fwdWg3[typeIndex(type)], smem = fwdSmemBytes(64, 3);
+    else if (dp <= 128) // (5 at d > 64: 4's kernel; d > 128: the default kernel)
+      f = m.fwdWg[typeIndex(type)][dpIndex(dp)];
+  } else if (variant > 0 && type == ATTNC_DTYPE_BF16 && dp == 64) {
+    f = m.fwdVariants[variant], threads = variantThreads(variant);
+  }
+  needSmem(m, device.index, smem, "forward", dp);
   auto tabs = tables(device.index, dims.nk);
   Operand qo = operand(m, stream, q, type), ko = operand(m, stream, k, type), vo = operand(m, stream, v, type);
   // O written in place when it is the compute type with even rows; else
@@ -462,25 +512,6 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   a.first = static_cast<int32_t>(dims.first >= 0 ? dims.first : dims.nk - dims.nq);
   a.scaleLog2 = scale * 1.4426950408889634f;
   a.setOfHead = tabs->setOfHead;
-  CUfunction f = m.fwd[typeIndex(type)][dpIndex(dp)];
-  unsigned threads = 128;
-  // The variant: forced (attnc tune), else ATTNC_CUDA_FWD_VARIANT's, else the one tuned for this GPU,
-  // else wgmma's on compute capability 9.0 (1.2-2.4x the mma.sync kernel's speed on an H200) and 0.
-  const int forced = forcedVariant.load();
-  const char *dtype = type == ATTNC_DTYPE_F16 ? "f16" : "bf16";
-  const int variant = forced >= 0         ? forced
-                      : m.envVariant >= 0 ? m.envVariant
-                                          : tunedVariant(tuned_, m.gpu, dtype, dims.d, m.hopper && dp <= 128 ? 4 : 0);
-  unsigned smem = fwdSmemBytes(dp);
-  if (variant == 4 || variant == 5) {
-    needHopper(m, device.index, "forward variant " + std::to_string(variant));
-    if (variant == 5 && dp == 64)
-      f = m.fwdWg3[typeIndex(type)], smem = fwdSmemBytes(64, 3);
-    else if (dp <= 128) // (5 at d > 64: 4's kernel; d > 128: the default kernel)
-      f = m.fwdWg[typeIndex(type)][dpIndex(dp)];
-  } else if (variant > 0 && type == ATTNC_DTYPE_BF16 && dp == 64) {
-    f = m.fwdVariants[variant], threads = variantThreads(variant);
-  }
   for (size_t s = 0; s < tabs->sets.size(); ++s) {
     const auto &set = tabs->sets[s];
     if (set.host.needsState() && !stateO) {
@@ -510,9 +541,20 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
                       const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale) {
   ScopedContext ctx(device.index);
   const auto [stream, dp, m, type] =
-      start(device, dims,
+      start(device, ctx, dims,
             {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&dO, "d_o"}, {&lse, "lse"}, {&dq, "d_q"}, {&dk, "d_k"},
              {&dv, "d_v"}});
+  CUfunction f = m.bwd[typeIndex(type)][dpIndex(dp)];
+  // The variant: forced (tests, benchmarks), else ATTNC_CUDA_BWD_VARIANT's, else wgmma's (1) on compute
+  // capability 9.0 and 0; d > 128 runs the mma.sync kernel.
+  const int forced = forcedBwdVariant.load();
+  const int variant = forced >= 0 ? forced : m.envBwdVariant >= 0 ? m.envBwdVariant : m.hopper ? 1 : 0;
+  if (variant == 1) {
+    needHopper(m, device.index, "backward variant 1");
+    if (dp <= 128)
+      f = m.bwdWg[typeIndex(type)][dpIndex(dp)];
+  }
+  needSmem(m, device.index, bwdSmemBytes(dp), "backward", dp);
   auto tabs = tables(device.index, dims.nk);
   Operand qo = operand(m, stream, q, type), ko = operand(m, stream, k, type), vo = operand(m, stream, v, type);
   Operand go = operand(m, stream, dO, type);
@@ -550,16 +592,6 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
   a.scale = scale;
   a.scaleLog2 = scale * 1.4426950408889634f;
   a.setOfHead = tabs->setOfHead;
-  CUfunction f = m.bwd[typeIndex(type)][dpIndex(dp)];
-  // The variant: forced (tests, benchmarks), else ATTNC_CUDA_BWD_VARIANT's, else wgmma's (1) on compute
-  // capability 9.0 and 0; d > 128 runs the mma.sync kernel.
-  const int forced = forcedBwdVariant.load();
-  const int variant = forced >= 0 ? forced : m.envBwdVariant >= 0 ? m.envBwdVariant : m.hopper ? 1 : 0;
-  if (variant == 1) {
-    needHopper(m, device.index, "backward variant 1");
-    if (dp <= 128)
-      f = m.bwdWg[typeIndex(type)][dpIndex(dp)];
-  }
   for (size_t s = 0; s < tabs->sets.size(); ++s) {
     const auto &set = tabs->sets[s];
     a.set = static_cast<int32_t>(s);

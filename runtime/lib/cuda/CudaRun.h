@@ -67,7 +67,13 @@ private:
   std::vector<int64_t> headToSet_;
   std::vector<TunedVariant> tuned_;
   std::mutex mutex_;
-  std::map<std::pair<int, int64_t>, std::shared_ptr<const DeviceTables>> tables_;
+  /// (device, n) -> its tables and when they were last used (uses_ then).
+  struct Cached {
+    std::shared_ptr<const DeviceTables> tables;
+    uint64_t used = 0;
+  };
+  std::map<std::pair<int, int64_t>, Cached> tables_;
+  uint64_t uses_ = 0;
 };
 
 } // namespace attnc::rt::cuda

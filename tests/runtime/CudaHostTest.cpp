@@ -1,0 +1,660 @@
+//===- CudaHostTest.cpp - The cuda target's host side, on a fake driver ---===//
+//
+// No GPU: libattnc opens libattnc_fake_cuda.so as its driver
+// (ATTNC_CUDA_DRIVER; FakeCudaDriver.h), whose devices are a compute
+// capability 9.0, an 8.0 and an 8.6 GPU and whose launches are recorded,
+// not run. What the host side does before a kernel runs is checked here on
+// every machine: the launches of a call are the plan's tables' launches, in
+// order, with the kernel of the device, dtype and head dimension, and their
+// arguments (the tables on the device byte for byte equal to the host's,
+// the tensors' addresses and strides, the state and slot buffers); tables
+// are uploaded once per length and nothing is compiled; inputs the kernels
+// cannot read in place are packed first and O written through a copy; CPU
+// memory, another device's memory, unknown streams and devices are errors
+// that launch nothing; kernels needing more shared memory than the GPU
+// allows are refused, saying so. The kernels' arithmetic is CudaKernel*'s
+// (CudaKernelTest.cpp, on a GPU).
+//
+//===----------------------------------------------------------------------===//
+#include "FakeCudaDriver.h"
+#include "TestSupport.h"
+#include "cuda/CudaArgs.h"
+#include "cuda/CudaPlan.h"
+
+#include "attnc/attnc.h"
+#include "attnc/runtime/Internal.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attnc::test {
+namespace {
+
+using rt::cuda::BwdArgs;
+using rt::cuda::FwdArgs;
+using rt::cuda::SetTables;
+using rt::cuda::View;
+
+// Every GPU call of this process goes to the fake driver: set before
+// libattnc opens one (at its first GPU call).
+const bool kFakeDriver = [] {
+  setenv("ATTNC_CUDA_DRIVER", ATTNC_FAKE_CUDA_PATH, 1);
+  setenv("ATTNC_FAKE_CUDA_DEVICES", "9.0,8.0,8.6", 1);
+  unsetenv("ATTNC_CUDA_FWD_VARIANT");
+  unsetenv("ATTNC_CUDA_BWD_VARIANT");
+  return true;
+}();
+
+/// Memory of a fake device, freed with the object.
+class DeviceMemory {
+public:
+  DeviceMemory(int device, size_t bytes) : p_(attnc_fake_cuda_alloc(device, bytes)) {}
+  ~DeviceMemory() { attnc_fake_cuda_free(p_); }
+  DeviceMemory(const DeviceMemory &) = delete;
+  DeviceMemory &operator=(const DeviceMemory &) = delete;
+  void *get() const { return p_; }
+
+private:
+  void *p_;
+};
+
+size_t bytesOf(attnc_dtype t) { return t == ATTNC_DTYPE_F32 ? 4 : 2; }
+
+attnc_tensor contiguousTensor(void *data, attnc_dtype dtype, int64_t b, int64_t h, int64_t n, int64_t d) {
+  attnc_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.shape[0] = b, t.shape[1] = h, t.shape[2] = n, t.shape[3] = d;
+  t.strides[3] = 1, t.strides[2] = d, t.strides[1] = n * d, t.strides[0] = h * n * d;
+  return t;
+}
+
+/// The tensors of a forward and a backward call, in memory of `device`.
+struct Call {
+  int64_t batch, hq, hkv, nq, nk, d;
+  attnc_dtype dtype;
+  std::vector<std::unique_ptr<DeviceMemory>> memory;
+  attnc_tensor q{}, k{}, v{}, o{}, lse{}, dO{}, dq{}, dk{}, dv{};
+
+  Call(int device, attnc_dtype type, int64_t b, int64_t hq_, int64_t hkv_, int64_t nq_, int64_t nk_, int64_t d_)
+      : batch(b), hq(hq_), hkv(hkv_), nq(nq_), nk(nk_), d(d_), dtype(type) {
+    auto make = [&](attnc_dtype t, int64_t heads, int64_t n, int64_t cols) {
+      memory.push_back(std::make_unique<DeviceMemory>(device, size_t(b * heads * n * cols) * bytesOf(t)));
+      return contiguousTensor(memory.back()->get(), t, b, heads, n, cols);
+    };
+    q = make(type, hq, nq, d), k = make(type, hkv, nk, d), v = make(type, hkv, nk, d);
+    o = make(type, hq, nq, d), lse = make(ATTNC_DTYPE_F32, hq, nq, 1), dO = make(type, hq, nq, d);
+    dq = make(type, hq, nq, d), dk = make(type, hkv, nk, d), dv = make(type, hkv, nk, d);
+  }
+  attnc_status forward(const attnc_device &dev) {
+    return attnc_run_forward_on(kernel, &dev, &q, &k, &v, &o, &lse, nullptr);
+  }
+  attnc_status backward(const attnc_device &dev) {
+    return attnc_run_backward_on(kernel, &dev, &q, &k, &v, &o, &dO, &lse, &dq, &dk, &dv, nullptr);
+  }
+  const attnc_kernel *kernel = nullptr;
+};
+
+std::vector<attnc_fake_launch> launches() {
+  std::vector<attnc_fake_launch> all;
+  for (int i = 0; i < attnc_fake_cuda_launch_count(); ++i)
+    all.push_back(*attnc_fake_cuda_launch(i));
+  return all;
+}
+
+template <class T> T argsOf(const attnc_fake_launch &l) {
+  T a;
+  std::memcpy(&a, l.args, sizeof a);
+  return a;
+}
+
+/// The two Views of an attnc_copy / attnc_delta launch.
+std::pair<View, View> viewsOf(const attnc_fake_launch &l) {
+  View src, dst;
+  std::memcpy(&src, l.args, sizeof src);
+  std::memcpy(&dst, l.args + sizeof src, sizeof dst);
+  return {src, dst};
+}
+
+/// Whether `device` holds `host`'s bytes at `ptr` (null for an empty table).
+template <class T> ::testing::AssertionResult holds(const void *ptr, const std::vector<T> &host, const char *what) {
+  if (host.empty())
+    return ptr == nullptr ? ::testing::AssertionSuccess()
+                          : ::testing::AssertionFailure() << what << ": a table where the host has none";
+  const size_t bytes = host.size() * sizeof(T);
+  if (!attnc_fake_cuda_is_device(ptr, bytes))
+    return ::testing::AssertionFailure() << what << ": not " << bytes << " bytes of device memory";
+  if (std::memcmp(ptr, host.data(), bytes) != 0)
+    return ::testing::AssertionFailure() << what << ": the device's table differs from the host's";
+  return ::testing::AssertionSuccess();
+}
+
+KernelPtr kernelOf(const std::string &file, const std::vector<std::string> &defines) {
+  std::string error;
+  KernelPtr k = jitCompile(file.c_str(), nullptr, defines, "fused", jitCacheDir(), error);
+  EXPECT_TRUE(k) << error;
+  return k;
+}
+
+struct HostCase {
+  const char *label;
+  const char *file;
+  std::vector<std::string> defines;
+  int64_t n;
+  int64_t hq, hkv; ///< a multi-head pattern: its heads
+};
+
+void PrintTo(const HostCase &c, std::ostream *os) { *os << c.label; }
+
+const HostCase kHostCases[] = {
+    {"FixedDefaults", "fixed", {}, 4097, 4, 2},
+    {"StridedDefaults", "strided", {}, 4097, 4, 2},
+    {"StridedSmall", "strided", {"l=8"}, 100, 2, 1},
+    {"LocalDefaults", "local", {}, 1000, 2, 2},
+    {"LongformerDefaults", "longformer", {}, 4097, 2, 2},
+    {"BigbirdDefaults", "bigbird", {}, 4097, 4, 1},
+    {"FixedMultihead", "fixed_multihead", {"l=8", "c=2"}, 1000, 2, 2},
+    {"OneRow", "local", {"w=3"}, 1, 1, 1},
+};
+
+class CudaHost : public ::testing::TestWithParam<HostCase> {};
+
+/// Checks the forward launches from `at` on against the tables: the kernel,
+/// grid, block, shared memory and stream, and each argument.
+void expectForwardLaunches(const std::vector<attnc_fake_launch> &got, size_t &at, const std::vector<SetTables> &tables,
+                           const Call &c, const char *kernel, unsigned threads, unsigned smem, void *stream) {
+  const float *stateO = nullptr;
+  int32_t slots = 0; // (one slot buffer for the call, as large as the largest set needs)
+  for (const SetTables &t : tables)
+    slots = std::max(slots, t.slots);
+  for (size_t s = 0; s < tables.size(); ++s)
+    for (const rt::cuda::Launch &l : tables[s].fwdLaunches) {
+      if (l.itemCount == 0)
+        continue;
+      ASSERT_LT(at, got.size()) << "fewer launches than the tables have";
+      const attnc_fake_launch &g = got[at++];
+      SCOPED_TRACE("launch " + std::to_string(at - 1) + " (" + g.name + ")");
+      EXPECT_STREQ(g.name, kernel);
+      EXPECT_EQ(g.grid[0], unsigned(l.itemCount));
+      EXPECT_EQ(g.grid[1], unsigned(c.batch * c.hq));
+      EXPECT_EQ(g.grid[2], 1u);
+      EXPECT_EQ(g.block[0], threads);
+      EXPECT_EQ(g.smem, smem);
+      EXPECT_EQ(g.stream, stream);
+      ASSERT_EQ(g.argBytes, sizeof(FwdArgs));
+      const auto a = argsOf<FwdArgs>(g);
+      EXPECT_EQ(a.set, int32_t(s));
+      EXPECT_EQ(a.itemBegin, l.itemBegin);
+      EXPECT_EQ(bool(a.readsState), l.readsState);
+      EXPECT_EQ(bool(a.writesState), l.writesState);
+      EXPECT_EQ(bool(a.writesSlots), l.writesSlots);
+      EXPECT_TRUE(holds(a.items, tables[s].fwdItems, "items"));
+      EXPECT_TRUE(holds(a.keys, tables[s].fwdKeys, "keys"));
+      EXPECT_TRUE(holds(a.masks, tables[s].fwdMasks, "masks"));
+      EXPECT_TRUE(holds(a.full, tables[s].fwdFull, "full"));
+      EXPECT_EQ(a.heads, int32_t(c.hq));
+      EXPECT_EQ(a.ratio, int32_t(c.hq / c.hkv));
+      EXPECT_EQ(a.d, int32_t(c.d));
+      EXPECT_EQ(a.nq, int32_t(c.nq));
+      EXPECT_EQ(a.nk, int32_t(c.nk));
+      EXPECT_EQ(a.first, int32_t(c.nk - c.nq));
+      EXPECT_FLOAT_EQ(a.scaleLog2, float(1.0 / std::sqrt(double(c.d)) * 1.4426950408889634));
+      EXPECT_EQ(a.lse, c.lse.data);
+      EXPECT_EQ(a.lsn, 1);
+      if (l.readsState || l.writesState) {
+        ASSERT_NE(a.stateO, nullptr);
+        ASSERT_NE(a.stateLse, nullptr);
+        if (stateO) { // one state for the whole call
+          EXPECT_EQ(a.stateO, stateO);
+        }
+        stateO = a.stateO;
+      }
+      EXPECT_EQ(a.slotO != nullptr, slots > 0);
+      EXPECT_EQ(a.slotLse != nullptr, slots > 0);
+    }
+}
+
+TEST_P(CudaHost, ForwardLaunchesAreTheTablesLaunches) {
+  const HostCase &hc = GetParam();
+  KernelPtr kernel = kernelOf(hc.file, hc.defines);
+  ASSERT_TRUE(kernel);
+  const std::vector<SetTables> tables = rt::cuda::buildTables(rt::cuda::gpuPlan(patternIr(hc.file, hc.defines)), hc.n);
+  Call c(0, ATTNC_DTYPE_BF16, 2, hc.hq, hc.hkv, hc.n, hc.n, 64);
+  c.kernel = kernel.get();
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, attnc_fake_cuda_stream(0)};
+  attnc_fake_cuda_reset();
+  ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
+  const std::vector<attnc_fake_launch> first = launches();
+  size_t at = 0;
+  expectForwardLaunches(first, at, tables, c, "attnc_fwd_wg_bf16_64", 128, rt::cuda::fwdSmemBytes(64), dev.stream);
+  EXPECT_EQ(at, first.size()) << "launches beyond the tables'";
+  for (const attnc_fake_launch &l : first) {
+    const auto a = argsOf<FwdArgs>(l); // read in place: contiguous bf16 rows
+    EXPECT_EQ(a.q, c.q.data);
+    EXPECT_EQ(a.k, c.k.data);
+    EXPECT_EQ(a.v, c.v.data);
+    EXPECT_EQ(a.o, c.o.data);
+    EXPECT_EQ(a.qsn, 64);
+    EXPECT_EQ(a.qsh, c.nq * 64);
+    EXPECT_EQ(a.ksh, c.nk * 64);
+    EXPECT_EQ(a.ksb, c.hkv * c.nk * 64);
+  }
+  attnc_fake_counts n = attnc_fake_cuda_counts();
+  EXPECT_EQ(n.asyncAllocs, n.asyncFrees) << "a call's buffers outlive it";
+  EXPECT_GT(n.copiesToDevice, 0) << "the tables of a new length are uploaded";
+
+  // The same call again: the same launches, and nothing uploaded or loaded.
+  attnc_fake_cuda_reset();
+  ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
+  n = attnc_fake_cuda_counts();
+  EXPECT_EQ(n.copiesToDevice, 0);
+  EXPECT_EQ(n.allocs, 0);
+  EXPECT_EQ(n.moduleLoads, 0);
+  const std::vector<attnc_fake_launch> second = launches();
+  ASSERT_EQ(second.size(), first.size());
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_STREQ(second[i].name, first[i].name);
+    const auto a = argsOf<FwdArgs>(first[i]), b = argsOf<FwdArgs>(second[i]);
+    EXPECT_EQ(b.items, a.items);
+    EXPECT_EQ(b.keys, a.keys);
+    EXPECT_EQ(b.itemBegin, a.itemBegin);
+  }
+}
+
+TEST_P(CudaHost, BackwardLaunchesAreTheTablesLaunches) {
+  const HostCase &hc = GetParam();
+  KernelPtr kernel = kernelOf(hc.file, hc.defines);
+  ASSERT_TRUE(kernel);
+  const std::vector<SetTables> tables = rt::cuda::buildTables(rt::cuda::gpuPlan(patternIr(hc.file, hc.defines)), hc.n);
+  Call c(0, ATTNC_DTYPE_BF16, 1, hc.hq, hc.hkv, hc.n, hc.n, 64);
+  c.kernel = kernel.get();
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, attnc_fake_cuda_stream(0)};
+  attnc_fake_cuda_reset();
+  ASSERT_EQ(c.backward(dev), ATTNC_OK) << attnc_last_error();
+  const std::vector<attnc_fake_launch> got = launches();
+  ASSERT_GE(got.size(), 4u);
+  // rowsum(dO o O) first, over every query row of every head.
+  EXPECT_STREQ(got[0].name, "attnc_delta");
+  EXPECT_EQ(got[0].grid[0], unsigned((c.nq + 7) / 8));
+  EXPECT_EQ(got[0].grid[1], unsigned(c.hq));
+  EXPECT_EQ(got[0].grid[2], unsigned(c.batch));
+  EXPECT_EQ(viewsOf(got[0]).first.data, c.dO.data);
+  EXPECT_EQ(viewsOf(got[0]).second.data, c.o.data);
+  float *delta = nullptr;
+  std::memcpy(&delta, got[0].args + 2 * sizeof(View), sizeof delta);
+  size_t at = 1;
+  for (size_t s = 0; s < tables.size(); ++s)
+    for (const rt::cuda::Launch &l : tables[s].bwdLaunches) {
+      if (l.itemCount == 0)
+        continue;
+      ASSERT_LT(at, got.size());
+      const attnc_fake_launch &g = got[at++];
+      SCOPED_TRACE("launch " + std::to_string(at - 1) + " (" + g.name + ")");
+      EXPECT_STREQ(g.name, "attnc_bwd_wg_bf16_64");
+      EXPECT_EQ(g.grid[0], unsigned(l.itemCount));
+      EXPECT_EQ(g.grid[1], unsigned(c.batch * c.hkv)); // a CTA per key group and key/value head
+      EXPECT_EQ(g.block[0], 128u);
+      EXPECT_EQ(g.smem, unsigned(rt::cuda::bwdSmemBytes(64)));
+      EXPECT_EQ(g.stream, dev.stream);
+      ASSERT_EQ(g.argBytes, sizeof(BwdArgs));
+      const auto a = argsOf<BwdArgs>(g);
+      EXPECT_EQ(a.set, int32_t(s));
+      EXPECT_EQ(a.itemBegin, l.itemBegin);
+      EXPECT_TRUE(holds(a.items, tables[s].bwdItems, "items"));
+      EXPECT_TRUE(holds(a.keys, tables[s].bwdKeys, "keys"));
+      EXPECT_TRUE(holds(a.rows, tables[s].bwdRows, "rows"));
+      EXPECT_TRUE(holds(a.masks, tables[s].bwdMasks, "masks"));
+      EXPECT_TRUE(holds(a.full, tables[s].bwdFull, "full"));
+      EXPECT_EQ(a.q, c.q.data);
+      EXPECT_EQ(a.dO, c.dO.data);
+      EXPECT_EQ(a.lse, c.lse.data);
+      EXPECT_EQ(a.delta, delta);
+      EXPECT_EQ(a.ratio, int32_t(c.hq / c.hkv));
+      EXPECT_FLOAT_EQ(a.scale, float(1.0 / std::sqrt(64.0)));
+    }
+  // The f32 accumulators converted into dQ, dK, dV last.
+  ASSERT_EQ(got.size(), at + 3);
+  const void *grads[3] = {c.dq.data, c.dk.data, c.dv.data};
+  for (int g = 0; g < 3; ++g) {
+    EXPECT_STREQ(got[at + g].name, "attnc_copy");
+    const auto [src, dst] = viewsOf(got[at + g]);
+    EXPECT_EQ(src.dtype, int32_t(ATTNC_DTYPE_F32));
+    EXPECT_EQ(dst.data, grads[g]);
+    EXPECT_EQ(dst.cols, 64);
+  }
+  const attnc_fake_counts n = attnc_fake_cuda_counts();
+  EXPECT_EQ(n.memsets, 3) << "the dQ, dK, dV accumulators zeroed, and nothing else";
+  EXPECT_EQ(n.asyncAllocs, n.asyncFrees);
+}
+
+INSTANTIATE_TEST_SUITE_P(Library, CudaHost, ::testing::ValuesIn(kHostCases),
+                         [](const ::testing::TestParamInfo<HostCase> &i) { return std::string(i.param.label); });
+
+// --- The kernel of a device, dtype, head dimension and variant ------------------
+
+struct Choice {
+  int device;
+  attnc_dtype dtype;
+  int64_t d;
+  int forced;         ///< attnc_internal_cuda_forward_variant / _backward_variant (-1: none)
+  bool backward;
+  const char *kernel; ///< null: ATTNC_ERROR_UNSUPPORTED, with `why` in the message
+  const char *why;
+};
+
+TEST(CudaHostKernels, ByDeviceDtypeHeadDimensionAndVariant) {
+  KernelPtr kernel = kernelOf("local", {"w=8"});
+  ASSERT_TRUE(kernel);
+  const Choice choices[] = {
+      // Compute capability 9.0: wgmma up to d = 128.
+      {0, ATTNC_DTYPE_BF16, 64, -1, false, "attnc_fwd_wg_bf16_64", nullptr},
+      {0, ATTNC_DTYPE_F16, 80, -1, false, "attnc_fwd_wg_f16_128", nullptr},
+      {0, ATTNC_DTYPE_BF16, 200, -1, false, "attnc_fwd_bf16_256", nullptr},
+      {0, ATTNC_DTYPE_BF16, 64, 0, false, "attnc_fwd_bf16_64", nullptr},
+      {0, ATTNC_DTYPE_BF16, 64, 3, false, "attnc_fwd_bf16_64_v3", nullptr},
+      {0, ATTNC_DTYPE_F16, 64, 2, false, "attnc_fwd_f16_64", nullptr}, // (variants 1-3: bf16 only)
+      {0, ATTNC_DTYPE_BF16, 64, 5, false, "attnc_fwd_wg3_bf16_64", nullptr},
+      {0, ATTNC_DTYPE_BF16, 128, 5, false, "attnc_fwd_wg_bf16_128", nullptr},
+      {0, ATTNC_DTYPE_BF16, 64, -1, true, "attnc_bwd_wg_bf16_64", nullptr},
+      {0, ATTNC_DTYPE_F16, 128, -1, true, "attnc_bwd_wg_f16_128", nullptr},
+      {0, ATTNC_DTYPE_BF16, 64, 0, true, "attnc_bwd_bf16_64", nullptr},
+      {0, ATTNC_DTYPE_BF16, 256, -1, true, "attnc_bwd_bf16_256", nullptr},
+      // 8.0 (an A100): mma.sync; 163 KB of shared memory: the d = 256 backward (203 KB) does not fit.
+      {1, ATTNC_DTYPE_BF16, 64, -1, false, "attnc_fwd_bf16_64", nullptr},
+      {1, ATTNC_DTYPE_BF16, 256, -1, false, "attnc_fwd_bf16_256", nullptr},
+      {1, ATTNC_DTYPE_BF16, 128, -1, true, "attnc_bwd_bf16_128", nullptr},
+      {1, ATTNC_DTYPE_BF16, 64, 4, false, nullptr, "compute capability 9.0"},
+      {1, ATTNC_DTYPE_BF16, 64, 1, true, nullptr, "compute capability 9.0"},
+      {1, ATTNC_DTYPE_BF16, 256, -1, true, nullptr, "allows 163 KB"},
+      // 8.6: 99 KB.
+      {2, ATTNC_DTYPE_F16, 128, -1, false, "attnc_fwd_f16_128", nullptr},
+      {2, ATTNC_DTYPE_BF16, 64, -1, true, "attnc_bwd_bf16_64", nullptr},
+      {2, ATTNC_DTYPE_BF16, 256, -1, false, nullptr, "allows 99 KB"},
+      {2, ATTNC_DTYPE_BF16, 128, -1, true, nullptr, "allows 99 KB"},
+  };
+  for (const Choice &ch : choices) {
+    SCOPED_TRACE("device " + std::to_string(ch.device) + ", d = " + std::to_string(ch.d) + ", variant " +
+                 std::to_string(ch.forced) + (ch.backward ? ", backward" : ", forward"));
+    Call c(ch.device, ch.dtype, 1, 1, 1, 100, 100, ch.d);
+    c.kernel = kernel.get();
+    attnc_device dev{ATTNC_DEVICE_CUDA, ch.device, nullptr};
+    ASSERT_EQ(ch.backward ? attnc_internal_cuda_backward_variant(ch.forced)
+                          : attnc_internal_cuda_forward_variant(ch.forced),
+              ATTNC_OK);
+    attnc_fake_cuda_reset();
+    const attnc_status st = ch.backward ? c.backward(dev) : c.forward(dev);
+    attnc_internal_cuda_forward_variant(-1);
+    attnc_internal_cuda_backward_variant(-1);
+    if (!ch.kernel) {
+      EXPECT_EQ(st, ATTNC_ERROR_UNSUPPORTED);
+      EXPECT_NE(std::string(attnc_last_error()).find(ch.why), std::string::npos) << attnc_last_error();
+      EXPECT_EQ(attnc_fake_cuda_launch_count(), 0) << "a refused call launched something";
+      continue;
+    }
+    ASSERT_EQ(st, ATTNC_OK) << attnc_last_error();
+    bool found = false;
+    for (const attnc_fake_launch &l : launches())
+      if (std::string(l.name).rfind(ch.backward ? "attnc_bwd" : "attnc_fwd", 0) == 0) {
+        EXPECT_STREQ(l.name, ch.kernel);
+        found = true;
+        if (!ch.backward) {
+          EXPECT_EQ(argsOf<FwdArgs>(l).d, int32_t(ch.d));
+          EXPECT_EQ(l.block[0], std::string(ch.kernel).find("_v3") != std::string::npos ? 64u : 128u);
+          const bool stages3 = std::string(ch.kernel).find("wg3") != std::string::npos;
+          const int dp = ch.d <= 64 ? 64 : ch.d <= 128 ? 128 : 256;
+          EXPECT_EQ(l.smem, unsigned(rt::cuda::fwdSmemBytes(dp, stages3 ? 3 : 2)));
+        }
+      }
+    EXPECT_TRUE(found) << "no " << (ch.backward ? "backward" : "forward") << " kernel launched";
+  }
+}
+
+// --- Inputs the kernels cannot read in place ------------------------------------
+
+TEST(CudaHostPacking, UnalignedF32AndOddInputsArePackedAndOWrittenThroughACopy) {
+  KernelPtr kernel = kernelOf("local", {"w=8"});
+  ASSERT_TRUE(kernel);
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  {
+    // q 2 bytes off a 16-byte boundary: copied to an aligned buffer first; k, v, O in place.
+    Call c(0, ATTNC_DTYPE_BF16, 1, 1, 1, 50, 50, 64);
+    c.kernel = kernel.get();
+    DeviceMemory shifted(0, 50 * 64 * 2 + 16);
+    c.q.data = static_cast<char *>(shifted.get()) + 2;
+    attnc_fake_cuda_reset();
+    ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
+    const auto got = launches();
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_STREQ(got[0].name, "attnc_copy");
+    EXPECT_STREQ(got[1].name, "attnc_fwd_wg_bf16_64");
+    const auto [src, dst] = viewsOf(got[0]);
+    const auto a = argsOf<FwdArgs>(got[1]);
+    EXPECT_EQ(src.data, c.q.data);
+    EXPECT_EQ(a.q, dst.data);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a.q) % 16, 0u);
+    EXPECT_EQ(a.k, c.k.data);
+    EXPECT_EQ(a.o, c.o.data);
+  }
+  {
+    // f32 tensors: q, k, v rounded to bf16 copies, O through a bf16 buffer copied back.
+    Call c(0, ATTNC_DTYPE_F32, 1, 2, 2, 50, 50, 64);
+    c.kernel = kernel.get();
+    attnc_fake_cuda_reset();
+    ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
+    const auto got = launches();
+    ASSERT_EQ(got.size(), 5u);
+    const void *inputs[3] = {c.q.data, c.k.data, c.v.data};
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_STREQ(got[i].name, "attnc_copy");
+      EXPECT_EQ(viewsOf(got[i]).first.data, inputs[i]);
+      EXPECT_EQ(viewsOf(got[i]).second.dtype, int32_t(ATTNC_DTYPE_BF16));
+    }
+    EXPECT_STREQ(got[3].name, "attnc_fwd_wg_bf16_64");
+    const auto a = argsOf<FwdArgs>(got[3]);
+    EXPECT_EQ(a.q, viewsOf(got[0]).second.data);
+    EXPECT_EQ(a.v, viewsOf(got[2]).second.data);
+    EXPECT_STREQ(got[4].name, "attnc_copy");
+    EXPECT_EQ(viewsOf(got[4]).first.data, a.o);
+    EXPECT_EQ(viewsOf(got[4]).second.data, c.o.data);
+    EXPECT_EQ(viewsOf(got[4]).second.dtype, int32_t(ATTNC_DTYPE_F32));
+  }
+  {
+    // [B, n, H, d] memory viewed as [B, H, n, d] (PyTorch's layout): read in place.
+    Call c(0, ATTNC_DTYPE_BF16, 1, 4, 4, 50, 50, 64);
+    c.kernel = kernel.get();
+    for (attnc_tensor *t : {&c.q, &c.k, &c.v, &c.o})
+      t->strides[2] = 4 * 64, t->strides[1] = 64, t->strides[0] = 50 * 4 * 64;
+    attnc_fake_cuda_reset();
+    ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
+    const auto got = launches();
+    ASSERT_EQ(got.size(), 1u);
+    const auto a = argsOf<FwdArgs>(got[0]);
+    EXPECT_EQ(a.q, c.q.data);
+    EXPECT_EQ(a.qsn, 4 * 64);
+    EXPECT_EQ(a.qsh, 64);
+    EXPECT_EQ(a.osn, 4 * 64);
+  }
+  {
+    // d = 33: rows not a multiple of 8 elements, packed to 40 columns; O (odd rows) through a copy.
+    Call c(0, ATTNC_DTYPE_BF16, 1, 1, 1, 50, 50, 33);
+    c.kernel = kernel.get();
+    attnc_fake_cuda_reset();
+    ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
+    const auto got = launches();
+    ASSERT_EQ(got.size(), 5u);
+    EXPECT_EQ(viewsOf(got[0]).second.cols, 40);
+    EXPECT_STREQ(got[3].name, "attnc_fwd_wg_bf16_64");
+    EXPECT_NE(argsOf<FwdArgs>(got[3]).o, c.o.data);
+    EXPECT_EQ(viewsOf(got[4]).second.data, c.o.data);
+    EXPECT_EQ(viewsOf(got[4]).second.cols, 33);
+  }
+}
+
+// --- Errors that launch nothing ------------------------------------------------------
+
+TEST(CudaHostErrors, WrongMemoryStreamsAndDevicesLaunchNothing) {
+  KernelPtr kernel = kernelOf("local", {"w=8"});
+  ASSERT_TRUE(kernel);
+  auto expectError = [&](Call &c, const attnc_device &dev, attnc_status want, const std::string &words) {
+    attnc_fake_cuda_reset();
+    EXPECT_EQ(c.forward(dev), want);
+    EXPECT_NE(std::string(attnc_last_error()).find(words), std::string::npos) << attnc_last_error();
+    EXPECT_EQ(c.backward(dev), want);
+    EXPECT_NE(std::string(attnc_last_error()).find(words), std::string::npos) << attnc_last_error();
+    EXPECT_EQ(attnc_fake_cuda_launch_count(), 0);
+  };
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  {
+    Call c(0, ATTNC_DTYPE_BF16, 1, 1, 1, 50, 50, 64);
+    c.kernel = kernel.get();
+    std::vector<uint16_t> host(50 * 64);
+    c.k.data = host.data();
+    expectError(c, dev, ATTNC_ERROR_INVALID_ARGUMENT, "tensor 'k' is not CUDA device memory");
+  }
+  {
+    Call c(0, ATTNC_DTYPE_BF16, 1, 1, 1, 50, 50, 64);
+    c.kernel = kernel.get();
+    DeviceMemory other(1, 50 * 64 * 2);
+    c.v.data = other.get();
+    expectError(c, dev, ATTNC_ERROR_INVALID_ARGUMENT, "tensor 'v' is memory of CUDA device 1");
+  }
+  {
+    Call c(0, ATTNC_DTYPE_BF16, 1, 1, 1, 50, 50, 64);
+    c.kernel = kernel.get();
+    int notAStream = 0;
+    attnc_device bad{ATTNC_DEVICE_CUDA, 0, &notAStream};
+    expectError(c, bad, ATTNC_ERROR_INVALID_ARGUMENT, "is not a usable CUDA stream of device 0");
+  }
+  {
+    Call c(0, ATTNC_DTYPE_BF16, 1, 1, 1, 50, 50, 64);
+    c.kernel = kernel.get();
+    attnc_device crossed{ATTNC_DEVICE_CUDA, 0, attnc_fake_cuda_stream(1)};
+    expectError(c, crossed, ATTNC_ERROR_INVALID_ARGUMENT, "belongs to another CUDA context than device 0's");
+  }
+  {
+    Call c(0, ATTNC_DTYPE_BF16, 1, 1, 1, 50, 50, 64);
+    c.kernel = kernel.get();
+    attnc_device missing{ATTNC_DEVICE_CUDA, 3, nullptr};
+    expectError(c, missing, ATTNC_ERROR_INVALID_ARGUMENT, "CUDA device 3 does not exist (this machine has 3)");
+    EXPECT_EQ(attnc_device_check(&missing), ATTNC_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(attnc_device_check(&dev), ATTNC_OK) << attnc_last_error();
+  }
+}
+
+// --- CUDA graphs -------------------------------------------------------------------
+
+TEST(CudaHostCapture, CallsAtAWarmLengthAreCapturable) {
+  // Under capture (torch.cuda.graph, torch.compile's "reduce-overhead") a call must neither query nor
+  // synchronise the stream, nor allocate outside stream order: once its length has run (tables uploaded,
+  // code loaded), a forward and a backward are captured whole, strided's state and the packing included.
+  for (const char *file : {"local", "strided"}) {
+    SCOPED_TRACE(file);
+    KernelPtr kernel = kernelOf(file, {});
+    ASSERT_TRUE(kernel);
+    void *stream = attnc_fake_cuda_stream(0);
+    attnc_device dev{ATTNC_DEVICE_CUDA, 0, stream};
+    Call c(0, ATTNC_DTYPE_F32, 1, 2, 2, 300, 300, 64); // (f32: packed copies on the stream)
+    c.kernel = kernel.get();
+    ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
+    ASSERT_EQ(c.backward(dev), ATTNC_OK) << attnc_last_error();
+    attnc_fake_cuda_reset();
+    attnc_fake_cuda_capture(stream, 1);
+    EXPECT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
+    EXPECT_EQ(c.backward(dev), ATTNC_OK) << attnc_last_error();
+    EXPECT_EQ(attnc_fake_cuda_capture(stream, 0), 1) << "a call invalidated the capture";
+    EXPECT_GT(attnc_fake_cuda_launch_count(), 0);
+    // A length not run before uploads its tables: not capturable, and said so.
+    Call fresh(0, ATTNC_DTYPE_BF16, 1, 2, 2, 301, 301, 64);
+    fresh.kernel = kernel.get();
+    attnc_fake_cuda_capture(stream, 1);
+    EXPECT_NE(fresh.forward(dev), ATTNC_OK);
+    EXPECT_NE(std::string(attnc_last_error()).find("capturing"), std::string::npos) << attnc_last_error();
+    EXPECT_EQ(attnc_fake_cuda_capture(stream, 0), 0);
+  }
+}
+
+// --- Lengths: tables once per length, nothing compiled -----------------------------
+
+TEST(CudaHostLengths, TablesOncePerLengthNothingCompiled) {
+  KernelPtr kernel = kernelOf("local", {"w=8"});
+  ASSERT_TRUE(kernel);
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  auto callAt = [&](int64_t n) {
+    Call c(0, ATTNC_DTYPE_BF16, 1, 1, 1, n, n, 64);
+    c.kernel = kernel.get();
+    attnc_fake_cuda_reset();
+    EXPECT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
+    return attnc_fake_cuda_counts();
+  };
+  callAt(100); // (loads the module, if no test of this process has)
+  EXPECT_EQ(callAt(100).copiesToDevice, 0);
+  const attnc_fake_counts second = callAt(200);
+  EXPECT_GT(second.copiesToDevice, 0);
+  EXPECT_EQ(second.moduleLoads, 0) << "a new length loaded (compiled) code";
+  EXPECT_EQ(callAt(100).copiesToDevice, 0);
+  // The tables of the 16 lengths used most recently are kept: 100, called between 17 new lengths, stays;
+  // 200, not called again, is freed and built again at its next call.
+  long frees = 0;
+  for (int64_t n = 300; n < 317; ++n) {
+    frees += callAt(n).frees;
+    EXPECT_EQ(callAt(100).copiesToDevice, 0) << "evicted while in use, at n = " << n;
+  }
+  EXPECT_GT(frees, 0);
+  EXPECT_GT(callAt(200).copiesToDevice, 0);
+}
+
+// --- Queries at an offset and varlen batches ------------------------------------
+
+TEST(CudaHostCalls, QueriesAtAnOffsetAndVarlenSequences) {
+  KernelPtr kernel = kernelOf("local", {"w=8"});
+  ASSERT_TRUE(kernel);
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  {
+    Call c(0, ATTNC_DTYPE_BF16, 1, 1, 1, 100, 300, 64);
+    c.kernel = kernel.get();
+    attnc_fake_cuda_reset();
+    ASSERT_EQ(attnc_run_forward_at_on(kernel.get(), &dev, 50, &c.q, &c.k, &c.v, &c.o, &c.lse, nullptr), ATTNC_OK)
+        << attnc_last_error();
+    for (const attnc_fake_launch &l : launches()) {
+      const auto a = argsOf<FwdArgs>(l);
+      EXPECT_EQ(a.first, 50);
+      EXPECT_EQ(a.nq, 100);
+      EXPECT_EQ(a.nk, 300);
+    }
+    EXPECT_EQ(attnc_run_forward_at_on(kernel.get(), &dev, 201, &c.q, &c.k, &c.v, &c.o, &c.lse, nullptr),
+              ATTNC_ERROR_SHAPE);
+  }
+  {
+    // Two sequences of 30 and 70 rows in one [1, H, 100, d] batch: a call of its own each.
+    Call c(0, ATTNC_DTYPE_BF16, 1, 2, 2, 100, 100, 64);
+    c.kernel = kernel.get();
+    const int32_t cu[] = {0, 30, 100};
+    attnc_varlen varlen{cu, cu, 2};
+    attnc_fake_cuda_reset();
+    ASSERT_EQ(attnc_run_varlen_on(kernel.get(), &dev, &c.q, &c.k, &c.v, &c.o, &c.lse, &varlen, nullptr), ATTNC_OK)
+        << attnc_last_error();
+    const auto got = launches();
+    ASSERT_FALSE(got.empty());
+    std::vector<int32_t> lengths;
+    for (const attnc_fake_launch &l : got) {
+      const auto a = argsOf<FwdArgs>(l);
+      if (lengths.empty() || lengths.back() != a.nk)
+        lengths.push_back(a.nk);
+      const int64_t row0 = a.nk == 30 ? 0 : 30;
+      EXPECT_EQ(a.q, static_cast<char *>(c.q.data) + row0 * 64 * 2);
+      EXPECT_EQ(a.lse, static_cast<float *>(c.lse.data) + row0);
+      EXPECT_EQ(a.qsh, 100 * 64); // the batch's strides
+    }
+    EXPECT_EQ(lengths, (std::vector<int32_t>{30, 70}));
+  }
+}
+
+} // namespace
+} // namespace attnc::test
