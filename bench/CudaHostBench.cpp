@@ -130,8 +130,8 @@ int main(int argc, char **argv) {
     perCall(forward, fwdUs, f);
     perCall(backward, bwdUs, b);
     std::printf("| %s | %.1f | %ld | %ld | %ld | %ld | %.1f | %ld | %ld | %ld | %ld |\n", p.name, fwdUs, f.launches,
-                f.pointerQueries, f.asyncAllocs, f.memsets, bwdUs, b.launches, b.pointerQueries, b.asyncAllocs,
-                b.memsets);
+                f.pointerQueries, f.asyncAllocs + f.poolAllocs, f.memsets, bwdUs, b.launches, b.pointerQueries,
+                b.asyncAllocs + b.poolAllocs, b.memsets);
     attnc_kernel_free(kernel);
   }
   return 0;

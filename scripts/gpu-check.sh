@@ -5,7 +5,7 @@
 #     bash scripts/gpu-check.sh --stage      # build the runtime-only + CUDA
 #                                            # configuration, copy what runs into .gpu-carry/
 #   on the GPU machine (the checkout with .gpu-carry/ beside it):
-#     bash scripts/gpu-check.sh [quick|full|tests|wgmma]
+#     bash scripts/gpu-check.sh [quick|full|tests|wgmma|profile]
 #
 # On the GPU it runs, writing each log into $OUT (or /tmp/attnc-gpu-check):
 #   1. the GPU's name, driver and clocks (nvidia-smi);
@@ -29,6 +29,10 @@
 # `wgmma` runs only what decides the Hopper kernels' fate, in a few minutes:
 # their tests (CudaKernel/Wgmma.*, the offset calls), memcheck on two of
 # them, and the variants table at n = 16384, d = 64 and 128.
+# `profile` runs Nsight Compute on the default kernels of one call each (the
+# forward of fixed, strided's two launches, local; fixed's backward) at
+# n = 16384, d = 64, bf16: duration, throughputs, occupancy, launch limits
+# and warp states, into $OUT/profile.csv and a summary (about a minute).
 # Everything it needs travels in .gpu-carry/ (a few MB): no build there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -80,6 +84,44 @@ if [ "$mode" = wgmma ]; then
   python3 bench/peers_gpu.py --lib-dir $carry --variants 0,4,5 --bwd-variants 0,1 --n 16384 --d 64,128 \
     --patterns fixed,strided,local,longformer,bigbird 2>&1 | tee "$out/variants.md"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  step "done: status $status"
+  exit $status
+fi
+
+if [ "$mode" = profile ]; then
+  # The launches of one call, after the tool's warm-up call (which has as many): fixed and local launch one
+  # forward kernel, strided two (its residue classes, then the rest).
+  : > "$out/profile.csv"
+  for spec in "fixed 1" "strided 2" "local 1" "fixed 1 --backward"; do
+    set -- $spec
+    name=$1 count=$2 kernels=attnc_fwd
+    [ "${3:-}" = --backward ] && kernels=attnc_bwd
+    step "ncu: $name ${3:-}"
+    timeout 120 ncu --kernel-name "regex:$kernels" --launch-skip "$count" --launch-count "$count" \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section MemoryWorkloadAnalysis --csv --page details \
+      "$carry/attnc" bench "patterns/$name.attn" --n 16384 --d 64 --target cuda --repeat 1 ${3:-} \
+      > "$out/profile-$name${3:-}.csv" 2> "$out/profile-$name${3:-}.err" || status=1
+    cat "$out/profile-$name${3:-}.csv" >> "$out/profile.csv"
+    python3 - "$out/profile-$name${3:-}.csv" <<'PY'
+import csv, sys
+keep = ("Duration", "Compute (SM) Throughput", "Memory Throughput", "DRAM Throughput", "L2 Cache Throughput",
+        "Achieved Occupancy", "Theoretical Occupancy", "Registers Per Thread", "Block Limit Registers",
+        "Block Limit Shared Mem", "Dynamic Shared Memory Per Block", "Grid Size", "Waves Per SM",
+        "Warp Cycles Per Issued Instruction", "Issued Warp Per Scheduler", "No Eligible", "Active Warps Per Scheduler",
+        "Eligible Warps Per Scheduler", "Mem Busy", "Max Bandwidth", "L1/TEX Hit Rate", "L2 Hit Rate")
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+if not rows:
+    sys.exit("no ncu rows (see the .err file)")
+head = rows[0]
+col = {k: i for i, k in enumerate(head)}
+name = col.get("Kernel Name", col.get("Function Name", 0))
+for r in rows[1:]:
+    if r[col["Metric Name"]] in keep:
+        print(f'{r[col["ID"]]:>2} {r[name][:40]:40} {r[col["Metric Name"]]:36} '
+              f'{r[col["Metric Value"]]:>12} {r[col["Metric Unit"]]}')
+PY
+  done
   step "done: status $status"
   exit $status
 fi

@@ -73,14 +73,25 @@ for bin in tests/attnc_unit_tests tests/attnc_support_tests tests/attnc_frontend
 done
 (cd "$asan" && ctest --output-on-failure -j"$jobs" \
   -R '^(Example\.|EmitMlir\.|Fuzz\.|FusedKernel\.(Avx2|Portable|Uncached)\.)') || status=1
+# The cuda target's host side on the fake driver (where the build has the cuda target).
+if ninja -C "$asan" -t query attnc_cuda_host_tests >/dev/null 2>&1; then
+  ninja -C "$asan" -j"$jobs" attnc_cuda_host_tests
+  (cd "$asan/tests/runtime" && run_gtest ./attnc_cuda_host_tests) || status=1
+fi
 
-# TSan: the thread pool, and the fused backend's cases of the kernel,
-# gradient, tile-shape, concurrency and JIT cache suites. Left out: the two
+# TSan: the thread pool, the fused backend's cases of the kernel,
+# gradient, tile-shape, concurrency and JIT cache suites, and GPU calls from
+# several threads on the fake driver. Left out: the two
 # tests that count a worker process's threads (TSan starts a thread of its
 # own with the first pthread_create).
 tsan=$build-tsan
 configure "$tsan" thread -DATTNC_WITH_MLIR=OFF -DATTNC_WITH_HALIDE=OFF
 ninja -C "$tsan" -j"$jobs" attnc_support_tests attnc_kernel_tests attnc_jit_worker
+if ninja -C "$tsan" -t query attnc_cuda_host_tests >/dev/null 2>&1; then
+  ninja -C "$tsan" -j"$jobs" attnc_cuda_host_tests
+  (cd "$tsan/tests/runtime" && ./attnc_cuda_host_tests --gtest_brief=1 --gtest_filter='CudaHostThreads.*:CudaHostLengths.*') ||
+    status=1
+fi
 (cd "$tsan" && ctest --output-on-failure -j"$jobs" \
   -R '^(ThreadPool\.|Concurrency|JitCache|Jit\.|.*/fused([ _]|$)|.*FusedTileShapes\.|FusedWaitingKeys\.)' \
   -E '^Concurrency\.(NumThreadsBoundsTheThreadsARunUses|TheEnvironmentSetsTheDefaultThreadCount)$') || status=1

@@ -27,11 +27,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace attnc::test {
@@ -47,6 +49,7 @@ using rt::cuda::View;
 const bool kFakeDriver = [] {
   setenv("ATTNC_CUDA_DRIVER", ATTNC_FAKE_CUDA_PATH, 1);
   setenv("ATTNC_FAKE_CUDA_DEVICES", "9.0,8.0,8.6", 1);
+  setenv("ATTNC_CUDA_POOL_KEEP_MB", "512", 1);
   unsetenv("ATTNC_CUDA_FWD_VARIANT");
   unsetenv("ATTNC_CUDA_BWD_VARIANT");
   return true;
@@ -247,7 +250,8 @@ TEST_P(CudaHost, ForwardLaunchesAreTheTablesLaunches) {
     EXPECT_EQ(a.ksb, c.hkv * c.nk * 64);
   }
   attnc_fake_counts n = attnc_fake_cuda_counts();
-  EXPECT_EQ(n.asyncAllocs, n.asyncFrees) << "a call's buffers outlive it";
+  EXPECT_EQ(n.asyncAllocs, 0) << "a call's buffers come from attnc's pool";
+  EXPECT_EQ(n.poolAllocs, n.asyncFrees) << "a call's buffers outlive it";
   EXPECT_GT(n.copiesToDevice, 0) << "the tables of a new length are uploaded";
 
   // The same call again: the same launches, and nothing uploaded or loaded.
@@ -331,7 +335,12 @@ TEST_P(CudaHost, BackwardLaunchesAreTheTablesLaunches) {
   }
   const attnc_fake_counts n = attnc_fake_cuda_counts();
   EXPECT_EQ(n.memsets, 3) << "the dQ, dK, dV accumulators zeroed, and nothing else";
-  EXPECT_EQ(n.asyncAllocs, n.asyncFrees);
+  EXPECT_EQ(n.poolAllocs, 4); // delta and the f32 accumulators of dQ, dK, dV
+  EXPECT_EQ(n.asyncAllocs, 0);
+  EXPECT_EQ(n.poolAllocs, n.asyncFrees);
+  // One pool per device, keeping ATTNC_CUDA_POOL_KEEP_MB of freed memory mapped across synchronisations.
+  EXPECT_EQ(attnc_fake_cuda_pools(0), 1);
+  EXPECT_EQ(attnc_fake_cuda_pool_threshold(0), 512ull << 20);
 }
 
 INSTANTIATE_TEST_SUITE_P(Library, CudaHost, ::testing::ValuesIn(kHostCases),
@@ -608,6 +617,55 @@ TEST(CudaHostLengths, TablesOncePerLengthNothingCompiled) {
   }
   EXPECT_GT(frees, 0);
   EXPECT_GT(callAt(200).copiesToDevice, 0);
+}
+
+// --- Threads -----------------------------------------------------------------------
+
+TEST(CudaHostThreads, CallsFromManyThreadsAtManyLengths) {
+  // One kernel called from 4 threads at once on two devices: first at 8 lengths (16 device-length pairs, all
+  // kept), where each forward launch must read its own length's tables (equal to those built here); then at
+  // 24 (tables evicted and rebuilt while other threads run), where no call may fail. The TSan build runs it too.
+  KernelPtr kernel = kernelOf("strided", {"l=8"});
+  ASSERT_TRUE(kernel);
+  const plan::Plan plan = rt::cuda::gpuPlan(patternIr("strided", {"l=8"}));
+  std::vector<std::vector<SetTables>> expected;
+  for (int64_t n = 40; n < 64; ++n)
+    expected.push_back(rt::cuda::buildTables(plan, n));
+  for (const int lengths : {8, 24}) {
+    SCOPED_TRACE(std::to_string(lengths) + " lengths");
+    std::atomic<int> failures{0};
+    auto worker = [&](int t) {
+      const int device = t % 2;
+      for (int i = 0; i < 48; ++i) {
+        const int64_t n = 40 + (t * 7 + i * 5) % lengths;
+        Call c(device, ATTNC_DTYPE_BF16, 1, 1, 1, n, n, 64);
+        c.kernel = kernel.get();
+        attnc_device dev{ATTNC_DEVICE_CUDA, device, nullptr};
+        if (c.forward(dev) != ATTNC_OK || c.backward(dev) != ATTNC_OK)
+          ++failures;
+      }
+    };
+    attnc_fake_cuda_reset();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back(worker, t);
+    for (std::thread &t : threads)
+      t.join();
+    EXPECT_EQ(failures.load(), 0);
+    EXPECT_EQ(attnc_fake_cuda_launch_count(), int(attnc_fake_cuda_counts().launches));
+    if (lengths > 8)
+      continue; // (evicted tables are freed: their launches' contents cannot be read back)
+    int mismatches = 0, forwards = 0;
+    for (const attnc_fake_launch &l : launches())
+      if (std::string(l.name).rfind("attnc_fwd", 0) == 0) {
+        const auto a = argsOf<FwdArgs>(l);
+        const SetTables &t = expected[size_t(a.nk - 40)][size_t(a.set)];
+        mismatches += !holds(a.items, t.fwdItems, "items") || !holds(a.keys, t.fwdKeys, "keys");
+        ++forwards;
+      }
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_GE(forwards, 4 * 48);
+  }
 }
 
 // --- Queries at an offset and varlen batches ------------------------------------

@@ -8,7 +8,9 @@
 #include "FakeCudaDriver.h"
 
 #include "cuda/CudaArgs.h"
+#include "cuda/CudaDriver.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +59,11 @@ struct State {
   std::vector<attnc_fake_launch> launches;
   attnc_fake_counts counts{};
   int contexts[64] = {};
+  struct Pool {
+    int device;
+    unsigned long long threshold = 0;
+  };
+  std::vector<Pool *> pools; ///< a CUmemoryPool points at one (never freed: the runtime keeps its pools)
   bool noData = false; ///< ATTNC_FAKE_CUDA_NO_DATA: memsets write nothing
 };
 
@@ -341,6 +348,42 @@ CUresult cuMemAllocAsync(unsigned long long *ptr, size_t bytes, void *stream) {
   return allocate(ptr, bytes);
 }
 
+CUresult cuMemPoolCreate(void **pool, const attnc::rt::cuda::CUmemPoolProps *props) {
+  FAKE_LOCK;
+  if (!pool || !props || props->allocType != 1 || props->locationType != 1 || props->locationId < 0 ||
+      props->locationId >= static_cast<int>(s.devices.size()))
+    return kInvalidValue;
+  s.pools.push_back(new State::Pool{props->locationId});
+  *pool = s.pools.back();
+  return kOk;
+}
+
+CUresult cuMemPoolSetAttribute(void *pool, int attribute, void *value) {
+  FAKE_LOCK;
+  auto *p = static_cast<State::Pool *>(pool);
+  if (std::find(s.pools.begin(), s.pools.end(), p) == s.pools.end() || !value)
+    return kInvalidHandle;
+  if (attribute == 4) // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+    p->threshold = *static_cast<unsigned long long *>(value);
+  return kOk;
+}
+
+CUresult cuMemAllocFromPoolAsync(unsigned long long *ptr, size_t bytes, void *pool, void *stream) {
+  FAKE_LOCK;
+  auto *p = static_cast<State::Pool *>(pool);
+  if (std::find(s.pools.begin(), s.pools.end(), p) == s.pools.end())
+    return kInvalidHandle;
+  if (!knownStream(s, stream))
+    return kInvalidHandle;
+  if (forbidden(s, false, stream, true))
+    return kCaptureUnsupported;
+  ++s.counts.poolAllocs;
+  current.push_back(p->device); // (the pool's device, whatever context is current)
+  const CUresult r = allocate(ptr, bytes);
+  current.pop_back();
+  return r;
+}
+
 CUresult cuMemFreeAsync(unsigned long long ptr, void *stream) {
   FAKE_LOCK;
   if (!knownStream(s, stream))
@@ -553,6 +596,19 @@ void attnc_fake_cuda_free(void *ptr) {
 int attnc_fake_cuda_is_device(const void *ptr, size_t bytes) {
   FAKE_LOCK;
   return find(s, reinterpret_cast<uintptr_t>(ptr), bytes) != nullptr;
+}
+
+int attnc_fake_cuda_pools(int device) {
+  FAKE_LOCK;
+  return static_cast<int>(std::count_if(s.pools.begin(), s.pools.end(), [&](auto *p) { return p->device == device; }));
+}
+
+unsigned long long attnc_fake_cuda_pool_threshold(int device) {
+  FAKE_LOCK;
+  for (auto it = s.pools.rbegin(); it != s.pools.rend(); ++it)
+    if ((*it)->device == device)
+      return (*it)->threshold;
+  return 0;
 }
 
 size_t attnc_fake_cuda_live_bytes(void) {

@@ -39,7 +39,7 @@ struct attnc_fake_launch {
 
 /// What the host side asked of the driver since the last reset.
 struct attnc_fake_counts {
-  long moduleLoads, allocs, frees, asyncAllocs, asyncFrees, copiesToDevice, memsets, pointerQueries, streamQueries,
+  long moduleLoads, allocs, frees, asyncAllocs, poolAllocs, asyncFrees, copiesToDevice, memsets, pointerQueries, streamQueries,
       launches, contextPushes;
   /// Time spent inside the fake's driver functions (a benchmark of the
   /// host side takes it off: it is not attnc's).
@@ -68,4 +68,8 @@ void attnc_fake_cuda_free(void *ptr);
 int attnc_fake_cuda_is_device(const void *ptr, size_t bytes);
 /// The bytes still allocated through the driver (cuMemAlloc, cuMemAllocAsync).
 size_t attnc_fake_cuda_live_bytes(void);
+/// Pools made on `device` (cuMemPoolCreate), and the release threshold set
+/// on the last of them (0 where none was set).
+int attnc_fake_cuda_pools(int device);
+unsigned long long attnc_fake_cuda_pool_threshold(int device);
 }

@@ -45,6 +45,8 @@ Opened open() {
       find(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute) && find(lib, "cuLaunchKernel", d.cuLaunchKernel) &&
       find(lib, "cuMemAlloc_v2", d.cuMemAlloc) && find(lib, "cuMemFree_v2", d.cuMemFree) &&
       find(lib, "cuMemAllocAsync", d.cuMemAllocAsync) && find(lib, "cuMemFreeAsync", d.cuMemFreeAsync) &&
+      find(lib, "cuMemPoolCreate", d.cuMemPoolCreate) && find(lib, "cuMemPoolSetAttribute", d.cuMemPoolSetAttribute) &&
+      find(lib, "cuMemAllocFromPoolAsync", d.cuMemAllocFromPoolAsync) &&
       find(lib, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD) && find(lib, "cuMemsetD8Async", d.cuMemsetD8Async) &&
       find(lib, "cuMemsetD32Async", d.cuMemsetD32Async) &&
       find(lib, "cuStreamGetCtx", d.cuStreamGetCtx) &&

@@ -26,6 +26,19 @@ using CUmodule = struct CUmod_st *;
 using CUfunction = struct CUfunc_st *;
 using CUstream = struct CUstream_st *;
 using CUevent = struct CUevent_st *;
+using CUmemoryPool = struct CUmemPoolHandle_st *;
+
+/// CUmemPoolProps (cuda.h, v1).
+struct CUmemPoolProps {
+  int allocType;   ///< CU_MEM_ALLOCATION_TYPE_PINNED (1)
+  int handleTypes; ///< CU_MEM_HANDLE_TYPE_NONE (0)
+  int locationType, locationId; ///< CU_MEM_LOCATION_TYPE_DEVICE (1), the device ordinal
+  void *win32SecurityAttributes;
+  size_t maxSize;
+  unsigned short usage;
+  unsigned char reserved[54];
+};
+static_assert(sizeof(CUmemPoolProps) == 88, "CUmemPoolProps as cuda.h lays it out");
 
 /// The driver functions attnc calls (names as libcuda exports them).
 struct Driver {
@@ -46,6 +59,9 @@ struct Driver {
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuMemAllocAsync)(CUdeviceptr *, size_t, CUstream);
   CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
+  CUresult (*cuMemPoolCreate)(CUmemoryPool *, const CUmemPoolProps *);
+  CUresult (*cuMemPoolSetAttribute)(CUmemoryPool, int, void *);
+  CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
@@ -68,6 +84,7 @@ inline constexpr int kAttrComputeMajor = 75, kAttrComputeMinor = 76, kAttrSmemOp
 inline constexpr int kFuncMaxDynamicShared = 8, kFuncPreferredCarveout = 9;
 inline constexpr int kPointerMemoryType = 2, kPointerDeviceOrdinal = 9;
 inline constexpr int kMemoryTypeHost = 1, kMemoryTypeDevice = 2, kMemoryTypeUnified = 4;
+inline constexpr int kMemPoolReleaseThreshold = 4; ///< CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (cuuint64_t)
 
 /// The driver, opened and initialised once; throws RunError
 /// (ATTNC_ERROR_UNSUPPORTED) saying why there is none.

@@ -51,7 +51,42 @@ struct Module {
   /// that need more (the d = 256 backward on compute capability 8.x) are
   /// loaded but not launched (needSmem says so).
   int smemLimit = 0;
+  /// attnc's pool for a call's buffers (state, slots, packed copies, the
+  /// backward's f32 accumulators), which keeps ATTNC_CUDA_POOL_KEEP_MB of
+  /// freed memory across synchronisations; null: the device's default pool.
+  CUmemoryPool pool = nullptr;
 };
+
+/// The pool of a device's call buffers: freed memory up to `keepBytes`
+/// stays mapped (the driver's default pool returns it all to the OS at the
+/// next synchronisation, and the next call maps it again: ~100 MB for a
+/// backward at n = 16384). Null where the driver makes none.
+CUmemoryPool makePool(int device, uint64_t keepBytes) {
+  const Driver &d = driver();
+  CUmemPoolProps props{};
+  props.allocType = 1;    // pinned device memory
+  props.locationType = 1; // on a device
+  props.locationId = device;
+  CUmemoryPool pool = nullptr;
+  if (d.cuMemPoolCreate(&pool, &props) != kSuccess)
+    return nullptr;
+  d.cuMemPoolSetAttribute(pool, kMemPoolReleaseThreshold, &keepBytes);
+  return pool;
+}
+
+/// ATTNC_CUDA_POOL_KEEP_MB (default 1024), in bytes.
+uint64_t poolKeepBytes() {
+  const char *env = std::getenv("ATTNC_CUDA_POOL_KEEP_MB");
+  if (!env || !*env)
+    return uint64_t{1024} << 20;
+  char *end = nullptr;
+  const unsigned long long mb = std::strtoull(env, &end, 10);
+  if (*end != 0 || *env == '-' || mb > (uint64_t{1} << 40))
+    throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, std::string("ATTNC_CUDA_POOL_KEEP_MB must be a number of MB (0: "
+                                                             "return freed memory at each synchronisation), not '") +
+                                                     env + "'"};
+  return uint64_t(mb) << 20;
+}
 
 unsigned variantThreads(int variant) { return variant == 3 ? 64 : 128; }
 
@@ -80,6 +115,7 @@ const Module &module(int device) {
                                                 "): " + errorText(r)};
   Module m;
   m.smemLimit = info.smemOptIn;
+  m.pool = makePool(device, poolKeepBytes());
   auto get = [&](CUfunction &f, const std::string &name, int smem) {
     check(d.cuModuleGetFunction(&f, mod, name.c_str()), "cuModuleGetFunction");
     if (smem > 0 && smem <= m.smemLimit) {
@@ -142,8 +178,10 @@ void launch(CUfunction f, unsigned gx, unsigned gy, unsigned threads, unsigned s
 /// Device memory for one call, freed in stream order when it goes.
 class DeviceBuffer {
 public:
-  DeviceBuffer(size_t bytes, CUstream stream) : stream_(stream) {
-    if (bytes)
+  DeviceBuffer(const Module &m, size_t bytes, CUstream stream) : stream_(stream) {
+    if (bytes && m.pool)
+      check(driver().cuMemAllocFromPoolAsync(&ptr_, bytes, m.pool, stream), "cuMemAllocFromPoolAsync");
+    else if (bytes)
       check(driver().cuMemAllocAsync(&ptr_, bytes, stream), "cuMemAllocAsync");
   }
   ~DeviceBuffer() {
@@ -279,7 +317,7 @@ Operand operand(const Module &m, CUstream stream, const attnc_tensor &t, attnc_d
   }
   const int64_t cols = (t.shape[3] + 7) / 8 * 8;
   const size_t bytes = size_t(t.shape[0] * t.shape[1] * t.shape[2] * cols) * 2;
-  op.packed = std::make_unique<DeviceBuffer>(bytes, stream);
+  op.packed = std::make_unique<DeviceBuffer>(m, bytes, stream);
   const View dst = contiguous(op.packed->get<void>(), type, t.shape[0], t.shape[1], t.shape[2], cols);
   copy(m, stream, viewOf(t, t.shape[3]), dst, cols);
   op.data = dst.data;
@@ -481,7 +519,7 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   std::unique_ptr<DeviceBuffer> oTemp;
   View oView{};
   if (!oInPlace) {
-    oTemp = std::make_unique<DeviceBuffer>(size_t(dims.batch * dims.hq * dims.nq * ocols) * 2, stream);
+    oTemp = std::make_unique<DeviceBuffer>(m, size_t(dims.batch * dims.hq * dims.nq * ocols) * 2, stream);
     oView = contiguous(oTemp->get<void>(), type, dims.batch, dims.hq, dims.nq, ocols);
   }
   std::unique_ptr<DeviceBuffer> stateO, stateLse, slotO, slotLse;
@@ -490,8 +528,8 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
     slots = std::max(slots, set.host.slots);
   if (slots > 0) {
     const size_t rows = size_t(slots) * size_t(dims.batch * dims.hq) * kTileRows;
-    slotO = std::make_unique<DeviceBuffer>(rows * dp * 4, stream);
-    slotLse = std::make_unique<DeviceBuffer>(rows * 4, stream);
+    slotO = std::make_unique<DeviceBuffer>(m, rows * dp * 4, stream);
+    slotLse = std::make_unique<DeviceBuffer>(m, rows * 4, stream);
   }
   FwdArgs a{};
   a.slotO = slotO ? slotO->get<float>() : nullptr;
@@ -516,8 +554,8 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
     const auto &set = tabs->sets[s];
     if (set.host.needsState() && !stateO) {
       const size_t rows = size_t(dims.batch * dims.hq * dims.nk);
-      stateO = std::make_unique<DeviceBuffer>(rows * dp * 4, stream);
-      stateLse = std::make_unique<DeviceBuffer>(rows * 4, stream);
+      stateO = std::make_unique<DeviceBuffer>(m, rows * dp * 4, stream);
+      stateLse = std::make_unique<DeviceBuffer>(m, rows * 4, stream);
       stateLse->fill32(0xff800000u, rows); // -inf: no piece has written the row
     }
     a.set = static_cast<int32_t>(s);
@@ -559,8 +597,8 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
   Operand qo = operand(m, stream, q, type), ko = operand(m, stream, k, type), vo = operand(m, stream, v, type);
   Operand go = operand(m, stream, dO, type);
   const size_t qRows = size_t(dims.batch * dims.hq * dims.nq), kRows = size_t(dims.batch * dims.hkv * dims.nk);
-  DeviceBuffer delta(qRows * 4, stream), dqAcc(qRows * dp * 4, stream), dkAcc(kRows * dp * 4, stream),
-      dvAcc(kRows * dp * 4, stream);
+  DeviceBuffer delta(m, qRows * 4, stream), dqAcc(m, qRows * dp * 4, stream), dkAcc(m, kRows * dp * 4, stream),
+      dvAcc(m, kRows * dp * 4, stream);
   dqAcc.zero(qRows * dp * 4);
   dkAcc.zero(kRows * dp * 4);
   dvAcc.zero(kRows * dp * 4);
