@@ -139,6 +139,135 @@ template <class T> ::testing::AssertionResult holds(const void *ptr, const std::
   return ::testing::AssertionSuccess();
 }
 
+// --- What a launch's CTAs may touch, all in memory the call had on the device ---------
+
+size_t elementBytes(int32_t dtype) { return dtype == ATTNC_DTYPE_F32 ? 4 : 2; }
+
+/// Elements from a strided tensor's first to its last (batch, heads, rows of `cols`), or 0 if empty.
+size_t extent(int64_t batch, int64_t heads, int64_t rows, int64_t cols, int64_t sb, int64_t sh, int64_t sn,
+              int64_t sc = 1) {
+  if (batch <= 0 || heads <= 0 || rows <= 0 || cols <= 0)
+    return 0;
+  return size_t((batch - 1) * sb + (heads - 1) * sh + (rows - 1) * sn + (cols - 1) * sc + 1);
+}
+
+#define ATTNC_IN_BOUNDS(ptr, bytes, what)                                                                       \
+  do {                                                                                                          \
+    if ((bytes) > 0 && !attnc_fake_cuda_was_device((ptr), (bytes)))                                            \
+      return ::testing::AssertionFailure() << l.name << ": " << what << " (" << (bytes) << " bytes at " << (ptr) \
+                                           << ") is not inside one of the call's device allocations";            \
+  } while (0)
+
+/// A forward launch: its items, their keys, masks and full flags, the slots
+/// and state they use, and the rows of Q, K, V, O and lse (dp: the padded d).
+::testing::AssertionResult forwardInBounds(const attnc_fake_launch &l, const std::vector<SetTables> &tables,
+                                           const Call &c, int dp) {
+  const auto a = argsOf<FwdArgs>(l);
+  const SetTables &t = tables[size_t(a.set)];
+  const size_t bh = l.grid[1];
+  ATTNC_IN_BOUNDS(a.items + a.itemBegin, l.grid[0] * sizeof(rt::cuda::FwdItem), "items");
+  for (unsigned x = 0; x < l.grid[0]; ++x) {
+    const rt::cuda::FwdItem &it = t.fwdItems[size_t(a.itemBegin) + x];
+    const size_t entries = size_t(it.numTiles) * 64;
+    ATTNC_IN_BOUNDS(a.keys + it.keyBegin, entries * 4, "an item's keys");
+    ATTNC_IN_BOUNDS(a.masks + it.keyBegin, entries * 8, "an item's masks");
+    ATTNC_IN_BOUNDS(a.full + it.keyBegin / 64, size_t(it.numTiles), "an item's full flags");
+    if (it.row0 < 0 || it.row0 + int64_t(it.rows - 1) * it.rowStride >= a.nk)
+      return ::testing::AssertionFailure() << l.name << ": an item's rows leave the sequence";
+    const size_t slot = bh * 64 * size_t(dp);
+    if (a.writesSlots) {
+      ATTNC_IN_BOUNDS(a.slotO + size_t(it.slot) * slot, slot * 4, "a chunk's slot");
+      ATTNC_IN_BOUNDS(a.slotLse + size_t(it.slot) * bh * 64, bh * 64 * 4, "a chunk's slot lse");
+    }
+    for (int sl = it.mergeBegin; sl < it.mergeBegin + it.mergeCount; ++sl) {
+      ATTNC_IN_BOUNDS(a.slotO + size_t(sl) * slot, slot * 4, "a merged slot");
+      ATTNC_IN_BOUNDS(a.slotLse + size_t(sl) * bh * 64, bh * 64 * 4, "a merged slot's lse");
+    }
+  }
+  if (a.readsState || a.writesState) {
+    ATTNC_IN_BOUNDS(a.stateO, bh * size_t(a.nk) * size_t(dp) * 4, "the state");
+    ATTNC_IN_BOUNDS(a.stateLse, bh * size_t(a.nk) * 4, "the state's lse");
+  }
+  const int64_t batch = int64_t(bh) / a.heads, kvHeads = a.heads / a.ratio;
+  const size_t es = elementBytes(c.dtype == ATTNC_DTYPE_F16 ? ATTNC_DTYPE_F16 : ATTNC_DTYPE_BF16);
+  ATTNC_IN_BOUNDS(a.q, extent(batch, a.heads, a.nq, a.d, a.qsb, a.qsh, a.qsn) * es, "Q");
+  ATTNC_IN_BOUNDS(a.k, extent(batch, kvHeads, a.nk, a.d, a.ksb, a.ksh, a.ksn) * es, "K");
+  ATTNC_IN_BOUNDS(a.v, extent(batch, kvHeads, a.nk, a.d, a.vsb, a.vsh, a.vsn) * es, "V");
+  ATTNC_IN_BOUNDS(a.o, extent(batch, a.heads, a.nq, a.d, a.osb, a.osh, a.osn) * es, "O");
+  if (a.lse)
+    ATTNC_IN_BOUNDS(a.lse, extent(batch, a.heads, a.nq, 1, a.lsb, a.lsh, a.lsn) * 4, "lse");
+  return ::testing::AssertionSuccess();
+}
+
+/// A backward launch: its items, their keys, rows, masks and full flags, the
+/// f32 accumulators and delta, and the rows of Q, K, V, dO and lse.
+::testing::AssertionResult backwardInBounds(const attnc_fake_launch &l, const std::vector<SetTables> &tables,
+                                            int dp) {
+  const auto a = argsOf<BwdArgs>(l);
+  const SetTables &t = tables[size_t(a.set)];
+  ATTNC_IN_BOUNDS(a.items + a.itemBegin, l.grid[0] * sizeof(rt::cuda::BwdItem), "items");
+  for (unsigned x = 0; x < l.grid[0]; ++x) {
+    const rt::cuda::BwdItem &it = t.bwdItems[size_t(a.itemBegin) + x];
+    const size_t rows = size_t(it.numTiles) * 64;
+    ATTNC_IN_BOUNDS(a.keys + it.keyBegin, size_t(64) * 4, "an item's keys");
+    ATTNC_IN_BOUNDS(a.rows + it.rowBegin, rows * 4, "an item's rows");
+    ATTNC_IN_BOUNDS(a.masks + it.rowBegin, rows * 8, "an item's masks");
+    ATTNC_IN_BOUNDS(a.full + it.rowBegin / 64, size_t(it.numTiles), "an item's full flags");
+  }
+  const int64_t batch = int64_t(l.grid[1]) / (a.heads / a.ratio), kvHeads = a.heads / a.ratio;
+  const size_t qRows = size_t(batch * a.heads * a.nq), kRows = size_t(batch * kvHeads * a.nk);
+  ATTNC_IN_BOUNDS(a.dq, qRows * size_t(dp) * 4, "dQ's accumulator");
+  ATTNC_IN_BOUNDS(a.dk, kRows * size_t(dp) * 4, "dK's accumulator");
+  ATTNC_IN_BOUNDS(a.dv, kRows * size_t(dp) * 4, "dV's accumulator");
+  ATTNC_IN_BOUNDS(a.delta, qRows * 4, "delta");
+  ATTNC_IN_BOUNDS(a.q, extent(batch, a.heads, a.nq, a.d, a.qsb, a.qsh, a.qsn) * 2, "Q");
+  ATTNC_IN_BOUNDS(a.k, extent(batch, kvHeads, a.nk, a.d, a.ksb, a.ksh, a.ksn) * 2, "K");
+  ATTNC_IN_BOUNDS(a.v, extent(batch, kvHeads, a.nk, a.d, a.vsb, a.vsh, a.vsn) * 2, "V");
+  ATTNC_IN_BOUNDS(a.dO, extent(batch, a.heads, a.nq, a.d, a.gsb, a.gsh, a.gsn) * 2, "dO");
+  ATTNC_IN_BOUNDS(a.lse, extent(batch, a.heads, a.nq, 1, a.lsb, a.lsh, a.lsn) * 4, "lse");
+  return ::testing::AssertionSuccess();
+}
+
+/// attnc_copy (src -> dst, padCols columns) and attnc_delta (dO, O -> delta).
+::testing::AssertionResult elementwiseInBounds(const attnc_fake_launch &l) {
+  const auto [src, dst] = viewsOf(l);
+  auto bytes = [](const View &v, int64_t cols) {
+    return extent(v.shape[0], v.shape[1], v.shape[2], cols, v.strides[0], v.strides[1], v.strides[2],
+                  v.strides[3]) *
+           elementBytes(v.dtype);
+  };
+  if (std::string(l.name) == "attnc_copy") {
+    int32_t pad = 0;
+    std::memcpy(&pad, l.args + 2 * sizeof(View), sizeof pad);
+    View written = dst;
+    for (int x = 0; x < 3; ++x)
+      written.shape[x] = src.shape[x];
+    ATTNC_IN_BOUNDS(src.data, bytes(src, std::min<int64_t>(src.cols, pad)), "the copy's source");
+    ATTNC_IN_BOUNDS(dst.data, bytes(written, std::min<int64_t>(std::max(src.cols, dst.cols), pad)),
+                    "the copy's destination");
+  } else {
+    float *delta = nullptr;
+    std::memcpy(&delta, l.args + 2 * sizeof(View), sizeof delta);
+    ATTNC_IN_BOUNDS(src.data, bytes(src, src.cols), "dO");
+    ATTNC_IN_BOUNDS(dst.data, bytes(dst, src.cols), "O");
+    ATTNC_IN_BOUNDS(delta, size_t(src.shape[0] * src.shape[1] * src.shape[2]) * 4, "delta");
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// Every launch recorded since the reset, in bounds.
+void expectLaunchesInBounds(const std::vector<SetTables> &tables, const Call &c, int dp) {
+  for (const attnc_fake_launch &l : launches()) {
+    const std::string name = l.name;
+    if (name.rfind("attnc_fwd", 0) == 0)
+      EXPECT_TRUE(forwardInBounds(l, tables, c, dp));
+    else if (name.rfind("attnc_bwd", 0) == 0)
+      EXPECT_TRUE(backwardInBounds(l, tables, dp));
+    else
+      EXPECT_TRUE(elementwiseInBounds(l));
+  }
+}
+
 KernelPtr kernelOf(const std::string &file, const std::vector<std::string> &defines) {
   std::string error;
   KernelPtr k = jitCompile(file.c_str(), nullptr, defines, "fused", jitCacheDir(), error);
@@ -249,6 +378,7 @@ TEST_P(CudaHost, ForwardLaunchesAreTheTablesLaunches) {
     EXPECT_EQ(a.ksh, c.nk * 64);
     EXPECT_EQ(a.ksb, c.hkv * c.nk * 64);
   }
+  expectLaunchesInBounds(tables, c, 64);
   attnc_fake_counts n = attnc_fake_cuda_counts();
   EXPECT_EQ(n.asyncAllocs, 0) << "a call's buffers come from attnc's pool";
   EXPECT_EQ(n.poolAllocs, n.asyncFrees) << "a call's buffers outlive it";
@@ -333,6 +463,7 @@ TEST_P(CudaHost, BackwardLaunchesAreTheTablesLaunches) {
     EXPECT_EQ(dst.data, grads[g]);
     EXPECT_EQ(dst.cols, 64);
   }
+  expectLaunchesInBounds(tables, c, 64);
   const attnc_fake_counts n = attnc_fake_cuda_counts();
   EXPECT_EQ(n.memsets, 3) << "the dQ, dK, dV accumulators zeroed, and nothing else";
   EXPECT_EQ(n.poolAllocs, 4); // delta and the f32 accumulators of dQ, dK, dV
@@ -430,6 +561,7 @@ TEST(CudaHostKernels, ByDeviceDtypeHeadDimensionAndVariant) {
 TEST(CudaHostPacking, UnalignedF32AndOddInputsArePackedAndOWrittenThroughACopy) {
   KernelPtr kernel = kernelOf("local", {"w=8"});
   ASSERT_TRUE(kernel);
+  const std::vector<SetTables> tables = rt::cuda::buildTables(rt::cuda::gpuPlan(patternIr("local", {"w=8"})), 50);
   attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
   {
     // q 2 bytes off a 16-byte boundary: copied to an aligned buffer first; k, v, O in place.
@@ -440,6 +572,7 @@ TEST(CudaHostPacking, UnalignedF32AndOddInputsArePackedAndOWrittenThroughACopy) 
     attnc_fake_cuda_reset();
     ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
     const auto got = launches();
+    expectLaunchesInBounds(tables, c, 64);
     ASSERT_EQ(got.size(), 2u);
     EXPECT_STREQ(got[0].name, "attnc_copy");
     EXPECT_STREQ(got[1].name, "attnc_fwd_wg_bf16_64");
@@ -458,6 +591,7 @@ TEST(CudaHostPacking, UnalignedF32AndOddInputsArePackedAndOWrittenThroughACopy) 
     attnc_fake_cuda_reset();
     ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
     const auto got = launches();
+    expectLaunchesInBounds(tables, c, 64);
     ASSERT_EQ(got.size(), 5u);
     const void *inputs[3] = {c.q.data, c.k.data, c.v.data};
     for (int i = 0; i < 3; ++i) {
@@ -483,6 +617,7 @@ TEST(CudaHostPacking, UnalignedF32AndOddInputsArePackedAndOWrittenThroughACopy) 
     attnc_fake_cuda_reset();
     ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
     const auto got = launches();
+    expectLaunchesInBounds(tables, c, 64);
     ASSERT_EQ(got.size(), 1u);
     const auto a = argsOf<FwdArgs>(got[0]);
     EXPECT_EQ(a.q, c.q.data);
@@ -497,6 +632,7 @@ TEST(CudaHostPacking, UnalignedF32AndOddInputsArePackedAndOWrittenThroughACopy) 
     attnc_fake_cuda_reset();
     ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
     const auto got = launches();
+    expectLaunchesInBounds(tables, c, 64);
     ASSERT_EQ(got.size(), 5u);
     EXPECT_EQ(viewsOf(got[0]).second.cols, 40);
     EXPECT_STREQ(got[3].name, "attnc_fwd_wg_bf16_64");

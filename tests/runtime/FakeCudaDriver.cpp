@@ -48,6 +48,11 @@ struct State {
   std::mutex mutex;
   std::vector<Device> devices;
   std::map<uintptr_t, Allocation> memory; ///< start -> allocation
+  /// Allocations freed in stream order since the last reset, kept (not
+  /// reused) so that a test can still check what a launch was given; the
+  /// oldest are released beyond 256 of them.
+  std::map<uintptr_t, Allocation> retired;
+  std::vector<uintptr_t> retiredOrder;
   std::map<void *, int> streams; ///< stream -> its device
   std::set<void *> events;
   void *capturing = nullptr;       ///< the stream under capture
@@ -391,7 +396,18 @@ CUresult cuMemFreeAsync(unsigned long long ptr, void *stream) {
   if (forbidden(s, false, stream, true))
     return kCaptureUnsupported;
   ++s.counts.asyncFrees;
-  return release(ptr);
+  auto it = s.memory.find(static_cast<uintptr_t>(ptr));
+  if (it == s.memory.end())
+    return kInvalidValue;
+  s.retired.insert(*it);
+  s.retiredOrder.push_back(it->first);
+  s.memory.erase(it);
+  if (s.retiredOrder.size() > 256) {
+    std::free(reinterpret_cast<void *>(s.retiredOrder.front()));
+    s.retired.erase(s.retiredOrder.front());
+    s.retiredOrder.erase(s.retiredOrder.begin());
+  }
+  return kOk;
 }
 
 CUresult cuMemcpyHtoD_v2(unsigned long long dst, const void *src, size_t bytes) {
@@ -542,6 +558,10 @@ void attnc_fake_cuda_reset(void) {
   FAKE_LOCK;
   s.launches.clear();
   s.counts = {};
+  for (uintptr_t p : s.retiredOrder)
+    std::free(reinterpret_cast<void *>(p));
+  s.retired.clear();
+  s.retiredOrder.clear();
 }
 
 attnc_fake_counts attnc_fake_cuda_counts(void) {
@@ -596,6 +616,18 @@ void attnc_fake_cuda_free(void *ptr) {
 int attnc_fake_cuda_is_device(const void *ptr, size_t bytes) {
   FAKE_LOCK;
   return find(s, reinterpret_cast<uintptr_t>(ptr), bytes) != nullptr;
+}
+
+int attnc_fake_cuda_was_device(const void *ptr, size_t bytes) {
+  FAKE_LOCK;
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  if (find(s, p, bytes))
+    return 1;
+  auto it = s.retired.upper_bound(p);
+  if (it == s.retired.begin())
+    return 0;
+  --it;
+  return p >= it->first && p + bytes <= it->first + it->second.bytes;
 }
 
 int attnc_fake_cuda_pools(int device) {

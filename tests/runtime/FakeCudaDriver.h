@@ -66,6 +66,9 @@ void *attnc_fake_cuda_alloc(int device, size_t bytes);
 void attnc_fake_cuda_free(void *ptr);
 /// Whether [ptr, ptr + bytes) lies inside one live allocation.
 int attnc_fake_cuda_is_device(const void *ptr, size_t bytes);
+/// The same, or inside one freed in stream order since the last reset (a
+/// call's buffers, gone when it returns, are kept until then).
+int attnc_fake_cuda_was_device(const void *ptr, size_t bytes);
 /// The bytes still allocated through the driver (cuMemAlloc, cuMemAllocAsync).
 size_t attnc_fake_cuda_live_bytes(void);
 /// Pools made on `device` (cuMemPoolCreate), and the release threshold set
