@@ -296,7 +296,27 @@ const HostCase kHostCases[] = {
     {"OneRow", "local", {"w=3"}, 1, 1, 1},
 };
 
-class CudaHost : public ::testing::TestWithParam<HostCase> {};
+/// A library pattern's kernel and its tables at the case's length, built here.
+class CudaHost : public ::testing::TestWithParam<HostCase> {
+protected:
+  void SetUp() override {
+    const HostCase &hc = GetParam();
+    kernel_ = kernelOf(hc.file, hc.defines);
+    ASSERT_TRUE(kernel_);
+    tables_ = rt::cuda::buildTables(rt::cuda::gpuPlan(patternIr(hc.file, hc.defines)), hc.n);
+  }
+  /// The case's tensors (`batch` of them, bf16, d = 64) on device 0, the counts reset.
+  std::unique_ptr<Call> prepare(int64_t batch) {
+    const HostCase &hc = GetParam();
+    auto c = std::make_unique<Call>(0, ATTNC_DTYPE_BF16, batch, hc.hq, hc.hkv, hc.n, hc.n, 64);
+    c->kernel = kernel_.get();
+    attnc_fake_cuda_reset();
+    return c;
+  }
+  KernelPtr kernel_{nullptr, attnc_kernel_free};
+  std::vector<SetTables> tables_;
+  attnc_device dev_{ATTNC_DEVICE_CUDA, 0, attnc_fake_cuda_stream(0)};
+};
 
 /// Checks the forward launches from `at` on against the tables: the kernel,
 /// grid, block, shared memory and stream, and each argument.
@@ -354,19 +374,13 @@ void expectForwardLaunches(const std::vector<attnc_fake_launch> &got, size_t &at
 }
 
 TEST_P(CudaHost, ForwardLaunchesAreTheTablesLaunches) {
-  const HostCase &hc = GetParam();
-  KernelPtr kernel = kernelOf(hc.file, hc.defines);
-  ASSERT_TRUE(kernel);
-  const std::vector<SetTables> tables = rt::cuda::buildTables(rt::cuda::gpuPlan(patternIr(hc.file, hc.defines)), hc.n);
-  Call c(0, ATTNC_DTYPE_BF16, 2, hc.hq, hc.hkv, hc.n, hc.n, 64);
-  c.kernel = kernel.get();
-  attnc_device dev{ATTNC_DEVICE_CUDA, 0, attnc_fake_cuda_stream(0)};
-  attnc_fake_cuda_reset();
-  ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
+  std::unique_ptr<Call> call = prepare(2);
+  Call &c = *call;
+  ASSERT_EQ(c.forward(dev_), ATTNC_OK) << attnc_last_error();
   const std::vector<attnc_fake_launch> first = launches();
   size_t at = 0;
-  expectForwardLaunches(first, at, tables, c, "attnc_fwd_wg_bf16_64", 128, rt::cuda::fwdSmemBytes(64), dev.stream);
-  EXPECT_EQ(at, first.size()) << "launches beyond the tables'";
+  expectForwardLaunches(first, at, tables_, c, "attnc_fwd_wg_bf16_64", 128, rt::cuda::fwdSmemBytes(64), dev_.stream);
+  EXPECT_EQ(at, first.size()) << "launches beyond the tables_'";
   for (const attnc_fake_launch &l : first) {
     const auto a = argsOf<FwdArgs>(l); // read in place: contiguous bf16 rows
     EXPECT_EQ(a.q, c.q.data);
@@ -378,15 +392,15 @@ TEST_P(CudaHost, ForwardLaunchesAreTheTablesLaunches) {
     EXPECT_EQ(a.ksh, c.nk * 64);
     EXPECT_EQ(a.ksb, c.hkv * c.nk * 64);
   }
-  expectLaunchesInBounds(tables, c, 64);
+  expectLaunchesInBounds(tables_, c, 64);
   attnc_fake_counts n = attnc_fake_cuda_counts();
   EXPECT_EQ(n.asyncAllocs, 0) << "a call's buffers come from attnc's pool";
   EXPECT_EQ(n.poolAllocs, n.asyncFrees) << "a call's buffers outlive it";
-  EXPECT_GT(n.copiesToDevice, 0) << "the tables of a new length are uploaded";
+  EXPECT_GT(n.copiesToDevice, 0) << "the tables_ of a new length are uploaded";
 
   // The same call again: the same launches, and nothing uploaded or loaded.
   attnc_fake_cuda_reset();
-  ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
+  ASSERT_EQ(c.forward(dev_), ATTNC_OK) << attnc_last_error();
   n = attnc_fake_cuda_counts();
   EXPECT_EQ(n.copiesToDevice, 0);
   EXPECT_EQ(n.allocs, 0);
@@ -403,15 +417,9 @@ TEST_P(CudaHost, ForwardLaunchesAreTheTablesLaunches) {
 }
 
 TEST_P(CudaHost, BackwardLaunchesAreTheTablesLaunches) {
-  const HostCase &hc = GetParam();
-  KernelPtr kernel = kernelOf(hc.file, hc.defines);
-  ASSERT_TRUE(kernel);
-  const std::vector<SetTables> tables = rt::cuda::buildTables(rt::cuda::gpuPlan(patternIr(hc.file, hc.defines)), hc.n);
-  Call c(0, ATTNC_DTYPE_BF16, 1, hc.hq, hc.hkv, hc.n, hc.n, 64);
-  c.kernel = kernel.get();
-  attnc_device dev{ATTNC_DEVICE_CUDA, 0, attnc_fake_cuda_stream(0)};
-  attnc_fake_cuda_reset();
-  ASSERT_EQ(c.backward(dev), ATTNC_OK) << attnc_last_error();
+  std::unique_ptr<Call> call = prepare(1);
+  Call &c = *call;
+  ASSERT_EQ(c.backward(dev_), ATTNC_OK) << attnc_last_error();
   const std::vector<attnc_fake_launch> got = launches();
   ASSERT_GE(got.size(), 4u);
   // rowsum(dO o O) first, over every query row of every head.
@@ -424,8 +432,8 @@ TEST_P(CudaHost, BackwardLaunchesAreTheTablesLaunches) {
   float *delta = nullptr;
   std::memcpy(&delta, got[0].args + 2 * sizeof(View), sizeof delta);
   size_t at = 1;
-  for (size_t s = 0; s < tables.size(); ++s)
-    for (const rt::cuda::Launch &l : tables[s].bwdLaunches) {
+  for (size_t s = 0; s < tables_.size(); ++s)
+    for (const rt::cuda::Launch &l : tables_[s].bwdLaunches) {
       if (l.itemCount == 0)
         continue;
       ASSERT_LT(at, got.size());
@@ -436,16 +444,16 @@ TEST_P(CudaHost, BackwardLaunchesAreTheTablesLaunches) {
       EXPECT_EQ(g.grid[1], unsigned(c.batch * c.hkv)); // a CTA per key group and key/value head
       EXPECT_EQ(g.block[0], 128u);
       EXPECT_EQ(g.smem, unsigned(rt::cuda::bwdSmemBytes(64)));
-      EXPECT_EQ(g.stream, dev.stream);
+      EXPECT_EQ(g.stream, dev_.stream);
       ASSERT_EQ(g.argBytes, sizeof(BwdArgs));
       const auto a = argsOf<BwdArgs>(g);
       EXPECT_EQ(a.set, int32_t(s));
       EXPECT_EQ(a.itemBegin, l.itemBegin);
-      EXPECT_TRUE(holds(a.items, tables[s].bwdItems, "items"));
-      EXPECT_TRUE(holds(a.keys, tables[s].bwdKeys, "keys"));
-      EXPECT_TRUE(holds(a.rows, tables[s].bwdRows, "rows"));
-      EXPECT_TRUE(holds(a.masks, tables[s].bwdMasks, "masks"));
-      EXPECT_TRUE(holds(a.full, tables[s].bwdFull, "full"));
+      EXPECT_TRUE(holds(a.items, tables_[s].bwdItems, "items"));
+      EXPECT_TRUE(holds(a.keys, tables_[s].bwdKeys, "keys"));
+      EXPECT_TRUE(holds(a.rows, tables_[s].bwdRows, "rows"));
+      EXPECT_TRUE(holds(a.masks, tables_[s].bwdMasks, "masks"));
+      EXPECT_TRUE(holds(a.full, tables_[s].bwdFull, "full"));
       EXPECT_EQ(a.q, c.q.data);
       EXPECT_EQ(a.dO, c.dO.data);
       EXPECT_EQ(a.lse, c.lse.data);
@@ -463,7 +471,7 @@ TEST_P(CudaHost, BackwardLaunchesAreTheTablesLaunches) {
     EXPECT_EQ(dst.data, grads[g]);
     EXPECT_EQ(dst.cols, 64);
   }
-  expectLaunchesInBounds(tables, c, 64);
+  expectLaunchesInBounds(tables_, c, 64);
   const attnc_fake_counts n = attnc_fake_cuda_counts();
   EXPECT_EQ(n.memsets, 3) << "the dQ, dK, dV accumulators zeroed, and nothing else";
   EXPECT_EQ(n.poolAllocs, 4); // delta and the f32 accumulators of dQ, dK, dV
@@ -563,16 +571,20 @@ TEST(CudaHostPacking, UnalignedF32AndOddInputsArePackedAndOWrittenThroughACopy) 
   ASSERT_TRUE(kernel);
   const std::vector<SetTables> tables = rt::cuda::buildTables(rt::cuda::gpuPlan(patternIr("local", {"w=8"})), 50);
   attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  // A forward of `c`: its launches, each in bounds.
+  auto run = [&](Call &c) {
+    c.kernel = kernel.get();
+    attnc_fake_cuda_reset();
+    EXPECT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
+    expectLaunchesInBounds(tables, c, 64);
+    return launches();
+  };
   {
     // q 2 bytes off a 16-byte boundary: copied to an aligned buffer first; k, v, O in place.
     Call c(0, ATTNC_DTYPE_BF16, 1, 1, 1, 50, 50, 64);
-    c.kernel = kernel.get();
     DeviceMemory shifted(0, 50 * 64 * 2 + 16);
     c.q.data = static_cast<char *>(shifted.get()) + 2;
-    attnc_fake_cuda_reset();
-    ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
-    const auto got = launches();
-    expectLaunchesInBounds(tables, c, 64);
+    const auto got = run(c);
     ASSERT_EQ(got.size(), 2u);
     EXPECT_STREQ(got[0].name, "attnc_copy");
     EXPECT_STREQ(got[1].name, "attnc_fwd_wg_bf16_64");
@@ -587,11 +599,7 @@ TEST(CudaHostPacking, UnalignedF32AndOddInputsArePackedAndOWrittenThroughACopy) 
   {
     // f32 tensors: q, k, v rounded to bf16 copies, O through a bf16 buffer copied back.
     Call c(0, ATTNC_DTYPE_F32, 1, 2, 2, 50, 50, 64);
-    c.kernel = kernel.get();
-    attnc_fake_cuda_reset();
-    ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
-    const auto got = launches();
-    expectLaunchesInBounds(tables, c, 64);
+    const auto got = run(c);
     ASSERT_EQ(got.size(), 5u);
     const void *inputs[3] = {c.q.data, c.k.data, c.v.data};
     for (int i = 0; i < 3; ++i) {
@@ -611,13 +619,9 @@ TEST(CudaHostPacking, UnalignedF32AndOddInputsArePackedAndOWrittenThroughACopy) 
   {
     // [B, n, H, d] memory viewed as [B, H, n, d] (PyTorch's layout): read in place.
     Call c(0, ATTNC_DTYPE_BF16, 1, 4, 4, 50, 50, 64);
-    c.kernel = kernel.get();
     for (attnc_tensor *t : {&c.q, &c.k, &c.v, &c.o})
       t->strides[2] = 4 * 64, t->strides[1] = 64, t->strides[0] = 50 * 4 * 64;
-    attnc_fake_cuda_reset();
-    ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
-    const auto got = launches();
-    expectLaunchesInBounds(tables, c, 64);
+    const auto got = run(c);
     ASSERT_EQ(got.size(), 1u);
     const auto a = argsOf<FwdArgs>(got[0]);
     EXPECT_EQ(a.q, c.q.data);
@@ -628,11 +632,7 @@ TEST(CudaHostPacking, UnalignedF32AndOddInputsArePackedAndOWrittenThroughACopy) 
   {
     // d = 33: rows not a multiple of 8 elements, packed to 40 columns; O (odd rows) through a copy.
     Call c(0, ATTNC_DTYPE_BF16, 1, 1, 1, 50, 50, 33);
-    c.kernel = kernel.get();
-    attnc_fake_cuda_reset();
-    ASSERT_EQ(c.forward(dev), ATTNC_OK) << attnc_last_error();
-    const auto got = launches();
-    expectLaunchesInBounds(tables, c, 64);
+    const auto got = run(c);
     ASSERT_EQ(got.size(), 5u);
     EXPECT_EQ(viewsOf(got[0]).second.cols, 40);
     EXPECT_STREQ(got[3].name, "attnc_fwd_wg_bf16_64");

@@ -27,6 +27,19 @@ std::vector<float> randomFloats(size_t count, uint32_t seed, float scale) {
   return out;
 }
 
+/// The checker's options with `defines` ("l=16"); throws on a malformed one.
+static SemaOptions semaOptions(const std::vector<std::string> &defines) {
+  SemaOptions sema;
+  for (const std::string &text : defines) {
+    Define def;
+    std::string error;
+    if (!parseDefine(text, def, error))
+      throw std::runtime_error(error);
+    sema.defines.push_back(def);
+  }
+  return sema;
+}
+
 /// Parses `source` (a file path, or text when `isText`), checks it with
 /// `defines` and returns the brute-force oracle's n x n membership mask of
 /// each of `heads` heads (the pattern's one set for every head when it
@@ -38,15 +51,7 @@ static std::vector<std::vector<char>> oracleMasks(const std::string &source, boo
   if (isText ? !fe.parseString("test.attn", source) : !fe.parseFile(source))
     throw std::runtime_error(isText ? std::string("reference: cannot parse the source")
                                     : "reference: cannot parse " + source);
-  SemaOptions sema;
-  for (const std::string &text : defines) {
-    Define def;
-    std::string error;
-    if (!parseDefine(text, def, error))
-      throw std::runtime_error(error);
-    sema.defines.push_back(def);
-  }
-  if (!fe.analyze(sema) || fe.patterns().empty())
+  if (!fe.analyze(semaOptions(defines)) || fe.patterns().empty())
     throw std::runtime_error("reference: the pattern does not check");
   const Pattern &p = fe.patterns().front();
   if (p.headsDeclared && static_cast<int64_t>(p.heads.size()) != heads)
@@ -313,15 +318,7 @@ std::string patternPath(const std::string &name) {
 
 ir::PatternIR patternIr(const std::string &name, const std::vector<std::string> &defines) {
   Frontend fe;
-  SemaOptions options;
-  for (const std::string &text : defines) {
-    Define def;
-    std::string error;
-    if (!parseDefine(text, def, error))
-      throw std::runtime_error(error);
-    options.defines.push_back(def);
-  }
-  if (!fe.parseFile(patternPath(name)) || !fe.analyze(options))
+  if (!fe.parseFile(patternPath(name)) || !fe.analyze(semaOptions(defines)))
     throw std::runtime_error("cannot compile " + name);
   return ir::canonicalizePattern(fe.patterns().front());
 }
