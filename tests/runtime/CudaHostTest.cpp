@@ -848,6 +848,25 @@ TEST(CudaHostCalls, QueriesAtAnOffsetAndVarlenSequences) {
     }
     EXPECT_EQ(lengths, (std::vector<int32_t>{30, 70}));
   }
+  {
+    // The backward of 3 sequences, the middle one with 20 keys and no query: its dK, dV rows are zeroed (a
+    // memset per head of each), the others run as calls of their own.
+    Call c(0, ATTNC_DTYPE_BF16, 1, 2, 2, 100, 120, 64);
+    c.kernel = kernel.get();
+    const int32_t cuQ[] = {0, 30, 30, 100}, cuK[] = {0, 30, 50, 120};
+    attnc_varlen varlen{cuQ, cuK, 3};
+    attnc_fake_cuda_reset();
+    ASSERT_EQ(attnc_run_backward_varlen_on(kernel.get(), &dev, &c.q, &c.k, &c.v, &c.o, &c.dO, &c.lse, &c.dq, &c.dk,
+                                           &c.dv, &varlen, nullptr),
+              ATTNC_OK)
+        << attnc_last_error();
+    const attnc_fake_counts n = attnc_fake_cuda_counts();
+    EXPECT_EQ(n.memsets, 2 * 3 + 2 * 2); // accumulators of the 2 calls, and dK, dV of the middle one's 2 heads
+    int deltas = 0;
+    for (const attnc_fake_launch &l : launches())
+      deltas += std::string(l.name) == "attnc_delta";
+    EXPECT_EQ(deltas, 2);
+  }
 }
 
 } // namespace
