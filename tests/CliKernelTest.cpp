@@ -899,6 +899,32 @@ TEST(CliBench, TargetCudaWithoutADriverSaysWhy) {
   EXPECT_NE(help.out.find("--device"), std::string::npos);
 }
 
+#ifdef ATTNC_FAKE_CUDA_PATH
+/// --target cuda on the tests' fake driver (tests/runtime/FakeCudaDriver.h: a
+/// GPU of compute capability 9.0 whose launches run nothing): the tool's GPU
+/// path end to end -- the device named, the forward and backward timed, the
+/// JSON well-formed (a time of 0 has no rate: null, "-" as text).
+TEST(CliBench, TargetCudaOnTheFakeDriver) {
+  ScratchDir dir;
+  const std::string env = "ATTNC_CACHE_DIR=" + dir.path() + " ATTNC_CUDA_DRIVER=" ATTNC_FAKE_CUDA_PATH
+                          " ATTNC_FAKE_CUDA_NO_DATA=1";
+  const std::string small = " -D l=16 -D c=4 --n 200 --d 64 --heads 2 --repeat 2 --target cuda --backward";
+  CommandResult json = attnc("bench " + libraryPattern("fixed") + small + " --json", env);
+  ASSERT_EQ(json.exitCode, 0) << json.err;
+  for (const char *field : {"\"name\": \"attnc fake GPU 9.0\"", "\"compute_capability\": \"9.0\"", "\"tflops\": null",
+                            "\"call_ms\": ", "\"bwd_ms\": ", "\"bwd_tflops\": null", "\"nnz_per_head\": "})
+    EXPECT_NE(json.out.find(field), std::string::npos) << field << " in " << json.out;
+  EXPECT_EQ(json.out.find("inf"), std::string::npos) << json.out;
+  EXPECT_EQ(json.out.find("nan"), std::string::npos) << json.out;
+  CommandResult text = attnc("bench " + libraryPattern("fixed") + small, env);
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("on attnc fake GPU 9.0 (sm_90, device 0), CUDA events around 10 queued calls"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("call ms"), std::string::npos) << text.out;
+}
+#endif
+
 /// run --target cuda: no driver, exit 1 with why and no file written; what
 /// the GPU does not take is a usage error.
 TEST(CliRun, TargetCudaWithoutADriverSaysWhy) {

@@ -37,6 +37,7 @@
 #include "CudaBench.h"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -180,7 +181,17 @@ int runCudaBench(const BenchOptions &opts, const std::string &pattern, const std
     std::cerr << "attnc: error: --target cuda: " << error << "\n";
     return kExitUserError;
   }
-  const double fwdTflops = usefulFlops / (r.forwardMs * 1e9), bwdTflops = backwardFlops / (r.backwardMs * 1e9);
+  // (A time of 0 -- a driver that runs nothing, as the tests' fake one -- has no rate: null in JSON, "-" as text.)
+  const double fwdTflops = r.forwardMs > 0 ? usefulFlops / (r.forwardMs * 1e9) : NAN;
+  const double bwdTflops = r.backwardMs > 0 ? backwardFlops / (r.backwardMs * 1e9) : NAN;
+  auto json = [](double x) {
+    std::ostringstream os;
+    if (std::isfinite(x))
+      os << x;
+    else
+      os << "null";
+    return os.str();
+  };
   const std::string cc = std::to_string(r.major) + "." + std::to_string(r.minor);
   if (opts.json) {
     std::ostringstream os;
@@ -189,26 +200,34 @@ int runCudaBench(const BenchOptions &opts, const std::string &pattern, const std
        << "}, \"dtype\": " << jsonString(opts.dtype) << ", \"n\": " << kvShape[2] << ", \"queries\": " << qShape[2]
        << ", \"d\": " << qShape[3] << ", \"batch\": " << qShape[0] << ", \"heads\": " << qShape[1]
        << ", \"kv_heads\": " << kvShape[1] << ", \"nnz_per_head\": " << nnzPerHead << ", \"repeat\": " << opts.repeat
-       << ", \"first_run_ms\": " << r.firstMs << ", \"ms\": " << r.forwardMs << ", \"tflops\": " << fwdTflops;
+       << ", \"first_run_ms\": " << r.firstMs << ", \"ms\": " << r.forwardMs << ", \"tflops\": " << json(fwdTflops)
+       << ", \"call_ms\": " << r.callMs;
     if (opts.backward)
       os << ", \"fwd_lse_ms\": " << r.forwardLseMs << ", \"bwd_ms\": " << r.backwardMs << ", \"bwd_tflops\": "
-         << bwdTflops;
+         << json(bwdTflops);
     os << "}\n";
     std::cout << os.str();
     return kExitOk;
   }
   std::printf("%s  n=%lld queries=%lld d=%lld batch=%lld heads=%lld kv-heads=%lld %s  nnz/head=%lld  on %s (sm_%d%d, "
-              "device %d), CUDA events, median of %d\n",
+              "device %d), CUDA events around 10 queued calls, median of %d\n",
               pattern.c_str(), (long long)kvShape[2], (long long)qShape[2], (long long)qShape[3],
               (long long)qShape[0], (long long)qShape[1], (long long)kvShape[1], opts.dtype.c_str(),
               (long long)nnzPerHead, r.deviceName.c_str(), r.major, r.minor, opts.device, opts.repeat);
-  std::printf("  %-12s %10s %14s %14s\n", "backend", "ms", "eff TFLOP/s", "first run ms");
-  std::printf("  %-12s %10.3f %14.1f %14.2f\n", "cuda", r.forwardMs, fwdTflops, r.firstMs);
+  std::printf("  %-12s %10s %14s %14s %14s\n", "backend", "ms", "eff TFLOP/s", "call ms", "first run ms");
+  auto text = [](double x, int digits) {
+    char buffer[32] = "-";
+    if (std::isfinite(x))
+      std::snprintf(buffer, sizeof buffer, "%.*f", digits, x);
+    return std::string(buffer);
+  };
+  std::printf("  %-12s %10.3f %14s %14.3f %14.2f\n", "cuda", r.forwardMs, text(fwdTflops, 1).c_str(), r.callMs,
+              r.firstMs);
   if (opts.backward) {
     std::printf("  backward: forward with lse, then dQ, dK, dV; eff TFLOP/s = 10*nnz*d/time\n");
     std::printf("  %-12s %10s %10s %12s %10s\n", "backend", "fwd+lse ms", "bwd ms", "bwd TFLOP/s", "bwd/fwd");
-    std::printf("  %-12s %10.3f %10.3f %12.1f %10.2f\n", "cuda", r.forwardLseMs, r.backwardMs, bwdTflops,
-                r.backwardMs / r.forwardMs);
+    std::printf("  %-12s %10.3f %10.3f %12s %10s\n", "cuda", r.forwardLseMs, r.backwardMs, text(bwdTflops, 1).c_str(),
+                text(r.forwardMs > 0 ? r.backwardMs / r.forwardMs : NAN, 2).c_str());
   }
   return kExitOk;
 }

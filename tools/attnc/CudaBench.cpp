@@ -138,6 +138,10 @@ attnc_status cudaBench(const CudaBenchRequest &r, CudaBenchResult &out, std::str
     for (int i = 0; i < r.repeat; ++i)
       times.push_back(eventMs(r.device, [&] { return forward(nullptr); }));
     out.forwardMs = median(times);
+    times.clear();
+    for (int i = 0; i < r.repeat; ++i)
+      times.push_back(eventMs(r.device, [&] { return forward(nullptr); }, 1));
+    out.callMs = median(times);
     if (!r.backward)
       return ATTNC_OK;
 

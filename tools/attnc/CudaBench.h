@@ -37,12 +37,14 @@ struct CudaBenchResult {
   std::string deviceName;
   int major = 0, minor = 0;
   double firstMs = 0;     ///< the first call at this n (it builds and uploads the tables), host clock
-  double forwardMs = 0;   ///< median, CUDA events, O alone
+  double forwardMs = 0;   ///< median, CUDA events around 10 queued calls, O alone
+  double callMs = 0;      ///< median of single calls each waited for (the latency, host included)
   double forwardLseMs = 0, backwardMs = 0; ///< with `backward`: a training step's two calls
 };
 
 /// Runs the request's kernel on Normal(0, 1) inputs on GPU `device`: one
-/// warm-up call, then `repeat` calls each timed with CUDA events (medians);
+/// warm-up call, then `repeat` timings by CUDA events of 10 calls queued
+/// back to back, and `repeat` single calls each waited for (medians);
 /// with `backward`, as many training steps (forward with the log-sum-exp,
 /// then dQ, dK, dV). ATTNC_OK, or the failing call's status with `error`
 /// set (ATTNC_ERROR_UNSUPPORTED: no GPU, no driver, a libattnc without the
