@@ -922,6 +922,15 @@ TEST(CliBench, TargetCudaOnTheFakeDriver) {
             std::string::npos)
       << text.out;
   EXPECT_NE(text.out.find("call ms"), std::string::npos) << text.out;
+  // A driver without memory pools: the buffers come from its default one.
+  CommandResult noPools = attnc("bench " + libraryPattern("fixed") + small, env + " ATTNC_FAKE_CUDA_NO_POOLS=1");
+  EXPECT_EQ(noPools.exitCode, 0) << noPools.err;
+  // What ATTNC_CUDA_POOL_KEEP_MB must be, said before anything runs.
+  for (const char *bad : {"lots", "-1", "12MB"}) {
+    CommandResult r = attnc("bench " + libraryPattern("fixed") + small, env + " ATTNC_CUDA_POOL_KEEP_MB=" + bad);
+    EXPECT_EQ(r.exitCode, 1) << bad;
+    EXPECT_NE(r.err.find("ATTNC_CUDA_POOL_KEEP_MB must be a number of MB"), std::string::npos) << r.err;
+  }
 }
 #endif
 

@@ -69,7 +69,8 @@ struct State {
     unsigned long long threshold = 0;
   };
   std::vector<Pool *> pools; ///< a CUmemoryPool points at one (never freed: the runtime keeps its pools)
-  bool noData = false; ///< ATTNC_FAKE_CUDA_NO_DATA: memsets write nothing
+  bool noData = false;  ///< ATTNC_FAKE_CUDA_NO_DATA: memsets write nothing
+  bool noPools = false; ///< ATTNC_FAKE_CUDA_NO_POOLS: cuMemPoolCreate is not supported
 };
 
 State &state() {
@@ -77,6 +78,8 @@ State &state() {
     auto *st = new State;
     const char *noData = std::getenv("ATTNC_FAKE_CUDA_NO_DATA");
     st->noData = noData && std::string(noData) == "1";
+    const char *noPools = std::getenv("ATTNC_FAKE_CUDA_NO_POOLS");
+    st->noPools = noPools && std::string(noPools) == "1";
     const char *env = std::getenv("ATTNC_FAKE_CUDA_DEVICES");
     std::string list = env && *env ? env : "9.0,8.0";
     size_t at = 0;
@@ -142,6 +145,14 @@ bool forbidden(State &s, bool sync, void *stream = nullptr, bool onStream = fals
     return false;
   s.invalidated = true;
   return true;
+}
+
+/// The checks of work queued on `stream`: a stream of the fake's, and not
+/// what a capture forbids.
+CUresult queueOn(State &s, void *stream) {
+  if (!knownStream(s, stream))
+    return kInvalidHandle;
+  return forbidden(s, false, stream, true) ? kCaptureUnsupported : kOk;
 }
 
 /// Bytes of the parameters a kernel of attnc's takes, by its name.
@@ -239,7 +250,6 @@ CUresult cuCtxPushCurrent_v2(void *ctx) {
   if (index < 0 || index >= static_cast<long>(s.devices.size()))
     return kInvalidContext;
   current.push_back(static_cast<int>(index));
-  ++s.counts.contextPushes;
   return kOk;
 }
 
@@ -296,10 +306,8 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
   FAKE_LOCK;
   if (current.empty())
     return kInvalidContext;
-  if (!knownStream(s, stream))
-    return kInvalidHandle;
-  if (forbidden(s, false, stream, true))
-    return kCaptureUnsupported;
+  if (const CUresult r = queueOn(s, stream); r != kOk)
+    return r;
   const auto *name = static_cast<const std::string *>(function);
   if (!s.names.count(*name) || extra || !params)
     return kInvalidValue;
@@ -345,16 +353,16 @@ CUresult cuMemFree_v2(unsigned long long ptr) {
 
 CUresult cuMemAllocAsync(unsigned long long *ptr, size_t bytes, void *stream) {
   FAKE_LOCK;
-  if (!knownStream(s, stream))
-    return kInvalidHandle;
-  if (forbidden(s, false, stream, true))
-    return kCaptureUnsupported;
+  if (const CUresult r = queueOn(s, stream); r != kOk)
+    return r;
   ++s.counts.asyncAllocs;
   return allocate(ptr, bytes);
 }
 
 CUresult cuMemPoolCreate(void **pool, const attnc::rt::cuda::CUmemPoolProps *props) {
   FAKE_LOCK;
+  if (s.noPools)
+    return 801; // CUDA_ERROR_NOT_SUPPORTED (a driver or device without memory pools)
   if (!pool || !props || props->allocType != 1 || props->locationType != 1 || props->locationId < 0 ||
       props->locationId >= static_cast<int>(s.devices.size()))
     return kInvalidValue;
@@ -378,10 +386,8 @@ CUresult cuMemAllocFromPoolAsync(unsigned long long *ptr, size_t bytes, void *po
   auto *p = static_cast<State::Pool *>(pool);
   if (std::find(s.pools.begin(), s.pools.end(), p) == s.pools.end())
     return kInvalidHandle;
-  if (!knownStream(s, stream))
-    return kInvalidHandle;
-  if (forbidden(s, false, stream, true))
-    return kCaptureUnsupported;
+  if (const CUresult r = queueOn(s, stream); r != kOk)
+    return r;
   ++s.counts.poolAllocs;
   current.push_back(p->device); // (the pool's device, whatever context is current)
   const CUresult r = allocate(ptr, bytes);
@@ -391,10 +397,8 @@ CUresult cuMemAllocFromPoolAsync(unsigned long long *ptr, size_t bytes, void *po
 
 CUresult cuMemFreeAsync(unsigned long long ptr, void *stream) {
   FAKE_LOCK;
-  if (!knownStream(s, stream))
-    return kInvalidHandle;
-  if (forbidden(s, false, stream, true))
-    return kCaptureUnsupported;
+  if (const CUresult r = queueOn(s, stream); r != kOk)
+    return r;
   ++s.counts.asyncFrees;
   auto it = s.memory.find(static_cast<uintptr_t>(ptr));
   if (it == s.memory.end())
@@ -435,10 +439,8 @@ CUresult cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t bytes) {
 
 CUresult cuMemsetD8Async(unsigned long long dst, unsigned char value, size_t count, void *stream) {
   FAKE_LOCK;
-  if (!knownStream(s, stream))
-    return kInvalidHandle;
-  if (forbidden(s, false, stream, true))
-    return kCaptureUnsupported;
+  if (const CUresult r = queueOn(s, stream); r != kOk)
+    return r;
   if (!find(s, static_cast<uintptr_t>(dst), count))
     return kInvalidValue;
   ++s.counts.memsets;
@@ -449,10 +451,8 @@ CUresult cuMemsetD8Async(unsigned long long dst, unsigned char value, size_t cou
 
 CUresult cuMemsetD32Async(unsigned long long dst, unsigned value, size_t count, void *stream) {
   FAKE_LOCK;
-  if (!knownStream(s, stream))
-    return kInvalidHandle;
-  if (forbidden(s, false, stream, true))
-    return kCaptureUnsupported;
+  if (const CUresult r = queueOn(s, stream); r != kOk)
+    return r;
   if (dst % 4 != 0 || !find(s, static_cast<uintptr_t>(dst), count * 4))
     return kInvalidValue;
   ++s.counts.memsets;
@@ -464,7 +464,6 @@ CUresult cuMemsetD32Async(unsigned long long dst, unsigned value, size_t count, 
 
 CUresult cuStreamQuery(void *stream) {
   FAKE_LOCK;
-  ++s.counts.streamQueries;
   if (s.capturing && (stream == s.capturing || !stream)) {
     s.invalidated = true;
     return kCaptureUnsupported;
@@ -474,7 +473,6 @@ CUresult cuStreamQuery(void *stream) {
 
 CUresult cuStreamGetCtx(void *stream, void **ctx) {
   FAKE_LOCK;
-  ++s.counts.streamQueries;
   if (!stream) {
     if (current.empty())
       return kInvalidContext;
@@ -643,12 +641,5 @@ unsigned long long attnc_fake_cuda_pool_threshold(int device) {
   return 0;
 }
 
-size_t attnc_fake_cuda_live_bytes(void) {
-  FAKE_LOCK;
-  size_t total = 0;
-  for (const auto &[start, a] : s.memory)
-    total += a.bytes;
-  return total;
-}
 
 } // extern "C"

@@ -15,7 +15,8 @@
 // ("9.0,8.0", the default: device 0 a Hopper, device 1 an Ampere). A stream
 // is one of attnc_fake_cuda_stream's; a capture is modelled (below).
 // ATTNC_FAKE_CUDA_NO_DATA=1 skips the memsets' writes (a benchmark's
-// gigabytes of zeros would be the fake's time, not attnc's).
+// gigabytes of zeros would be the fake's time, not attnc's);
+// ATTNC_FAKE_CUDA_NO_POOLS=1 makes no memory pool (as a driver without them).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -39,8 +40,7 @@ struct attnc_fake_launch {
 
 /// What the host side asked of the driver since the last reset.
 struct attnc_fake_counts {
-  long moduleLoads, allocs, frees, asyncAllocs, poolAllocs, asyncFrees, copiesToDevice, memsets, pointerQueries, streamQueries,
-      launches, contextPushes;
+  long moduleLoads, allocs, frees, asyncAllocs, poolAllocs, asyncFrees, copiesToDevice, memsets, pointerQueries, launches;
   /// Time spent inside the fake's driver functions (a benchmark of the
   /// host side takes it off: it is not attnc's).
   long long nanoseconds;
@@ -69,8 +69,6 @@ int attnc_fake_cuda_is_device(const void *ptr, size_t bytes);
 /// The same, or inside one freed in stream order since the last reset (a
 /// call's buffers, gone when it returns, are kept until then).
 int attnc_fake_cuda_was_device(const void *ptr, size_t bytes);
-/// The bytes still allocated through the driver (cuMemAlloc, cuMemAllocAsync).
-size_t attnc_fake_cuda_live_bytes(void);
 /// Pools made on `device` (cuMemPoolCreate), and the release threshold set
 /// on the last of them (0 where none was set).
 int attnc_fake_cuda_pools(int device);

@@ -79,7 +79,6 @@ struct Driver {
 
 // The enum values attnc uses (cuda.h).
 inline constexpr CUresult kSuccess = 0;
-inline constexpr CUresult kNotReady = 600;
 inline constexpr int kAttrComputeMajor = 75, kAttrComputeMinor = 76, kAttrSmemOptIn = 97;
 inline constexpr int kFuncMaxDynamicShared = 8, kFuncPreferredCarveout = 9;
 inline constexpr int kPointerMemoryType = 2, kPointerDeviceOrdinal = 9;

@@ -107,6 +107,7 @@ const Module &module(int device) {
                                                 std::to_string(info.minor) +
                                                 "; attnc's GPU kernels need 8.0 or newer (tensor-core mma.sync "
                                                 "on bf16/fp16)"};
+  const uint64_t poolKeep = poolKeepBytes(); // (a bad value fails before anything is loaded)
   CUmodule mod;
   if (CUresult r = d.cuModuleLoadData(&mod, attnc_cuda_fatbin); r != kSuccess)
     throw RunError{ATTNC_ERROR_UNSUPPORTED, "the GPU code in libattnc does not load on CUDA device " +
@@ -115,7 +116,7 @@ const Module &module(int device) {
                                                 "): " + errorText(r)};
   Module m;
   m.smemLimit = info.smemOptIn;
-  m.pool = makePool(device, poolKeepBytes());
+  m.pool = makePool(device, poolKeep);
   auto get = [&](CUfunction &f, const std::string &name, int smem) {
     check(d.cuModuleGetFunction(&f, mod, name.c_str()), "cuModuleGetFunction");
     if (smem > 0 && smem <= m.smemLimit) {
