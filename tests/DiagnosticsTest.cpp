@@ -31,13 +31,14 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace attnc {
 namespace {
 
-const char *const kInvalidFiles[] = {"division.attn", "heads.attn",  "lexer.attn", "module.attn",
-                                     "names.attn",    "nesting.attn", "overflow.attn", "parser.attn",
-                                     "slips.attn",    "types.attn"};
+const char *const kInvalidFiles[] = {"division.attn", "fallback.attn", "heads.attn",  "inputs.attn",
+                                     "lexer.attn",    "module.attn",   "names.attn",  "nesting.attn",
+                                     "overflow.attn", "parser.attn",   "slips.attn",  "types.attn"};
 
 std::string invalidDir() { return std::string(ATTNC_SOURCE_DIR) + "/tests/dsl/invalid/"; }
 
@@ -618,6 +619,205 @@ TEST(AcceptedInput, LibraryPatternsCheckWithoutDiagnostics) {
     EXPECT_TRUE(fe.analyze({}));
     EXPECT_EQ(fe.diags().diagnostics().size(), 0u) << name;
   }
+}
+
+// ---- Inputs and the fallback, checked by Sema directly ---------------------
+
+/// The one pattern of `text`, checked with no diagnostic at all.
+Pattern checkedPattern(const std::string &text) {
+  Frontend fe;
+  bool ok = fe.parseString("in.attn", text) && fe.analyze({});
+  std::ostringstream os;
+  fe.diags().print(os);
+  EXPECT_TRUE(ok) << os.str();
+  EXPECT_EQ(fe.diags().diagnostics().size(), 0u) << os.str();
+  if (fe.patterns().size() != 1) {
+    ADD_FAILURE() << "expected one pattern";
+    return {};
+  }
+  return fe.patterns().front();
+}
+
+/// Every input read of a term, as (op, input index, name), in tree order.
+void collectReads(const Term &t, std::vector<std::tuple<Op, int64_t, std::string>> &out) {
+  if (t.op() == Op::Input || t.op() == Op::InputRow)
+    out.emplace_back(t.op(), t.value(), t.data()->name);
+  for (const TermRef &a : t.args())
+    collectReads(*a, out);
+}
+
+bool isCausalSet(const Term &t) {
+  return t.op() == Op::Builder && t.arg(0)->op() == Op::Le && t.arg(0)->arg(0)->op() == Op::VarJ &&
+         t.arg(0)->arg(1)->op() == Op::VarI;
+}
+
+/// `set & { j : j <= i }`.
+bool isCausalIntersection(const Term &t) {
+  return t.op() == Op::Intersect && isCausalSet(*t.arg(1));
+}
+
+const char *const kLshUnion = "pattern lsh_union {\n"
+                              "  input b0 : int[n]\n"
+                              "  input b1 : int[n]\n"
+                              "  causal\n"
+                              "  attend { j : b0[j] == b0[i] } | { j : b1[j] == b1[i] }\n"
+                              "}\n";
+const char *const kSelect = "pattern select {\n"
+                            "  param B = 64\n"
+                            "  param k = 4\n"
+                            "  input sel : int[(n + B - 1) / B, k]\n"
+                            "  causal\n"
+                            "  attend { j : j / B in sel[i / B] } | { j : i - j < B }\n"
+                            "}\n";
+const char *const kLshSelf = "pattern lsh_self {\n"
+                             "  input b0 : int[n]\n"
+                             "  input b1 : int[n]\n"
+                             "  causal\n"
+                             "  attend ({ j : b0[j] == b0[i] } | { j : b1[j] == b1[i] }) - { i }"
+                             " else { i }\n"
+                             "}\n";
+
+class ContractPattern : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(ContractPattern, ChecksWithoutDiagnostics) { checkedPattern(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Inputs, ContractPattern,
+    ::testing::Values(kLshUnion, kSelect, kLshSelf,
+                      "pattern top {\n  param k = 4\n  input top : int[n, k]\n  causal\n"
+                      "  attend { j : j in top[i] } | { j : i - j < 64 }\n}\n",
+                      "pattern doc {\n  input doc : int[n]\n"
+                      "  attend { j : doc[j] == doc[i] }\n}\n"));
+
+TEST(SemaInputs, DeclarationsAreRecordedInOrderWithTheirDimensions) {
+  Pattern lsh = checkedPattern(kLshUnion);
+  ASSERT_EQ(lsh.inputs.size(), 2u);
+  EXPECT_EQ(lsh.inputs[0].name, "b0");
+  EXPECT_EQ(lsh.inputs[1].name, "b1");
+  EXPECT_EQ(lsh.inputs[1].rank(), 1u);
+  EXPECT_EQ(printTerm(*lsh.inputs[0].dims[0]), "n");
+  Pattern select = checkedPattern(kSelect);
+  ASSERT_EQ(select.inputs.size(), 1u);
+  EXPECT_EQ(select.inputs[0].name, "sel");
+  ASSERT_EQ(select.inputs[0].rank(), 2u);
+  EXPECT_EQ(printTerm(*select.inputs[0].dims[0]), "(n + 64 - 1) / 64");
+  EXPECT_EQ(printTerm(*select.inputs[0].dims[1]), "4");
+  EXPECT_EQ(inputDim(select.inputs[0], 0, 130), 3);
+}
+
+TEST(SemaInputs, LshHeadReadsBothInputsByTheirIndex) {
+  Pattern lsh = checkedPattern(kLshUnion);
+  ASSERT_EQ(lsh.heads.size(), 1u);
+  std::vector<std::tuple<Op, int64_t, std::string>> reads;
+  collectReads(*lsh.heads[0], reads);
+  using R = std::tuple<Op, int64_t, std::string>;
+  EXPECT_EQ(reads, (std::vector<R>{{Op::Input, 0, "b0"}, {Op::Input, 0, "b0"},
+                                   {Op::Input, 1, "b1"}, {Op::Input, 1, "b1"}}));
+  EXPECT_TRUE(lsh.heads[0]->uses(kUsesData));
+  EXPECT_TRUE(isCausalIntersection(*lsh.heads[0]));
+  EXPECT_EQ(printTerm(*lsh.heads[0]->arg(0)), "{ j : b0[j] == b0[i] } | { j : b1[j] == b1[i] }");
+}
+
+TEST(SemaInputs, OneIndexOnA2DInputIsItsRowAsASet) {
+  Pattern select = checkedPattern(kSelect);
+  std::vector<std::tuple<Op, int64_t, std::string>> reads;
+  collectReads(*select.heads[0], reads);
+  ASSERT_EQ(reads.size(), 1u);
+  EXPECT_EQ(std::get<0>(reads[0]), Op::InputRow);
+  EXPECT_EQ(std::get<1>(reads[0]), 0);
+  const Term &membership = *select.heads[0]->arg(0)->arg(0)->arg(0); // union, builder, in
+  ASSERT_EQ(membership.op(), Op::In);
+  EXPECT_EQ(membership.arg(1)->type(), Type::Set);
+  EXPECT_EQ(printTerm(membership), "j / 64 in sel[i / 64]");
+}
+
+TEST(SemaInputs, TwoIndicesOnA2DInputAreAnEntry) {
+  Pattern p =
+      checkedPattern("pattern p {\n  input t : int[n, 2]\n  attend { j : t[i, 1] == j }\n}\n");
+  const Term &eq = *p.heads[0]->arg(0);
+  ASSERT_EQ(eq.op(), Op::Eq);
+  EXPECT_EQ(eq.arg(0)->op(), Op::Input);
+  EXPECT_EQ(eq.arg(0)->type(), Type::Int);
+  EXPECT_EQ(eq.arg(0)->args().size(), 2u);
+}
+
+TEST(SemaInputs, HeadIndexIsSubstitutedInsideReads) {
+  Pattern p = checkedPattern("pattern p {\n  heads 2\n  input b : int[n, 2]\n"
+                             "  attend { j : b[j, h] == b[i, h] }\n}\n");
+  ASSERT_EQ(p.heads.size(), 2u);
+  EXPECT_EQ(printTerm(*p.heads[1]), "{ j : b[j, 1] == b[i, 1] }");
+}
+
+TEST(SemaFallback, CausalIsInsideEachOperandOfATopLevelElse) {
+  Pattern p = checkedPattern(kLshSelf);
+  const Term &head = *p.heads[0];
+  ASSERT_EQ(head.op(), Op::Fallback) << "no causal intersection around the 'else'";
+  ASSERT_TRUE(isCausalIntersection(*head.arg(0)));
+  ASSERT_TRUE(isCausalIntersection(*head.arg(1)));
+  EXPECT_EQ(head.arg(0)->arg(0)->op(), Op::Difference);
+  EXPECT_EQ(head.arg(1)->arg(0)->op(), Op::List);
+}
+
+TEST(SemaFallback, ElseGroupsToTheRightAndEachOperandGetsCausal) {
+  Pattern p = checkedPattern("pattern p {\n  causal\n  attend { 0 } else { 1 } else { i }\n}\n");
+  const Term &head = *p.heads[0];
+  ASSERT_EQ(head.op(), Op::Fallback);
+  EXPECT_TRUE(isCausalIntersection(*head.arg(0)));
+  ASSERT_EQ(head.arg(1)->op(), Op::Fallback);
+  EXPECT_TRUE(isCausalIntersection(*head.arg(1)->arg(0)));
+  EXPECT_TRUE(isCausalIntersection(*head.arg(1)->arg(1)));
+}
+
+TEST(SemaFallback, ElseInsideAUnionGetsCausalInsideToo) {
+  Pattern p = checkedPattern("pattern p {\n  causal\n  let F = { 5 } else { i }\n"
+                             "  attend F | { j : j < 4 }\n}\n");
+  const Term &head = *p.heads[0];
+  ASSERT_TRUE(isCausalIntersection(head));
+  const Term &u = *head.arg(0);
+  ASSERT_EQ(u.op(), Op::Union);
+  const Term &f = *u.arg(0);
+  ASSERT_EQ(f.op(), Op::Fallback);
+  EXPECT_TRUE(isCausalIntersection(*f.arg(0)));
+  EXPECT_TRUE(isCausalIntersection(*f.arg(1)));
+  EXPECT_EQ(u.arg(1)->op(), Op::Builder) << "the operand without an 'else' is left alone";
+}
+
+TEST(SemaFallback, WithoutCausalTheOperandsAreLeftAlone) {
+  Pattern p = checkedPattern("pattern p {\n  attend { j : j < i } else { i }\n}\n");
+  const Term &head = *p.heads[0];
+  ASSERT_EQ(head.op(), Op::Fallback);
+  EXPECT_EQ(head.arg(0)->op(), Op::Builder);
+  EXPECT_EQ(head.arg(1)->op(), Op::List);
+}
+
+TEST(SemaFallback, EachHeadStatementMayFallBack) {
+  Pattern p = checkedPattern("pattern p {\n  causal\n  heads 2\n  attend { j : j < i }\n"
+                             "  head 1 attends { j : j < i - 8 } else { i }\n}\n");
+  ASSERT_EQ(p.heads.size(), 2u);
+  EXPECT_TRUE(isCausalIntersection(*p.heads[0]));
+  ASSERT_EQ(p.heads[1]->op(), Op::Fallback);
+  EXPECT_TRUE(isCausalIntersection(*p.heads[1]->arg(0)));
+}
+
+/// `levels` lets, each `(previous else {}) | {}`: two levels per let, and
+/// three once causal is inside each 'else'.
+std::string nestedFallbacks(int levels) {
+  std::string text = "pattern p {\n  causal\n  let s0 = { j : j < i }\n";
+  for (int k = 1; k <= levels; ++k)
+    text += "  let s" + std::to_string(k) + " = (s" + std::to_string(k - 1) + " else {}) | {}\n";
+  return text + "  attend s" + std::to_string(levels) + "\n}\n";
+}
+
+TEST(SemaFallback, CausalInsideNestedElsesStaysWithinTheNestingLimit) {
+  checkedPattern(nestedFallbacks(80)); // 163 levels, 244 with causal
+  Frontend fe;
+  ASSERT_TRUE(fe.parseString("deep.attn", nestedFallbacks(100))); // 203 levels, 304 with causal
+  EXPECT_FALSE(fe.analyze({}));
+  ASSERT_EQ(fe.diags().errorCount(), 1u);
+  const dsl::Diagnostic &d = fe.diags().diagnostics()[0];
+  EXPECT_EQ(d.message,
+            "set nests 304 levels deep with 'causal' inside each 'else'; the limit is 257");
+  EXPECT_EQ(fe.sources().lineAndColumn(d.range.begin), std::make_pair(104u, 10u));
 }
 
 } // namespace

@@ -60,9 +60,10 @@ std::string shape(const Expr &e) {
   case ExprKind::Int: return std::to_string(e.intValue);
   case ExprKind::Bool: return e.boolValue ? "true" : "false";
   case ExprKind::Name: return e.name;
+  case ExprKind::Index: return kids("index " + e.name);
   case ExprKind::Unary: return kids(e.unaryOp == UnaryOp::Neg ? "neg" : "not");
   case ExprKind::Binary: {
-    static const char *kOps[] = {"+", "-", "*", "/", "%", "&&", "||", "|", "&"};
+    static const char *kOps[] = {"+", "-", "*", "/", "%", "&&", "||", "|", "&", "else"};
     return kids(kOps[static_cast<int>(e.binaryOp)]);
   }
   case ExprKind::Compare: {
@@ -131,6 +132,20 @@ TEST(Lexer, KeywordsAreReservedIdentifiersAreNot) {
     EXPECT_EQ(t[k].kind, expected[k]) << "token " << k;
   EXPECT_EQ(t[12].text, "patterns");
   EXPECT_EQ(t[13].text, "_x");
+}
+
+TEST(Lexer, InputAndElseAreKeywordsElementTypesAndBracketsAreNot) {
+  SourceManager sm;
+  DiagnosticEngine diags(sm);
+  uint32_t b = sm.addBuffer("t", "input else int float inputs [ ]");
+  std::vector<Token> t = lex(sm, b, diags);
+  using K = TokenKind;
+  std::vector<K> expected = {K::KwInput,    K::KwElse,   K::Identifier, K::Identifier,
+                             K::Identifier, K::LBracket, K::RBracket,   K::Eof};
+  ASSERT_EQ(t.size(), expected.size());
+  for (size_t k = 0; k < expected.size(); ++k)
+    EXPECT_EQ(t[k].kind, expected[k]) << "token " << k;
+  EXPECT_FALSE(diags.hasErrors());
 }
 
 TEST(Lexer, IntegersAcceptDigitSeparatorsUpToInt64Max) {
@@ -300,6 +315,89 @@ TEST(Parser, LiteralsKeepTheirValues) {
   EXPECT_EQ(shapeOf("true || false"), "(|| true false)");
 }
 
+// ---- Inputs and the fallback ------------------------------------------------------
+
+TEST(Parser, IndexIsAPostfixOnANameWithAnyNumberOfIndices) {
+  EXPECT_EQ(shapeOf("b0[j] == b0[i]"), "(cmp (index b0 j) == (index b0 i))");
+  EXPECT_EQ(shapeOf("sel[(n + B - 1) / B, k]"), "(index sel (/ (- (+ n B) 1) B) k)");
+  EXPECT_EQ(shapeOf("j / B in sel[i / B]"), "(in (/ j B) (index sel (/ i B)))");
+  EXPECT_EQ(shapeOf("b[]"), "(index b)");
+  EXPECT_EQ(shapeOf("t[i, j, 0]"), "(index t i j 0)");
+  EXPECT_EQ(shapeOf("-b[j] * 2"), "(* (neg (index b j)) 2)");
+  EXPECT_EQ(shapeOf("a[b[i] + 1]"), "(index a (+ (index b i) 1))");
+}
+
+TEST(Parser, BracketsThatStartAnOperandAreStillTheRangeSlip) {
+  auto p = parseExpr("{ j : j in [i - 3, i] }");
+  ASSERT_EQ(p->diags.errorCount(), 1u);
+  EXPECT_EQ(p->diags.diagnostics()[0].message, "expected an expression, found '['");
+}
+
+TEST(Parser, ElseIsTheLoosestOperator) {
+  EXPECT_EQ(shapeOf("A | B else C"), "(else (| A B) C)");
+  EXPECT_EQ(shapeOf("A else B | C"), "(else A (| B C))");
+  EXPECT_EQ(shapeOf("A - B & C else D - E"), "(else (& (- A B) C) (- D E))");
+  EXPECT_EQ(shapeOf("(X | Y) - { i } else { i }"), "(else (- (| X Y) (list i)) (list i))");
+  EXPECT_EQ(shapeOf("x in A else B"), "(else (in x A) B)");
+  EXPECT_EQ(shapeOf("p || q && r else C"), "(else (|| p (&& q r)) C)");
+}
+
+TEST(Parser, ElseGroupsToTheRight) {
+  EXPECT_EQ(shapeOf("A else B else C"), "(else A (else B C))");
+  EXPECT_EQ(shapeOf("(A else B) else C"), "(else (else A B) C)");
+  EXPECT_EQ(shapeOf("(A else B) | C"), "(| (else A B) C)");
+  EXPECT_EQ(shapeOf("{ j : j in (A else B) }"), "(builder j (in j (else A B)))");
+}
+
+TEST(Parser, InputDeclarationsKeepNameElementTypeAndDimensions) {
+  auto p = parseText("pattern p {\n"
+                     "  input b0 : int[n]\n"
+                     "  input sel : int[(n + B - 1) / B, k]\n"
+                     "  input s : float[n]\n"
+                     "  head 0 attends { j : b0[j] == b0[i] } else { i }\n"
+                     "}\n");
+  ASSERT_FALSE(p->diags.hasErrors()) << errorsOf(*p);
+  const std::vector<Stmt> &b = p->module.patterns[0].body;
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_EQ(b[0].kind, StmtKind::Input);
+  EXPECT_EQ(b[0].name, "b0");
+  EXPECT_EQ(b[0].elementType, "int");
+  ASSERT_EQ(b[0].dims.size(), 1u);
+  EXPECT_EQ(shape(*b[0].dims[0]), "n");
+  EXPECT_EQ(b[0].value, nullptr);
+  EXPECT_EQ(b[1].name, "sel");
+  ASSERT_EQ(b[1].dims.size(), 2u);
+  EXPECT_EQ(shape(*b[1].dims[0]), "(/ (- (+ n B) 1) B)");
+  EXPECT_EQ(shape(*b[1].dims[1]), "k");
+  // 'float' parses; Sema says it is not supported yet.
+  EXPECT_EQ(b[2].elementType, "float");
+  EXPECT_EQ(b[3].kind, StmtKind::HeadAttends);
+  EXPECT_EQ(shape(*b[3].value), "(else (builder j (cmp (index b0 j) == (index b0 i))) (list i))");
+}
+
+TEST(Parser, TheContractPatternsParse) {
+  auto p = parseText("pattern lsh_union {\n"
+                     "  input b0 : int[n]\n"
+                     "  input b1 : int[n]\n"
+                     "  causal\n"
+                     "  attend { j : b0[j] == b0[i] } | { j : b1[j] == b1[i] }\n"
+                     "}\n"
+                     "pattern select {\n"
+                     "  param B = 64\n"
+                     "  param k = 4\n"
+                     "  input sel : int[(n + B - 1) / B, k]\n"
+                     "  causal\n"
+                     "  attend { j : j / B in sel[i / B] } | { j : i - j < B }\n"
+                     "}\n");
+  ASSERT_FALSE(p->diags.hasErrors()) << errorsOf(*p);
+  ASSERT_EQ(p->module.patterns.size(), 2u);
+  EXPECT_EQ(shape(*p->module.patterns[0].body[3].value),
+            "(| (builder j (cmp (index b0 j) == (index b0 i))) "
+            "(builder j (cmp (index b1 j) == (index b1 i))))");
+  EXPECT_EQ(shape(*p->module.patterns[1].body[4].value),
+            "(| (builder j (in (/ j B) (index sel (/ i B)))) (builder j (cmp (- i j) < B)))");
+}
+
 // ---- Statements and patterns ----------------------------------------------------
 
 TEST(Parser, EveryStatementKindKeepsItsParts) {
@@ -408,6 +506,25 @@ TEST(SourceRanges, StatementsOnOneLineEndAtTheirLastToken) {
   EXPECT_EQ(p->slice(b[2].range), "head 0 attends {}");
   EXPECT_EQ(p->slice(b[2].head->range), "0");
   EXPECT_EQ(p->slice(b[3].range), "attend { j : true }");
+}
+
+TEST(SourceRanges, InputStatementAndIndexCoverTheirBrackets) {
+  auto p = parseText("pattern p {\n  input sel : int[n, 4]\n"
+                     "  attend { j : j in sel[i / 4] } else { i }\n}\n");
+  ASSERT_FALSE(p->diags.hasErrors()) << errorsOf(*p);
+  const std::vector<Stmt> &b = p->module.patterns[0].body;
+  EXPECT_EQ(p->slice(b[0].range), "input sel : int[n, 4]");
+  EXPECT_EQ(p->slice(b[0].nameRange), "sel");
+  EXPECT_EQ(p->slice(b[0].typeRange), "int");
+  EXPECT_EQ(p->at(b[0].typeRange), "2:15");
+  EXPECT_EQ(p->slice(b[0].dims[1]->range), "4");
+  const Expr &fallback = *b[1].value;
+  EXPECT_EQ(p->slice(fallback.range), "{ j : j in sel[i / 4] } else { i }");
+  EXPECT_EQ(p->slice(fallback.opRange), "else");
+  const Expr &index = *fallback.operands[0]->operands[0]->operands[1];
+  ASSERT_EQ(index.kind, ExprKind::Index);
+  EXPECT_EQ(p->slice(index.range), "sel[i / 4]");
+  EXPECT_EQ(p->slice(index.nameRange), "sel");
 }
 
 TEST(SourceRanges, BinaryNodeWithParenthesisedOperandsCoversTheParentheses) {
@@ -532,6 +649,22 @@ TEST(NestingLimit, LongComparisonChainIsRefused) {
   EXPECT_EQ(p->diags.diagnostics()[0].message, kTooDeep);
 }
 
+TEST(NestingLimit, LongElseChainIsRefusedWithoutExhaustingTheStack) {
+  // 'else' groups to the right, by recursion: each one is a level.
+  auto ok = parseExpr(repeat("A else ", 255) + "B");
+  EXPECT_FALSE(ok->diags.hasErrors()) << errorsOf(*ok);
+  EXPECT_EQ(valueOf(*ok).nesting, 256u);
+  auto p = parseExpr(repeat("{ i } else ", 100000) + "{}");
+  ASSERT_EQ(p->diags.errorCount(), 1u) << errorsOf(*p);
+  EXPECT_EQ(p->diags.diagnostics()[0].message, kTooDeep);
+}
+
+TEST(NestingLimit, DeepIndicesAreRefused) {
+  auto p = parseExpr(repeat("b[", 300) + "i" + repeat("]", 300));
+  ASSERT_EQ(p->diags.errorCount(), 1u) << errorsOf(*p);
+  EXPECT_EQ(p->diags.diagnostics()[0].message, kTooDeep);
+}
+
 TEST(NestingLimit, DeepSetLiteralsAndCallsAreRefused) {
   for (const std::string open : {"{", "{ j : j in ", "min(1, ", "{ 0 .. "}) {
     std::string close = open[0] == 'm' ? ")" : open == "{ 0 .. " ? " }" : " }";
@@ -576,6 +709,35 @@ TEST(PrintAst, ShowsEveryNodeWithItsLocation) {
   EXPECT_EQ(lines, expected) << ast;
 }
 
+TEST(PrintAst, ShowsInputsIndicesAndElse) {
+  auto p = parseText("pattern p {\n"
+                     "  input sel : int[n, 4]\n"
+                     "  attend { j : j in sel[i] } else { i }\n"
+                     "}\n");
+  ASSERT_FALSE(p->diags.hasErrors()) << errorsOf(*p);
+  std::string ast = printAst(p->module, p->sources);
+  std::vector<std::string> lines;
+  std::istringstream in(ast);
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  const std::vector<std::string> expected = {
+      "(pattern p @1:1",
+      "  (input sel int @2:3",
+      "    (name n @2:19)",
+      "    (int 4 @2:22))",
+      "  (attend @3:3",
+      "    (binary 'else' @3:10",
+      "      (set-builder j @3:10",
+      "        (in @3:16",
+      "          (name j @3:16)",
+      "          (index sel @3:21",
+      "            (name i @3:25))))",
+      "      (set-list @3:35",
+      "        (name i @3:37)))))",
+  };
+  EXPECT_EQ(lines, expected) << ast;
+}
+
 TEST(PrintExpr, ParenthesisesOnlyWherePrecedenceNeedsIt) {
   EXPECT_EQ(printExpr(valueOf(*parseExpr("(a + b) * c"))), "(a + b) * c");
   EXPECT_EQ(printExpr(valueOf(*parseExpr("a + (b * c)"))), "a + b * c");
@@ -587,6 +749,12 @@ TEST(PrintExpr, ParenthesisesOnlyWherePrecedenceNeedsIt) {
   EXPECT_EQ(printExpr(valueOf(*parseExpr("{}"))), "{}");
   EXPECT_EQ(printExpr(valueOf(*parseExpr("{0,1}"))), "{ 0, 1 }");
   EXPECT_EQ(printExpr(valueOf(*parseExpr("{ max(0,i-l)..i }"))), "{ max(0, i - l) .. i }");
+  EXPECT_EQ(printExpr(valueOf(*parseExpr("A else (B else C)"))), "A else B else C");
+  EXPECT_EQ(printExpr(valueOf(*parseExpr("(A else B) else C"))), "(A else B) else C");
+  EXPECT_EQ(printExpr(valueOf(*parseExpr("(A else B) | C"))), "(A else B) | C");
+  EXPECT_EQ(printExpr(valueOf(*parseExpr("(A | B) else C"))), "A | B else C");
+  EXPECT_EQ(printExpr(valueOf(*parseExpr("sel[(i) / 4,k]"))), "sel[i / 4, k]");
+  EXPECT_EQ(printExpr(valueOf(*parseExpr("-(b[j])"))), "-b[j]");
 }
 
 TEST(PrintExpr, PrintedTextParsesBackToTheSameTree) {
@@ -594,7 +762,9 @@ TEST(PrintExpr, PrintedTextParsesBackToTheSameTree) {
        {"a - (b - c) * -(d % e)", "(A | B) & (C - D) | E", "A - (B | C)", "(p || q) && !(r && s)",
         "a < b <= c == (d < e)", "(j in A | B) == (i in C)", "{ j : (j + 1) / 4 == i / 4 }",
         "{ min(i, 3) .. n - 1 } & { 0, i, i + 2 }", "- - a", "a - -b", "(a < b) < c",
-        "p && (q && r)", "a / (b / c)", "(A & B) & C"}) {
+        "p && (q && r)", "a / (b / c)", "(A & B) & C", "A else B else C", "(A else B) else C",
+        "(A else B) | C", "{ j : j in (A else B) } else {}", "b0[j] == sel[i / 4, k] - b[]",
+        "(X | Y) - { i } else { i }", "j in sel[(i + 1) / 64]"}) {
     auto first = parseExpr(text);
     ASSERT_FALSE(first->diags.hasErrors()) << text << "\n" << errorsOf(*first);
     std::string printed = printExpr(valueOf(*first));

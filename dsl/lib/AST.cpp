@@ -18,6 +18,7 @@ const char *spelling(BinaryOp op) {
   case BinaryOp::Or: return "||";
   case BinaryOp::Union: return "|";
   case BinaryOp::Intersect: return "&";
+  case BinaryOp::Else: return "else";
   }
   return "?";
 }
@@ -38,6 +39,7 @@ static int precedence(const Expr &e) {
   switch (e.kind) {
   case ExprKind::Binary:
     switch (e.binaryOp) {
+    case BinaryOp::Else: return 0;
     case BinaryOp::Or: return 1;
     case BinaryOp::And: return 2;
     case BinaryOp::Union: return 4;
@@ -75,7 +77,23 @@ static void printInto(std::ostringstream &os, const Expr &e, int parentPrec, boo
     os << spelling(e.unaryOp);
     printInto(os, *e.operands[0], prec, false);
     break;
+  case ExprKind::Index:
+    os << e.name << "[";
+    for (size_t k = 0; k < e.operands.size(); ++k) {
+      if (k)
+        os << ", ";
+      printInto(os, *e.operands[k], 0, false);
+    }
+    os << "]";
+    break;
   case ExprKind::Binary:
+    if (e.binaryOp == BinaryOp::Else) {
+      // Groups to the right: 'A else (B else C)' needs no parentheses.
+      printInto(os, *e.operands[0], prec + 1, false);
+      os << " else ";
+      printInto(os, *e.operands[1], prec, false);
+      break;
+    }
     printInto(os, *e.operands[0], prec, false);
     os << " " << spelling(e.binaryOp) << " ";
     printInto(os, *e.operands[1], prec, true);
@@ -148,6 +166,7 @@ struct AstPrinter {
     case ExprKind::Int: os << "int " << e.intValue; break;
     case ExprKind::Bool: os << "bool " << (e.boolValue ? "true" : "false"); break;
     case ExprKind::Name: os << "name " << e.name; break;
+    case ExprKind::Index: os << "index " << e.name; break;
     case ExprKind::Unary: os << "unary '" << spelling(e.unaryOp) << "'"; break;
     case ExprKind::Binary: os << "binary '" << spelling(e.binaryOp) << "'"; break;
     case ExprKind::Compare:
@@ -173,14 +192,16 @@ struct AstPrinter {
 
 std::string printAst(const Module &module, const SourceManager &sources) {
   AstPrinter p{sources, {}};
-  static const char *kStmtNames[] = {"param", "require", "causal", "heads",
-                                     "let",   "attend",  "head-attends"};
+  static const char *kStmtNames[] = {"param",  "require", "causal",       "heads",
+                                     "let",    "attend",  "head-attends", "input"};
   for (const PatternDecl &decl : module.patterns) {
     p.os << "(pattern " << decl.name << " @" << p.loc(decl.range);
     for (const Stmt &s : decl.body) {
       p.os << "\n  (" << kStmtNames[static_cast<int>(s.kind)];
       if (!s.name.empty())
         p.os << " " << s.name;
+      if (!s.elementType.empty())
+        p.os << " " << s.elementType;
       if (!s.message.empty())
         p.os << " \"" << s.message << "\"";
       p.os << " @" << p.loc(s.range);
@@ -191,6 +212,10 @@ std::string printAst(const Module &module, const SourceManager &sources) {
       if (s.value) {
         p.os << "\n";
         p.expr(*s.value, 4);
+      }
+      for (const ExprPtr &dim : s.dims) {
+        p.os << "\n";
+        p.expr(*dim, 4);
       }
       p.os << ")";
     }

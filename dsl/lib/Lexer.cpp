@@ -24,6 +24,8 @@ const char *tokenKindName(TokenKind kind) {
   case TokenKind::KwHead: return "'head'";
   case TokenKind::KwHeads: return "'heads'";
   case TokenKind::KwIn: return "'in'";
+  case TokenKind::KwInput: return "'input'";
+  case TokenKind::KwElse: return "'else'";
   case TokenKind::KwTrue: return "'true'";
   case TokenKind::KwFalse: return "'false'";
   case TokenKind::LBrace: return "'{'";
@@ -191,6 +193,7 @@ private:
         {"let", TokenKind::KwLet},         {"attend", TokenKind::KwAttend},
         {"attends", TokenKind::KwAttends}, {"head", TokenKind::KwHead},
         {"heads", TokenKind::KwHeads},     {"in", TokenKind::KwIn},
+        {"input", TokenKind::KwInput},     {"else", TokenKind::KwElse},
         {"true", TokenKind::KwTrue},       {"false", TokenKind::KwFalse},
     };
     std::string_view word = text_.substr(begin, pos_ - begin);

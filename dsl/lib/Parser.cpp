@@ -4,8 +4,9 @@
 // error, and statements resynchronise at the next statement keyword or '}'.
 //
 // Nesting is bounded two ways (Parser.h): parseUnary, which every cycle of the
-// grammar's call graph passes through, counts the levels open on the way
-// down and refuses the one past the limit before recursing; each node, once
+// grammar's call graph but 'else' passes through, counts the levels open on
+// the way down and refuses the one past the limit before recursing ('else'
+// counts its right operand the same way); each node, once
 // built, gets its Expr::nesting from its operands, which catches the depth
 // that left-associative chains build without recursing.
 //
@@ -143,6 +144,15 @@ private:
     return it == nameShapes_.end() ? Shape::Unknown : it->second;
   }
 
+  /// An input indexed `count` times: a row of a 2-D input is a set, an
+  /// entry an integer.
+  Shape indexShape(const std::string &name, size_t count) const {
+    auto it = inputRanks_.find(name);
+    if (it == inputRanks_.end())
+      return count >= 2 ? Shape::Integer : Shape::Unknown;
+    return it->second == 2 && count == 1 ? Shape::Set : Shape::Integer;
+  }
+
   Shape shapeOf(const Expr &e) const {
     switch (e.kind) {
     case ExprKind::Int: return Shape::Integer;
@@ -150,13 +160,15 @@ private:
     case ExprKind::Compare:
     case ExprKind::In: return Shape::Condition;
     case ExprKind::Name: return nameShape(e.name);
+    case ExprKind::Index: return indexShape(e.name, e.operands.size());
     case ExprKind::Unary: return e.unaryOp == UnaryOp::Not ? Shape::Condition : Shape::Integer;
     case ExprKind::Binary:
       switch (e.binaryOp) {
       case BinaryOp::And:
       case BinaryOp::Or: return Shape::Condition;
       case BinaryOp::Union:
-      case BinaryOp::Intersect: return Shape::Set;
+      case BinaryOp::Intersect:
+      case BinaryOp::Else: return Shape::Set;
       case BinaryOp::Sub: {
         // Integer subtraction or set difference, as its operands say.
         Shape a = shapeOf(*e.operands[0]), b = shapeOf(*e.operands[1]);
@@ -190,6 +202,8 @@ private:
       // A call's shape is its callee's; a name's what it was defined as.
       if (tokens_[std::min(k + 1, tokens_.size() - 1)].kind == TokenKind::LParen)
         return t.text == "random_blocks" ? Shape::Set : Shape::Integer;
+      if (tokens_[std::min(k + 1, tokens_.size() - 1)].kind == TokenKind::LBracket)
+        return indexShape(t.text, 1); // (at least one index; a row unless it has two)
       return nameShape(t.text);
     default: return Shape::Unknown;
     }
@@ -356,6 +370,7 @@ private:
     case TokenKind::KwLet:
     case TokenKind::KwAttend:
     case TokenKind::KwHead:
+    case TokenKind::KwInput:
     case TokenKind::RBrace:
     case TokenKind::KwPattern:
     case TokenKind::Eof:
@@ -422,6 +437,7 @@ private:
       expect(TokenKind::LBrace, " after the pattern name");
     }
     nameShapes_.clear();
+    inputRanks_.clear();
     while (!at(TokenKind::RBrace) && !at(TokenKind::Eof) && !at(TokenKind::KwPattern)) {
       if (at(TokenKind::Semicolon)) {
         advance();
@@ -521,13 +537,56 @@ private:
       if (!stmt.value)
         return false;
       break;
+    case TokenKind::KwInput:
+      if (!parseInput(stmt))
+        return false;
+      break;
     default:
-      expected("a statement ('param', 'require', 'causal', 'heads', 'let', 'attend' or "
-               "'head')");
+      expected("a statement ('param', 'require', 'causal', 'heads', 'let', 'attend', 'head' "
+               "or 'input')");
       return false;
     }
     stmt.range = SourceRange::merge(start, prevRange());
     body.push_back(std::move(stmt));
+    return true;
+  }
+
+  /// `input NAME : TYPE [DIM, ...]`. Any word is read as the element type
+  /// when it is 'int' or 'float' (Sema refuses 'float' with its reason); the
+  /// dimensions are integer expressions, as many as written.
+  bool parseInput(Stmt &stmt) {
+    advance(); // 'input'
+    stmt.kind = StmtKind::Input;
+    if (!at(TokenKind::Identifier)) {
+      expected("a name after 'input'");
+      return false;
+    }
+    stmt.name = tok().text;
+    stmt.nameRange = advance().range;
+    if (!expect(TokenKind::Colon, " after 'input " + stmt.name + "'"))
+      return false;
+    if (!at(TokenKind::Identifier) || (tok().text != "int" && tok().text != "float")) {
+      expected("the element type 'int' after 'input " + stmt.name + " :'");
+      return false;
+    }
+    stmt.elementType = tok().text;
+    stmt.typeRange = advance().range;
+    if (!expect(TokenKind::LBracket, " after '" + stmt.elementType + "' (the dimensions, as in '" +
+                                         stmt.elementType + "[n]')"))
+      return false;
+    for (;;) {
+      ExprPtr dim = parseExprIn(Shape::Integer);
+      if (!dim)
+        return false;
+      stmt.dims.push_back(std::move(dim));
+      if (!at(TokenKind::Comma))
+        break;
+      advance();
+    }
+    if (!expect(TokenKind::RBracket, " to close the dimensions of input '" + stmt.name + "'"))
+      return false;
+    inputRanks_[stmt.name] = stmt.dims.size();
+    nameShapes_.erase(stmt.name);
     return true;
   }
 
@@ -549,6 +608,9 @@ private:
     return e;
   }
 
+  /// `expr`: `or`, then an optional 'else' and another `expr` (so that
+  /// 'else' is the loosest operator and groups to the right). Recursing on
+  /// the right passes through parseUnary, which bounds the depth.
   ExprPtr parseExpr() {
     ExprPtr e = parseOr();
     // Nothing valid puts a name right after a complete expression.
@@ -556,7 +618,21 @@ private:
       reportWordOperator(*e);
       return nullptr;
     }
-    return e;
+    if (!e || !at(TokenKind::KwElse))
+      return e;
+    SourceRange opRange = advance().range;
+    ExprPtr rhs;
+    {
+      DepthScope scope(*this);
+      if (depth_ > kMaxExprNesting) {
+        reportNesting(depth_, tok().range);
+        return nullptr;
+      }
+      rhs = parseExpr();
+    }
+    if (!rhs)
+      return nullptr;
+    return makeBinary(BinaryOp::Else, opRange, std::move(e), std::move(rhs));
   }
 
   template <typename Next>
@@ -907,6 +983,8 @@ private:
       }
       std::string name = t.text;
       SourceRange nameRange = advance().range;
+      if (at(TokenKind::LBracket))
+        return parseIndex(std::move(name), nameRange);
       if (!at(TokenKind::LParen)) {
         auto e = makeExpr(ExprKind::Name, nameRange);
         e->name = std::move(name);
@@ -960,6 +1038,32 @@ private:
       expected("an expression");
       return nullptr;
     }
+  }
+
+  /// `NAME[E, ...]` after the name: an input read, its indices (none is
+  /// fine here; Sema counts them against the input's dimensions).
+  ExprPtr parseIndex(std::string name, SourceRange nameRange) {
+    advance(); // '['
+    auto e = makeExpr(ExprKind::Index, nameRange);
+    e->name = std::move(name);
+    e->nameRange = nameRange;
+    if (!at(TokenKind::RBracket)) {
+      for (;;) {
+        ExprPtr index = parseExprIn(Shape::Integer);
+        if (!index)
+          return nullptr;
+        e->operands.push_back(std::move(index));
+        if (!at(TokenKind::Comma))
+          break;
+        advance();
+      }
+    }
+    if (!expect(TokenKind::RBracket, " to close the index of '" + e->name + "'"))
+      return nullptr;
+    e->range = SourceRange::merge(nameRange, prevRange());
+    if (!setNesting(*e, nameRange))
+      return nullptr;
+    return e;
   }
 
   ExprPtr parseSetLiteral() {
@@ -1032,6 +1136,8 @@ private:
   Shape context_ = Shape::Unknown;
   /// The shape of each parameter and let of the current pattern so far.
   std::unordered_map<std::string, Shape> nameShapes_;
+  /// The rank of each input of the current pattern so far.
+  std::unordered_map<std::string, size_t> inputRanks_;
 };
 
 } // namespace

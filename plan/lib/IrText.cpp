@@ -31,6 +31,7 @@ constexpr OpName kOps[] = {
     {Op::In, "in"},           {Op::Builder, "builder"}, {Op::Range, "range"},
     {Op::List, "set"},        {Op::Union, "set-union"}, {Op::Intersect, "set-intersect"},
     {Op::Difference, "set-difference"}, {Op::RandomBlocks, "random-blocks"},
+    {Op::Fallback, "set-else"},       {Op::Input, "input"},   {Op::InputRow, "input-row"},
 };
 
 const char *opName(Op op) {
@@ -53,6 +54,8 @@ void writeTerm(const Term &t, std::ostringstream &os) {
   const char *name = opName(t.op());
   ATTNC_CHECK(name, "a term operator without a text name");
   os << '(' << name;
+  if (t.op() == Op::Input || t.op() == Op::InputRow)
+    os << ' ' << t.value();
   for (const TermRef &a : t.args()) {
     os << ' ';
     writeTerm(*a, os);
@@ -100,6 +103,8 @@ void writeSet(const SetNode &s, std::ostringstream &os) {
     }
     break;
   case Gen::Random: os << ' ' << s.modulus << ' ' << s.count << ' ' << s.seed; break;
+  case Gen::Class: os << ' ' << s.input; break;
+  case Gen::Select: os << ' ' << s.input << ' ' << s.modulus << ' ' << s.keyBlock; break;
   default: break;
   }
   for (const SetRef &c : s.children) {
@@ -162,6 +167,17 @@ struct Parser {
   Reader in;
   std::string error;
   int64_t numHeads = 1;
+  const std::vector<InputDecl> *inputs = nullptr; ///< the pattern's, declared before its heads
+
+  /// Input `index` of rank `rank` (0: any), or null after a failure.
+  std::shared_ptr<const InputArray> inputArray(int64_t index, int rank) {
+    if (!inputs || index < 0 || index >= static_cast<int64_t>(inputs->size()))
+      return fail("input " + std::to_string(index) + " is not declared"), nullptr;
+    const InputDecl &decl = (*inputs)[static_cast<size_t>(index)];
+    if (rank && static_cast<int>(decl.rank()) != rank)
+      return fail("input '" + decl.name + "' has rank " + std::to_string(decl.rank())), nullptr;
+    return unboundInput(decl);
+  }
 
   bool fail(std::string message) {
     if (error.empty())
@@ -193,6 +209,12 @@ struct Parser {
         op = &o;
     if (!op)
       return fail("unknown term operator '" + std::string(name) + "'"), nullptr;
+    int64_t inputIndex = 0;
+    std::shared_ptr<const InputArray> array;
+    if (op->op == Op::Input || op->op == Op::InputRow) {
+      if (!in.integer(inputIndex) || !(array = inputArray(inputIndex, op->op == Op::InputRow ? 2 : 0)))
+        return fail("'" + std::string(name) + "' needs a declared input"), nullptr;
+    }
     std::vector<TermRef> args;
     while (!in.peekClose()) {
       if (in.atEnd())
@@ -206,6 +228,13 @@ struct Parser {
       args.push_back(std::move(a));
     }
     in.close();
+    if (array) {
+      if (args.size() != (op->op == Op::InputRow ? 1u : static_cast<size_t>(array->rank)))
+        return fail("'" + std::string(name) + "' of '" + array->name + "' has " + std::to_string(args.size()) +
+                    " indices"),
+               nullptr;
+      return Term::input(op->op, inputIndex, std::move(args), {}, std::move(array));
+    }
     const size_t want = arity(op->op);
     if (want != SIZE_MAX ? args.size() != want : (op->op != Op::List && args.empty()))
       return fail("'" + std::string(name) + "' has " + std::to_string(args.size()) + " operands"), nullptr;
@@ -238,7 +267,7 @@ struct Parser {
       return fail("expected '(' before a set"), nullptr;
     std::string_view name = in.atom();
     std::optional<Gen> kind;
-    for (int g = 0; g <= static_cast<int>(Gen::Difference); ++g)
+    for (int g = 0; g <= static_cast<int>(Gen::Fallback); ++g)
       if (name == genName(static_cast<Gen>(g)))
         kind = static_cast<Gen>(g);
     if (!kind)
@@ -311,9 +340,21 @@ struct Parser {
         return fail("random blocks need block >= 1 and count >= 0"), nullptr;
       out = SetNode::random(a, b, c, {});
       break;
+    case Gen::Class:
+    case Gen::Select: {
+      const bool select = *kind == Gen::Select;
+      std::shared_ptr<const InputArray> array;
+      if (!in.integer(a) || !(array = inputArray(a, select ? 2 : 1)))
+        return fail(std::string(name) + " needs a declared input"), nullptr;
+      if (select && (!in.integer(b) || !in.integer(c) || b < 1 || c < 1))
+        return fail("a selection needs blocks of at least 1"), nullptr;
+      out = select ? SetNode::select(a, std::move(array), b, c, {}) : SetNode::equalClass(a, std::move(array), {});
+      break;
+    }
     case Gen::Union:
     case Gen::Intersect:
-    case Gen::Difference: {
+    case Gen::Difference:
+    case Gen::Fallback: {
       std::vector<SetRef> children;
       while (in.peekOpen()) {
         SetRef child = set(depth + 1);
@@ -321,10 +362,13 @@ struct Parser {
           return nullptr;
         children.push_back(std::move(child));
       }
-      if (*kind == Gen::Difference ? children.size() != 2 : children.size() < 2)
+      const bool pair = *kind == Gen::Difference || *kind == Gen::Fallback;
+      if (pair ? children.size() != 2 : children.size() < 2)
         return fail(std::string(name) + " has " + std::to_string(children.size()) + " operands"), nullptr;
       if (*kind == Gen::Difference)
         out = SetNode::difference(children[0], children[1], {});
+      else if (*kind == Gen::Fallback)
+        out = SetNode::fallback(children[0], children[1], {});
       else if (*kind == Gen::Union)
         out = SetNode::unite(std::move(children), {});
       else
@@ -351,6 +395,14 @@ std::string writeIr(const PatternIR &ir) {
      << " causal=" << ir.causal << "\n";
   for (const auto &[name, value] : ir.params)
     os << "param " << name << ' ' << value << "\n";
+  for (const InputDecl &in : ir.inputs) {
+    os << "input " << in.name;
+    for (const TermRef &d : in.dims) {
+      os << ' ';
+      writeTerm(*d, os);
+    }
+    os << "\n";
+  }
   for (const PatternIR::Head &h : ir.heads) {
     os << "head";
     for (int64_t k : h.heads)
@@ -402,6 +454,28 @@ bool readIr(std::string_view text, PatternIR &out, std::string &error) {
         if (name.empty() || !words.integer(value))
           return fail("malformed param line");
         out.params.push_back({name, value});
+      } else if (kind == "input") {
+        InputDecl decl;
+        decl.name = std::string(words.atom());
+        if (decl.name.empty() || !sawPattern)
+          return fail("malformed input line");
+        for (const InputDecl &other : out.inputs)
+          if (other.name == decl.name)
+            return fail("input '" + decl.name + "' declared twice");
+        Parser p{words, {}, out.numHeads, nullptr};
+        while (!p.in.atEnd()) {
+          TermRef dim = p.term(0);
+          if (!dim)
+            return fail(p.error);
+          if (dim->type() != Type::Int || dim->vars() & ~unsigned(kUsesN))
+            return fail("input '" + decl.name + "' has a dimension that is not a term of n");
+          if (rangeOf(*dim, out.numHeads).lo < 1)
+            return fail("input '" + decl.name + "' has a dimension that may be 0");
+          decl.dims.push_back(std::move(dim));
+        }
+        if (decl.dims.empty() || decl.dims.size() > 2)
+          return fail("input '" + decl.name + "' needs 1 or 2 dimensions");
+        out.inputs.push_back(std::move(decl));
       } else if (kind == "head") {
         if (!sawPattern)
           return fail("a head before the pattern line");
@@ -412,7 +486,7 @@ bool readIr(std::string_view text, PatternIR &out, std::string &error) {
             return fail("bad head index");
           head.heads.push_back(h);
         }
-        Parser p{words, {}, out.numHeads};
+        Parser p{words, {}, out.numHeads, &out.inputs};
         head.set = p.set(0);
         if (!head.set)
           return fail(p.error);

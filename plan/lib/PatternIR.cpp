@@ -115,6 +115,52 @@ SetRef SetNode::predicate(TermRef cond, SourceRange loc) {
   return SetRef(s);
 }
 
+SetRef SetNode::equalClass(int64_t index, std::shared_ptr<const InputArray> data, SourceRange loc) {
+  ATTNC_CHECK(index >= 0 && data && data->rank == 1, "a class needs a 1-D input");
+  auto s = new SetNode(Gen::Class, loc);
+  s->input = index;
+  s->data = std::move(data);
+  return SetRef(s);
+}
+
+SetRef SetNode::select(int64_t index, std::shared_ptr<const InputArray> data, int64_t rowBlock,
+                       int64_t keyBlock, SourceRange loc) {
+  ATTNC_CHECK(index >= 0 && data && data->rank == 2, "a selection needs a 2-D input");
+  ATTNC_CHECK(rowBlock >= 1 && keyBlock >= 1, "a selection needs blocks of at least 1");
+  auto s = new SetNode(Gen::Select, loc);
+  s->input = index;
+  s->data = std::move(data);
+  s->modulus = rowBlock;
+  s->keyBlock = keyBlock;
+  return SetRef(s);
+}
+
+SetRef SetNode::fallback(SetRef a, SetRef b, SourceRange loc) {
+  if (a->kind == Gen::All || b->kind == Gen::None)
+    return a;
+  auto s = new SetNode(Gen::Fallback, loc);
+  s->children = {std::move(a), std::move(b)};
+  return SetRef(s);
+}
+
+SetRef SetNode::permuted(SetRef child, std::shared_ptr<const InputArray> classes, SourceRange loc) {
+  ATTNC_CHECK(classes && classes->bound && classes->hasClasses(), "a permutation needs an indexed input");
+  if (child->kind == Gen::All || child->kind == Gen::None)
+    return child;
+  auto s = new SetNode(Gen::Permuted, loc);
+  s->data = std::move(classes);
+  s->children = {std::move(child)};
+  return SetRef(s);
+}
+
+SetRef SetNode::whereEmpty(SetRef a, SetRef b, SourceRange loc) {
+  if (a->kind == Gen::None || b->kind == Gen::None)
+    return a->kind == Gen::None ? b : b;
+  auto s = new SetNode(Gen::WhereEmpty, loc);
+  s->children = {std::move(a), std::move(b)};
+  return SetRef(s);
+}
+
 static int64_t tighterLo(int64_t a, int64_t b) {
   return a == kUnbounded ? b : b == kUnbounded ? a : std::max(a, b);
 }
@@ -234,6 +280,47 @@ bool hasPredicate(const SetNode &set) {
   return false;
 }
 
+static bool termReadsData(const TermRef &t) { return t && t->uses(kUsesData); }
+
+bool readsData(const SetNode &set) {
+  if (set.kind == Gen::Class || set.kind == Gen::Select || set.kind == Gen::Permuted || termReadsData(set.cond) ||
+      termReadsData(set.loTerm) || termReadsData(set.hiTerm))
+    return true;
+  for (const TermRef &e : set.elems)
+    if (termReadsData(e))
+      return true;
+  for (const SetRef &c : set.children)
+    if (readsData(*c))
+      return true;
+  return false;
+}
+
+SetRef bindSet(const SetRef &set, const InputArrays &arrays) {
+  if (!readsData(*set))
+    return set;
+  auto s = new SetNode(*set);
+  SetRef out(s);
+  if (s->kind == Gen::Class || s->kind == Gen::Select) {
+    const auto index = static_cast<size_t>(s->input);
+    ATTNC_CHECK(index < arrays.size() && arrays[index] && arrays[index]->bound,
+                "no data for input " + std::to_string(s->input));
+    ATTNC_CHECK(s->kind == Gen::Select || arrays[index]->hasClasses(),
+                "input '" + arrays[index]->name + "' is read as classes but was not indexed");
+    s->data = arrays[index];
+  }
+  if (s->cond)
+    s->cond = bindTerm(s->cond, arrays);
+  if (s->loTerm)
+    s->loTerm = bindTerm(s->loTerm, arrays);
+  if (s->hiTerm)
+    s->hiTerm = bindTerm(s->hiTerm, arrays);
+  for (TermRef &e : s->elems)
+    e = bindTerm(e, arrays);
+  for (SetRef &c : s->children)
+    c = bindSet(c, arrays);
+  return out;
+}
+
 static std::string bound(int64_t v) { return v == kUnbounded ? "inf" : std::to_string(v); }
 
 std::string printSet(const SetNode &s, const LocationPrinter &where, int indent) {
@@ -270,6 +357,12 @@ std::string printSet(const SetNode &s, const LocationPrinter &where, int indent)
   case Gen::Random:
     os << " block=" << s.modulus << " count=" << s.count << " seed=" << s.seed;
     break;
+  case Gen::Class:
+    os << " " << s.data->name << "[j] == " << s.data->name << "[i]";
+    break;
+  case Gen::Select:
+    os << " j / " << s.keyBlock << " in " << s.data->name << "[i / " << s.modulus << "]";
+    break;
   default:
     break;
   }
@@ -287,6 +380,12 @@ std::string printPatternIR(const PatternIR &ir, const LocationPrinter &where) {
   for (const auto &[name, value] : ir.params)
     os << " " << name << "=" << value;
   os << "\n";
+  for (const InputDecl &in : ir.inputs) {
+    os << "input " << in.name << " : int[";
+    for (size_t k = 0; k < in.dims.size(); ++k)
+      os << (k ? ", " : "") << printTerm(*in.dims[k]);
+    os << "]\n";
+  }
   for (const PatternIR::Head &h : ir.heads) {
     os << "head";
     for (int64_t k : h.heads)

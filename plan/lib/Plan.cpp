@@ -277,7 +277,27 @@ int64_t executedPairs(const ir::PatternIR &ir, const PlanOptions &options, int64
 }
 } // namespace
 
+namespace {
+bool hasGen(const ir::SetNode &s, ir::Gen kind) {
+  if (s.kind == kind)
+    return true;
+  for (const ir::SetRef &c : s.children)
+    if (hasGen(*c, kind))
+      return true;
+  return false;
+}
+} // namespace
+
 int64_t defaultTileRows(const ir::PatternIR &ir) {
+  // A pattern that reads data has no rows to count before a call: an
+  // equality class in raster order scatters a block's keys (32 rows keep
+  // their union smaller), a selection lists blocks that taller blocks share.
+  if (ir.readsData()) {
+    for (const ir::PatternIR::Head &h : ir.heads)
+      if (hasGen(*h.set, ir::Gen::Class))
+        return 32;
+    return 64;
+  }
   constexpr int64_t kReferenceN = 1024;
   return double(executedPairs(ir, {64, 64}, kReferenceN)) <= 1.005 * double(executedPairs(ir, {32, 64}, kReferenceN))
              ? 64
@@ -287,7 +307,7 @@ int64_t defaultTileRows(const ir::PatternIR &ir) {
 int64_t gradTileRows(const ir::PatternIR &ir, const PlanOptions &forward) {
   ATTNC_CHECK(forward.tileRows > 0, "gradTileRows takes the forward's resolved options (resolveOptions)");
   constexpr int64_t kReferenceN = 4096, kTaller = 64;
-  if (forward.tileRows >= kTaller)
+  if (forward.tileRows >= kTaller || ir.readsData())
     return forward.tileRows;
   return double(executedPairs(ir, {kTaller, forward.tileCols}, kReferenceN)) <=
                  kGradTallerWork * double(executedPairs(ir, forward, kReferenceN))
@@ -301,6 +321,168 @@ PlanOptions resolveOptions(const ir::PatternIR &ir, PlanOptions options) {
   return options;
 }
 
+Plan bindPlan(const Plan &plan, size_t head, const InputArrays &arrays) {
+  ATTNC_CHECK(head < plan.heads.size(), "head set out of range");
+  Plan out = plan;
+  for (Piece &piece : out.heads[head].pieces) {
+    piece.set = ir::bindSet(piece.set, arrays);
+    if (piece.withoutResidue)
+      piece.withoutResidue = ir::bindSet(piece.withoutResidue, arrays);
+  }
+  return out;
+}
+
+namespace {
+std::shared_ptr<const InputArray> classesOf(const ir::SetNode &s) {
+  switch (s.kind) {
+  case ir::Gen::Class:
+    return s.data;
+  case ir::Gen::Intersect:
+    for (const ir::SetRef &c : s.children)
+      if (std::shared_ptr<const InputArray> classes = classesOf(*c))
+        return classes;
+    return nullptr;
+  case ir::Gen::Difference:
+    return classesOf(*s.children[0]);
+  default:
+    return nullptr;
+  }
+}
+
+ir::SetRef pushPermutation(const ir::SetRef &s, const std::shared_ptr<const InputArray> &classes) {
+  switch (s->kind) {
+  case ir::Gen::Union: {
+    std::vector<ir::SetRef> children;
+    for (const ir::SetRef &c : s->children)
+      children.push_back(pushPermutation(c, classes));
+    return ir::SetNode::unite(std::move(children), s->loc);
+  }
+  case ir::Gen::Difference:
+    return ir::SetNode::difference(pushPermutation(s->children[0], classes),
+                                   pushPermutation(s->children[1], classes), s->loc);
+  case ir::Gen::Fallback:
+    return ir::SetNode::fallback(pushPermutation(s->children[0], classes),
+                                 pushPermutation(s->children[1], classes), s->loc);
+  case ir::Gen::WhereEmpty:
+    return ir::SetNode::whereEmpty(pushPermutation(s->children[0], classes),
+                                   pushPermutation(s->children[1], classes), s->loc);
+  default:
+    return ir::SetNode::permuted(s, classes, s->loc);
+  }
+}
+} // namespace
+
+std::shared_ptr<const InputArray> pieceClasses(const Piece &piece) {
+  if (piece.strategy != Strategy::RowTiles)
+    return nullptr;
+  std::shared_ptr<const InputArray> classes = classesOf(*piece.set);
+  return classes && classes->bound && classes->hasClasses() ? classes : nullptr;
+}
+
+Piece permutePiece(const Piece &piece, const std::shared_ptr<const InputArray> &classes) {
+  ATTNC_CHECK(piece.strategy == Strategy::RowTiles, "only row-tiles pieces are permuted");
+  Piece out = piece;
+  out.set = pushPermutation(piece.set, classes);
+  out.period = 0;
+  return out;
+}
+
+namespace {
+/// One disjunct of a set that reads data: `core` minus each of `minus`.
+struct Part {
+  ir::SetRef core;
+  std::vector<ir::SetRef> minus;
+  ir::SetRef set() const {
+    return minus.empty() ? core : ir::SetNode::difference(core, ir::SetNode::unite(minus, core->loc), core->loc);
+  }
+};
+
+/// `s` as a union of parts, each an intersection with the differences
+/// hoisted out: (X | Y) - Z & R = ((X & R) - Z) | ((Y & R) - Z), so that an
+/// equality class meets the causal band in one intersection (one interval
+/// per row once sorted by the class: pieceClasses).
+std::vector<Part> splitParts(const ir::SetRef &s) {
+  switch (s->kind) {
+  case ir::Gen::Union: {
+    std::vector<Part> out;
+    for (const ir::SetRef &c : s->children) {
+      std::vector<Part> part = splitParts(c);
+      out.insert(out.end(), part.begin(), part.end());
+    }
+    return out;
+  }
+  case ir::Gen::Difference: {
+    std::vector<Part> out = splitParts(s->children[0]);
+    for (Part &p : out)
+      p.minus.push_back(s->children[1]);
+    return out;
+  }
+  case ir::Gen::Intersect: {
+    // Distribute over the first child that is a union; hoist every child's differences.
+    std::vector<std::vector<Part>> children;
+    size_t split = s->children.size();
+    for (size_t k = 0; k < s->children.size(); ++k) {
+      children.push_back(splitParts(s->children[k]));
+      if (children.back().size() > 1 && split == s->children.size())
+        split = k;
+    }
+    std::vector<ir::SetRef> cores;
+    std::vector<ir::SetRef> minus;
+    for (size_t k = 0; k < children.size(); ++k)
+      if (k != split)
+        for (const Part &p : children[k]) { // one part each
+          cores.push_back(p.core);
+          minus.insert(minus.end(), p.minus.begin(), p.minus.end());
+        }
+    if (split == s->children.size())
+      return {{ir::SetNode::intersect(cores, s->loc), minus}};
+    std::vector<Part> out;
+    for (const Part &p : children[split]) {
+      std::vector<ir::SetRef> conj{p.core};
+      conj.insert(conj.end(), cores.begin(), cores.end());
+      Part q{ir::SetNode::intersect(conj, s->loc), p.minus};
+      q.minus.insert(q.minus.end(), minus.begin(), minus.end());
+      out.push_back(std::move(q));
+    }
+    return out;
+  }
+  default:
+    return {{s, {}}};
+  }
+}
+
+/// The pieces of a head set that reads data: its parts, each without the
+/// ones before it; a fallback `A else B` gives A's pieces and last the rows
+/// where A is empty, with B's keys. Row tiles only (a residue factor is run
+/// as it is).
+std::vector<Piece> dataPieces(const ir::SetRef &s) {
+  std::vector<Part> parts;
+  ir::SetRef fallback;
+  if (s->kind == ir::Gen::Fallback) {
+    parts = splitParts(s->children[0]);
+    fallback = ir::SetNode::whereEmpty(s->children[0], s->children[1], s->loc);
+  } else {
+    parts = splitParts(s);
+  }
+  std::vector<Piece> pieces;
+  std::vector<ir::SetRef> earlier;
+  for (Part &part : parts) {
+    const ir::SetRef whole = part.set();
+    part.minus.insert(part.minus.end(), earlier.begin(), earlier.end());
+    Piece piece;
+    piece.set = part.set();
+    earlier.push_back(whole);
+    pieces.push_back(std::move(piece));
+  }
+  if (fallback) {
+    Piece piece;
+    piece.set = fallback;
+    pieces.push_back(std::move(piece));
+  }
+  return pieces;
+}
+} // namespace
+
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
   ATTNC_CHECK(options.tileRows >= 0 && options.tileRows <= 64, "tile rows must be in [1, 64] (0: the default)");
   ATTNC_CHECK(options.tileCols >= 1, "tile columns must be positive");
@@ -311,6 +493,11 @@ Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options) {
     HeadPlan hp;
     hp.heads = head.heads;
     const ir::SetRef &s = head.set;
+    if (ir::readsData(*s)) {
+      hp.pieces = dataPieces(s);
+      plan.heads.push_back(std::move(hp));
+      continue;
+    }
     std::vector<ir::SetRef> parts, rest;
     if (s->kind == ir::Gen::Union) {
       parts = s->children;
@@ -376,7 +563,8 @@ struct BlockSource::Reference {
 };
 
 BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
-    : set_(std::move(set)), n_(n), R_(R), rows_(n) {}
+    : set_(std::move(set)), n_(n), R_(R), rows_(n), perKeyWork_(ir::hasPredicate(*set_)),
+      rowsOnce_(!perKeyWork_ && ir::readsData(*set_)) {}
 
 BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass,
                          bool translates)
@@ -588,13 +776,42 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
         out.partial.push_back({static_cast<int32_t>(k), masks[static_cast<size_t>(k)]});
     return;
   }
+  if (rowsOnce_) {
+    // A set that reads data has no bounds worth computing: every row once,
+    // the keys they all have taken out as the block's common ones.
+    thread_local IntervalSet common;
+    for (int32_t r = 0; r < out.rows; ++r)
+      eval.rowIn(t0 + r, lo, hi, own[r]);
+    common = own[0];
+    for (int32_t r = 1; r < out.rows && !common.empty(); ++r) {
+      intersectInto(common, own[r], part);
+      common.swap(part);
+    }
+    if (!common.empty())
+      for (int32_t r = 0; r < out.rows; ++r) {
+        subtractInto(own[r], common, part);
+        own[r].swap(part);
+      }
+    fillShape(common, own, out);
+    return;
+  }
   // Keys every row has need no per-row work; rows are evaluated only where
   // the bounds disagree.
   Bounds bd = BlockBounds(n_).eval(set_, t0, t0 + out.rows - 1, lo, hi);
   // Exact bounds (the usual case: bands, stripes, blocks) leave no row to
   // evaluate; comparing them is cheaper than subtracting.
   IntervalSet unsure = bd.exact ? IntervalSet{} : subtract(bd.upper, bd.lower);
-  if (!unsure.empty())
+  // Many unsure intervals (the scattered keys of an equality class or a
+  // selection): each row once over their span, then cut to them, rather
+  // than a row evaluation per interval. A per-key predicate stays inside them.
+  if (unsure.size() > kManyUnsure && !perKeyWork_) {
+    thread_local IntervalSet cut;
+    for (int32_t r = 0; r < out.rows; ++r) {
+      eval.rowIn(t0 + r, unsure.front().lo, unsure.back().hi, part);
+      intersectInto(part, unsure, cut);
+      own[r].insert(own[r].end(), cut.begin(), cut.end());
+    }
+  } else if (!unsure.empty())
     for (int32_t r = 0; r < out.rows; ++r)
       for (const Interval &x : unsure) {
         eval.rowIn(t0 + r, x.lo, x.hi, part);

@@ -2,6 +2,7 @@
 #include "attnc/plan/RowEvaluator.h"
 
 #include "attnc/plan/Generators.h"
+#include "attnc/plan/Inputs.h"
 
 #include <algorithm>
 #include <deque>
@@ -91,6 +92,164 @@ void RowEvaluator::evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_
   }
 }
 
+namespace {
+/// An equality class among an intersection's children whose other children
+/// are each one interval per row (or the class alone), or null.
+const SetNode *classWithIntervals(const SetNode &s) {
+  if (s.kind == Gen::Class)
+    return &s;
+  if (s.kind != Gen::Intersect)
+    return nullptr;
+  const SetNode *cls = nullptr;
+  for (const SetRef &c : s.children) {
+    if (c->kind == Gen::Class && !cls)
+      cls = c.get();
+    else if (!oneIntervalPerRow(*c))
+      return nullptr;
+  }
+  return cls;
+}
+} // namespace
+
+bool RowEvaluator::anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, int depth) const {
+  if (lo >= hi)
+    return false;
+  if (traits(s.kind).oneInterval) {
+    narrowToRow(s, i, n_, lo, hi);
+    return lo < hi;
+  }
+  switch (s.kind) {
+  case Gen::None:
+    return false;
+  case Gen::Class: {
+    const InputArray &a = *s.data;
+    a.at(i);
+    const int32_t *begin = a.order.data() + a.classBegin[static_cast<size_t>(i)];
+    const int32_t *end = a.order.data() + a.classEnd[static_cast<size_t>(i)];
+    const int32_t *first = std::lower_bound(begin, end, lo);
+    return first != end && *first < hi;
+  }
+  case Gen::Union:
+    for (const SetRef &c : s.children)
+      if (anyIn(*c, i, lo, hi, depth + 1))
+        return true;
+    return false;
+  case Gen::Intersect: {
+    // Narrow by the one-interval children; one other child left is asked alone.
+    const SetNode *other = nullptr;
+    int others = 0;
+    for (const SetRef &c : s.children) {
+      if (oneIntervalPerRow(*c)) {
+        narrowToRow(*c, i, n_, lo, hi);
+      } else {
+        other = c.get();
+        ++others;
+      }
+    }
+    if (lo >= hi)
+      return false;
+    if (others == 0)
+      return true;
+    if (others == 1)
+      return anyIn(*other, i, lo, hi, depth + 1);
+    break;
+  }
+  case Gen::Difference:
+    // Minus a few single keys (the query itself): the windows between them.
+    if (s.children[1]->kind == Gen::List && s.children[1]->elems.size() <= 8) {
+      IntervalSet &cut = scratch(depth, 0);
+      eval(*s.children[1], i, lo, hi, cut, depth + 1);
+      int64_t from = lo;
+      for (const Interval &x : cut) {
+        if (anyIn(*s.children[0], i, from, x.lo, depth + 1))
+          return true;
+        from = x.hi;
+      }
+      return anyIn(*s.children[0], i, from, hi, depth + 1);
+    }
+    break;
+  default:
+    break;
+  }
+  IntervalSet &keys = scratch(depth, 1);
+  eval(s, i, lo, hi, keys, depth + 1);
+  return !keys.empty();
+}
+
+void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t hi, IntervalSet &out,
+                                int depth) const {
+  const InputArray &p = *s.data;
+  const SetNode &child = *s.children[0];
+  const int64_t i = p.order[static_cast<size_t>(t)];
+  if (const SetNode *cls = classWithIntervals(child)) {
+    int64_t a = 0, b = n_;
+    if (child.kind == Gen::Intersect)
+      for (const SetRef &c : child.children)
+        if (c.get() != cls)
+          narrowToRow(*c, i, n_, a, b);
+    // i's class in [a, b): a span [first, last) of its input's order.
+    const InputArray &x = *cls->data;
+    const int32_t *begin = x.order.data() + x.classBegin[static_cast<size_t>(i)];
+    const int32_t *end = x.order.data() + x.classEnd[static_cast<size_t>(i)];
+    const int64_t first = std::lower_bound(begin, end, a) - x.order.data();
+    const int64_t last = std::lower_bound(begin, end, b) - x.order.data();
+    if (&x == &p) { // the permutation's own classes: one interval
+      if (std::max(lo, first) < std::min(hi, last))
+        out.push_back({std::max(lo, first), std::min(hi, last)});
+      return;
+    }
+    // Another input's class: renumber its keys, or test the window's
+    // positions, whichever is fewer.
+    if (last - first <= hi - lo) {
+      for (int64_t k = first; k < last; ++k) {
+        const int64_t u = p.placeOf[static_cast<size_t>(x.order[static_cast<size_t>(k)])];
+        if (lo <= u && u < hi)
+          out.push_back({u, u + 1});
+      }
+      normalize(out);
+      return;
+    }
+    const int64_t value = x.values[static_cast<size_t>(i)];
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t j = p.order[static_cast<size_t>(u)];
+      if (j < a || j >= b || x.values[static_cast<size_t>(j)] != value)
+        continue;
+      if (!out.empty() && out.back().hi == u)
+        ++out.back().hi;
+      else
+        out.push_back({u, u + 1});
+    }
+    return;
+  }
+  // Anything else: the child's row in key positions, renumbered. A narrow
+  // window is tested position by position; a wide one takes every key.
+  IntervalSet &keys = scratch(depth, 0);
+  eval(child, i, 0, n_, keys, depth + 1);
+  int64_t count = 0;
+  for (const Interval &x : keys)
+    count += x.size();
+  if (hi - lo <= count) {
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t j = p.order[static_cast<size_t>(u)];
+      auto at = std::upper_bound(keys.begin(), keys.end(), j, [](int64_t v, const Interval &x) { return v < x.hi; });
+      if (at == keys.end() || at->lo > j)
+        continue;
+      if (!out.empty() && out.back().hi == u)
+        ++out.back().hi;
+      else
+        out.push_back({u, u + 1});
+    }
+    return;
+  }
+  for (const Interval &x : keys)
+    for (int64_t j = x.lo; j < x.hi; ++j) {
+      const int64_t u = p.placeOf[static_cast<size_t>(j)];
+      if (lo <= u && u < hi)
+        out.push_back({u, u + 1});
+    }
+  normalize(out);
+}
+
 void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out,
                         int depth) const {
   out.clear();
@@ -161,8 +320,65 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
         out.push_back({j, j + 1});
     }
     break;
+  case Gen::Class: {
+    // i's class is a span of the positions sorted by value, ascending.
+    const InputArray &a = *s.data;
+    if (!a.bound)
+      throw InputError("input '" + a.name + "' has no data (it is given with every call)");
+    a.at(i); // i must have a value
+    const int32_t *begin = a.order.data() + a.classBegin[static_cast<size_t>(i)];
+    const int32_t *end = a.order.data() + a.classEnd[static_cast<size_t>(i)];
+    for (const int32_t *p = std::lower_bound(begin, end, lo); p != end && *p < hi; ++p) {
+      if (!out.empty() && out.back().hi == *p)
+        ++out.back().hi;
+      else
+        out.push_back({*p, *p + 1});
+    }
+    break;
+  }
+  case Gen::Select: {
+    const InputArray &a = *s.data;
+    if (!a.bound)
+      throw InputError("input '" + a.name + "' has no data (it is given with every call)");
+    const int64_t r = floorDiv(i, s.modulus), B = s.keyBlock;
+    for (int64_t c = 0; c < a.cols; ++c) {
+      const int64_t block = a.at(r, c);
+      if (block < 0)
+        continue;
+      const int64_t x = std::max(lo, block * B), y = std::min(hi, block * B + B);
+      if (x < y)
+        out.push_back({x, y});
+    }
+    normalize(out);
+    break;
+  }
+  case Gen::Fallback:
+    // The first operand's whole row decides, not its part inside [lo, hi).
+    if (anyIn(*s.children[0], i, 0, n_, depth + 1))
+      eval(*s.children[0], i, lo, hi, out, depth + 1);
+    else
+      eval(*s.children[1], i, lo, hi, out, depth + 1);
+    break;
+  case Gen::WhereEmpty:
+    if (!anyIn(*s.children[0], i, 0, n_, depth + 1))
+      eval(*s.children[1], i, lo, hi, out, depth + 1);
+    break;
+  case Gen::Permuted:
+    evalPermuted(s, i, lo, hi, out, depth);
+    break;
   case Gen::Union: {
     IntervalSet &part = scratch(depth, 0);
+    if (s.children.size() <= 4) {
+      // Each child's row is sorted already: merge them (an equality
+      // class's row is many single keys, which a sort would pay for).
+      IntervalSet &merged = scratch(depth, 1);
+      for (const SetRef &c : s.children) {
+        eval(*c, i, lo, hi, part, depth + 1);
+        uniteInto(out, part, merged);
+        out.swap(merged);
+      }
+      break;
+    }
     for (const SetRef &c : s.children) {
       eval(*c, i, lo, hi, part, depth + 1);
       out.insert(out.end(), part.begin(), part.end());

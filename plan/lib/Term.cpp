@@ -1,6 +1,8 @@
 //===- Term.cpp - Typed, resolved expressions of a pattern ----------------===//
 #include "attnc/plan/Term.h"
 
+#include "attnc/plan/Inputs.h"
+
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -12,7 +14,7 @@ Type resultType(Op op) {
   switch (op) {
   case Op::Const: case Op::VarI: case Op::VarJ: case Op::VarN: case Op::VarH:
   case Op::Add: case Op::Sub: case Op::Mul: case Op::Div: case Op::Mod:
-  case Op::Neg: case Op::Abs: case Op::Min: case Op::Max:
+  case Op::Neg: case Op::Abs: case Op::Min: case Op::Max: case Op::Input:
     return Type::Int;
   case Op::BoolConst: case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le:
   case Op::Gt: case Op::Ge: case Op::And: case Op::Or: case Op::Not: case Op::In:
@@ -39,6 +41,7 @@ Term::Term(Op op, Type type, int64_t value, std::vector<TermRef> args, SourceRan
   case Op::VarJ: vars_ = kUsesJ; break;
   case Op::VarN: vars_ = kUsesN; break;
   case Op::VarH: vars_ = kUsesH; break;
+  case Op::Input: case Op::InputRow: vars_ = kUsesData; break;
   default: break;
   }
   for (const TermRef &a : args_)
@@ -65,6 +68,8 @@ size_t arity(Op op) {
   case Op::Neg: case Op::Abs: case Op::Not: case Op::Builder: return 1;
   case Op::Min: case Op::Max: case Op::List: return SIZE_MAX; // variadic
   case Op::RandomBlocks: return 3;
+  case Op::InputRow: return 1;
+  case Op::Input: return SIZE_MAX;
   default: return 2;
   }
 }
@@ -73,7 +78,7 @@ Type operandType(Op op, size_t index) {
   switch (op) {
   case Op::And: case Op::Or: case Op::Not: case Op::Builder:
     return Type::Bool;
-  case Op::Union: case Op::Intersect: case Op::Difference:
+  case Op::Union: case Op::Intersect: case Op::Difference: case Op::Fallback:
     return Type::Set;
   case Op::In:
     return index == 0 ? Type::Int : Type::Set;
@@ -82,7 +87,22 @@ Type operandType(Op op, size_t index) {
   }
 }
 
+TermRef Term::input(Op op, int64_t index, std::vector<TermRef> indices, SourceRange loc,
+                    std::shared_ptr<const InputArray> data) {
+  ATTNC_CHECK(op == Op::Input || op == Op::InputRow, "not an input read");
+  ATTNC_CHECK(data, "an input read needs its array (bound or not)");
+  ATTNC_CHECK(op == Op::InputRow ? data->rank == 2 && indices.size() == 1
+                                 : indices.size() == static_cast<size_t>(data->rank),
+              "wrong index count for input '" + data->name + "'");
+  for (const TermRef &x : indices)
+    ATTNC_CHECK(x && x->type() == Type::Int, "an input index must be an integer");
+  TermRef t(new Term(op, resultType(op), index, std::move(indices), loc));
+  const_cast<Term &>(*t).data_ = std::move(data);
+  return t;
+}
+
 TermRef Term::make(Op op, std::vector<TermRef> args, SourceRange loc) {
+  ATTNC_CHECK(op != Op::Input && op != Op::InputRow, "input reads are built by Term::input");
   size_t want = arity(op);
   ATTNC_CHECK(want == SIZE_MAX ? (op == Op::List || !args.empty()) : args.size() == want,
               "wrong operand count");
@@ -151,6 +171,11 @@ int64_t evalInt(const Term &t, const Env &env) {
   case Op::VarJ: return env.j;
   case Op::VarN: return env.n;
   case Op::VarH: return env.h;
+  case Op::Input: {
+    if (!t.data()->bound)
+      throw InputError("input '" + t.data()->name + "' has no data (it is given with every call)");
+    return t.args().size() == 1 ? t.data()->at(a(0)) : t.data()->at(a(0), a(1));
+  }
   case Op::Add: return wrapped(u(0) + u(1));
   case Op::Sub: return wrapped(u(0) - u(1));
   case Op::Mul: return wrapped(u(0) * u(1));
@@ -253,6 +278,24 @@ bool contains(const Term &t, const Env &env) {
                                  evalInt(*t.arg(1), env), numBlocks);
     return std::binary_search(blocks.begin(), blocks.end(), floorDiv(env.j, block));
   }
+  case Op::InputRow: {
+    const InputArray &a = *t.data();
+    if (!a.bound)
+      throw InputError("input '" + a.name + "' has no data (it is given with every call)");
+    const int64_t r = evalInt(*t.arg(0), env);
+    for (int64_t c = 0; c < a.cols; ++c)
+      if (a.at(r, c) == env.j)
+        return true;
+    return false;
+  }
+  case Op::Fallback: {
+    // A's row decides: is any key of [0, n) in it?
+    Env probe = env;
+    for (probe.j = 0; probe.j < env.n; ++probe.j)
+      if (contains(*t.arg(0), probe))
+        return contains(*t.arg(0), env);
+    return contains(*t.arg(1), env);
+  }
   default:
     ATTNC_CHECK(false, "contains on a non-set term");
   }
@@ -268,6 +311,8 @@ TermRef substituteHead(const TermRef &t, int64_t head) {
   args.reserve(t->args().size());
   for (const TermRef &a : t->args())
     args.push_back(substituteHead(a, head));
+  if (t->op() == Op::Input || t->op() == Op::InputRow)
+    return Term::input(t->op(), t->value(), std::move(args), t->loc(), t->dataRef());
   return Term::make(t->op(), std::move(args), t->loc());
 }
 
@@ -282,6 +327,7 @@ bool structurallyEqual(const Term &a, const Term &b) {
 
 static int termPrecedence(Op op) {
   switch (op) {
+  case Op::Fallback: return 0;
   case Op::Or: return 1;
   case Op::And: return 2;
   case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge: case Op::In:
@@ -303,6 +349,7 @@ static const char *binarySpelling(Op op) {
   case Op::Gt: return ">"; case Op::Ge: return ">="; case Op::And: return "&&";
   case Op::Or: return "||"; case Op::In: return "in"; case Op::Union: return "|";
   case Op::Intersect: return "&"; case Op::Difference: return "-";
+  case Op::Fallback: return "else";
   default: return "?";
   }
 }
@@ -332,6 +379,15 @@ static void printInto(std::ostringstream &os, const Term &t, int parent, bool ri
     }
     os << ")";
     break;
+  case Op::Input: case Op::InputRow:
+    os << t.data()->name << "[";
+    for (size_t k = 0; k < t.args().size(); ++k) {
+      if (k)
+        os << ", ";
+      printInto(os, *t.arg(k), 0, false);
+    }
+    os << "]";
+    break;
   case Op::Builder:
     os << "{ j : ";
     printInto(os, *t.arg(0), 0, false);
@@ -343,6 +399,11 @@ static void printInto(std::ostringstream &os, const Term &t, int parent, bool ri
     os << " .. ";
     printInto(os, *t.arg(1), 0, false);
     os << " }";
+    break;
+  case Op::Fallback: // loosest, grouped to the right: A else (B else C)
+    printInto(os, *t.arg(0), 1, false);
+    os << " else ";
+    printInto(os, *t.arg(1), 0, false);
     break;
   case Op::List:
     os << "{";

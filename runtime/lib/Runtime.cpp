@@ -23,12 +23,14 @@
 #include "attnc/support/Files.h"
 #include "attnc/support/ThreadPool.h"
 
+#include "CallInputs.h"
 #include "FusedExecutor.h"
 #include "backends/Backend.h"
 #include "cuda/CudaDriver.h"
 #include "cuda/CudaRun.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -127,7 +129,9 @@ attnc_status rebuildPattern(attnc_kernel &kernel) {
   return ATTNC_OK;
 }
 
-size_t elementBytes(attnc_dtype dtype) { return dtype == ATTNC_DTYPE_F32 ? 4 : 2; }
+size_t elementBytes(attnc_dtype dtype) {
+  return dtype == ATTNC_DTYPE_I64 ? 8 : dtype == ATTNC_DTYPE_F32 || dtype == ATTNC_DTYPE_I32 ? 4 : 2;
+}
 
 bool isEmpty(const attnc_tensor &t) {
   return t.shape[0] == 0 || t.shape[1] == 0 || t.shape[2] == 0 || t.shape[3] == 0;
@@ -517,6 +521,8 @@ attnc_status loadKernel(const std::string &bytes, const std::string &origin, att
     return fail(e.status, origin + ": " + e.message);
   } catch (const std::bad_alloc &) {
     return fail(ATTNC_ERROR_OUT_OF_MEMORY, "out of memory while loading a kernel");
+  } catch (const attnc::InputError &e) {
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, e.what());
   } catch (const attnc::InternalError &e) {
     return fail(ATTNC_ERROR_INTERNAL, e.message);
   } catch (const std::exception &e) {
@@ -691,7 +697,7 @@ void runSlices(const attnc_kernel &kernel, attnc::rt::Pass pass, const Shape &sh
 /// The forward pass of a validated call.
 void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<Seq> &seqs, const attnc_tensor &q,
              const attnc_tensor &k, const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse,
-             const attnc_run_options *options) {
+             const attnc::rt::CallInputs &inputs, const attnc_run_options *options) {
   runSlices(kernel, attnc::rt::Pass::Forward, shape, seqs, options,
             [&](SliceWorker &ws, const Call &c, const Seq &s, int64_t h, const attnc::rt::LengthState &state) {
               const int64_t d = c.shape.d, g = h / c.shape.group();
@@ -705,6 +711,7 @@ void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<S
               slice.firstRow = rowRange ? s.nk - s.nq : 0;
               slice.skipRows = pad;
               slice.endRows = rowRange ? s.nk : pad + s.nq; // (a row range has no padding)
+              slice.inputs = inputs.slice(s.b, h);
               const bool bf16 = q.dtype == ATTNC_DTYPE_BF16 &&
                                 (rowRange ? c.backend.takesBf16Rows() : c.backend.takesBf16(d));
               if (bf16) {
@@ -743,7 +750,7 @@ void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<S
 void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<Seq> &seqs,
               const attnc_tensor &q, const attnc_tensor &k, const attnc_tensor &v, const attnc_tensor &o,
               const attnc_tensor &dO, const attnc_tensor &lse, const attnc_tensor &dq, const attnc_tensor &dk,
-              const attnc_tensor &dv, const attnc_run_options *options) {
+              const attnc_tensor &dv, const attnc::rt::CallInputs &inputs, const attnc_run_options *options) {
   runSlices(kernel, attnc::rt::Pass::Backward, shape, seqs, options,
             [&](SliceWorker &ws, const Call &c, const Seq &s, int64_t g, const attnc::rt::LengthState &state) {
               const int64_t d = c.shape.d, n = s.nk, group = c.shape.group();
@@ -804,6 +811,7 @@ void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<
                 slice.endRows = rowRange ? s.nk : pad + s.nq; // (a row range has no padding)
                 slice.kb = kbIn;
                 slice.vb = vbIn;
+                slice.inputs = inputs.slice(s.b, h);
                 c.backend.runBackwardSlice(state, slice, *ws.scratch, c.threadsPerSlice);
                 if (apart)
                   for (size_t x = 0; x < size; ++x) {
@@ -858,15 +866,46 @@ attnc_status checkFirstQuery(int64_t firstQuery, const Shape &shape) {
   return ATTNC_OK;
 }
 
+/// Refuses what a pattern that reads data cannot do yet, and a call whose
+/// inputs do not match the pattern's use of data (none given, or some given
+/// to a pattern without inputs).
+attnc_status checkDataCall(const attnc_kernel &kernel, int64_t numInputs, bool gpu, bool varlen) {
+  if (attnc_status s = guarded([&] { attnc::rt::checkInputsGiven(kernel.ir, numInputs); }); s != ATTNC_OK)
+    return s;
+  if (!kernel.ir.readsData())
+    return ATTNC_OK;
+  if (gpu)
+    return fail(ATTNC_ERROR_UNSUPPORTED, "pattern '" + kernel.ir.name +
+                                             "' reads data (its inputs), which the CUDA kernels do not take yet: "
+                                             "run it on CPU tensors");
+  if (varlen)
+    return fail(ATTNC_ERROR_UNSUPPORTED, "pattern '" + kernel.ir.name +
+                                             "' reads data (its inputs), which varlen calls do not take yet: call "
+                                             "each sequence with its own inputs");
+  return ATTNC_OK;
+}
+
+/// The call's inputs, checked and copied per slice (none for a pattern
+/// that reads no data). Throws RunError.
+attnc::rt::CallInputs callInputs(const attnc_kernel &kernel, const Shape &shape, const attnc_input *inputs,
+                                 int64_t numInputs, const attnc_run_options *options) {
+  if (!kernel.ir.readsData())
+    return {};
+  return attnc::rt::CallInputs(kernel.ir, inputs, numInputs, shape.batch, shape.hq, shape.nk,
+                               attnc::support::resolveThreads(options ? options->num_threads : 0));
+}
+
 /// attnc_run_forward, attnc_run_varlen and their _on and _at forms.
 attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                         const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse, const attnc_varlen *varlen,
                         const attnc_run_options *options, const attnc_device *device = nullptr,
-                        int64_t firstQuery = -1) {
+                        int64_t firstQuery = -1, const attnc_input *inputs = nullptr, int64_t numInputs = 0) {
   if (!kernel)
     return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run: kernel is null");
   bool gpu = false;
   if (attnc_status s = onGpu(device, gpu); s != ATTNC_OK)
+    return s;
+  if (attnc_status s = checkDataCall(*kernel, numInputs, gpu, varlen != nullptr); s != ATTNC_OK)
     return s;
   Shape shape;
   if (attnc_status s = validate(*kernel, {{q, "q", Role::Query}, {k, "k", Role::KeyValue}, {v, "v", Role::KeyValue}},
@@ -897,6 +936,9 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
   std::vector<Seq> seqs;
   if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
     return s;
+  attnc::rt::CallInputs data;
+  if (attnc_status s = guarded([&] { data = callInputs(*kernel, shape, inputs, numInputs, options); }); s != ATTNC_OK)
+    return s;
   if (gpu) // a varlen batch: each sequence a call of its own on the device
     return guarded([&] {
       for (const Seq &s : seqs)
@@ -908,7 +950,7 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
                                  callScale(options, shape.d));
         }
     });
-  return guarded([&] { forward(*kernel, shape, seqs, *q, *k, *v, *o, lse, options); });
+  return guarded([&] { forward(*kernel, shape, seqs, *q, *k, *v, *o, lse, data, options); });
 }
 
 /// attnc_run_backward, attnc_run_backward_varlen and their _on and _at forms.
@@ -916,11 +958,14 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
                          const attnc_tensor *v, const attnc_tensor *o, const attnc_tensor *d_o,
                          const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
                          const attnc_varlen *varlen, const attnc_run_options *options,
-                         const attnc_device *device = nullptr, int64_t firstQuery = -1) {
+                         const attnc_device *device = nullptr, int64_t firstQuery = -1,
+                         const attnc_input *inputs = nullptr, int64_t numInputs = 0) {
   if (!kernel)
     return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run_backward: kernel is null");
   bool gpu = false;
   if (attnc_status s = onGpu(device, gpu); s != ATTNC_OK)
+    return s;
+  if (attnc_status s = checkDataCall(*kernel, numInputs, gpu, varlen != nullptr); s != ATTNC_OK)
     return s;
   if (!lse)
     return fail(ATTNC_ERROR_INVALID_ARGUMENT, "tensor 'lse' is null (attnc_run_forward writes it)");
@@ -983,6 +1028,9 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
   std::vector<Seq> seqs;
   if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
     return s;
+  attnc::rt::CallInputs data;
+  if (attnc_status s = guarded([&] { data = callInputs(*kernel, shape, inputs, numInputs, options); }); s != ATTNC_OK)
+    return s;
   return guarded([&] {
     // Keys that no query reaches get zero gradients: sequences without
     // queries run no slice, so their rows are cleared here.
@@ -997,7 +1045,7 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
       if (s.nq == 0 || shape.hq == 0)
         clear(s.b, s.k0, s.nk);
     if (!shape.empty())
-      backward(*kernel, shape, seqs, *q, *k, *v, *o, *d_o, *lse, *d_q, *d_k, *d_v, options);
+      backward(*kernel, shape, seqs, *q, *k, *v, *o, *d_o, *lse, *d_q, *d_k, *d_v, data, options);
   });
 }
 
@@ -1159,6 +1207,79 @@ const char *attnc_cpu_isa(void) {
     return nullptr;
   }
   return attnc::rt::fusedIsa();
+}
+
+void attnc_call_init(attnc_call *call) {
+  if (!call)
+    return;
+  *call = attnc_call{};
+  call->size = sizeof(attnc_call);
+  call->first_query = ATTNC_LAST_QUERIES;
+}
+
+namespace {
+/// The caller's call description, checked, as this runtime's struct (a
+/// caller built against an older header may pass a shorter one).
+attnc_status readCall(const attnc_call *call, const char *entry, attnc_call &out) {
+  if (!call)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string(entry) + ": call is null");
+  if (call->size < offsetof(attnc_call, options) + sizeof(call->options) || call->size > (size_t{1} << 20))
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT,
+                std::string(entry) + ": call->size is " + std::to_string(call->size) +
+                    "; start from attnc_call_init, which sets it to sizeof(attnc_call) (" +
+                    std::to_string(sizeof(attnc_call)) + " in this ABI)");
+  out = attnc_call{};
+  std::memcpy(&out, call, std::min(call->size, sizeof(attnc_call)));
+  if (out.first_query < ATTNC_LAST_QUERIES)
+    return fail(ATTNC_ERROR_SHAPE, std::string(entry) + ": first_query is " + std::to_string(out.first_query) +
+                                       "; it is a position >= 0, or ATTNC_LAST_QUERIES (-1)");
+  if (out.varlen && out.first_query != ATTNC_LAST_QUERIES)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT,
+                std::string(entry) + ": a varlen call's queries are the last of each sequence; first_query must be "
+                                     "ATTNC_LAST_QUERIES");
+  return ATTNC_OK;
+}
+} // namespace
+
+attnc_status attnc_forward(const attnc_kernel *kernel, const attnc_call *call) {
+  attnc_call c;
+  if (attnc_status s = readCall(call, "attnc_forward", c); s != ATTNC_OK)
+    return s;
+  return runForward(kernel, c.q, c.k, c.v, c.o, c.lse, c.varlen, c.options, c.device, c.first_query, c.inputs,
+                    c.num_inputs);
+}
+
+attnc_status attnc_backward(const attnc_kernel *kernel, const attnc_call *call) {
+  attnc_call c;
+  if (attnc_status s = readCall(call, "attnc_backward", c); s != ATTNC_OK)
+    return s;
+  return runBackward(kernel, c.q, c.k, c.v, c.o, c.d_o, c.lse, c.d_q, c.d_k, c.d_v, c.varlen, c.options, c.device,
+                     c.first_query, c.inputs, c.num_inputs);
+}
+
+int64_t attnc_kernel_num_inputs(const attnc_kernel *kernel) {
+  return kernel ? static_cast<int64_t>(kernel->ir.inputs.size()) : 0;
+}
+
+attnc_status attnc_kernel_input(const attnc_kernel *kernel, int64_t index, int64_t n, const char **name,
+                                int32_t *rank, int64_t dims[2], int64_t *id_limit) {
+  if (!kernel || index < 0 || index >= static_cast<int64_t>(kernel->ir.inputs.size()))
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_kernel_input: no input " + std::to_string(index));
+  if (n < 1)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_kernel_input: n is " + std::to_string(n) + "; it must be >= 1");
+  const attnc::InputDecl &decl = kernel->ir.inputs[static_cast<size_t>(index)];
+  if (name)
+    *name = decl.name.c_str();
+  if (rank)
+    *rank = static_cast<int32_t>(decl.rank());
+  return guarded([&] {
+    if (dims) {
+      dims[0] = attnc::inputDim(decl, 0, n);
+      dims[1] = decl.rank() == 2 ? attnc::inputDim(decl, 1, n) : 1;
+    }
+    if (id_limit)
+      *id_limit = attnc::rt::inputIdLimit(kernel->ir, static_cast<size_t>(index), n);
+  });
 }
 
 const char *attnc_last_error(void) { return lastError.c_str(); }

@@ -77,6 +77,18 @@ int runEmit(const EmitOptions &opts) {
     return exitCode;
   Stage stage = *parseStage(opts.stage);
   std::string text;
+  // The backends' stages take the patterns their backends take.
+  if (lp->ir.readsData() && (stage == Stage::Halide || stage == Stage::Mlir || stage == Stage::Llvm ||
+                             stage == Stage::Asm || stage == Stage::Cuda)) {
+    const std::string why =
+        stage == Stage::Cuda
+            ? "pattern '" + lp->ir.name + "' reads data, which the CUDA kernels do not take yet"
+            : compiler::dataRefusal(lp->ir, stage == Stage::Halide ? codegen::Backend::Halide
+                                                                  : codegen::Backend::Sparsifier);
+    std::cerr << "attnc: error: --stage " << stageName(stage) << ": " << why
+              << " (--stage ast, ir and plan show it)\n";
+    return kExitUserError;
+  }
   switch (stage) {
   case Stage::Ast:
     text = dsl::printAst(lp->frontend->module(), lp->frontend->sources());

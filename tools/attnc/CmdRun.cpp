@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Common.h"
+#include "CallData.h"
 #include "CudaBench.h"
 #include "Npy.h"
 
@@ -61,6 +62,7 @@ struct RunOptions {
   std::string target = "cpu";
   int device = 0;
   bool threadsGiven = false;
+  std::vector<std::string> inputs; ///< --input NAME=FILE.npy: a pattern's data
 };
 
 /// `--grad random`: dO drawn like --random's inputs.
@@ -269,14 +271,16 @@ bool referenceCsr(const ir::SetRef &set, int64_t n, int64_t firstRow, ir::Csr &o
 /// needs the most, each head set's CSR (an offset per key position, a key
 /// per pair of the computed rows), a head's O and dQ, and a key/value
 /// head's dK and dV (in double, and in float to compare).
-int64_t referenceBytes(const ReferencePattern &pattern, const RunShape &shape, bool grad) {
+int64_t referenceBytes(const ReferencePattern &pattern, const RunShape &shape, bool grad,
+                       const CallData *data = nullptr) {
   const int64_t d = shape.q[3];
   int64_t most = 0, lastNq = -1, lastNk = -1, lastBytes = 0;
   for (const Seq &s : shape.seqs) {
     if (s.nq != lastNq || s.nk != lastNk) {
       lastBytes = 0;
-      for (const auto &head : pattern.ir.heads)
-        lastBytes += 4 * (s.nk + 1 + countRowPairs(head.set, s.nk, s.nk - s.nq));
+      for (const auto &head : pattern.ir.heads) // (a pattern that reads data: as the first slice's)
+        lastBytes += 4 * (s.nk + 1 + countRowPairs(data ? ir::bindSet(head.set, data->slice(0, 0)) : head.set, s.nk,
+                                                   s.nk - s.nq));
       lastBytes += 4 * s.nq * d * (grad ? 2 : 1) + (grad ? 20 * s.nk * d : 0);
       lastNq = s.nq;
       lastNk = s.nk;
@@ -316,7 +320,7 @@ struct RunArrays {
 /// nk positions, and dK, dV sum over the group's query heads. Prints one line
 /// per array; the gradients fail (exit 1) past kGradTolerance.
 int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape, const RunArrays &a,
-                          double gradTolerance = kGradTolerance) {
+                          double gradTolerance = kGradTolerance, const CallData *data = nullptr) {
   const int64_t hq = shape.q[1], hkv = shape.kv[1], d = shape.q[3], group = shape.group();
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const bool grad = a.dO != nullptr;
@@ -330,7 +334,7 @@ int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape
     if (s.nk == 0)
       continue;
     // A dense batch's elements share one length: their CSRs are built once.
-    if (s.nq != builtNq || s.nk != builtNk) {
+    if (!data && (s.nq != builtNq || s.nk != builtNk)) {
       for (size_t set = 0; set < csrs.size(); ++set)
         if (!referenceCsr(pattern.ir.heads[set].set, s.nk, s.nk - s.nq, csrs[set], error)) {
           std::cerr << "attnc: error: " << error << "\n";
@@ -343,9 +347,20 @@ int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape
     auto qAt = [&](int64_t h) { return static_cast<size_t>(((s.b * hq + h) * shape.q[2] + s.q0) * d); };
     auto kAt = [&](int64_t g) { return static_cast<size_t>(((s.b * hkv + g) * shape.kv[2] + s.k0) * d); };
     refO.resize(static_cast<size_t>(s.nq * d));
+    // A pattern that reads data has its rows from each slice's arrays.
+    std::vector<ir::Csr> sliceCsrs(data ? static_cast<size_t>(hq) : 0);
+    for (int64_t h = 0; data && h < hq; ++h)
+      if (!referenceCsr(ir::bindSet(pattern.ir.heads[pattern.setOf(h)].set, data->slice(s.b, h)), s.nk, firstRow,
+                        sliceCsrs[static_cast<size_t>(h)], error)) {
+        std::cerr << "attnc: error: " << error << "\n";
+        return kExitUserError;
+      }
+    auto csrOf = [&](int64_t h) -> const ir::Csr & {
+      return data ? sliceCsrs[static_cast<size_t>(h)] : csrs[pattern.setOf(h)];
+    };
     for (int64_t h = 0; h < hq; ++h) {
       const size_t kv = kAt(h / group);
-      referenceAttentionRows(csrs[pattern.setOf(h)], firstRow, a.q.data.data() + qAt(h), a.k.data.data() + kv,
+      referenceAttentionRows(csrOf(h), firstRow, a.q.data.data() + qAt(h), a.k.data.data() + kv,
                              a.v.data.data() + kv, refO.data(), d, scale);
       out.add(refO.data(), a.o.data.data() + qAt(h), s.nq * d);
     }
@@ -358,7 +373,7 @@ int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape
       refDk.assign(static_cast<size_t>(s.nk * d), 0.0);
       refDv.assign(static_cast<size_t>(s.nk * d), 0.0);
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        referenceBackwardRows(csrs[pattern.setOf(h)], firstRow, a.q.data.data() + qAt(h), a.k.data.data() + kv,
+        referenceBackwardRows(csrOf(h), firstRow, a.q.data.data() + qAt(h), a.k.data.data() + kv,
                               a.v.data.data() + kv, a.dO->data.data() + qAt(h), refDq.data(), refDk.data(),
                               refDv.data(), d, scale);
         dev[0].add(refDq.data(), a.dq->data.data() + qAt(h), s.nq * d);
@@ -675,6 +690,27 @@ int runRun(const RunOptions &opts) {
                                     std::to_string(attnc_kernel_num_heads(raw)) +
                                     " heads; pass [batch, heads, n, d] arrays");
 
+  // A pattern that reads data: its inputs, from files or drawn.
+  std::vector<InputFile> inputFiles;
+  for (const std::string &text : opts.inputs) {
+    inputFiles.emplace_back();
+    parseInputFlag(text, inputFiles.back());
+  }
+  CallData data;
+  const std::vector<InputSpec> specs = kernelInputs(raw, shape.kv[2]);
+  if (specs.empty() && !inputFiles.empty())
+    return fail(kExitUserError, "--input " + inputFiles.front().name + ": pattern '" +
+                                    attnc_kernel_metadata(raw, "pattern") + "' declares no input");
+  if (!specs.empty()) {
+    if (varlen)
+      return fail(kExitUsage, "--cu-seqlens: patterns that read data take one sequence per batch entry for now");
+    if (opts.target == "cuda")
+      return fail(kExitUsage, "--target cuda: patterns that read data run on the CPU for now");
+    if (!loadCallData(specs, inputFiles, shape.q[0], shape.q[1], random, opts.seed, data))
+      return kExitUserError;
+  }
+  const std::vector<attnc_input> inputViews = data.views();
+
   // What the run allocates, before it does; the reference's share needs its
   // rows counted, which only a run that fits is worth.
   MemoryEstimate estimate = runEstimate(opts, shape);
@@ -684,7 +720,7 @@ int runRun(const RunOptions &opts) {
   if (opts.check) {
     if (!rebuildPattern(raw, opts.input, pattern))
       return kExitUserError;
-    estimate.addBytes("the reference (--check)", referenceBytes(pattern, shape, grad));
+    estimate.addBytes("the reference (--check)", referenceBytes(pattern, shape, grad, data.empty() ? nullptr : &data));
     if (int code = checkMemory(estimate, opts.maxMemory); code != kExitOk)
       return code;
   }
@@ -723,16 +759,26 @@ int runRun(const RunOptions &opts) {
       elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       return s;
     };
-    status = timed(ms, [&] {
-      if (varlen)
-        return attnc_run_varlen(raw, &tq, &tk, &tv, &to, grad ? &tl : nullptr, &lengths, &ro);
-      return grad ? attnc_run_forward(raw, &tq, &tk, &tv, &to, &tl, &ro) : attnc_run(raw, &tq, &tk, &tv, &to, &ro);
-    });
-    if (status == ATTNC_OK && grad)
-      status = timed(backwardMs, [&] {
-        return varlen ? attnc_run_backward_varlen(raw, &tq, &tk, &tv, &to, &tdO, &tl, &tdq, &tdk, &tdv, &lengths, &ro)
-                      : attnc_run_backward(raw, &tq, &tk, &tv, &to, &tdO, &tl, &tdq, &tdk, &tdv, &ro);
-      });
+    // One call description for every kind of run (attnc_forward / attnc_backward).
+    attnc_call call;
+    attnc_call_init(&call);
+    call.q = &tq;
+    call.k = &tk;
+    call.v = &tv;
+    call.o = &to;
+    call.lse = grad ? &tl : nullptr;
+    call.varlen = varlen ? &lengths : nullptr;
+    call.inputs = inputViews.data();
+    call.num_inputs = static_cast<int64_t>(inputViews.size());
+    call.options = &ro;
+    status = timed(ms, [&] { return attnc_forward(raw, &call); });
+    if (status == ATTNC_OK && grad) {
+      call.d_o = &tdO;
+      call.d_q = &tdq;
+      call.d_k = &tdk;
+      call.d_v = &tdv;
+      status = timed(backwardMs, [&] { return attnc_backward(raw, &call); });
+    }
     if (status != ATTNC_OK)
       return runtimeFailure(status);
   }
@@ -766,7 +812,7 @@ int runRun(const RunOptions &opts) {
   return checkAgainstReference(pattern, shape,
                                {q, k, v, o, grad ? &dO : nullptr, grad ? &dq : nullptr, grad ? &dk : nullptr,
                                 grad ? &dv : nullptr},
-                               gpu ? kGpuGradTolerance : kGradTolerance);
+                               gpu ? kGpuGradTolerance : kGradTolerance, data.empty() ? nullptr : &data);
 }
 
 /// runRun, with an allocation that fails despite the estimate (another
@@ -870,6 +916,17 @@ void setupRun(CLI::App &app, int &exitCode) {
                         ".npy in the current directory)")
         ->needs(gradOption);
   }
+  cmd->add_option("--input", opts->inputs,
+                  "Data of a pattern that reads some (`input NAME : int[DIMS]`): an int32 or int64 .npy of shape "
+                  "DIMS, [B, DIMS] or [B, H, DIMS]; with --random, inputs not given are drawn from --seed "
+                  "(values in [0, 64), or valid block/token ids)")
+      ->type_name("NAME=FILE.npy")
+      ->check(CLI::Validator(
+          [](std::string &text) {
+            InputFile f;
+            return parseInputFlag(text, f);
+          },
+          ""));
   cmd->add_flag("--check", opts->check,
                 "Compare with a double-precision reference and print the max abs error (with --grad also of "
                 "dQ, dK, dV, which fail past 1e-4 x their largest magnitude)");
@@ -881,7 +938,9 @@ void setupRun(CLI::App &app, int &exitCode) {
        "attnc run patterns/strided.attn --random 2,4,512,64 --seed 7 --grad random --check -o o.npy",
        "attnc run patterns/fixed.attn --random 1,32,1024,128 --kv-heads 8 --check",
        "attnc run patterns/causal.attn --random 1,8,1,64 --keys 32768 --check",
-       "attnc run patterns/local.attn --random 1,8,4096,64 --cu-seqlens 0,512,1536,4096 --grad random --check"}));
+       "attnc run patterns/local.attn --random 1,8,4096,64 --cu-seqlens 0,512,1536,4096 --grad random --check",
+       "attnc run patterns/lsh.attn --random 1,8,4096,64 --grad random --check",
+       "attnc run patterns/document.attn --q q.npy --k k.npy --v v.npy --input doc=doc.npy -o o.npy"}));
   cmd->callback([opts, seed, threadsOption, &exitCode] {
     opts->seedGiven = seed->count() > 0;
     opts->threadsGiven = threadsOption->count() > 0;

@@ -45,9 +45,11 @@ bool dictValue(const std::string &header, const std::string &key, std::string &v
   return true;
 }
 
-} // namespace
-
-bool parseNpy(const std::string &bytes, NpyArray &out, std::string &error) {
+/// The header of a .npy file: its dtype text, its shape, and where and how
+/// many elements of `sizeOf(descr)` bytes follow (the payload checked against
+/// the shape). `accepts` names the dtypes the caller takes, for the message.
+bool parseHeader(const std::string &bytes, std::string &descr, std::vector<int64_t> &outShape, size_t &dataStart,
+                 size_t &count, size_t (*sizeOf)(const std::string &), const char *accepts, std::string &error) {
   if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0) {
     error = "not a .npy file (bad magic)";
     return false;
@@ -75,14 +77,14 @@ bool parseNpy(const std::string &bytes, NpyArray &out, std::string &error) {
     return false;
   }
   std::string header = bytes.substr(headerStart, headerLen);
-  std::string descr, fortran, shape;
+  std::string fortran, shape;
   if (!dictValue(header, "descr", descr) || !dictValue(header, "fortran_order", fortran) ||
       !dictValue(header, "shape", shape)) {
     error = "malformed .npy header: '" + header + "'";
     return false;
   }
-  if (descr != "'<f4'" && descr != "\"<f4\"") {
-    error = "dtype " + descr + " is not supported; attnc takes float32 ('<f4')";
+  if (!sizeOf(descr)) {
+    error = "dtype " + descr + " is not supported; attnc takes " + accepts;
     return false;
   }
   if (fortran != "False") {
@@ -93,7 +95,8 @@ bool parseNpy(const std::string &bytes, NpyArray &out, std::string &error) {
     error = "malformed .npy shape '" + shape + "'";
     return false;
   }
-  out.shape.clear();
+  std::vector<int64_t> &dims = outShape;
+  dims.clear();
   std::string inner = shape.substr(1, shape.size() - 2);
   size_t k = 0;
   while (k < inner.size()) {
@@ -115,26 +118,74 @@ bool parseNpy(const std::string &bytes, NpyArray &out, std::string &error) {
     }
     while (k < inner.size() && (inner[k] == 'L' || std::isspace(static_cast<unsigned char>(inner[k]))))
       ++k;
-    out.shape.push_back(v);
+    dims.push_back(v);
   }
-  __int128 count = 1;
-  for (int64_t dim : out.shape) {
-    count *= dim;
-    if (count > (static_cast<__int128>(1) << 40)) {
+  __int128 elements = 1;
+  for (int64_t dim : dims) {
+    elements *= dim;
+    if (elements > (static_cast<__int128>(1) << 40)) {
       error = "array too large";
       return false;
     }
   }
-  size_t payload = bytes.size() - headerStart - headerLen;
-  if (static_cast<__int128>(payload) != count * 4) {
+  const size_t payload = bytes.size() - headerStart - headerLen, size = sizeOf(descr);
+  if (static_cast<__int128>(payload) != elements * size) {
     error = "payload has " + std::to_string(payload) + " bytes but shape " + shape + " needs " +
-            std::to_string(static_cast<int64_t>(count * 4));
+            std::to_string(static_cast<int64_t>(elements * size));
     return false;
   }
-  out.data.resize(static_cast<size_t>(count));
+  dataStart = headerStart + headerLen;
+  count = static_cast<size_t>(elements);
+  return true;
+}
+
+bool isDescr(const std::string &descr, const char *type) {
+  return descr == std::string("'") + type + "'" || descr == std::string("\"") + type + "\"";
+}
+size_t floatSize(const std::string &descr) { return isDescr(descr, "<f4") ? 4 : 0; }
+size_t intSize(const std::string &descr) { return isDescr(descr, "<i4") ? 4 : isDescr(descr, "<i8") ? 8 : 0; }
+
+} // namespace
+
+bool parseNpy(const std::string &bytes, NpyArray &out, std::string &error) {
+  std::string descr;
+  size_t start = 0, count = 0;
+  if (!parseHeader(bytes, descr, out.shape, start, count, floatSize, "float32 ('<f4')", error))
+    return false;
+  out.data.resize(count);
   // An empty array's data() may be null, which memcpy must never be given.
-  if (payload)
-    std::memcpy(out.data.data(), bytes.data() + headerStart + headerLen, payload);
+  if (count)
+    std::memcpy(out.data.data(), bytes.data() + start, count * 4);
+  return true;
+}
+
+bool parseNpyInts(const std::string &bytes, NpyIntArray &out, std::string &error) {
+  std::string descr;
+  size_t start = 0, count = 0;
+  if (!parseHeader(bytes, descr, out.shape, start, count, intSize, "int32 ('<i4') or int64 ('<i8') here", error))
+    return false;
+  out.data.resize(count);
+  const char *payload = bytes.data() + start;
+  for (size_t k = 0; k < count; ++k) {
+    if (intSize(descr) == 4) {
+      int32_t v;
+      std::memcpy(&v, payload + 4 * k, 4);
+      out.data[k] = v;
+    } else {
+      std::memcpy(&out.data[k], payload + 8 * k, 8);
+    }
+  }
+  return true;
+}
+
+bool readNpyInts(const std::string &path, NpyIntArray &out, std::string &error) {
+  std::string bytes;
+  if (!support::readFileBytes(path, bytes, error))
+    return false;
+  if (!parseNpyInts(bytes, out, error)) {
+    error = path + ": " + error;
+    return false;
+  }
   return true;
 }
 

@@ -1,4 +1,4 @@
-//===- Npy.h - Reading and writing NumPy .npy files (float32) -------------===//
+//===- Npy.h - Reading and writing NumPy .npy files (float32, ints) -------===//
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,17 @@ struct NpyArray {
 /// Fortran order, a payload whose size does not match the shape.
 bool readNpy(const std::string &path, NpyArray &out, std::string &error);
 bool parseNpy(const std::string &bytes, NpyArray &out, std::string &error);
+
+/// A C-order integer array (the inputs of patterns that read data).
+struct NpyIntArray {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> data;
+};
+
+/// Parses a .npy file of dtype '<i4' or '<i8' (little-endian int32 or
+/// int64), C order, with the same checks as readNpy.
+bool readNpyInts(const std::string &path, NpyIntArray &out, std::string &error);
+bool parseNpyInts(const std::string &bytes, NpyIntArray &out, std::string &error);
 
 /// Writes a format 1.0 float32 C-order file.
 bool writeNpy(const std::string &path, const NpyArray &array, std::string &error);

@@ -326,7 +326,7 @@ SegmentEvaluator::SegmentEvaluator(SetRef set, int64_t n, PatternTable &table)
   scratch_.resize(2 * depth + 2);
 }
 
-bool SegmentEvaluator::supports(const SetNode &s) { return !hasPredicate(s); }
+bool SegmentEvaluator::supports(const SetNode &s) { return !hasPredicate(s) && !readsData(s); }
 
 bool SegmentEvaluator::row(int64_t i, Segments &out) { return eval(*set_, i, out, 0); }
 

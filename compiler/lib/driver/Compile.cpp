@@ -77,6 +77,15 @@ std::string backendUnavailable(Backend backend) {
   return "";
 }
 
+std::string dataRefusal(const ir::PatternIR &ir, Backend backend) {
+  if (!ir.readsData() || backend == Backend::Fused || backend == Backend::Dense)
+    return "";
+  return "pattern '" + ir.name + "' reads data (input '" + ir.inputs.front().name + "'), which the " +
+         codegen::backendName(backend) +
+         " backend does not take yet: its code is built for key sets known before the call; use --backend fused "
+         "(or dense, the baseline)";
+}
+
 namespace {
 
 #if ATTNC_HAVE_HALIDE
@@ -199,6 +208,10 @@ bool prepare(const Frontend &fe, const Pattern &pattern, const CompileRequest &r
   }
   out.pattern = &pattern;
   out.ir = ir::canonicalizePattern(pattern);
+  if (std::string why = dataRefusal(out.ir, request.options.backend); !why.empty()) {
+    error = why;
+    return false;
+  }
   out.irText = ir::writeIr(out.ir);
   out.options = request.options;
   if (!request.tuningDatabase.empty())
@@ -220,6 +233,7 @@ bool build(const Frontend &fe, const Compilation &c, format::KernelFile &file, s
     error = why;
     return false;
   }
+  ATTNC_CHECK(dataRefusal(c.ir, options.backend).empty(), "prepare refuses what build cannot take");
   std::string code;
 #if ATTNC_HAVE_MLIR
   // The sparsifier's code: MLIR's sparse-tensor compiler, LLVM and lld.

@@ -381,6 +381,32 @@ std::optional<SetRef> tryDivision(Op op, const T &divTerm, const T &other, Sourc
 
 SetRef canonCompareForm(const T &p);
 
+/// Whether t is x[v] for a 1-D input x and the variable v (i or j).
+bool isInputAt(const T &t, Op v) {
+  return t->op() == Op::Input && t->args().size() == 1 && t->arg(0)->op() == v;
+}
+
+/// Whether t is v / B for a constant B >= 1, or v itself (B = 1).
+bool isBlockOf(const T &t, Op v, int64_t &block) {
+  if (t->op() == v) {
+    block = 1;
+    return true;
+  }
+  if (t->op() == Op::Div && t->arg(0)->op() == v && t->arg(1)->op() == Op::Const && t->arg(1)->value() >= 1) {
+    block = t->arg(1)->value();
+    return true;
+  }
+  return false;
+}
+
+/// j / B in sel[i / R] (B, R >= 1, either may be absent): a selection; else null.
+SetRef trySelect(const T &key, const T &row, SourceRange loc) {
+  int64_t keyBlock = 0, rowBlock = 0;
+  if (row->op() != Op::InputRow || !isBlockOf(key, Op::VarJ, keyBlock) || !isBlockOf(row->arg(0), Op::VarI, rowBlock))
+    return nullptr;
+  return SetNode::select(row->value(), row->dataRef(), rowBlock, keyBlock, loc);
+}
+
 SetRef canonCompare(const T &p) {
   try {
     return canonCompareForm(p);
@@ -396,6 +422,12 @@ SetRef canonCompareForm(const T &p) {
   if (!a->uses(kUsesJ)) { // keep the j side on the left
     std::swap(a, b);
     op = flip(op);
+  }
+  // b[j] == b[i]: an equality class of an input (!= is its complement).
+  if ((op == Op::Eq || op == Op::Ne) && isInputAt(a, Op::VarJ) && isInputAt(b, Op::VarI) &&
+      a->value() == b->value()) {
+    SetRef cls = SetNode::equalClass(a->value(), a->dataRef(), loc);
+    return op == Op::Eq ? cls : SetNode::difference(SetNode::all(loc), cls, loc);
   }
   // abs(X) OP B
   if (a->op() == Op::Abs && !b->uses(kUsesJ)) {
@@ -447,6 +479,8 @@ SetRef canonCondition(const T &p) {
   case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
     return canonCompare(p);
   case Op::In:
+    if (SetRef sel = trySelect(p->arg(0), p->arg(1), loc))
+      return sel;
     if (p->arg(0)->op() == Op::VarJ)
       return canonicalizeSet(p->arg(1));
     return SetNode::predicate(p, loc);
@@ -476,6 +510,12 @@ SetRef canonicalizeSet(const TermRef &set) {
     return SetNode::intersect({canonicalizeSet(set->arg(0)), canonicalizeSet(set->arg(1))}, loc);
   case Op::Difference:
     return SetNode::difference(canonicalizeSet(set->arg(0)), canonicalizeSet(set->arg(1)), loc);
+  case Op::InputRow:
+    if (SetRef sel = trySelect(Term::var(Op::VarJ, loc), set, loc))
+      return sel;
+    return SetNode::predicate(Term::make(Op::In, {Term::var(Op::VarJ, loc), set}, loc), loc);
+  case Op::Fallback:
+    return SetNode::fallback(canonicalizeSet(set->arg(0)), canonicalizeSet(set->arg(1)), loc);
   case Op::RandomBlocks:
     ATTNC_CHECK(set->arg(0)->isConst() && set->arg(1)->isConst() && set->arg(2)->isConst(),
                 "random_blocks arguments must be constant after head substitution");
@@ -494,6 +534,7 @@ PatternIR canonicalizePattern(const Pattern &pattern) {
   ir.causal = pattern.causal;
   for (const ParamValue &p : pattern.params)
     ir.params.push_back({p.name, p.value});
+  ir.inputs = pattern.inputs;
   for (const Pattern::Group &g : pattern.distinctHeads())
     ir.heads.push_back({g.heads, canonicalizeSet(g.set), g.set});
   return ir;

@@ -1,9 +1,18 @@
 //===- Sema.cpp - From the AST to a resolved, checked Pattern -------------===//
 //
 // Two walks over a pattern's statements: the first fixes the parameters
-// (defaults, then -D overrides), `causal` and `heads`; the second checks
+// (defaults, then -D overrides), declares the `input`s (their dimensions are
+// over n and parameters), then `causal` and `heads`; the second checks
 // `require`s and lowers `let`s and sets to Terms, in statement order (a let
-// is visible after its definition only).
+// is visible after its definition only; parameters and inputs everywhere).
+//
+// An input's values are known only when a kernel is called: a read of one
+// (Op::Input, Op::InputRow), directly or through a let, is refused wherever
+// a value must be known before that: parameter defaults, `require`, `heads`,
+// head indices, input dimensions, divisors and random_blocks' arguments.
+//
+// With `causal`, each `A else B` (Op::Fallback) gets the causal set inside
+// both operands, so that "A's row is empty" means empty after causality.
 //
 // Lets are inlined by sharing their Terms, so a term can be far deeper than
 // the expression it came from (a chain of lets, each one level on top of the
@@ -125,11 +134,15 @@ const char *typeName(Type t) {
 
 /// What a name in scope stands for.
 struct Binding {
-  enum Kind { Param, Let } kind;
+  enum Kind { Param, Let, Input } kind;
   TermRef term;          ///< Param: its constant (null when its default failed); Let: its value
   SourceRange decl;
   bool used = false;
+  size_t input = 0;      ///< Input: its index in Pattern::inputs
 };
+
+/// Why an input cannot be read where a value must be known before a call.
+constexpr const char *kInputsAreLate = " (its values are known only when the kernel is called)";
 
 class PatternSema {
 public:
@@ -142,7 +155,9 @@ public:
     unsigned errorsBefore = diags_.errorCount();
     pattern_.name = decl_.name;
     pattern_.loc = decl_.nameRange;
+    declareInputs();
     collectParams();
+    lowerInputDims();
     collectHeadsAndCausal();
     lowerBody();
     checkPendingDivisors();
@@ -166,11 +181,15 @@ private:
       if (isReserved(s.name, s.nameRange))
         continue;
       if (auto it = scope_.find(s.name); it != scope_.end()) {
-        diags_.error(s.nameRange, "redefinition of parameter '" + s.name + "'");
+        diags_.error(s.nameRange, it->second.kind == Binding::Input
+                                      ? "redefinition of '" + s.name + "'"
+                                      : "redefinition of parameter '" + s.name + "'");
         diags_.note(it->second.decl, "previous definition is here");
         continue;
       }
+      noInputs_ = "a parameter default"; // (before the inputs' arrays exist)
       TermRef value = lowerConstant(*s.value, "a parameter default");
+      noInputs_.clear();
       if (!value) {
         // The parameter is declared all the same: a -D naming it is not
         // unknown, a redefinition is one, and a use is not reported again
@@ -225,6 +244,149 @@ private:
     }
   }
 
+  // ---- Inputs ----------------------------------------------------------
+  /// Declares every `input`, before the parameters, so that a use anywhere
+  /// finds it. Pattern::inputs gets one entry per declared name, in order;
+  /// an input whose declaration has an error is kept (its uses are not
+  /// reported again) but fails the pattern.
+  void declareInputs() {
+    std::vector<const Stmt *> &declared = inputStmts_;
+    for (const Stmt &s : decl_.body) {
+      if (s.kind != StmtKind::Input || isReserved(s.name, s.nameRange))
+        continue;
+      if (auto it = scope_.find(s.name); it != scope_.end()) {
+        diags_.error(s.nameRange, it->second.kind == Binding::Input
+                                      ? "redefinition of input '" + s.name + "'"
+                                      : "redefinition of '" + s.name + "'");
+        diags_.note(it->second.decl, "previous definition is here");
+        continue;
+      }
+      scope_[s.name] = {Binding::Input, nullptr, s.nameRange, true, declared.size()};
+      declared.push_back(&s);
+      pattern_.inputs.push_back({s.name, {}, s.nameRange});
+    }
+    arrays_.resize(declared.size());
+    inputOk_.assign(declared.size(), true);
+  }
+
+  /// Checks the inputs' element types and ranks and lowers their dimensions
+  /// (after the parameters, which they may use), then gives each input its
+  /// unbound array.
+  void lowerInputDims() {
+    for (size_t k = 0; k < inputStmts_.size(); ++k) {
+      const Stmt *s = inputStmts_[k];
+      bool ok = true;
+      if (s->elementType != "int") {
+        diags_.error(s->typeRange,
+                     "float inputs are not supported yet (only int inputs, for sets)");
+        ok = false;
+      }
+      if (s->dims.size() > 2) {
+        diags_.error(s->dims[2]->range, "input '" + s->name + "' has " +
+                                            std::to_string(s->dims.size()) +
+                                            " dimensions; an input has 1 or 2");
+        ok = false;
+      }
+      InputDecl &input = pattern_.inputs[k];
+      for (const ExprPtr &dim : s->dims) {
+        TermRef t = lowerInputDim(*dim);
+        ok = ok && t;
+        if (t)
+          input.dims.push_back(t);
+      }
+      arrays_[k] = unboundInput(input);
+      inputOk_[k] = ok;
+    }
+  }
+
+  /// The rank an input is declared with (its dimensions as written).
+  size_t rankOf(size_t input) const { return inputStmts_[input]->dims.size(); }
+
+  /// One dimension of an input: an integer over n and parameters, at least
+  /// 1 for every n >= 1.
+  TermRef lowerInputDim(const Expr &e) {
+    const size_t pendingBefore = pendingDivisors_.size();
+    noInputs_ = "an input dimension";
+    TermRef t = lower(e);
+    noInputs_.clear();
+    if (!t || !expectType(t, Type::Int, e))
+      return nullptr;
+    for (auto [mask, name] : {std::pair{kUsesI, "i"}, {kUsesJ, "j"}, {kUsesH, "h"}})
+      if (t->uses(mask)) {
+        diags_.error(findVar(*t, mask), std::string("'") + name +
+                                            "' cannot be used in an input dimension, which may "
+                                            "depend on n and parameters only");
+        // (A divisor over h waiting for the head count is moot now.)
+        pendingDivisors_.resize(pendingBefore);
+        return nullptr;
+      }
+    std::string text(sources_.slice(e.range));
+    if (t->op() == Op::Const) {
+      if (t->value() >= 1)
+        return t;
+      diags_.error(e.range, "input dimension must be at least 1, got " +
+                                (text == std::to_string(t->value())
+                                     ? text
+                                     : "'" + text + "' which is " + std::to_string(t->value())));
+      noteParams(e);
+      return nullptr;
+    }
+    if (rangeOf(*t, 1).lo >= 1)
+      return t;
+    diags_.error(e.range, "input dimension '" + text +
+                              "' may be 0 (it must be at least 1 for every n >= 1)");
+    diags_.note(e.range, "write 'max(1, " + text + ")' if that is what you mean");
+    return nullptr;
+  }
+
+  /// Reports that `e`, whose term `t` reads an input, is used in `context`,
+  /// where values must be known before a call: at the read itself, or at the
+  /// let that hides it with a note at the read.
+  void reportInputUse(const Expr &e, const Term &t, const std::string &context) {
+    if (const Expr *use = firstInputUse(e)) {
+      if (use->kind == ExprKind::Index) {
+        diags_.error(use->range, "input '" + use->name + "' cannot be used in " + context +
+                                     kInputsAreLate);
+        return;
+      }
+      const Term &let = *scope_.at(use->name).term;
+      const Term *read = findInputRead(let);
+      diags_.error(use->range, "'" + use->name + "' reads input '" + read->data()->name +
+                                   "' and cannot be used in " + context + kInputsAreLate);
+      diags_.note(read->loc(), "'" + use->name + "' reads input '" + read->data()->name + "' here");
+      return;
+    }
+    const Term *read = findInputRead(t);
+    diags_.error(read ? read->loc() : e.range,
+                 "input '" + (read ? read->data()->name : std::string("?")) +
+                     "' cannot be used in " + context + kInputsAreLate);
+  }
+
+  /// The first input read in `e`, or the first let that `e` names whose
+  /// value reads one, in source order.
+  const Expr *firstInputUse(const Expr &e) const {
+    auto it = scope_.find(e.name);
+    if (e.kind == ExprKind::Index && it != scope_.end() && it->second.kind == Binding::Input)
+      return &e;
+    if (e.kind == ExprKind::Name && it != scope_.end() && it->second.kind == Binding::Let &&
+        it->second.term->uses(kUsesData))
+      return &e;
+    for (const ExprPtr &c : e.operands)
+      if (const Expr *use = firstInputUse(*c))
+        return use;
+    return nullptr;
+  }
+
+  static const Term *findInputRead(const Term &t) {
+    if (t.op() == Op::Input || t.op() == Op::InputRow)
+      return &t;
+    for (const TermRef &a : t.args())
+      if (a->uses(kUsesData))
+        if (const Term *read = findInputRead(*a))
+          return read;
+    return nullptr;
+  }
+
   bool isReserved(const std::string &name, SourceRange where) {
     static const std::set<std::string> kReserved = {"i", "j", "h", "n", "abs", "min", "max",
                                                      "random_blocks"};
@@ -268,13 +430,17 @@ private:
       return nullptr;
     if (!expectType(t, Type::Int, e))
       return nullptr;
-    if (!onlyParams(t, context))
+    if (!onlyParams(t, e, context))
       return nullptr;
     ATTNC_CHECK(t->op() == Op::Const, "parameter expression did not fold");
     return t;
   }
 
-  bool onlyParams(const TermRef &t, const std::string &context) {
+  bool onlyParams(const TermRef &t, const Expr &e, const std::string &context) {
+    if (t->uses(kUsesData)) {
+      reportInputUse(e, *t, context);
+      return false;
+    }
     static const std::pair<VarMask, const char *> kVars[] = {
         {kUsesI, "i"}, {kUsesJ, "j"}, {kUsesN, "n"}, {kUsesH, "h"}};
     for (auto [mask, name] : kVars)
@@ -320,6 +486,9 @@ private:
     if (want == Type::Set && t->type() == Type::Bool)
       diags_.note(e.range, "wrap a condition on j in a set-builder: '{ j : " +
                                std::string(sources_.slice(e.range)) + " }'");
+    if (want == Type::Int && t->op() == Op::InputRow)
+      diags_.note(e.range, "one index on a 2-D input is its row, a set of keys; an entry is '" +
+                               t->data()->name + "[r, c]'");
     return false;
   }
 
@@ -379,7 +548,7 @@ private:
     TermRef t = lower(*s.value);
     if (!t)
       return;
-    if (!expectType(t, Type::Bool, *s.value) || !onlyParams(t, "a 'require'"))
+    if (!expectType(t, Type::Bool, *s.value) || !onlyParams(t, *s.value, "a 'require'"))
       return;
     if (t->op() != Op::BoolConst) {
       // Only `x in S` stays unfolded: a set's keys are clipped to [0, n),
@@ -464,11 +633,67 @@ private:
         TermRef causal = Term::make(
             Op::Builder, {Term::make(Op::Le, {Term::var(Op::VarJ, at), Term::var(Op::VarI, at)}, at)},
             at);
-        head = Term::make(Op::Intersect, {head, causal}, at);
+        hasFallback_.clear(); // (its keys are the terms of one head)
+        head = applyCausal(head, causal);
+        if (!checkCausalDepth(head, k))
+          continue;
       }
       pattern_.heads.push_back(head);
     }
     reportMissingHeads(missing);
+  }
+
+  /// `set & causal`, with the causal set pushed into both operands of every
+  /// `else` (top-level ones get no intersection around them): a row of A
+  /// that has keys only after i is empty, and B's keys take its place.
+  TermRef applyCausal(const TermRef &set, const TermRef &causal) {
+    if (set->op() == Op::Fallback)
+      return Term::make(Op::Fallback,
+                        {applyCausal(set->arg(0), causal), applyCausal(set->arg(1), causal)},
+                        set->loc());
+    return Term::make(Op::Intersect, {causalInsideFallbacks(set, causal), causal},
+                      causal->loc());
+  }
+
+  TermRef causalInsideFallbacks(const TermRef &t, const TermRef &causal) {
+    if (!containsFallback(*t))
+      return t;
+    if (t->op() == Op::Fallback)
+      return applyCausal(t, causal);
+    // (Input reads hold integers only, never an 'else': Term::make rebuilds
+    // everything on the way down.)
+    std::vector<TermRef> args;
+    for (const TermRef &a : t->args())
+      args.push_back(causalInsideFallbacks(a, causal));
+    return Term::make(t->op(), std::move(args), t->loc());
+  }
+
+  bool containsFallback(const Term &t) {
+    if (auto it = hasFallback_.find(&t); it != hasFallback_.end())
+      return it->second;
+    bool found = t.op() == Op::Fallback;
+    for (const TermRef &a : t.args())
+      found = containsFallback(*a) || found;
+    return hasFallback_[&t] = found;
+  }
+
+  /// Causality inside nested 'else's adds a level per 'else' on a path: the
+  /// guarantee of Sema.h (kMaxExprNesting, one more with causal) is checked
+  /// here, once per statement.
+  bool checkCausalDepth(const TermRef &head, int64_t k) {
+    const unsigned depth = extentOf(head).depth;
+    if (depth <= kMaxExprNesting + 1)
+      return true;
+    const Stmt *stmt = defaultStmt_;
+    for (const auto &[index, s] : headStmts_)
+      if (index == k)
+        stmt = s;
+    if (stmt && reportedDepth_.insert(stmt).second)
+      diags_.error(stmt->value->range,
+                   "set nests " + std::to_string(depth) +
+                       " levels deep with 'causal' inside each 'else'; the limit is " +
+                       std::to_string(kMaxExprNesting + 1));
+    return false;
   }
 
   /// One error per head without a set, or for more than kMaxListedHeads of
@@ -597,6 +822,8 @@ private:
       return Term::boolean(e.boolValue, e.range);
     case ExprKind::Name:
       return lowerName(e);
+    case ExprKind::Index:
+      return lowerIndex(e);
     case ExprKind::Unary: {
       TermRef a = lower(*e.operands[0]);
       if (!a)
@@ -667,34 +894,104 @@ private:
         return Term::var(op, e.range);
     if (auto it = scope_.find(e.name); it != scope_.end()) {
       it->second.used = true;
+      if (it->second.kind == Binding::Input) {
+        if (!inputOk_[it->second.input])
+          return nullptr; // Its declaration has an error, reported there.
+        if (!noInputs_.empty()) {
+          diags_.error(e.range, "input '" + e.name + "' cannot be used in " + noInputs_ +
+                                    kInputsAreLate);
+          return nullptr;
+        }
+        const bool rows = rankOf(it->second.input) == 2;
+        diags_.error(e.range, "input '" + e.name + "' must be indexed, as in '" + e.name +
+                                  (rows ? "[i]' (a row, as a set of keys) or '" + e.name + "[i, 0]'"
+                                        : "[j]'"));
+        diags_.note(it->second.decl, "input '" + e.name + "' is declared here");
+        return nullptr;
+      }
       if (!it->second.term)
         return nullptr; // A parameter whose default has an error, reported there.
       return relocate(it->second.term, e.range);
     }
-    if (poisoned_.count(e.name))
+    return unknownName(e.name, e.range);
+  }
+
+  /// Reports a name that is not in scope (unless its definition already
+  /// failed), with the closest name in scope as a suggestion.
+  TermRef unknownName(const std::string &name, SourceRange at) {
+    if (poisoned_.count(name))
       return nullptr; // Its definition already has an error.
     std::string best;
     unsigned bestDistance = 3;
-    for (const auto &[name, b] : scope_) {
-      unsigned d = editDistance(name, e.name);
+    for (const auto &[known, b] : scope_) {
+      unsigned d = editDistance(known, name);
       if (d < bestDistance)
-        bestDistance = d, best = name;
+        bestDistance = d, best = known;
     }
     for (const char *builtin : {"i", "j", "n", "h"})
-      if (editDistance(builtin, e.name) == 0)
+      if (editDistance(builtin, name) == 0)
         best = builtin;
     bool later = std::any_of(decl_.body.begin(), decl_.body.end(), [&](const Stmt &s) {
-      return s.kind == StmtKind::Let && s.name == e.name;
+      return s.kind == StmtKind::Let && s.name == name;
     });
     if (later) {
-      usedBeforeLet_.insert(e.name);
-      diags_.error(e.range, "'" + e.name + "' is used before its 'let'");
+      usedBeforeLet_.insert(name);
+      diags_.error(at, "'" + name + "' is used before its 'let'");
     }
     else if (!best.empty())
-      diags_.error(e.range, "use of undeclared name '" + e.name + "'; did you mean '" + best + "'?");
+      diags_.error(at, "use of undeclared name '" + name + "'; did you mean '" + best + "'?");
     else
-      diags_.error(e.range, "use of undeclared name '" + e.name + "'");
+      diags_.error(at, "use of undeclared name '" + name + "'");
     return nullptr;
+  }
+
+  /// `NAME[E]` / `NAME[E1, E2]`: an entry of an input (Op::Input), or with
+  /// one index on a 2-D input its row as a set of keys (Op::InputRow).
+  TermRef lowerIndex(const Expr &e) {
+    auto it = scope_.find(e.name);
+    if (it == scope_.end() || it->second.kind != Binding::Input) {
+      static const std::pair<const char *, const char *> kVars[] = {
+          {"i", "the query position"}, {"j", "the key position"}, {"n", "the sequence length"},
+          {"h", "the head index"}};
+      std::string what;
+      for (auto [name, meaning] : kVars)
+        if (e.name == name)
+          what = meaning;
+      if (it != scope_.end()) {
+        it->second.used = true;
+        what = it->second.kind == Binding::Param ? "a parameter" : "a let";
+      }
+      if (what.empty())
+        return unknownName(e.name, e.nameRange);
+      diags_.error(e.nameRange,
+                   "'" + e.name + "' is " + what + ", not an input; only inputs can be indexed");
+      return nullptr;
+    }
+    it->second.used = true;
+    const size_t index = it->second.input;
+    if (!inputOk_[index])
+      return nullptr; // Its declaration has an error, reported there.
+    if (!noInputs_.empty()) {
+      diags_.error(e.range, "input '" + e.name + "' cannot be used in " + noInputs_ +
+                                kInputsAreLate);
+      return nullptr;
+    }
+    const size_t rank = rankOf(index), count = e.operands.size();
+    if (count != rank && !(rank == 2 && count == 1)) {
+      diags_.error(e.range, "input '" + e.name + "' has " + std::to_string(rank) + " dimension" +
+                                (rank == 1 ? "" : "s") + ", indexed with " + std::to_string(count));
+      diags_.note(it->second.decl, "input '" + e.name + "' is declared here");
+      return nullptr;
+    }
+    std::vector<TermRef> indices;
+    for (const ExprPtr &c : e.operands) {
+      TermRef t = lower(*c);
+      if (!t || !expectType(t, Type::Int, *c))
+        return nullptr;
+      indices.push_back(t);
+    }
+    return Term::input(count == rank ? Op::Input : Op::InputRow, static_cast<int64_t>(index),
+                       std::move(indices), e.range, arrays_[index]);
   }
 
   /// A let's value keeps its own locations; a parameter takes the use's.
@@ -729,13 +1026,16 @@ private:
     case BinaryOp::Or: op = Op::Or; want = Type::Bool; break;
     case BinaryOp::Union: op = Op::Union; want = Type::Set; break;
     case BinaryOp::Intersect: op = Op::Intersect; want = Type::Set; break;
+    case BinaryOp::Else: op = Op::Fallback; want = Type::Set; break;
     }
     for (int k = 0; k < 2; ++k) {
       const TermRef &t = k == 0 ? a : b;
       if (t->type() != want) {
         std::string hint;
         if (want == Type::Set && t->type() == Type::Bool)
-          hint = "; use '&&' / '||' for conditions and '&' / '|' for sets";
+          hint = op == Op::Fallback
+                     ? "; wrap a condition on j in a set-builder: '{ j : ... }'"
+                     : "; use '&&' / '||' for conditions and '&' / '|' for sets";
         if (want == Type::Bool && t->type() == Type::Set)
           hint = "; use '&' / '|' to combine sets";
         diags_.error(e.operands[k]->range,
@@ -755,6 +1055,10 @@ private:
   }
 
   bool checkDivisor(const TermRef &d, const Expr &e, bool modulo) {
+    if (d->uses(kUsesData)) {
+      reportInputUse(e, *d, modulo ? "a modulus" : "a divisor");
+      return false;
+    }
     if (d->op() == Op::Const) {
       if (d->value() >= 1)
         return true;
@@ -866,6 +1170,11 @@ private:
     if (fn->op == Op::RandomBlocks) {
       static const char *kArgNames[] = {"block size", "block count", "seed"};
       for (size_t k = 0; k < 3; ++k) {
+        if (args[k]->uses(kUsesData)) {
+          reportInputUse(*e.operands[k], *args[k],
+                         std::string("the ") + kArgNames[k] + " of 'random_blocks'");
+          return nullptr;
+        }
         for (auto [mask, name] : {std::pair{kUsesI, "i"}, {kUsesJ, "j"}, {kUsesN, "n"}})
           if (args[k]->uses(mask)) {
             diags_.error(findVar(*args[k], mask),
@@ -956,6 +1265,18 @@ private:
   std::vector<PendingDivisor> pendingDivisors_;
   std::unordered_map<const Term *, Extent> extents_;
   std::vector<TermRef> measured_;
+  /// Per input, in Pattern::inputs order: its unbound array (what its reads
+  /// hold until a call binds them) and whether its declaration checked.
+  std::vector<const Stmt *> inputStmts_;
+  std::vector<std::shared_ptr<const InputArray>> arrays_;
+  std::vector<bool> inputOk_;
+  /// Set while lowering what no input can be read in before the inputs'
+  /// arrays exist (a parameter default, an input dimension): the context,
+  /// for the error.
+  std::string noInputs_;
+  /// containsFallback's memo (terms alive in the pattern being assembled).
+  std::unordered_map<const Term *, bool> hasFallback_;
+  std::set<const Stmt *> reportedDepth_;
 };
 
 } // namespace

@@ -43,8 +43,11 @@
  * (attnc_run_forward_at, attnc_run_backward_at); version 6 the varlen calls
  * on a device (attnc_run_varlen_on, attnc_run_backward_varlen_on); version 7
  * the calls with queries at an offset on a device (attnc_run_forward_at_on,
- * attnc_run_backward_at_on). Every older call and kernel file works
- * unchanged.
+ * attnc_run_backward_at_on); version 8 the one call description
+ * (attnc_call, attnc_call_init, attnc_forward, attnc_backward), the integer
+ * dtypes and the named inputs of patterns that read data (attnc_input).
+ * Every older call and kernel file works unchanged: the attnc_run_* calls
+ * are wrappers of attnc_forward and attnc_backward.
  *
  *===----------------------------------------------------------------------===*/
 #ifndef ATTNC_ATTNC_H
@@ -57,7 +60,7 @@
 extern "C" {
 #endif
 
-#define ATTNC_ABI_VERSION 7
+#define ATTNC_ABI_VERSION 8
 #define ATTNC_OLDEST_ABI_VERSION 1
 
 #if defined(__GNUC__)
@@ -85,6 +88,8 @@ typedef enum attnc_dtype {
   ATTNC_DTYPE_F32 = 0,
   ATTNC_DTYPE_BF16 = 1, /**< bfloat16 (uint16_t elements): computed and accumulated in f32 */
   ATTNC_DTYPE_F16 = 2,  /**< IEEE half (uint16_t elements): on CUDA devices only (ABI 4) */
+  ATTNC_DTYPE_I32 = 3,  /**< int32_t: the inputs of patterns that read data (ABI 8) */
+  ATTNC_DTYPE_I64 = 4,  /**< int64_t: the same (ABI 8) */
   /** Not a dtype. It widens the enum's range in C++ to every non-negative
       int32, so that the runtime may read and reject any value a C caller
       stores (42 read as an attnc_dtype is undefined behaviour otherwise). */
@@ -340,6 +345,80 @@ ATTNC_API attnc_status attnc_run_backward_at_on(const attnc_kernel *kernel, cons
                                                 attnc_tensor *d_v, const attnc_run_options *options);
 
 /** The message of the last failure on this thread ("" if none). */
+/**
+ * One input of a pattern that reads data (`input NAME : int[DIMS]`, ABI 8):
+ * its declared name and its values, int32 or int64, as a tensor of shape
+ * [B, H, D1, D2] with explicit strides (in elements): B is 1 (every
+ * sequence of the batch shares it) or the batch, H is 1 (every head shares
+ * it) or the query heads, D1 and D2 are the declaration's dimensions at the
+ * call's key length n (D2 = 1 for a 1-D input). Values are checked before
+ * anything is computed: a block id that a selection `j / B in sel[...]`
+ * reads must lie in [-1, ceil(n / B)) (-1: no block), a token id of
+ * `j in top[i]` in [-1, n); a call whose data a pattern would read out of
+ * range fails with ATTNC_ERROR_INVALID_ARGUMENT naming the input.
+ */
+typedef struct attnc_input {
+  const char *name;
+  attnc_tensor values;
+} attnc_input;
+
+/** attnc_call::first_query when the queries are the last nq of nk positions. */
+#define ATTNC_LAST_QUERIES (-1)
+
+/**
+ * Everything one call takes (ABI 8): the tensors, where it runs, where its
+ * queries sit, varlen offsets and the pattern's inputs. `size` is
+ * sizeof(attnc_call) as the caller's header declares it, so that later
+ * versions can add fields at the end and still read older callers' calls:
+ * start from attnc_call_init, then set what the call uses.
+ *
+ * Forward (attnc_forward): q, k, v in; o out; lse out when not null.
+ * Backward (attnc_backward): q, k, v, o, d_o and lse (the forward's) in;
+ * d_q, d_k, d_v out. Tensors a pass does not use must be null.
+ */
+typedef struct attnc_call {
+  size_t size;
+  const attnc_tensor *q, *k, *v;
+  attnc_tensor *o;   /**< forward: written; backward: read */
+  attnc_tensor *lse; /**< forward: written when not null; backward: read */
+  const attnc_tensor *d_o;
+  attnc_tensor *d_q, *d_k, *d_v;
+  /** null: the CPU. */
+  const attnc_device *device;
+  /** Position of the first query among the keys; ATTNC_LAST_QUERIES: nk - nq. */
+  int64_t first_query;
+  /** null: one sequence per batch entry. */
+  const attnc_varlen *varlen;
+  /** The pattern's inputs, each by its declared name (none: null and 0). */
+  const attnc_input *inputs;
+  int64_t num_inputs;
+  /** null: the defaults. */
+  const attnc_run_options *options;
+} attnc_call;
+
+/** Sets every field to its default (no tensors, the CPU, the last queries, no inputs) and `size`. */
+ATTNC_API void attnc_call_init(attnc_call *call);
+
+/** The forward pass of a call: what attnc_run_forward, _varlen, _on and _at do, with inputs. */
+ATTNC_API attnc_status attnc_forward(const attnc_kernel *kernel, const attnc_call *call);
+
+/** The backward pass of a call: what attnc_run_backward and its forms do, with inputs. */
+ATTNC_API attnc_status attnc_backward(const attnc_kernel *kernel, const attnc_call *call);
+
+/** The number of inputs the kernel's pattern declares (0: it reads no data). */
+ATTNC_API int64_t attnc_kernel_num_inputs(const attnc_kernel *kernel);
+
+/**
+ * Input `index` of the kernel's pattern: its name, its rank (1 or 2), its
+ * dimensions at key length n (dims[1] = 1 for a 1-D input) and, when a
+ * selection reads it as block or token ids, the bound on them at n (each
+ * id in [-1, *id_limit)); *id_limit is 0 when any integer will do. Any
+ * out-pointer may be null. Returns ATTNC_ERROR_INVALID_ARGUMENT for an index
+ * out of range or n < 1.
+ */
+ATTNC_API attnc_status attnc_kernel_input(const attnc_kernel *kernel, int64_t index, int64_t n, const char **name,
+                                          int32_t *rank, int64_t dims[2], int64_t *id_limit);
+
 ATTNC_API const char *attnc_last_error(void);
 
 /** A short name of a status code: "ATTNC_ERROR_SHAPE". */

@@ -94,6 +94,20 @@ inline attnc_tensor tensorView(const void *data, std::array<int64_t, 4> shape,
   return t;
 }
 
+/// A pattern input's values as a view: `values` int32 (ATTNC_DTYPE_I32) or
+/// int64 (ATTNC_DTYPE_I64), [B, H, D1, D2] (see attnc_input).
+inline attnc_input inputView(const char *name, const void *values, std::array<int64_t, 4> shape,
+                             attnc_dtype dtype = ATTNC_DTYPE_I32) {
+  return attnc_input{name, tensorView(values, shape, dtype)};
+}
+
+/// A call description (attnc_call) from attnc_call_init: set what the call uses.
+inline attnc_call callInit() {
+  attnc_call c;
+  attnc_call_init(&c);
+  return c;
+}
+
 class Kernel {
 public:
   /// Takes ownership of a handle from the C API (or the JIT).
@@ -168,6 +182,13 @@ public:
                  tdk = tensorView(dk, shape), tdv = tensorView(dv, shape);
     runBackward(tq, tk, tv, to, tdo, tl, tdq, tdk, tdv, options);
   }
+
+  /// The forward pass of a call description (attnc_forward): inputs, devices, offsets, varlen.
+  void forward(const attnc_call &call) const { check(attnc_forward(handle_, &call)); }
+  /// The backward pass of a call description (attnc_backward).
+  void backward(const attnc_call &call) const { check(attnc_backward(handle_, &call)); }
+  /// The inputs the pattern declares (0: it reads no data).
+  int64_t numInputs() const { return attnc_kernel_num_inputs(handle_); }
 
   attnc_kernel *get() const { return handle_; }
 

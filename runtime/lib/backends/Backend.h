@@ -79,6 +79,9 @@ struct Slice {
   /// takes them (Backend::takesBf16, or takesBf16Rows for a row range); q,
   /// k and v are null then.
   const uint16_t *qb = nullptr, *kb = nullptr, *vb = nullptr;
+  /// A pattern that reads data: the arrays this slice binds (CallInputs),
+  /// else null.
+  const InputArrays *inputs = nullptr;
 };
 
 /// One slice of a backward pass: the forward's inputs, O, dO and lse in;
@@ -106,6 +109,8 @@ struct GradSlice {
   /// backend that takes them (Backend::takesBf16Rows); k and v are null
   /// then. q, o and dO arrive widened to f32: they are only the query rows.
   const uint16_t *kb = nullptr, *vb = nullptr;
+  /// As Slice::inputs.
+  const InputArrays *inputs = nullptr;
 };
 
 enum class Threading {

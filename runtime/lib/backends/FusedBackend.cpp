@@ -11,7 +11,10 @@
 #include "../FusedExecutor.h"
 #include "../RowsExecutor.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <limits>
 
@@ -47,11 +50,39 @@ struct FusedWorker : Scratch {
   FusedScratch fused;
   FusedGradScratch grad;
   RowsGradScratch rowsGrad;
+  /// A slice that reads data, run in groups (runDataForward): Q, K, V, O
+  /// and dO widened or gathered into a group's order, a group's O and row
+  /// log-sum-exp, the merged ones, and the gradients before they are
+  /// scattered back.
+  std::vector<float> wide[3], gathered[5], groupO, groupLse, lse, grads[3];
 };
+
+/// One group of a data slice's pieces: those that run in one order (raster
+/// when `classes` is null, else sorted by that input's classes).
+struct DataGroup {
+  std::shared_ptr<const InputArray> classes;
+  plan::Plan plan; ///< the pieces of the group as head set `set`'s (renumbered when classes)
+};
+
+/// Row log-sum-exp from the online softmax's state: -inf without a key.
+void lseFromState(const FusedScratch &f, int64_t n, float *lse) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float sum = f.rowSum[static_cast<size_t>(i)];
+    lse[i] = sum == 0 ? -std::numeric_limits<float>::infinity() : f.rowMax[static_cast<size_t>(i)] + std::log(sum);
+  }
+}
+
+/// Rows of `src` ([rows, d]) in the order `order` gives: out[t] = src[order[t]].
+void gather(const float *src, const std::vector<int32_t> &order, int64_t d, std::vector<float> &out) {
+  out.resize(order.size() * static_cast<size_t>(d));
+  for (size_t t = 0; t < order.size(); ++t)
+    std::copy_n(src + order[t] * d, d, out.data() + t * static_cast<size_t>(d));
+}
 
 class FusedBackend final : public Backend {
 public:
-  FusedBackend(const LoadedKernel &kernel, bool dense) : plans_(kernelPlans(kernel)), dense_(dense) {
+  FusedBackend(const LoadedKernel &kernel, bool dense)
+      : plans_(kernelPlans(kernel)), dense_(dense), readsData_(kernel.ir.readsData()) {
     if (!fusedIsaError().empty())
       throw RunError{ATTNC_ERROR_UNSUPPORTED, fusedIsaError()};
     for (const ir::PatternIR::Head &head : kernel.ir.heads)
@@ -64,6 +95,8 @@ public:
     checkKeysFit32Bits(n);
     auto state = std::make_shared<FusedState>();
     state->plan = &planFor(d, pass);
+    if (readsData_) // row blocks come from each call's data, as the kernels run
+      return state;
     plan::buildShapes(*state->plan, n, dense_, fusedCacheBytes(), state->blocks, threads);
     return state;
   }
@@ -87,7 +120,7 @@ public:
 
   void runSlice(const LengthState &state, const Slice &s, Scratch &scratch, int threads) const override {
     if (s.firstRow > 0) {
-      const ir::SetRef &rows = sets_[static_cast<size_t>(s.set)];
+      const ir::SetRef rows = boundSet(s.set, s.inputs);
       if (s.qb)
         runRows(rows, s.n, s.firstRow, s.d, s.qb, s.kb, s.vb, s.o, s.lse, s.scale, threads);
       else
@@ -96,11 +129,20 @@ public:
     }
     const auto &fused = static_cast<const FusedState &>(state);
     const size_t set = static_cast<size_t>(s.set);
+    const std::optional<plan::Plan> bound = boundPlan(*fused.plan, set, s.inputs);
+    const plan::Plan &plan = bound ? *bound : *fused.plan;
+    if (bound && !dense_) {
+      std::vector<DataGroup> groups = dataGroups(*bound, set);
+      if (groups.size() > 1 || groups[0].classes) {
+        runDataForward(groups, set, s, static_cast<FusedWorker &>(scratch), threads);
+        return;
+      }
+    }
     if (s.qb) {
-      runFusedHeadBf16(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
+      runFusedHeadBf16(plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
                        s.qb, s.kb, s.vb, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads, s.skipRows, s.endRows);
     } else {
-      runFusedHead(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
+      runFusedHead(plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
                    s.q, s.k, s.v, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads, s.skipRows, s.endRows);
     }
     if (s.lse) {
@@ -116,7 +158,7 @@ public:
 
   void runBackwardSlice(const LengthState &state, const GradSlice &s, Scratch &scratch, int threads) const override {
     if (s.firstRow > 0) {
-      const ir::SetRef &rows = sets_[static_cast<size_t>(s.set)];
+      const ir::SetRef rows = boundSet(s.set, s.inputs);
       RowsGradScratch &rowsGrad = static_cast<FusedWorker &>(scratch).rowsGrad;
       if (s.kb)
         runRowsBackward(rows, s.n, s.firstRow, s.d, s.q, s.kb, s.vb, s.o, s.dO, s.lse, s.dq, s.dk, s.dv, s.scale,
@@ -128,12 +170,163 @@ public:
     }
     const auto &fused = static_cast<const FusedState &>(state);
     const size_t set = static_cast<size_t>(s.set);
-    runFusedBackward(*fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d, s.q,
+    const std::optional<plan::Plan> bound = boundPlan(*fused.plan, set, s.inputs);
+    if (bound && !dense_) {
+      std::vector<DataGroup> groups = dataGroups(*bound, set);
+      if (groups.size() > 1 || groups[0].classes) {
+        runDataBackward(groups, set, s, static_cast<FusedWorker &>(scratch), threads);
+        return;
+      }
+    }
+    runFusedBackward(bound ? *bound : *fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d, s.q,
                      s.k, s.v, s.o, s.dO, s.lse, s.dq, s.dk, s.dv, s.scale, static_cast<FusedWorker &>(scratch).grad,
                      threads, s.skipRows, s.endRows);
   }
 
 private:
+  /// A head set bound to a slice's data (the set itself for positional patterns).
+  ir::SetRef boundSet(int64_t set, const InputArrays *inputs) const {
+    const ir::SetRef &s = sets_[static_cast<size_t>(set)];
+    return readsData_ ? ir::bindSet(s, *checked(inputs)) : s;
+  }
+  /// The plan bound to a slice's data; nothing for positional patterns.
+  std::optional<plan::Plan> boundPlan(const plan::Plan &plan, size_t set, const InputArrays *inputs) const {
+    if (!readsData_)
+      return std::nullopt;
+    return plan::bindPlan(plan, set, *checked(inputs));
+  }
+  /// The bound plan's pieces of head set `set`, grouped by the order they
+  /// run in, raster order first.
+  static std::vector<DataGroup> dataGroups(const plan::Plan &bound, size_t set) {
+    std::vector<DataGroup> groups;
+    for (const plan::Piece &piece : bound.heads[set].pieces) {
+      std::shared_ptr<const InputArray> classes = plan::pieceClasses(piece);
+      auto at = std::find_if(groups.begin(), groups.end(), [&](const DataGroup &g) { return g.classes == classes; });
+      if (at == groups.end()) {
+        groups.push_back({classes, bound});
+        groups.back().plan.heads[set].pieces.clear();
+        at = groups.end() - 1;
+      }
+      at->plan.heads[set].pieces.push_back(classes ? plan::permutePiece(piece, classes) : piece);
+    }
+    std::stable_partition(groups.begin(), groups.end(), [](const DataGroup &g) { return !g.classes; });
+    return groups;
+  }
+
+  /// Q, K and V of a slice as f32 rows (bf16 ones widened into `w`).
+  static std::array<const float *, 3> f32Rows(const Slice &s, FusedWorker &w) {
+    if (!s.qb)
+      return {s.q, s.k, s.v};
+    const uint16_t *from[3] = {s.qb, s.kb, s.vb};
+    for (int x = 0; x < 3; ++x) {
+      w.wide[x].resize(static_cast<size_t>(s.n * s.d));
+      for (size_t e = 0; e < w.wide[x].size(); ++e) {
+        const uint32_t bits = uint32_t{from[x][e]} << 16;
+        std::memcpy(&w.wide[x][e], &bits, 4);
+      }
+    }
+    return {w.wide[0].data(), w.wide[1].data(), w.wide[2].data()};
+  }
+
+  /// A data slice's forward, group by group: each group's pieces run with
+  /// one online-softmax state in the group's order, their rows' O and
+  /// log-sum-exp scattered back and merged with the other groups' (the
+  /// pieces are disjoint, so the merge is exact).
+  void runDataForward(const std::vector<DataGroup> &groups, size_t set, const Slice &s, FusedWorker &w,
+                      int threads) const {
+    const int64_t n = s.n, d = s.d;
+    const std::array<const float *, 3> qkv = f32Rows(s, w);
+    w.lse.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
+    std::fill(s.o, s.o + n * d, 0.0f);
+    for (const DataGroup &g : groups) {
+      const float *q = qkv[0], *k = qkv[1], *v = qkv[2];
+      if (g.classes) {
+        for (int x = 0; x < 3; ++x)
+          gather(qkv[x], g.classes->order, d, w.gathered[x]);
+        q = w.gathered[0].data();
+        k = w.gathered[1].data();
+        v = w.gathered[2].data();
+      }
+      w.groupO.resize(static_cast<size_t>(n * d));
+      w.groupLse.resize(static_cast<size_t>(n));
+      runFusedHead(g.plan, set, false, nullptr, n, d, q, k, v, w.groupO.data(), s.scale, w.fused, threads);
+      lseFromState(w.fused, n, w.groupLse.data());
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t i = g.classes ? g.classes->order[static_cast<size_t>(t)] : t;
+        mergeRow(w.groupLse[static_cast<size_t>(t)], w.groupO.data() + t * d, w.lse[static_cast<size_t>(i)],
+                 s.o + i * d, d);
+      }
+    }
+    if (s.lse)
+      std::copy(w.lse.begin(), w.lse.end(), s.lse);
+  }
+
+  /// Adds a group's row (O `part`, log-sum-exp `partLse`) into the merged
+  /// row (`o`, `lse`) of the groups before it.
+  static void mergeRow(float partLse, const float *part, float &lse, float *o, int64_t d) {
+    if (std::isnan(partLse) || std::isnan(lse)) {
+      lse = std::numeric_limits<float>::quiet_NaN();
+      std::fill(o, o + d, std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
+    if (partLse == -std::numeric_limits<float>::infinity())
+      return;
+    if (lse == -std::numeric_limits<float>::infinity()) {
+      lse = partLse;
+      std::copy(part, part + d, o);
+      return;
+    }
+    const float top = std::max(lse, partLse), a = std::exp(lse - top), b = std::exp(partLse - top);
+    const float inv = 1.0f / (a + b);
+    for (int64_t x = 0; x < d; ++x)
+      o[x] = (a * o[x] + b * part[x]) * inv;
+    lse = top + std::log(a + b);
+  }
+
+  /// A data slice's backward, group by group: each group's pieces on Q, K,
+  /// V, O, dO and the merged log-sum-exp in its order (P of a pair is
+  /// exp(score - lse) whatever group has it), their gradients scattered
+  /// back and summed.
+  void runDataBackward(const std::vector<DataGroup> &groups, size_t set, const GradSlice &s, FusedWorker &w,
+                       int threads) const {
+    const int64_t n = s.n, d = s.d;
+    const size_t size = static_cast<size_t>(n * d);
+    float *out[3] = {s.dq, s.dk, s.dv};
+    for (float *x : out)
+      std::fill(x, x + size, 0.0f);
+    for (std::vector<float> &x : w.grads)
+      x.resize(size);
+    for (const DataGroup &g : groups) {
+      const float *rows[5] = {s.q, s.k, s.v, s.o, s.dO};
+      const float *lse = s.lse;
+      if (g.classes) {
+        for (int x = 0; x < 5; ++x) {
+          gather(rows[x], g.classes->order, d, w.gathered[x]);
+          rows[x] = w.gathered[x].data();
+        }
+        w.groupLse.resize(static_cast<size_t>(n));
+        for (int64_t t = 0; t < n; ++t)
+          w.groupLse[static_cast<size_t>(t)] = s.lse[g.classes->order[static_cast<size_t>(t)]];
+        lse = w.groupLse.data();
+      }
+      runFusedBackward(g.plan, set, false, nullptr, n, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse,
+                       w.grads[0].data(), w.grads[1].data(), w.grads[2].data(), s.scale, w.grad, threads);
+      for (int x = 0; x < 3; ++x)
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t i = g.classes ? g.classes->order[static_cast<size_t>(t)] : t;
+          const float *from = w.grads[x].data() + t * d;
+          float *to = out[x] + i * d;
+          for (int64_t e = 0; e < d; ++e)
+            to[e] += from[e];
+        }
+    }
+  }
+
+  static const InputArrays *checked(const InputArrays *inputs) {
+    ATTNC_CHECK(inputs, "a slice of a pattern that reads data without its inputs");
+    return inputs;
+  }
+
   /// The dense baseline always runs the kernel's own tiles, in both passes.
   const plan::Plan &planFor(int64_t d, Pass pass) const {
     return dense_ ? plans_.base.forward : plans_.forDim(d).of(pass);
@@ -148,6 +341,7 @@ private:
   KernelPlans plans_;
   std::vector<ir::SetRef> sets_; ///< each distinct head set, for rows run on their own
   bool dense_;
+  bool readsData_; ///< row blocks from each call's data (CallInputs), none kept per n
 };
 
 } // namespace

@@ -34,6 +34,10 @@ std::string paramString(const Pattern &pattern);
 /// user: which build option or package it needs).
 std::string backendUnavailable(codegen::Backend backend);
 
+/// "" when `backend` takes the pattern, else why not: a pattern that reads
+/// data runs on the fused and dense backends only (prepare refuses the others).
+std::string dataRefusal(const ir::PatternIR &ir, codegen::Backend backend);
+
 /// What to compile besides the source.
 struct CompileRequest {
   std::vector<Define> defines;  ///< -D name=value

@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "attnc/plan/Inputs.h"
 #include "attnc/plan/Term.h"
 #include "attnc/dsl/AST.h"
 
@@ -48,6 +49,9 @@ struct Pattern {
   std::string name;
   SourceRange loc;
   std::vector<ParamValue> params; ///< In declaration order.
+  /// `input NAME : int[DIMS]`, in declaration order; Op::Input / InputRow
+  /// terms name them by their index here.
+  std::vector<InputDecl> inputs;
   bool causal = false;
   SourceRange causalLoc;
   /// One Set term per head (h substituted, causal applied).

@@ -20,9 +20,10 @@ namespace attnc::dsl {
 enum class ExprKind {
   Int,        ///< 42
   Bool,       ///< true / false
-  Name,       ///< i, j, h, n, a param or a let
+  Name,       ///< i, j, h, n, a param, a let or an input
+  Index,      ///< b[j], sel[i / B, k]: `name` and the indices as operands (maybe none)
   Unary,      ///< -x, !p
-  Binary,     ///< x + y, p && q, A | B, A & B, A - B ...
+  Binary,     ///< x + y, p && q, A | B, A & B, A - B, A else B ...
   Compare,    ///< a < b <= c (a chain: operands.size() == ops.size() + 1)
   In,         ///< x in S
   Call,       ///< abs(x), min(a, b), random_blocks(b, r, seed)
@@ -32,7 +33,9 @@ enum class ExprKind {
 };
 
 enum class UnaryOp { Neg, Not };
-enum class BinaryOp { Add, Sub, Mul, Div, Mod, And, Or, Union, Intersect };
+/// Else is the per-row fallback `A else B`, the loosest operator, grouping
+/// to the right.
+enum class BinaryOp { Add, Sub, Mul, Div, Mod, And, Or, Union, Intersect, Else };
 enum class CompareOp { Eq, Ne, Lt, Le, Gt, Ge };
 
 const char *spelling(UnaryOp op);
@@ -52,8 +55,8 @@ struct Expr {
   SourceRange parenRange;
   int64_t intValue = 0;        ///< Int
   bool boolValue = false;      ///< Bool
-  std::string name;            ///< Name, Call (callee), SetBuilder (bound variable)
-  SourceRange nameRange;       ///< Call callee / SetBuilder variable
+  std::string name;            ///< Name, Index (input), Call (callee), SetBuilder (bound variable)
+  SourceRange nameRange;       ///< Index input / Call callee / SetBuilder variable
   SourceRange opRange;         ///< Binary: the operator token
   UnaryOp unaryOp = UnaryOp::Neg;
   BinaryOp binaryOp = BinaryOp::Add;
@@ -79,16 +82,20 @@ enum class StmtKind {
   Let,         ///< let NAME = EXPR
   Attend,      ///< attend SET
   HeadAttends, ///< head EXPR attends SET
+  Input,       ///< input NAME : TYPE[DIM, ...]
 };
 
 struct Stmt {
   StmtKind kind;
   SourceRange range;     ///< The whole statement.
-  std::string name;      ///< Param / Let
-  SourceRange nameRange; ///< Param / Let
+  std::string name;      ///< Param / Let / Input
+  SourceRange nameRange; ///< Param / Let / Input
   ExprPtr value;         ///< Param default, Require condition, Heads count, Let value, the set
   ExprPtr head;          ///< HeadAttends: the head index
   std::string message;   ///< Require: optional message
+  std::string elementType;   ///< Input: the word after ':' ("int" or "float"; Sema refuses "float")
+  SourceRange typeRange;     ///< Input: that word
+  std::vector<ExprPtr> dims; ///< Input: the dimensions, one or more as written
 };
 
 struct PatternDecl {

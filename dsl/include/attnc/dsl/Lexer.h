@@ -5,7 +5,8 @@
 // unterminated string, an integer that does not fit in 64 bits) is reported
 // and returned as Token::Error so that the parser can recover; a stray
 // character with a likely ASCII spelling ('≤', '...') gets a note saying it.
-// '[', ']' and '^' belong to no rule of the grammar: they are tokens only so
+// '[' and ']' index an input (`b[j]`) and give its dimensions
+// (`input b : int[n]`); elsewhere, as '^' everywhere, they are lexed only so
 // that the parser can say what to write instead ('{ a .. b }', a product).
 //
 //===----------------------------------------------------------------------===//
@@ -36,6 +37,8 @@ enum class TokenKind {
   KwHead,
   KwHeads,
   KwIn,
+  KwInput,
+  KwElse,
   KwTrue,
   KwFalse,
   // Punctuation.
@@ -64,9 +67,9 @@ enum class TokenKind {
   Amp,
   Pipe,
   Bang,
-  // Not in the grammar; lexed for the parser's hints.
   LBracket,
   RBracket,
+  // Not in the grammar; lexed for the parser's hints.
   Caret,
 };
 

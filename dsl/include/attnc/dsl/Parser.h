@@ -7,7 +7,10 @@
 //   stmt      := 'param' IDENT '=' expr | 'require' expr [':' STRING]
 //              | 'causal' | 'heads' expr | 'let' IDENT '=' expr
 //              | 'attend' expr | 'head' expr 'attends' expr
-//   expr      := and ('||' and)*
+//              | 'input' IDENT ':' TYPE '[' expr (',' expr)* ']'
+//   TYPE      := 'int' | 'float'     (plain names, not keywords; Sema refuses 'float')
+//   expr      := or ['else' expr]    (A else B else C is A else (B else C))
+//   or        := and ('||' and)*
 //   and       := cmp ('&&' cmp)*
 //   cmp       := union (CMPOP union)* | union 'in' union
 //   union     := inter ('|' inter)*
@@ -16,6 +19,7 @@
 //   mul       := unary (('*' | '/' | '%') unary)*
 //   unary     := ('-' | '!') unary | primary
 //   primary   := INT | 'true' | 'false' | IDENT | IDENT '(' args ')' | '(' expr ')'
+//              | IDENT '[' [expr (',' expr)*] ']'
 //              | '{' IDENT ':' expr '}' | '{' expr '..' expr '}'
 //              | '{' [expr (',' expr)*] '}'
 //

@@ -25,13 +25,13 @@ enum class PeriodRule : uint8_t {
   RowBounds, ///< key-range: 1 when each bound is absent or i + c (c fixed), else unknown
   RowFree,   ///< row-if: 1 when the condition does not use i, else unknown
   Children,  ///< union, intersect, difference: the lcm of the children's
-  Unknown,   ///< list, random, predicate: not tracked
+  Unknown,   ///< list, random, predicate, class, select, fallback: not tracked
 };
 
 /// Which rows of a generator are known to have the same keys.
 enum class SameKeys : uint8_t {
   EveryRow,    ///< all, none, stripe: keys do not depend on i
-  BlockOfRows, ///< block-diag, random: the rows i with one i / modulus
+  BlockOfRows, ///< block-diag, random, select: the rows i with one i / modulus
   Unknown,     ///< anything else, combinators included (ask their children)
 };
 
@@ -60,7 +60,7 @@ struct GenTraits {
 };
 
 /// The table, indexed by Gen.
-inline constexpr std::array<GenTraits, static_cast<size_t>(Gen::Difference) + 1> kGenTraits{{
+inline constexpr std::array<GenTraits, static_cast<size_t>(Gen::WhereEmpty) + 1> kGenTraits{{
     // kind            name          cost  1-interval sliding perKey same keys                period
     {Gen::All,        "all",        0,    true,      true,   false, SameKeys::EveryRow,    PeriodRule::One},
     {Gen::None,       "none",       0,    false,     false,  false, SameKeys::EveryRow,    PeriodRule::One},
@@ -73,9 +73,14 @@ inline constexpr std::array<GenTraits, static_cast<size_t>(Gen::Difference) + 1>
     {Gen::List,       "list",       2,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Unknown},
     {Gen::Random,     "random",     2,    false,     false,  false, SameKeys::BlockOfRows, PeriodRule::Unknown},
     {Gen::Predicate,  "predicate",  5,    false,     false,  true,  SameKeys::Unknown,     PeriodRule::Unknown},
+    {Gen::Class,      "class",      2,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Unknown},
+    {Gen::Select,     "select",     2,    false,     false,  false, SameKeys::BlockOfRows, PeriodRule::Unknown},
     {Gen::Union,      "union",      4,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Children},
     {Gen::Intersect,  "intersect",  4,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Children},
     {Gen::Difference, "difference", 4,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Children},
+    {Gen::Fallback,   "fallback",   4,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Unknown},
+    {Gen::Permuted,   "permuted",   4,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Unknown},
+    {Gen::WhereEmpty, "where-empty", 4,   false,     false,  false, SameKeys::Unknown,     PeriodRule::Unknown},
 }};
 
 /// The properties of generator `g`.

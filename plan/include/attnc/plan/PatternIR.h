@@ -12,8 +12,14 @@
 //   list          explicit keys e(i, n)
 //   random        random_blocks(block, count, seed)
 //   predicate     generic cond(i, j, n), evaluated per key (the slow fallback)
+//   class         b[j] == b[i] for a 1-D input b: the positions of i's value
+//   select        j / B in sel[i / R] for a 2-D input sel: the key blocks
+//                 that row block i / R lists (-1: none); B = R = 1 for tokens
 //
-// combined with union, intersect and difference. Arithmetic is the Term
+// combined with union, intersect, difference and fallback (A else B: row
+// i's keys are A's, or B's where A's are empty). Class and select read an
+// input (Inputs.h): a call binds the tree to its data (bindSet) before any
+// row is evaluated; predicates, row-ifs and key ranges may read inputs too. Arithmetic is the Term
 // arithmetic (floor '/', non-negative '%'). Every set is clipped to
 // [0, n); n need not be a multiple of any block or modulus. The tree is
 // symbolic in n: bind n with a RowEvaluator.
@@ -21,6 +27,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "attnc/plan/Inputs.h"
 #include "attnc/plan/IntervalSet.h"
 #include "attnc/plan/Term.h"
 
@@ -36,7 +43,10 @@ constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::min();
 
 enum class Gen {
   All, None, Band, BlockDiag, KeyRange, Stripe, Residue, RowIf, List, Random, Predicate,
-  Union, Intersect, Difference,
+  Class, Select,
+  Union, Intersect, Difference, Fallback,
+  Permuted,   ///< run time only: its child with rows and keys renumbered by an input's class order
+  WhereEmpty, ///< plan only: B's keys on the rows where A has none (a fallback's last piece)
 };
 
 const char *genName(Gen g);
@@ -51,10 +61,13 @@ public:
   Gen kind;
   SourceRange loc;
   int64_t lo = 0, hi = 0;  ///< Band: offsets (kUnbounded = none); Stripe: residues
-  int64_t modulus = 0;     ///< BlockDiag l, Stripe m, Residue m, Random block
+  int64_t modulus = 0;     ///< BlockDiag l, Stripe m, Residue m, Random block, Select R (rows per entry row)
   int64_t residue = 0;     ///< Residue r
   int64_t count = 0;       ///< Random: blocks per query block
   int64_t seed = 0;        ///< Random
+  int64_t keyBlock = 0;    ///< Select: B, keys per listed block
+  int64_t input = -1;      ///< Class, Select: the input's index in PatternIR::inputs
+  std::shared_ptr<const InputArray> data; ///< Class, Select: the input (bound or not)
   TermRef loTerm, hiTerm;  ///< KeyRange bounds (inclusive; null = unbounded)
   TermRef cond;            ///< RowIf (uses i, n), Predicate (uses i, j, n)
   std::vector<TermRef> elems;    ///< List
@@ -73,6 +86,21 @@ public:
   static SetRef list(std::vector<TermRef> elems, SourceRange loc);
   static SetRef random(int64_t block, int64_t count, int64_t seed, SourceRange loc);
   static SetRef predicate(TermRef cond, SourceRange loc);
+  /// b[j] == b[i] for the 1-D input `index`.
+  static SetRef equalClass(int64_t index, std::shared_ptr<const InputArray> data, SourceRange loc);
+  /// j / keyBlock in sel[i / rowBlock] for the 2-D input `index`.
+  static SetRef select(int64_t index, std::shared_ptr<const InputArray> data, int64_t rowBlock,
+                       int64_t keyBlock, SourceRange loc);
+  /// A else B.
+  static SetRef fallback(SetRef a, SetRef b, SourceRange loc);
+  /// `child` in the order of `classes`' positions sorted by value (its
+  /// InputArray::order): row t is query order[t], key position u is key
+  /// order[u]. An equality class of that input becomes one interval per row
+  /// there (under causality, the class's earlier positions), which is how
+  /// the fused backend runs such pieces (Plan.h: permutePiece).
+  static SetRef permuted(SetRef child, std::shared_ptr<const InputArray> classes, SourceRange loc = {});
+  /// B on the rows where A is empty: `A else B` minus A.
+  static SetRef whereEmpty(SetRef a, SetRef b, SourceRange loc = {});
   /// Flattens nested unions/intersections and drops All/None identities.
   static SetRef unite(std::vector<SetRef> children, SourceRange loc);
   static SetRef intersect(std::vector<SetRef> children, SourceRange loc);
@@ -94,7 +122,10 @@ struct PatternIR {
   bool headsDeclared = false; ///< false: the one set serves any head count
   bool causal = false;
   std::vector<std::pair<std::string, int64_t>> params;
+  /// The arrays every call gives (empty: a positional pattern).
+  std::vector<InputDecl> inputs;
   std::vector<Head> heads;
+  bool readsData() const { return !inputs.empty(); }
 };
 
 /// One line per node, indented; each with its location when `where` is given.
@@ -107,5 +138,14 @@ std::string printPatternIR(const PatternIR &ir, const LocationPrinter &where = {
 
 /// Whether any leaf of the tree is a Predicate (the per-element fallback).
 bool hasPredicate(const SetNode &set);
+
+/// Whether the tree reads an input (a class, a selection, or a term that
+/// reads one).
+bool readsData(const SetNode &set);
+
+/// The tree with every input read bound to `arrays` (index: the input's in
+/// PatternIR::inputs), classes indexed; `set` itself when it reads none.
+/// O(tree size); the arrays are shared, not copied.
+SetRef bindSet(const SetRef &set, const InputArrays &arrays);
 
 } // namespace attnc::ir

@@ -75,6 +75,24 @@ std::string formatTunedTiles(const TunedTiles &tiles);
 /// False on malformed text or a shape outside 1..64 rows, 1..4096 keys.
 bool parseTunedTiles(const std::string &text, TunedTiles &out);
 
+/// `plan` with head `head`'s pieces bound to a call's inputs (bindSet): a
+/// pattern that reads data is planned once, symbolically, and each slice of
+/// a call runs a copy whose row blocks come from its data. O(pieces).
+Plan bindPlan(const Plan &plan, size_t head, const InputArrays &arrays);
+
+/// The input whose equality classes a (bound) row-tiles piece is best run
+/// in the order of: the class it is intersected with (the piece's first
+/// factor, before what earlier pieces cover is taken out), or null. In raster
+/// order a block's rows each bring their own class, and the block's key union
+/// is most of the keys; sorted by class, a class is a run of rows and keys.
+std::shared_ptr<const InputArray> pieceClasses(const Piece &piece);
+
+/// The piece renumbered by `classes`' order (SetNode::permuted, pushed
+/// through unions, differences and fallbacks, so that each class factor
+/// meets its permutation): run on Q, K and V gathered in that order, its
+/// outputs scattered back.
+Piece permutePiece(const Piece &piece, const std::shared_ptr<const InputArray> &classes);
+
 /// The plan with `options` (resolved by resolveOptions).
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options = {});
 
@@ -198,6 +216,10 @@ private:
   int64_t rowBase_ = 0, rowStride_ = 1;
   int64_t modulus_ = 1, keyClass_ = 0; ///< relayout: keys are keyClass + u m
   bool dense_ = false;
+  bool perKeyWork_ = false; ///< the set has a predicate: its rows cost their window, not their keys
+  bool rowsOnce_ = false;   ///< the set reads data: each row evaluated once, no block bounds
+  /// Unsure intervals past which a row is evaluated once over their span.
+  static constexpr size_t kManyUnsure = 4;
 };
 
 /// The blocks of `piece` that the rest are moves of (lcm(step, period) /

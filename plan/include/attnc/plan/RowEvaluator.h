@@ -36,6 +36,11 @@ private:
             int depth) const;
   void evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out,
                      int depth) const;
+  /// Whether row i of `s` has a key in [lo, hi), stopping at the first
+  /// where the structure allows (a fallback asks it of its first operand).
+  bool anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, int depth) const;
+  /// Row t of a Permuted node (query order[t] of its child), in key ranks.
+  void evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t hi, IntervalSet &out, int depth) const;
 
   SetRef set_;
   int64_t n_;

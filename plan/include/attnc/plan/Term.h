@@ -3,7 +3,10 @@
 // Sema turns the AST into Terms: immutable, typed expression trees in which
 // parameters are constants, `let`s are inlined and names are resolved. The
 // only free variables left are the query i, the key j, the sequence length n
-// and (before per-head substitution) the head index h.
+// and (before per-head substitution) the head index h, plus the pattern's
+// `input` arrays, which a call gives (Inputs.h): an Input or InputRow term
+// names one by its index in the pattern's declarations and reads it only once
+// bindInputs (Inputs.h) has given it the call's data.
 //
 // Arithmetic is on int64 with FLOOR division and a NON-NEGATIVE modulo:
 // a / m = floor(a / m) and a % m = a - m * floor(a / m), in [0, m) for m > 0.
@@ -33,6 +36,7 @@ enum class Type { Int, Bool, Set };
 enum class Op {
   // Int-valued.
   Const, VarI, VarJ, VarN, VarH, Add, Sub, Mul, Div, Mod, Neg, Abs, Min, Max,
+  Input,        ///< NAME[args...]: an entry of input value() (1 index of a 1-D input, 2 of a 2-D one)
   // Bool-valued.
   BoolConst, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Not, In,
   // Set-valued.
@@ -41,13 +45,16 @@ enum class Op {
   List,         ///< { args... }
   Union, Intersect, Difference,
   RandomBlocks, ///< random_blocks(block, count, seed): see randomBlocksOf()
+  InputRow,     ///< NAME[args[0]] of a 2-D input value(): the row's entries other than -1, as keys
+  Fallback,     ///< A else B: row i's keys are A's, or B's where A's are empty
 };
 
 /// Which variables a term mentions.
-enum VarMask : unsigned { kUsesI = 1, kUsesJ = 2, kUsesN = 4, kUsesH = 8 };
+enum VarMask : unsigned { kUsesI = 1, kUsesJ = 2, kUsesN = 4, kUsesH = 8, kUsesData = 16 };
 
 class Term;
 using TermRef = std::shared_ptr<const Term>;
+struct InputArray;
 
 /// An immutable node. Build only through the `make` functions, which check
 /// operand types and fold constants.
@@ -55,8 +62,11 @@ class Term {
 public:
   Op op() const { return op_; }
   Type type() const { return type_; }
-  /// Value of Const / BoolConst (0 or 1).
+  /// Value of Const / BoolConst (0 or 1); Input / InputRow: the input's index.
   int64_t value() const { return value_; }
+  /// Input / InputRow: the call's data once bound (bindInputs), else null.
+  const InputArray *data() const { return data_.get(); }
+  const std::shared_ptr<const InputArray> &dataRef() const { return data_; }
   const std::vector<TermRef> &args() const { return args_; }
   const TermRef &arg(size_t k) const { return args_[k]; }
   SourceRange loc() const { return loc_; }
@@ -70,9 +80,14 @@ public:
   static TermRef var(Op which, SourceRange loc = {});
   /// Builds an operation node, folding it if every operand is constant.
   static TermRef make(Op op, std::vector<TermRef> args, SourceRange loc = {});
+  /// A read of input `index` (Op::Input with its indices, or Op::InputRow
+  /// with the row of a 2-D input); `data` binds it to a call's array.
+  static TermRef input(Op op, int64_t index, std::vector<TermRef> indices, SourceRange loc = {},
+                       std::shared_ptr<const InputArray> data = nullptr);
 
 private:
   Term(Op op, Type type, int64_t value, std::vector<TermRef> args, SourceRange loc);
+  std::shared_ptr<const InputArray> data_;
   Op op_;
   Type type_;
   int64_t value_;

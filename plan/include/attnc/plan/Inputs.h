@@ -1,0 +1,79 @@
+//===- Inputs.h - Integer arrays a call gives a pattern that reads data ---===//
+//
+// `input NAME : int[DIMS]` declares an array that every call supplies (LSH
+// buckets, document ids, selected blocks). A pattern's terms read it through
+// Op::Input (`b[j]`: an entry) and Op::InputRow (`sel[i / B]`: a row of a 2-D
+// input as a set of keys, -1 meaning none). Until a call binds them, those
+// terms carry an InputArray with the name and rank only; bindInputs
+// (PatternIR.h: bindSet) swaps in the call's arrays, one (batch, head) slice
+// at a time, and nothing past that point re-checks them.
+//
+// Reading an entry outside the array throws InputError, which the runtime
+// reports as a bad argument naming the input: data never makes a read go
+// out of bounds or a kernel compute garbage.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/plan/Term.h"
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace attnc {
+
+/// `input NAME : int[DIMS]`.
+struct InputDecl {
+  std::string name;
+  /// One or two Int terms over n and constants (Sema: >= 1 for every n >= 1).
+  std::vector<TermRef> dims;
+  SourceRange loc;
+  size_t rank() const { return dims.size(); }
+};
+
+/// A read of an input that the data does not allow (an index outside its
+/// dimensions, a block id out of range), or a call without it.
+struct InputError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// One input's values for one slice of a call, or, unbound, its name and
+/// rank only (what the pattern's terms hold before a call).
+struct InputArray {
+  std::string name;
+  int rank = 1;
+  bool bound = false;
+  int64_t rows = 0;             ///< entries of a 1-D input, rows of a 2-D one
+  int64_t cols = 1;             ///< 2-D: entries per row
+  std::vector<int64_t> values;  ///< rows x cols, row-major
+  /// Equality classes (filled by indexClasses): every position sorted by
+  /// value, ties in position order, and each position's class as a span
+  /// [classBegin, classEnd) of `order`. O(n log n) once per slice.
+  std::vector<int32_t> order, classBegin, classEnd;
+  /// placeOf[p]: where position p is in `order` (its inverse).
+  std::vector<int32_t> placeOf;
+
+  /// Entry r of a 1-D input, or (r, c) of a 2-D one; InputError outside.
+  int64_t at(int64_t r) const;
+  int64_t at(int64_t r, int64_t c) const;
+  /// Fills order / classBegin / classEnd (1-D inputs of at most 2^31 entries).
+  void indexClasses();
+  bool hasClasses() const { return !order.empty() || rows == 0; }
+};
+
+using InputArrays = std::vector<std::shared_ptr<const InputArray>>;
+
+/// The unbound array of a declaration (name and rank).
+std::shared_ptr<const InputArray> unboundInput(const InputDecl &decl);
+
+/// The term with every Input / InputRow read bound to arrays[its index]
+/// (returns `t` itself when it reads no input).
+TermRef bindTerm(const TermRef &t, const InputArrays &arrays);
+
+/// A dimension of a declaration at length n (its term evaluated).
+int64_t inputDim(const InputDecl &decl, size_t k, int64_t n);
+
+} // namespace attnc
