@@ -6,7 +6,7 @@
 #   scripts/fuzz.sh [-t SECONDS] [-j JOBS] [TARGET...]
 #     -t SECONDS  time per target (-max_total_time; default 300)
 #     -j JOBS     ninja's parallel jobs for the build (default 1)
-#     TARGET      FuzzPattern, FuzzKernelFile, FuzzNpy, FuzzRunArgs (default: all)
+#     TARGET      FuzzPattern, FuzzKernelFile, FuzzNpy, FuzzRunArgs, FuzzCallInputs (default: all)
 #   FUZZ_ARGS='-max_len=8192' scripts/fuzz.sh FuzzPattern   extra libFuzzer flags
 #
 # Examples:
@@ -26,7 +26,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build-fuzz
 seconds=300
 jobs=1
-all=(FuzzPattern FuzzKernelFile FuzzNpy FuzzRunArgs)
+all=(FuzzPattern FuzzKernelFile FuzzNpy FuzzRunArgs FuzzCallInputs)
 
 while getopts "t:j:h" opt; do
   case $opt in

@@ -1,7 +1,8 @@
 //===- attnc_ext.cpp - attnc._attnc: the nanobind extension ---------------===//
 //
-// A thin layer over the C ABI (attnc.h: load, run_forward, run_backward and
-// their varlen and offset (_at) forms),
+// A thin layer over the C ABI (attnc.h: load, and attnc_forward and
+// attnc_backward for every call: dense, varlen, at an offset, on a GPU, with
+// a pattern's inputs),
 // the JIT (attnc_jit.h) and the compiler's analyses (analysis/Report.h,
 // analysis/Picture.h). It converts arrays, which arrive through DLPack (or the
 // buffer protocol; torch tensors through the converter attnc.torch passes)
@@ -184,48 +185,111 @@ attnc_varlen varlenOf(const Offsets &cuQ, const std::optional<Offsets> &cuK) {
   return varlen;
 }
 
-/// attnc_run_forward_on `device` (null: the CPU), attnc_run_varlen_on when
-/// `varlen` is given, or attnc_run_forward_at_on when `firstQuery` is (>= 0).
-/// In, Out: the arrays' nanobind types (CPU or CUDA).
+/// A pattern's inputs for one call: the attnc_input entries and the names
+/// and arrays they point into (kept alive for the call).
+struct CallInputs {
+  std::vector<std::string> names;
+  std::vector<InArray> arrays;
+  std::vector<attnc_input> entries;
+};
+
+/// The [B, H, D1, D2] view of an input (int32 or int64, 4-D: attnc's Python
+/// layer shapes it); strides as in view4.
+attnc_tensor inputView(const InArray &a, const std::string &name) {
+  if (a.ndim() != 4)
+    throw StatusError{ATTNC_ERROR_SHAPE, "input '" + name + "' has " + std::to_string(a.ndim()) +
+                                             " dimensions; the extension takes [batch, heads, D1, D2]"};
+  const nb::dlpack::dtype t = a.dtype();
+  attnc_tensor out{};
+  if (t.lanes == 1 && t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int) && (t.bits == 32 || t.bits == 64))
+    out.dtype = t.bits == 32 ? ATTNC_DTYPE_I32 : ATTNC_DTYPE_I64;
+  else
+    throw StatusError{ATTNC_ERROR_DTYPE, "input '" + name + "' is not int32 or int64"};
+  out.data = const_cast<void *>(static_cast<const void *>(a.data()));
+  for (int k = 0; k < 4; ++k) {
+    out.shape[k] = static_cast<int64_t>(a.shape(k));
+    out.strides[k] = out.shape[k] == 1 ? 1 : a.stride(k);
+  }
+  return out;
+}
+
+/// The inputs of a call from a sequence of (name, array) pairs.
+std::unique_ptr<CallInputs> callInputsOf(nb::handle pairs, nb::handle toDlpack) {
+  auto out = std::make_unique<CallInputs>();
+  for (nb::handle item : pairs) {
+    nb::tuple pair = nb::cast<nb::tuple>(item);
+    if (pair.size() != 2)
+      throw nb::type_error("attnc: an input is a (name, array) pair");
+    out->names.push_back(nb::cast<std::string>(pair[0]));
+    out->arrays.push_back(arrayOf<InArray>(pair[1], toDlpack, out->names.back().c_str()));
+  }
+  // (Filled once the names no longer move.)
+  for (size_t x = 0; x < out->names.size(); ++x)
+    out->entries.push_back({out->names[x].c_str(), inputView(out->arrays[x], out->names[x])});
+  return out;
+}
+
+/// attnc_forward on `device` (null: the CPU) over a varlen batch when `varlen`
+/// is given, with the queries at `firstQuery` when it is >= 0, and the
+/// pattern's `inputs` when given. In, Out: the arrays' nanobind types (CPU or
+/// CUDA).
 template <class In, class Out>
 void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const Out &o, const std::optional<Out> &lse,
              const attnc_varlen *varlen, float scale, int32_t numThreads, const attnc_device *device = nullptr,
-             int64_t firstQuery = -1) {
+             int64_t firstQuery = -1, const CallInputs *inputs = nullptr) {
   const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v");
   attnc_tensor to = view4(o, "o");
   std::optional<attnc_tensor> tl;
   if (lse)
     tl = viewLse(*lse);
   const attnc_run_options options = runOptions(scale, numThreads);
-  attnc_tensor *l = tl ? &*tl : nullptr;
-  check(timedCall([&] {
-    if (varlen)
-      return attnc_run_varlen_on(kernel.handle, device, &tq, &tk, &tv, &to, l, varlen, &options);
-    if (firstQuery >= 0)
-      return attnc_run_forward_at_on(kernel.handle, device, firstQuery, &tq, &tk, &tv, &to, l, &options);
-    return attnc_run_forward_on(kernel.handle, device, &tq, &tk, &tv, &to, l, &options);
-  }));
+  attnc_call call;
+  attnc_call_init(&call);
+  call.q = &tq;
+  call.k = &tk;
+  call.v = &tv;
+  call.o = &to;
+  call.lse = tl ? &*tl : nullptr;
+  call.device = device;
+  call.first_query = firstQuery >= 0 ? firstQuery : ATTNC_LAST_QUERIES;
+  call.varlen = varlen;
+  if (inputs && !inputs->entries.empty()) {
+    call.inputs = inputs->entries.data();
+    call.num_inputs = static_cast<int64_t>(inputs->entries.size());
+  }
+  call.options = &options;
+  check(timedCall([&] { return attnc_forward(kernel.handle, &call); }));
 }
 
-/// attnc_run_backward_on `device` (null: the CPU), attnc_run_backward_varlen_on
-/// when `varlen` is given, or attnc_run_backward_at_on when `firstQuery` is.
+/// attnc_backward: the gradients of forward()'s call, with the same arguments.
 template <class In, class Out>
 void backward(const Kernel &kernel, const In &q, const In &k, const In &v, const In &o, const In &dO, const In &lse,
               const Out &dq, const Out &dk, const Out &dv, const attnc_varlen *varlen, float scale, int32_t numThreads,
-              const attnc_device *device = nullptr, int64_t firstQuery = -1) {
-  const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v"), to = view4(o, "o"),
-                     tdo = view4(dO, "d_o"), tl = viewLse(lse);
+              const attnc_device *device = nullptr, int64_t firstQuery = -1, const CallInputs *inputs = nullptr) {
+  const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v"), tdo = view4(dO, "d_o");
+  attnc_tensor to = view4(o, "o"), tl = viewLse(lse);
   attnc_tensor tdq = view4(dq, "d_q"), tdk = view4(dk, "d_k"), tdv = view4(dv, "d_v");
   const attnc_run_options options = runOptions(scale, numThreads);
-  check(timedCall([&] {
-    if (varlen)
-      return attnc_run_backward_varlen_on(kernel.handle, device, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv,
-                                          varlen, &options);
-    if (firstQuery >= 0)
-      return attnc_run_backward_at_on(kernel.handle, device, firstQuery, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk,
-                                      &tdv, &options);
-    return attnc_run_backward_on(kernel.handle, device, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
-  }));
+  attnc_call call;
+  attnc_call_init(&call);
+  call.q = &tq;
+  call.k = &tk;
+  call.v = &tv;
+  call.o = &to;
+  call.lse = &tl;
+  call.d_o = &tdo;
+  call.d_q = &tdq;
+  call.d_k = &tdk;
+  call.d_v = &tdv;
+  call.device = device;
+  call.first_query = firstQuery >= 0 ? firstQuery : ATTNC_LAST_QUERIES;
+  call.varlen = varlen;
+  if (inputs && !inputs->entries.empty()) {
+    call.inputs = inputs->entries.data();
+    call.num_inputs = static_cast<int64_t>(inputs->entries.size());
+  }
+  call.options = &options;
+  check(timedCall([&] { return attnc_backward(kernel.handle, &call); }));
 }
 
 void runForward(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
@@ -243,6 +307,39 @@ void runBackward(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v,
            arrayOf<InArray>(dO, toDlpack, "d_o"), arrayOf<InArray>(lse, toDlpack, "lse"),
            arrayOf<OutArray>(dq, toDlpack, "d_q"), arrayOf<OutArray>(dk, toDlpack, "d_k"),
            arrayOf<OutArray>(dv, toDlpack, "d_v"), nullptr, scale, numThreads);
+}
+
+/// attnc_forward with the pattern's inputs: (name, array) pairs, int32 or
+/// int64 arrays of shape [B, H, D1, D2] (attnc's Python layer checks and
+/// shapes them; the runtime checks them again, and their values).
+void forwardInputs(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
+                   nb::handle inputs, float scale, int32_t numThreads, nb::handle toDlpack) {
+  const std::unique_ptr<CallInputs> data = callInputsOf(inputs, toDlpack);
+  forward(kernel, arrayOf<InArray>(q, toDlpack, "q"), arrayOf<InArray>(k, toDlpack, "k"),
+          arrayOf<InArray>(v, toDlpack, "v"), arrayOf<OutArray>(o, toDlpack, "o"),
+          optionalArrayOf<OutArray>(lse, toDlpack, "lse"), nullptr, scale, numThreads, nullptr, -1, data.get());
+}
+
+/// attnc_backward with the pattern's inputs (as forwardInputs takes them).
+void backwardInputs(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle dO,
+                    nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle inputs, float scale,
+                    int32_t numThreads, nb::handle toDlpack) {
+  const std::unique_ptr<CallInputs> data = callInputsOf(inputs, toDlpack);
+  backward(kernel, arrayOf<InArray>(q, toDlpack, "q"), arrayOf<InArray>(k, toDlpack, "k"),
+           arrayOf<InArray>(v, toDlpack, "v"), arrayOf<InArray>(o, toDlpack, "o"),
+           arrayOf<InArray>(dO, toDlpack, "d_o"), arrayOf<InArray>(lse, toDlpack, "lse"),
+           arrayOf<OutArray>(dq, toDlpack, "d_q"), arrayOf<OutArray>(dk, toDlpack, "d_k"),
+           arrayOf<OutArray>(dv, toDlpack, "d_v"), nullptr, scale, numThreads, nullptr, -1, data.get());
+}
+
+/// Input `index` of the kernel's pattern at key length n: (name, rank, D1,
+/// D2, id limit), as attnc_kernel_input gives them.
+nb::tuple kernelInput(const Kernel &kernel, int64_t index, int64_t n) {
+  const char *name = nullptr;
+  int32_t rank = 0;
+  int64_t dims[2] = {0, 0}, limit = 0;
+  check(attnc_kernel_input(kernel.handle, index, n, &name, &rank, dims, &limit));
+  return nb::make_tuple(std::string(name), rank, dims[0], dims[1], limit);
 }
 
 void runForwardAt(const Kernel &kernel, int64_t firstQuery, nb::handle q, nb::handle k, nb::handle v, nb::handle o,
@@ -526,7 +623,11 @@ NB_MODULE(_attnc, m) {
       .def_prop_ro("num_heads", [](const Kernel &k) { return attnc_kernel_num_heads(k.handle); },
                    "Heads the pattern declares; 0: any")
       .def_prop_ro("address", [](const Kernel &k) { return reinterpret_cast<uintptr_t>(k.handle); },
-                   "The attnc_kernel * as an integer (for ctypes callers; valid while this object lives)");
+                   "The attnc_kernel * as an integer (for ctypes callers; valid while this object lives)")
+      .def_prop_ro("num_inputs", [](const Kernel &k) { return attnc_kernel_num_inputs(k.handle); },
+                   "Inputs the pattern declares (attnc_kernel_num_inputs); 0: it reads no data")
+      .def("input", &kernelInput, "index"_a, "n"_a,
+           "attnc_kernel_input: (name, rank, D1, D2, id_limit) of input `index` at key length n");
 
   m.def("compile", &compile, "source"_a, "name"_a, "defines"_a, "pattern"_a, "backend"_a, "cache_dir"_a,
         "no_cache"_a, "attnc_jit_compile_string: compile (or fetch from the JIT cache) a pattern");
@@ -542,6 +643,12 @@ NB_MODULE(_attnc, m) {
   m.def("run_backward", &runBackward, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a,
         "d_k"_a, "d_v"_a, "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_backward: d_q, d_k, d_v");
+  m.def("forward", &forwardInputs, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(), "inputs"_a, "scale"_a,
+        "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
+        "attnc_forward with the pattern's inputs, a sequence of (name, int32/int64 [B, H, D1, D2] array) pairs");
+  m.def("backward", &backwardInputs, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a, "d_k"_a,
+        "d_v"_a, "inputs"_a, "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
+        "attnc_backward with the pattern's inputs: d_q, d_k, d_v");
   m.def("run_forward_at", &runForwardAt, "kernel"_a, "first_query"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(),
         "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_forward_at: the queries at positions [first_query, first_query + nq) of the keys");

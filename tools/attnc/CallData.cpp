@@ -3,6 +3,7 @@
 
 #include "Npy.h"
 
+#include <algorithm>
 #include <iostream>
 #include <random>
 
@@ -29,6 +30,53 @@ std::vector<InputSpec> kernelInputs(const attnc_kernel *kernel, int64_t n) {
     specs.push_back({name, rank, dims[0], dims[1], limit});
   }
   return specs;
+}
+
+namespace {
+void collectIdBlocks(const ir::SetNode &s, std::vector<int64_t> &block) {
+  if (s.kind == ir::Gen::Select) {
+    int64_t &b = block[static_cast<size_t>(s.input)];
+    b = b ? std::min(b, s.keyBlock) : s.keyBlock;
+  }
+  for (const ir::SetRef &c : s.children)
+    collectIdBlocks(*c, block);
+}
+} // namespace
+
+std::vector<InputSpec> patternInputs(const ir::PatternIR &ir, int64_t n) {
+  std::vector<int64_t> block(ir.inputs.size(), 0);
+  for (const ir::PatternIR::Head &h : ir.heads)
+    collectIdBlocks(*h.set, block);
+  std::vector<InputSpec> specs;
+  for (size_t x = 0; x < ir.inputs.size(); ++x) {
+    const InputDecl &d = ir.inputs[x];
+    const int64_t B = block[x];
+    specs.push_back({d.name, static_cast<int>(d.rank()), inputDim(d, 0, n), d.rank() == 2 ? inputDim(d, 1, n) : 1,
+                     B ? (n + B - 1) / B : 0});
+  }
+  return specs;
+}
+
+bool bindPatternData(ir::PatternIR &ir, const std::vector<std::string> &inputFlags, int64_t n, bool &bound) {
+  bound = false;
+  std::vector<InputFile> files;
+  for (const std::string &text : inputFlags) {
+    files.emplace_back();
+    parseInputFlag(text, files.back());
+  }
+  if (!ir.readsData() || files.empty()) {
+    if (!files.empty())
+      std::cerr << "attnc: error: --input " << files.front().name << ": pattern '" << ir.name
+                << "' declares no input\n";
+    return files.empty() || ir.readsData();
+  }
+  CallData data;
+  if (!loadCallData(patternInputs(ir, n), files, -1, -1, false, 0, data))
+    return false;
+  for (ir::PatternIR::Head &h : ir.heads)
+    h.set = ir::bindSet(h.set, data.slice(0, h.heads.front()));
+  bound = true;
+  return true;
 }
 
 namespace {
@@ -81,13 +129,15 @@ bool loadCallData(const std::vector<InputSpec> &specs, const std::vector<InputFi
       // DIMS, [B, DIMS] or [B, H, DIMS].
       const size_t lead = array.shape.size() >= dims.size() ? array.shape.size() - dims.size() : 99;
       const bool fits = lead <= 2 && std::equal(dims.begin(), dims.end(), array.shape.begin() + lead) &&
-                        (lead < 1 || array.shape[0] == 1 || array.shape[0] == batch) &&
-                        (lead < 2 || array.shape[1] == 1 || array.shape[1] == heads);
+                        (lead < 1 || array.shape[0] == 1 || batch < 0 || array.shape[0] == batch) &&
+                        (lead < 2 || array.shape[1] == 1 || heads < 0 || array.shape[1] == heads);
       if (!fits) {
         std::cerr << "attnc: error: --input " << s.name << ": " << file->path << " has shape "
                   << shapeText(array.shape) << "; input '" << s.name << "' is " << shapeText(dims)
-                  << " at this length, given as " << shapeText(dims) << ", [" << batch << ", ...] or [" << batch
-                  << ", " << heads << ", ...] (one per sequence, or per sequence and head)\n";
+                  << " at this length, given as " << shapeText(dims) << ", [B, ...] or [B, H, ...] (one per "
+                  << "sequence, or per sequence and head"
+                  << (batch < 0 ? "" : "; B is 1 or " + std::to_string(batch) + ", H 1 or " + std::to_string(heads))
+                  << ")\n";
         return false;
       }
       if (lead >= 1)
@@ -137,7 +187,7 @@ InputArrays CallData::slice(int64_t b, int64_t h) const {
     a->bound = true;
     a->rows = specs[x].rows;
     a->cols = specs[x].cols;
-    const int64_t bi = shapes[x][0] == 1 ? 0 : b, hi = shapes[x][1] == 1 ? 0 : h;
+    const int64_t bi = std::min(b, shapes[x][0] - 1), hi = std::min(h, shapes[x][1] - 1);
     const size_t at = static_cast<size_t>((bi * shapes[x][1] + hi) * a->rows * a->cols);
     a->values.assign(values[x].begin() + static_cast<std::ptrdiff_t>(at),
                      values[x].begin() + static_cast<std::ptrdiff_t>(at + static_cast<size_t>(a->rows * a->cols)));

@@ -11,6 +11,7 @@
 
 #include "attnc/attnc.h"
 #include "attnc/plan/Inputs.h"
+#include "attnc/plan/PatternIR.h"
 
 #include <array>
 #include <cstdint>
@@ -37,6 +38,8 @@ struct InputSpec {
 
 /// The declarations of a kernel's pattern at key length n (attnc_kernel_input).
 std::vector<InputSpec> kernelInputs(const attnc_kernel *kernel, int64_t n);
+/// The same from a pattern's IR.
+std::vector<InputSpec> patternInputs(const ir::PatternIR &ir, int64_t n);
 
 /// The arrays of one call, [B', H', rows, cols] with B' in {1, B}, H' in {1, H}.
 struct CallData {
@@ -52,9 +55,16 @@ struct CallData {
 
 /// Reads each --input file for `specs`, or, with `drawMissing`, draws the
 /// inputs not given from `seed` (1-D: values in [0, 64), as buckets or
-/// documents; ids: uniform in [0, idLimit)). Prints the error and returns
-/// false on a missing, unknown, unreadable or misshapen input.
+/// documents; ids: uniform in [0, idLimit)). A leading batch or head
+/// dimension must be 1 or `batch` / `heads` (-1: any). Prints the error and
+/// returns false on a missing, unknown, unreadable or misshapen input.
 bool loadCallData(const std::vector<InputSpec> &specs, const std::vector<InputFile> &files, int64_t batch,
                   int64_t heads, bool drawMissing, uint64_t seed, CallData &out);
+
+/// attnc analyze and show: binds each head set of `ir` to --input's arrays
+/// (batch entry 0, the set's first head), so that every analysis counts
+/// that data (`bound`: whether it read data and was given it). Prints the
+/// error and returns false when the files do not fit.
+bool bindPatternData(ir::PatternIR &ir, const std::vector<std::string> &inputFlags, int64_t n, bool &bound);
 
 } // namespace attnc::tool

@@ -7,6 +7,7 @@
 // with NQ = n, the output is the square's, unchanged.
 //
 //===----------------------------------------------------------------------===//
+#include "CallData.h"
 #include "Common.h"
 
 #include "attnc/analysis/Report.h"
@@ -30,6 +31,7 @@ struct AnalyzeOptions {
   int ranks = 0;           ///< context parallelism over this many ranks; 0: none
   int64_t d = 128;         ///< head dimension, for the bytes moved
   int64_t kvHeads = 8;     ///< key/value heads, for the bytes moved
+  std::vector<std::string> inputs; ///< --input NAME=FILE.npy
   std::string dtype = "bf16";
 };
 
@@ -163,6 +165,45 @@ void printText(const LoadedPattern &lp, const AnalyzeOptions &opts, const ir::Pa
   std::cout << os.str();
 }
 
+/// A pattern that reads data, analysed without it: what holds for any data,
+/// and which inputs the counts need.
+int printNeedsData(const LoadedPattern &lp, const AnalyzeOptions &opts) {
+  const std::vector<InputSpec> specs = patternInputs(lp.ir, opts.n);
+  std::string flags, names;
+  for (const InputSpec &s : specs) {
+    flags += " --input " + s.name + "=FILE.npy";
+    names += (names.empty() ? "'" : ", '") + s.name + "'";
+  }
+  if (opts.json) {
+    std::ostringstream os;
+    os << "{\"pattern\": " << jsonString(lp.ir.name) << ", \"n\": " << opts.n << ", \"params\": {";
+    for (size_t k = 0; k < lp.ir.params.size(); ++k)
+      os << (k ? ", " : "") << jsonString(lp.ir.params[k].first) << ": " << lp.ir.params[k].second;
+    os << "}, \"needs_data\": true, \"causal\": " << (lp.ir.causal ? "true" : "false") << ", \"inputs\": [";
+    for (size_t k = 0; k < specs.size(); ++k) {
+      os << (k ? ", " : "") << "{\"name\": " << jsonString(specs[k].name) << ", \"dims\": [" << specs[k].rows;
+      if (specs[k].rank == 2)
+        os << ", " << specs[k].cols;
+      os << "]}";
+    }
+    os << "], \"heads\": []}\n";
+    std::cout << os.str();
+    return kExitOk;
+  }
+  std::cout << "pattern '" << lp.ir.name << "' reads data (" << names << "): its pairs are known only with "
+            << "each call's data\n";
+  for (const InputSpec &s : specs)
+    std::cout << "  input " << s.name << ": " << (s.rank == 2 ? "[" + std::to_string(s.rows) + ", " +
+                                                                    std::to_string(s.cols) + "]"
+                                                              : "[" + std::to_string(s.rows) + "]")
+              << " at n = " << opts.n
+              << (s.idLimit ? ", ids in [-1, " + std::to_string(s.idLimit) + ")" : std::string()) << "\n";
+  std::cout << "for any data: " << (lp.ir.causal ? "causal (no key after its query)" : "not declared causal")
+            << "\nnnz, keys per row, empty rows, blocks and connectivity need the data: attnc analyze "
+            << opts.pattern.file << " --n " << opts.n << flags << "\n";
+  return kExitOk;
+}
+
 int runAnalyze(const AnalyzeOptions &opts) {
   int exitCode = kExitOk;
   auto lp = loadPattern(opts.pattern, exitCode);
@@ -170,6 +211,11 @@ int runAnalyze(const AnalyzeOptions &opts) {
     return exitCode;
   if (int code = checkQueries(opts.queries.value_or(opts.n), opts.n); code != kExitOk)
     return code;
+  bool bound = false;
+  if (!bindPatternData(lp->ir, opts.inputs, opts.n, bound))
+    return kExitUserError;
+  if (lp->ir.readsData() && !bound)
+    return printNeedsData(*lp, opts);
   ir::ReportOptions options;
   options.n = opts.n;
   options.queries = opts.queries.value_or(opts.n);
@@ -233,7 +279,12 @@ void setupAnalyze(CLI::App &app, int &exitCode) {
   cmd->add_option("--dtype", opts->dtype, "With --ranks: element type of K and V, f32 or bf16")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--input", opts->inputs,
+                  "Data of a pattern that reads some: an int32 or int64 .npy per input (DIMS, [B, DIMS] or "
+                  "[B, H, DIMS]; batch entry 0 is counted, head set k with its first head's data)")
+      ->type_name("NAME=FILE.npy");
   cmd->footer(examplesFooter({"attnc analyze patterns/fixed.attn --n 4096",
+                              "attnc analyze patterns/document.attn --n 4096 --input doc=doc.npy --json",
                               "attnc analyze patterns/strided.attn --n 16384 -D l=128 --json",
                               "attnc analyze patterns/fixed.attn --n 4096 --block 64 --block-cols 8",
                               "attnc analyze patterns/local.attn --n 32768 --queries 1",

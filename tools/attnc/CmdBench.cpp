@@ -272,6 +272,11 @@ int runBench(const BenchOptions &opts) {
   if (!lp)
     return exitCode;
   const Pattern &p = *lp->pattern;
+  if (lp->ir.readsData()) {
+    std::cerr << "attnc: error: attnc bench: pattern '" << p.name
+              << "' reads data; its pairs change with every call's data: bench/DataPatternBench.cpp (attnc_bench_data in the build's bench/) times such patterns with new data at every call, against the dense baseline\n";
+    return kExitUserError;
+  }
   int64_t heads = p.headsDeclared ? p.numHeads() : opts.heads;
   if (p.headsDeclared && opts.heads != 8 && opts.heads != heads) {
     std::cerr << "attnc: error: pattern '" << p.name << "' declares " << heads

@@ -6,6 +6,7 @@
 // NQ = n, it is the square's.
 //
 //===----------------------------------------------------------------------===//
+#include "CallData.h"
 #include "Common.h"
 #include "Picture.h"
 
@@ -25,6 +26,7 @@ struct ShowOptions {
   std::string output;
   int64_t grid = 0;
   int64_t maxSide = 0;
+  std::vector<std::string> inputs; ///< --input NAME=FILE.npy
 };
 
 std::string inferFormat(const ShowOptions &opts) {
@@ -63,6 +65,16 @@ int runShow(const ShowOptions &opts) {
     return kExitUsage;
   }
   int64_t maxSide = opts.maxSide ? opts.maxSide : (format == "ascii" ? 128 : 768);
+  bool bound = false;
+  if (!bindPatternData(lp->ir, opts.inputs, opts.n, bound))
+    return kExitUserError;
+  if (lp->ir.readsData() && !bound) {
+    std::string flags;
+    for (const InputDecl &d : lp->ir.inputs)
+      flags += " --input " + d.name + "=FILE.npy";
+    std::cerr << "attnc: error: pattern '" << p.name << "' reads data; its picture needs it:" << flags << "\n";
+    return kExitUserError;
+  }
   std::vector<ir::Layer> layers =
       ir::layersOf(lp->ir, opts.head, ir::SetNames(*lp->frontend, p.name));
   ir::Raster raster = ir::rasterize(layers, opts.n, maxSide, queries);
@@ -121,7 +133,12 @@ void setupShow(CLI::App &app, int &exitCode) {
                   "Cells per side before the picture is downsampled (default 128 for ascii, 768 "
                   "otherwise)")
       ->check(CLI::Range(int64_t{8}, int64_t{4096}));
+  cmd->add_option("--input", opts->inputs,
+                  "Data of a pattern that reads some: an int32 or int64 .npy per input (DIMS, [B, DIMS] or "
+                  "[B, H, DIMS]; batch entry 0 is drawn, each head with its data)")
+      ->type_name("NAME=FILE.npy");
   cmd->footer(examplesFooter({"attnc show patterns/fixed.attn --n 64 -D l=16 -D c=4",
+                              "attnc show patterns/lsh.attn --n 64 --input b0=b0.npy --input b1=b1.npy",
                               "attnc show patterns/strided.attn --n 256 -D l=16 -o strided.svg --grid 16",
                               "attnc show patterns/fixed_multihead.attn --n 512 -o fixed.png",
                               "attnc show patterns/longformer.attn --n 128 --queries 8 -D w=16"}));

@@ -223,6 +223,11 @@ int runTune(const TuneOptions &opts) {
   if (!lp)
     return exitCode;
   const Pattern &p = *lp->pattern;
+  if (lp->ir.readsData()) {
+    std::cerr << "attnc: error: attnc tune: pattern '" << p.name
+              << "' reads data; its tiles are planned from each call's data; attnc tune does not search them yet (the fused backend's defaults run it: bench/DataPatternBench.cpp times them)\n";
+    return kExitUserError;
+  }
   const int64_t heads = p.headsDeclared ? p.numHeads() : opts.heads;
   // The useful work of one forward call: every head's pairs.
   int64_t nnz = 0;

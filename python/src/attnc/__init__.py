@@ -8,6 +8,9 @@
     attnc.analyze("patterns/fixed.attn", n=4096)["heads"][0]["nnz"]
     svg = attnc.show("patterns/fixed.attn", n=512, l=64, c=8)
 
+A pattern that reads data (``input b0 : int[n]``) takes it by name with every call:
+``b0, b1 = attnc.lsh_buckets(qk, 64, 2, seed=0)``, ``kernel(qk, qk, v, b0=b0, b1=b1)``.
+
 :mod:`attnc.torch` (imported on first use with a tensor) holds the PyTorch
 integration; numpy arrays work without torch. :mod:`attnc.distributed` (imported
 on first use of ``attnc.distributed``) shares one sequence's attention across the
@@ -17,6 +20,7 @@ ranks of a torch.distributed group.
 from ._api import Kernel, analyze, cache_stats, compile, cpu_isa, load, show
 from ._attnc import ABI_VERSION
 from ._errors import AttncError, AttncWarning
+from ._lsh import lsh_buckets
 
 __version__ = "0.1.0"
 
@@ -39,5 +43,6 @@ __all__ = [
     "compile",
     "cpu_isa",
     "load",
+    "lsh_buckets",
     "show",
 ]

@@ -100,6 +100,12 @@ class Kernel:
         self.num_threads = 0
         # The sparsifier backend writes no log-sum-exp (docs/runtime.md).
         self._has_lse = handle.metadata("backend") != "sparsifier"
+        self._pattern = handle.metadata("pattern") or name
+        # The pattern's inputs in declaration order: ((name, rank), ...); empty for a positional
+        # pattern. Their dimensions depend on n: _input_dims(n) asks the runtime (cached).
+        self._inputs: Tuple[Tuple[str, int], ...] = tuple(
+            (entry[0], entry[1]) for entry in (handle.input(x, 1) for x in range(handle.num_inputs)))
+        self._dims: Dict[int, Tuple[Tuple[int, int, int], ...]] = {}
         with _LOCK:
             self.id = next(_NEXT_ID)
             _KERNELS[self.id] = self
@@ -125,66 +131,125 @@ class Kernel:
     def backend(self) -> str:
         return self._handle.metadata("backend")
 
-    def __call__(self, q: Any, k: Any, v: Any, scale: Optional[float] = None, *, out: Any = None) -> Any:
+    @property
+    def inputs(self) -> Dict[str, int]:
+        """The data the pattern reads (``input NAME : int[...]``), in declaration order: each
+        input's name and rank (1 or 2). Empty for a pattern of positions only. Every call passes
+        each as a keyword argument: ``kernel(q, k, v, b0=b0, b1=b1)``."""
+        return dict(self._inputs)
+
+    def input_shape(self, name: str, n: int) -> Tuple[int, ...]:
+        """The declared dimensions of input ``name`` at key length ``n`` (``(n,)`` for
+        ``int[n]``, ``(ceil(n / B), k)`` for ``int[(n + B - 1) / B, k]``); a call may add
+        ``[batch]`` or ``[batch, heads]`` in front."""
+        x = self._input_index(name)
+        _check_range("n", n, 1, 1 << 62)
+        d1, d2, _ = self._input_dims(int(n))[x]
+        return (d1,) if self._inputs[x][1] == 1 else (d1, d2)
+
+    def input_id_limit(self, name: str, n: int) -> Optional[int]:
+        """When the pattern reads input ``name`` as block or token ids (``j / B in sel[...]``,
+        ``j in top[i]``), the bound on them at key length ``n``: each entry must lie in
+        ``[-1, limit)`` (-1: none). None when any integer will do (bucket or document ids)."""
+        x = self._input_index(name)
+        _check_range("n", n, 1, 1 << 62)
+        limit = self._input_dims(int(n))[x][2]
+        return limit if limit > 0 else None
+
+    def _input_index(self, name: str) -> int:
+        for x, (declared, _) in enumerate(self._inputs):
+            if declared == name:
+                return x
+        raise error(INVALID_ARGUMENT, f"pattern '{self._pattern}' has no input '{name}'"
+                                      + (f" (it declares {_names(self._inputs)})" if self._inputs
+                                         else " (it reads no data)"))
+
+    def _input_dims(self, n: int) -> Tuple[Tuple[int, int, int], ...]:
+        """(D1, D2, id limit) of each input at key length n (n >= 1), from attnc_kernel_input."""
+        dims = self._dims.get(n)
+        if dims is None:
+            dims = tuple(tuple(self._handle.input(x, n)[2:]) for x in range(len(self._inputs)))
+            if len(self._dims) >= 1024:
+                self._dims.clear()
+            self._dims[n] = dims
+        return dims
+
+    def __call__(self, q: Any, k: Any, v: Any, scale: Optional[float] = None, *, out: Any = None,
+                 **inputs: Any) -> Any:
         """Attention of q [batch, Hq, nq, d] over k, v [batch, Hkv, nk, d] (see the class);
         returns O like q (a tensor or a numpy array).
 
         ``scale`` defaults to ``1/sqrt(d)``. ``out``: an array of q's shape and dtype that O is
         written into (and returned), as in torch's ``out=``; nothing is allocated then.
+        ``inputs``: the data a pattern that reads it declares (:attr:`inputs`), each by its name,
+        int32 or int64 (torch tensors with tensors, numpy arrays with arrays), of its declared
+        shape at nk (``[D]`` or ``[D1, D2]``) with ``[batch]`` or ``[batch, heads]`` (query
+        heads) in front, or not, to share it across what is missing.
         """
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(q, torch.Tensor):
             attention = _torch_attention or _import_torch_attention()
+            if inputs:
+                return attention(q, k, v, self, scale, out=out, **inputs)
             return attention(q, k, v, self, scale) if out is None else attention(q, k, v, self, scale, out=out)
         if out is None:
-            o, _ = self.forward(q, k, v, scale=scale, lse=False)
+            o, _ = self.forward(q, k, v, scale=scale, lse=False, **inputs)
             return o
         q, k, v = (_numpy_input(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
         _check_shapes(q.shape, k.shape, v.shape)
+        data = _numpy_inputs(self, inputs, q.shape, k.shape)
         if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != q.shape:
             raise error(SHAPE, f"'out' must be a float32 numpy array of q's shape {list(q.shape)}, got "
                                f"{_describe(out)}")
         if not out.flags.writeable:
             raise error(INVALID_ARGUMENT, "'out' is a read-only array")
-        self._forward(q, k, v, out, None, _scale(scale))
+        self._forward(q, k, v, out, None, _scale(scale), data)
         return out
 
     # -- numpy --------------------------------------------------------------
 
     def forward(
-        self, q: Any, k: Any, v: Any, scale: Optional[float] = None, lse: bool = True
+        self, q: Any, k: Any, v: Any, scale: Optional[float] = None, lse: bool = True, **inputs: Any
     ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         """O (q's shape) and each row's log-sum-exp ([batch, Hq, nq], float32; -inf for a row with
         no keys; None with ``lse=False`` or a sparsifier kernel, which has none) for numpy float32
-        arrays (or any DLPack array, viewed through numpy)."""
+        arrays (or any DLPack array, viewed through numpy). ``inputs``: the pattern's data, as for
+        ``__call__`` (numpy int32 or int64 arrays)."""
         q, k, v = (_numpy_input(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
         _check_shapes(q.shape, k.shape, v.shape)
+        data = _numpy_inputs(self, inputs, q.shape, k.shape)
         o = np.empty(q.shape, dtype=np.float32)
         l = np.empty(q.shape[:3], dtype=np.float32) if lse and self._has_lse else None
-        self._forward(q, k, v, o, l, _scale(scale))
+        self._forward(q, k, v, o, l, _scale(scale), data)
         return o, l
 
     def backward(
-        self, q: Any, k: Any, v: Any, o: Any, lse: Any, d_o: Any, scale: Optional[float] = None
+        self, q: Any, k: Any, v: Any, o: Any, lse: Any, d_o: Any, scale: Optional[float] = None, **inputs: Any
     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """dQ, dK, dV of ``sum(O * d_o)`` for numpy float32 arrays, from forward()'s O and lse;
-        dK and dV have k's shape (with grouped heads, summed over each group's query heads)."""
+        dK and dV have k's shape (with grouped heads, summed over each group's query heads).
+        ``inputs``: the same data as the forward call's."""
         q, k, v, o, d_o = (
             _numpy_input(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (d_o, "d_o"))
         )
         _check_shapes(q.shape, k.shape, v.shape)
+        data = _numpy_inputs(self, inputs, q.shape, k.shape)
         lse = np.asarray(lse, dtype=np.float32)
         grads = (np.empty(q.shape, dtype=np.float32), np.empty(k.shape, dtype=np.float32),
                  np.empty(k.shape, dtype=np.float32))
-        self._backward(q, k, v, o, d_o, lse, *grads, _scale(scale))
+        self._backward(q, k, v, o, d_o, lse, *grads, _scale(scale), data)
         return grads
 
     # -- the calls into the extension (attnc.torch has its own, on DLPack capsules)
 
-    def _forward(self, q: Any, k: Any, v: Any, o: Any, lse: Any, scale: float) -> None:
+    def _forward(self, q: Any, k: Any, v: Any, o: Any, lse: Any, scale: float, data: Optional[list] = None) -> None:
+        """`data`: the pattern's inputs as (name, [B, H, D1, D2] array) pairs (None: it reads none)."""
         for attempt in (0, 1):
             try:
-                _attnc.run_forward(self._handle, q, k, v, o, lse, scale, self.num_threads)
+                if data is None:
+                    _attnc.run_forward(self._handle, q, k, v, o, lse, scale, self.num_threads)
+                else:
+                    _attnc.forward(self._handle, q, k, v, o, lse, data, scale, self.num_threads)
                 return
             except (AttncError, TypeError, BufferError) as e:
                 if attempt or not _needs_copy(e):
@@ -192,10 +257,14 @@ class Kernel:
                 q, k, v = (_contiguous(x) for x in (q, k, v))
 
     def _backward(self, q: Any, k: Any, v: Any, o: Any, d_o: Any, lse: Any, d_q: Any, d_k: Any, d_v: Any,
-                  scale: float) -> None:
+                  scale: float, data: Optional[list] = None) -> None:
         for attempt in (0, 1):
             try:
-                _attnc.run_backward(self._handle, q, k, v, o, d_o, lse, d_q, d_k, d_v, scale, self.num_threads)
+                if data is None:
+                    _attnc.run_backward(self._handle, q, k, v, o, d_o, lse, d_q, d_k, d_v, scale, self.num_threads)
+                else:
+                    _attnc.backward(self._handle, q, k, v, o, d_o, lse, d_q, d_k, d_v, data, scale,
+                                    self.num_threads)
                 return
             except (AttncError, TypeError, BufferError) as e:
                 if attempt or not _needs_copy(e):
@@ -255,6 +324,83 @@ def _numpy_input(x: Any, name: str) -> np.ndarray:
     if x.ndim != 4:
         raise error(SHAPE, f"'{name}' has shape {list(x.shape)}; attnc takes [batch, heads, n, d]")
     return x
+
+
+# -- the data of patterns that read it ------------------------------------------
+
+
+def _names(inputs: Tuple[Tuple[str, int], ...]) -> str:
+    return ", ".join(f"'{name}'" for name, _ in inputs)
+
+
+def _match_inputs(kernel: Kernel, given: Mapping[str, Any]) -> list:
+    """The values given for the kernel's inputs, in declaration order: each declared input once,
+    nothing else (an unknown keyword is reported as an input the pattern lacks)."""
+    declared = kernel._inputs
+    if not declared:
+        if given:
+            raise error(INVALID_ARGUMENT, f"pattern '{kernel._pattern}' reads no data, but the call gives "
+                                          f"{', '.join(repr(name) for name in given)}: only a pattern that "
+                                          "declares inputs ('input NAME : int[...]') takes them")
+        return []
+    for name in given:
+        if not any(name == d for d, _ in declared):
+            raise error(INVALID_ARGUMENT, f"pattern '{kernel._pattern}' has no input '{name}' (it declares "
+                                          f"{_names(declared)})")
+    missing = [d for d, _ in declared if d not in given]
+    if missing:
+        call = ", ".join(f"{d}=..." for d, _ in declared)
+        raise error(INVALID_ARGUMENT, f"pattern '{kernel._pattern}' reads the input"
+                                      f"{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}, "
+                                      f"missing from the call: pass {'them' if len(missing) > 1 else 'it'} as "
+                                      f"kernel(q, k, v, {call})")
+    return [given[d] for d, _ in declared]
+
+
+def _input_shape4(name: str, rank: int, shape: Tuple[Any, ...], q: Tuple[Any, ...], n: Any,
+                  dims: Optional[Tuple[int, int]]) -> Tuple[Any, Any, Any, Any]:
+    """The [B, H, D1, D2] shape attnc takes for an input of `shape` ([D...], [B, D...] or
+    [B, H, D...], D... the declared `rank` dimensions, `dims` at key length n when known),
+    in a call whose q has shape `q` (B: 1 or q's batch, H: 1 or q's heads)."""
+    nd = len(shape)
+    lead, tail = tuple(shape[:nd - rank]), tuple(shape[nd - rank:])
+    b = lead[0] if len(lead) >= 1 else 1
+    h = lead[1] if len(lead) >= 2 else 1
+    fits = rank <= nd <= rank + 2 and (b == 1 or b == q[0]) and (h == 1 or h == q[1])
+    if fits and dims is not None:
+        fits = tail == tuple(dims[:rank])
+    if not fits:
+        want = "[" + ", ".join(str(d) for d in dims[:rank]) + "]" if dims is not None else \
+            ("[D]" if rank == 1 else "[D1, D2]")
+        inner = want[1:-1]
+        batch = "1" if q[0] == 1 else f"1 or {q[0]}"
+        heads = "1" if q[1] == 1 else f"1 or {q[1]}"
+        at = f"at n = {n} " if dims is not None else ""
+        raise error(SHAPE, f"input '{name}' has shape {list(shape)}; {at}it must be {want}, [B, {inner}] or "
+                           f"[B, H, {inner}] with B {batch} (the batch) and H {heads} (the query heads)")
+    return (b, h, tail[0], tail[1] if rank == 2 else 1)
+
+
+def _numpy_inputs(kernel: Kernel, given: Mapping[str, Any], q: Tuple[int, ...], k: Tuple[int, ...]) -> Optional[list]:
+    """The inputs of a numpy call as the extension takes them: (name, int32/int64 [B, H, D1, D2]
+    array) pairs in declaration order; None for a pattern that reads no data."""
+    values = _match_inputs(kernel, given)
+    if not values:
+        return None
+    n = k[2]
+    dims = kernel._input_dims(n) if n >= 1 else None
+    out = []
+    for x, ((name, rank), value) in enumerate(zip(kernel._inputs, values)):
+        if not isinstance(value, np.ndarray):
+            value = np.from_dlpack(value) if hasattr(value, "__dlpack__") else np.asarray(value)
+        if value.dtype not in (np.int32, np.int64):
+            raise error(DTYPE, f"input '{name}' is a {value.dtype} array; inputs are int32 or int64")
+        shape = _input_shape4(name, rank, value.shape, q, n, dims[x][:2] if dims else None)
+        value = value.reshape(shape)
+        if any(s <= 0 for s, e in zip(value.strides, value.shape) if e > 1):
+            value = np.ascontiguousarray(value)  # a broadcast's 0 or a flip's negative stride
+        out.append((name, value))
+    return out
 
 
 # -- patterns ------------------------------------------------------------------

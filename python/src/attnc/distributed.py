@@ -205,6 +205,13 @@ def _kernel_key(kernel: "_api.Kernel") -> str:
     return f"{meta.get('pattern', '')}|{meta.get('params', '')}|{meta.get('source_hash', '')}"
 
 
+def _refuse_data(kernel: "_api.Kernel") -> None:
+    if kernel._inputs:
+        raise error(UNSUPPORTED, f"pattern '{kernel._pattern}' reads data (its inputs {_api._names(kernel._inputs)}), "
+                                 "which is not supported by attnc.distributed yet: its shards are planned from the "
+                                 "pattern's closed forms, before any data is known")
+
+
 def shard(kernel: "_api.Kernel", n: int, world_size: int) -> Shards:
     """Shares the positions ``[0, n)`` of a sequence out to ``world_size`` ranks so that the pattern of
     ``kernel`` gives each the same number of pairs, and works out the K/V rows each must receive
@@ -212,6 +219,7 @@ def shard(kernel: "_api.Kernel", n: int, world_size: int) -> Shards:
     it with the same arguments and gets the same shards."""
     if not isinstance(kernel, _api.Kernel):
         raise TypeError(f"expected an attnc.Kernel, got {type(kernel).__name__}")
+    _refuse_data(kernel)
     _api._check_range("n", n, 1, 1 << 24)
     _api._check_range("world_size", world_size, 1, 1 << 16)
     meta = kernel.metadata
@@ -423,6 +431,8 @@ def attention(kernel: "_api.Kernel", q: Tensor, k: Tensor, v: Tensor, shards: Sh
     with its part. Autograd: dQ is this rank's; dK and dV are the sums, over every rank's queries,
     for this rank's keys. ``scale`` defaults to 1/sqrt(d).
     """
+    if isinstance(kernel, _api.Kernel):
+        _refuse_data(kernel)  # (on every rank alike, before any collective)
     group_size = dist.get_world_size(group)
     me = dist.get_rank(group)
     problem = _local_problem(kernel, q, k, v, shards, me)

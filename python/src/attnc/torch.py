@@ -19,6 +19,14 @@ host, so CUDA cu_seqlens are copied back first):
 - ``attnc::attention_varlen_backward(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
   kernel_id, scale) -> (d_q, d_k, d_v)``: attnc_run_backward_varlen.
 
+Two more for patterns that read data (``input NAME : int[...]``; CPU tensors only):
+
+- ``attnc::attention_data(q, k, v, inputs, kernel_id, scale) -> (o, lse)``: attnc_forward
+  with the pattern's inputs, ``inputs`` in declaration order, each an int32 or int64 tensor
+  of shape [B, H, D1, D2] (B 1 or the batch, H 1 or the query heads; D2 = 1 for a 1-D input).
+- ``attnc::attention_data_backward(d_o, q, k, v, o, lse, inputs, kernel_id, scale) ->
+  (d_q, d_k, d_v)``: attnc_backward with the same inputs (integers: no gradient).
+
 Each has a fake (meta) implementation that gives the outputs' shapes, so
 ``torch.compile(fullgraph=True)`` traces through them without a graph break,
 and each forward has its backward op as its autograd formula (q, k, v, o and
@@ -40,8 +48,9 @@ called.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -53,6 +62,7 @@ __all__ = ["attention", "attention_with_lse", "attention_varlen", "attention_var
 _DTYPES = (torch.float32, torch.bfloat16)
 _CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _OFFSET_DTYPES = (torch.int32, torch.int64)
+_INPUT_DTYPES = (torch.int32, torch.int64)
 _INT32_MAX = 2**31 - 1
 _CONTIGUOUS = torch.contiguous_format
 
@@ -305,6 +315,115 @@ def _attention_varlen_op_backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
 _attention_varlen_op.register_autograd(_attention_varlen_op_backward, setup_context=_setup_varlen_context)
 
 
+# ---- patterns that read data ---------------------------------------------------
+
+
+def _data_pairs(kernel: "_api.Kernel", inputs: Sequence[Tensor]) -> list:
+    """(name, tensor) pairs for the extension: a broadcast's 0 strides (which attnc does not take on
+    a dimension longer than 1) copied away."""
+    pairs = []
+    for (name, _), x in zip(kernel._inputs, inputs):
+        if any(st == 0 and e > 1 for st, e in zip(x.stride(), x.shape)):
+            x = x.contiguous()
+        pairs.append((name, x))
+    return pairs
+
+
+def _data_cpu_only(kernel: "_api.Kernel") -> str:
+    return f"pattern '{kernel._pattern}' reads data (its inputs), which runs on CPU tensors only for now"
+
+
+def _data_forward(q: Tensor, k: Tensor, v: Tensor, inputs: Sequence[Tensor], kernel: "_api.Kernel", scale: float,
+                  with_lse: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
+    """O and lse (None unless `with_lse`) of a call with the pattern's inputs: attnc::attention_data's
+    implementation, and the eager path's."""
+    if q.is_cuda:
+        raise error(UNSUPPORTED, _data_cpu_only(kernel))
+    o = _new(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32) if with_lse else None
+    _run(_attnc.forward, kernel, [q, k, v, o, lse], 3, scale, (_data_pairs(kernel, inputs),))
+    return o, lse
+
+
+def _data_backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, inputs: Sequence[Tensor],
+                   kernel: "_api.Kernel", scale: float) -> Tuple[Tensor, Tensor, Tensor]:
+    """dQ, dK, dV of a call with the pattern's inputs: attnc::attention_data_backward's implementation."""
+    if q.is_cuda:
+        raise error(UNSUPPORTED, _data_cpu_only(kernel))
+    if d_o.dtype != o.dtype:
+        d_o = d_o.to(o.dtype)
+    d_q, d_k, d_v = _new(q), _new(k), _new(v)
+    _run(_attnc.backward, kernel, [q, k, v, o, d_o, lse, d_q, d_k, d_v], 6, scale, (_data_pairs(kernel, inputs),))
+    return d_q, d_k, d_v
+
+
+def _check_data(kernel: "_api.Kernel", inputs: Sequence[Tensor], q: Tensor, k: Tensor) -> None:
+    """The ops' inputs: one [B, H, D1, D2] int32 or int64 tensor per declared input, in order (the
+    dimensions checked when n is known: not for a symbolic n, which the runtime checks)."""
+    if len(inputs) != len(kernel._inputs):
+        raise error(INVALID_ARGUMENT, f"pattern '{kernel._pattern}' reads {len(kernel._inputs)} input"
+                                      f"{'s' if len(kernel._inputs) != 1 else ''} ({_api._names(kernel._inputs)}) "
+                                      f"but the call gives {len(inputs)}")
+    n = k.shape[2]
+    dims = kernel._input_dims(n) if isinstance(n, int) and n >= 1 else None
+    for x, ((name, rank), value) in enumerate(zip(kernel._inputs, inputs)):
+        if value.dtype not in _INPUT_DTYPES:
+            raise error(DTYPE, f"input '{name}' has dtype {value.dtype}; inputs are int32 or int64")
+        if value.dim() != 4 or (rank == 1 and value.shape[3] != 1):
+            raise error(SHAPE, f"input '{name}' has shape {list(value.shape)}; attnc::attention_data takes "
+                               "[B, H, D1, D2] (D2 = 1 for a 1-D input)")
+        shape = tuple(value.shape) if rank == 2 else tuple(value.shape[:3])
+        _api._input_shape4(name, rank, shape, tuple(q.shape), n, dims[x][:2] if dims else None)
+
+
+@torch.library.custom_op("attnc::attention_data", mutates_args=(), device_types=("cpu", "cuda"))
+def _attention_data_op(q: Tensor, k: Tensor, v: Tensor, inputs: List[Tensor], kernel_id: int,
+                       scale: float) -> Tuple[Tensor, Tensor]:
+    return _data_forward(q, k, v, inputs, _api._kernel_by_id(kernel_id), scale)
+
+
+@_attention_data_op.register_fake
+def _attention_data_fake(q: Tensor, k: Tensor, v: Tensor, inputs: List[Tensor], kernel_id: int,
+                         scale: float) -> Tuple[Tensor, Tensor]:
+    _api._check_shapes(q.shape, k.shape, v.shape)
+    _check_data(_api._kernel_by_id(kernel_id), inputs, q, k)
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("attnc::attention_data_backward", mutates_args=(), device_types=("cpu", "cuda"))
+def _attention_data_backward_op(
+    d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, inputs: List[Tensor], kernel_id: int,
+    scale: float
+) -> Tuple[Tensor, Tensor, Tensor]:
+    return _data_backward(d_o, q, k, v, o, lse, inputs, _api._kernel_by_id(kernel_id), scale)
+
+
+@_attention_data_backward_op.register_fake
+def _attention_data_backward_fake(
+    d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, inputs: List[Tensor], kernel_id: int,
+    scale: float
+) -> Tuple[Tensor, Tensor, Tensor]:
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_data_context(ctx, inputs, output) -> None:
+    q, k, v, data, kernel_id, scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, *data)
+    ctx.mark_non_differentiable(lse)
+    ctx.kernel_id = kernel_id
+    ctx.scale = scale
+
+
+def _attention_data_op_backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
+    q, k, v, o, lse, *data = ctx.saved_tensors
+    d_q, d_k, d_v = torch.ops.attnc.attention_data_backward(d_o, q, k, v, o, lse, data, ctx.kernel_id, ctx.scale)
+    return d_q, d_k, d_v, None, None, None
+
+
+_attention_data_op.register_autograd(_attention_data_op_backward, setup_context=_setup_data_context)
+
+
 # ---- the eager path -----------------------------------------------------------
 #
 # torch.library's dispatch of a custom op costs more than attnc's kernel call
@@ -371,6 +490,30 @@ class _EagerAttention(torch.autograd.Function):
         else:
             grads = _varlen_backward(d_o, q, k, v, o, lse, cu_q, cu_k, kernel, scale)
         return (*grads, None, None, None, None)
+
+
+class _EagerDataAttention(torch.autograd.Function):
+    """attnc::attention_data's forward and backward without the dispatcher (the same
+    implementations); the pattern's inputs follow the scale."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: float, *inputs: Tensor):
+        o, lse = _data_forward(q, k, v, inputs, kernel, scale)
+        ctx.save_for_backward(q, k, v, o, lse, *inputs)
+        ctx.mark_non_differentiable(lse)
+        ctx.kernel = kernel
+        ctx.scale = scale
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
+        q, k, v, o, lse, *inputs = ctx.saved_tensors
+        kernel, scale = ctx.kernel, ctx.scale
+        if _grad_enabled() or not _eager(d_o, q, k):
+            grads = torch.ops.attnc.attention_data_backward(d_o, q, k, v, o, lse, inputs, kernel.id, scale)
+        else:
+            grads = _data_backward(d_o, q, k, v, o, lse, inputs, kernel, scale)
+        return (*grads, None, None, *(None for _ in inputs))
 
 
 def _eager_attention(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float], lse: bool):
@@ -459,9 +602,50 @@ def _as_offsets(cu: Optional[Offsets], name: str) -> Optional[Tensor]:
     raise TypeError(f"'{name}' is a {type(cu).__name__}; cu_seqlens are an int32 tensor or a list of ints")
 
 
+def _data_inputs(kernel: "_api.Kernel", given: Dict[str, Any], q: Tensor, k: Tensor) -> List[Tensor]:
+    """The pattern's inputs of a call given as keywords, checked (names, dtype, device, shape) and
+    viewed as [B, H, D1, D2] in declaration order. The declared dimensions are checked here in
+    eager mode and by the op's fake implementation when compiling."""
+    values = _api._match_inputs(kernel, given)
+    n = k.shape[2]
+    dims = None if _is_compiling() or not isinstance(n, int) or n < 1 else kernel._input_dims(n)
+    out = []
+    for x, ((name, rank), value) in enumerate(zip(kernel._inputs, values)):
+        if isinstance(value, np.ndarray):
+            value = torch.from_numpy(value)
+        if not isinstance(value, Tensor):
+            raise TypeError(f"input '{name}' is a {type(value).__name__}; inputs are int32 or int64 tensors")
+        if value.dtype not in _INPUT_DTYPES:
+            raise error(DTYPE, f"input '{name}' has dtype {value.dtype}; inputs are int32 or int64")
+        if value.device != q.device:
+            raise error(INVALID_ARGUMENT, f"input '{name}' is on device '{value.device}' but 'q' is on "
+                                          f"'{q.device}'; inputs live with the tensors")
+        shape = _api._input_shape4(name, rank, tuple(value.shape), tuple(q.shape), n, dims[x][:2] if dims else None)
+        out.append(value.reshape(shape))
+    return out
+
+
+def _attention_data(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float],
+                    given: Dict[str, Any], with_lse: bool):
+    """attention() and attention_with_lse() of a pattern that reads data (or of a call that gives
+    inputs): every check in Python before the call, then the eager path or attnc::attention_data."""
+    _check_tensors(q, k, v, cuda=False, cpu_only=_data_cpu_only(kernel))
+    _api._check_shapes(q.shape, k.shape, v.shape)
+    inputs = _data_inputs(kernel, given, q, k)
+    scale = _api._scale(scale)
+    if _eager(q, k, v) and all(type(x) is _Tensor for x in inputs):
+        if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            o, lse = _EagerDataAttention.apply(q, k, v, kernel, scale, *inputs)
+        else:
+            o, lse = _data_forward(q, k, v, inputs, kernel, scale, with_lse)
+    else:
+        o, lse = torch.ops.attnc.attention_data(q, k, v, inputs, kernel.id, scale)
+    return (o, lse) if with_lse else o
+
+
 def attention(
     q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float] = None, *,
-    out: Optional[Tensor] = None
+    out: Optional[Tensor] = None, **inputs: Tensor
 ) -> Tensor:
     """attnc attention with the pattern of ``kernel``: q ``[batch, Hq, nq, d]`` over k, v
     ``[batch, Hkv, nk, d]`` (CPU tensors, float32 or bfloat16; or CUDA tensors, bfloat16,
@@ -480,9 +664,17 @@ def attention(
     traceable by ``torch.compile(fullgraph=True)``. Returns O, contiguous, with q's shape and
     dtype; or, with ``out`` (a tensor of q's shape and dtype, any strides), writes O into it
     and returns it, allocating nothing in eager mode (as torch's ``out=``: not differentiable).
+
+    ``inputs``: a pattern that reads data (``kernel.inputs``) takes each of its inputs by name,
+    an int32 or int64 tensor of its declared shape at nk (``[D]`` or ``[D1, D2]``, see
+    ``kernel.input_shape(name, n)``) with ``[batch]`` or ``[batch, heads]`` (query heads) in
+    front, or not, to share it across the batch or the heads (CPU tensors only for now; no
+    gradient flows into them). attnc::attention_data is then the op.
     """
     if out is not None:
-        return _attention_out(q, k, v, kernel, scale, out)
+        return _attention_out(q, k, v, kernel, scale, out, inputs)
+    if kernel._inputs or inputs:
+        return _attention_data(q, k, v, kernel, scale, inputs, False)
     if _eager(q, k, v):
         o = _eager_attention(q, k, v, kernel, scale, False)
         if o is not None:
@@ -494,7 +686,7 @@ def attention(
 
 
 def _attention_out(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float],
-                   out: Tensor) -> Tensor:
+                   out: Tensor, inputs: Optional[Dict[str, Any]] = None) -> Tensor:
     """attention(..., out=out): in eager mode the runtime writes O into `out` itself; elsewhere,
     or where it cannot take `out`'s strides, O is computed and copied into it."""
     if not isinstance(out, Tensor):
@@ -505,6 +697,9 @@ def _attention_out(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale
     if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
         raise error(SHAPE, f"'out' must have q's shape {list(q.shape)}, dtype {q.dtype} and device {q.device}, "
                            f"got {list(out.shape)}, {out.dtype} and {out.device}")
+    if inputs or kernel._inputs:
+        out.copy_(_attention_data(q, k, v, kernel, scale, inputs or {}, False))
+        return out
     if _eager(q, k, v) and type(out) is _Tensor:
         try:
             _run(_attnc.run_forward, kernel, [q, k, v, out, None], 3, 0.0 if scale is None else _api._scale(scale))
@@ -516,10 +711,12 @@ def _attention_out(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale
 
 
 def attention_with_lse(
-    q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float] = None
+    q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float] = None, **inputs: Tensor
 ) -> Tuple[Tensor, Tensor]:
     """:func:`attention` and each row's log-sum-exp (float32 ``[batch, Hq, nq]``, -inf for a row
-    with no keys; not differentiable)."""
+    with no keys; not differentiable). ``inputs`` as for :func:`attention`."""
+    if kernel._inputs or inputs:
+        return _attention_data(q, k, v, kernel, scale, inputs, True)
     if _eager(q, k, v):
         out = _eager_attention(q, k, v, kernel, scale, True)
         if out is not None:
@@ -537,6 +734,9 @@ def attention_varlen_with_lse(
     FlashAttention's varlen returns it; -inf for a row with no keys; not differentiable)."""
     if kernel is None:
         raise TypeError("attention_varlen needs a kernel: attention_varlen(q, k, v, cu_seqlens_q, kernel=...)")
+    if kernel._inputs:
+        raise error(UNSUPPORTED, f"pattern '{kernel._pattern}' reads data (its inputs), which varlen calls do not "
+                                 "take yet: call each sequence with its own inputs")
     _check_tensors(q, k, v)
     cu_q, cu_k = _as_offsets(cu_seqlens_q, "cu_seqlens_q"), _as_offsets(cu_seqlens_k, "cu_seqlens_k")
     if cu_q is None:
