@@ -1,6 +1,8 @@
 //===- Generators.cpp - What each generator of the pattern IR promises ---===//
 #include "attnc/plan/Generators.h"
 
+#include "attnc/plan/Inputs.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -42,6 +44,13 @@ void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &h
       lo = std::max(lo, evalInt(*s.loTerm, env));
     if (s.hiTerm)
       hi = std::min(hi, evalInt(*s.hiTerm, env) + 1);
+    break;
+  }
+  case Gen::Segment: {
+    const InputArray &a = *s.data;
+    const auto at = static_cast<size_t>(a.order[static_cast<size_t>(i)]);
+    lo = std::max<int64_t>(lo, a.classBegin[at]);
+    hi = std::min<int64_t>(hi, a.classEnd[at]);
     break;
   }
   case Gen::Intersect:

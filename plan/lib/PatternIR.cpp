@@ -153,6 +153,13 @@ SetRef SetNode::permuted(SetRef child, std::shared_ptr<const InputArray> classes
   return SetRef(s);
 }
 
+SetRef SetNode::segment(std::shared_ptr<const InputArray> classes, SourceRange loc) {
+  ATTNC_CHECK(classes && classes->bound && classes->hasClasses(), "a segment needs an indexed input");
+  auto s = new SetNode(Gen::Segment, loc);
+  s->data = std::move(classes);
+  return SetRef(s);
+}
+
 SetRef SetNode::whereEmpty(SetRef a, SetRef b, SourceRange loc) {
   if (a->kind == Gen::None || b->kind == Gen::None)
     return a->kind == Gen::None ? b : b;
@@ -283,7 +290,8 @@ bool hasPredicate(const SetNode &set) {
 static bool termReadsData(const TermRef &t) { return t && t->uses(kUsesData); }
 
 bool readsData(const SetNode &set) {
-  if (set.kind == Gen::Class || set.kind == Gen::Select || set.kind == Gen::Permuted || termReadsData(set.cond) ||
+  if (set.kind == Gen::Class || set.kind == Gen::Select || set.kind == Gen::Permuted || set.kind == Gen::Segment ||
+      termReadsData(set.cond) ||
       termReadsData(set.loTerm) || termReadsData(set.hiTerm))
     return true;
   for (const TermRef &e : set.elems)

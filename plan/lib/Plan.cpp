@@ -349,6 +349,40 @@ std::shared_ptr<const InputArray> classesOf(const ir::SetNode &s) {
   }
 }
 
+/// Whether a band compares positions only (j <= i, j < i, j >= i, j > i):
+/// inside one class, whose positions keep their order, it is the same band
+/// in the class order.
+bool orderBand(const ir::SetNode &s) {
+  return s.kind == ir::Gen::Band && ((s.lo == ir::kUnbounded && (s.hi == 0 || s.hi == -1)) ||
+                                     (s.hi == ir::kUnbounded && (s.lo == 0 || s.lo == 1)));
+}
+
+/// `s` renumbered by `classes`' order in closed form, or null: the class
+/// of that input is its segment there, with order bands kept as they are
+/// (a causal class is one interval per row, sliding), and the query itself
+/// is the diagonal.
+ir::SetRef permutedInClosedForm(const ir::SetRef &s, const std::shared_ptr<const InputArray> &classes) {
+  if (s->kind == ir::Gen::Class && s->data == classes)
+    return ir::SetNode::segment(classes, s->loc);
+  if (s->kind == ir::Gen::List && s->elems.size() == 1 && s->elems[0]->op() == Op::VarI)
+    return ir::SetNode::band(0, 0, s->loc);
+  if (s->kind != ir::Gen::Intersect)
+    return nullptr;
+  std::vector<ir::SetRef> children;
+  bool segment = false;
+  for (const ir::SetRef &c : s->children) {
+    if (c->kind == ir::Gen::Class && c->data == classes && !segment) {
+      children.push_back(ir::SetNode::segment(classes, c->loc));
+      segment = true;
+    } else if (orderBand(*c)) {
+      children.push_back(c);
+    } else {
+      return nullptr;
+    }
+  }
+  return segment ? ir::SetNode::intersect(std::move(children), s->loc) : nullptr;
+}
+
 ir::SetRef pushPermutation(const ir::SetRef &s, const std::shared_ptr<const InputArray> &classes) {
   switch (s->kind) {
   case ir::Gen::Union: {
@@ -367,6 +401,8 @@ ir::SetRef pushPermutation(const ir::SetRef &s, const std::shared_ptr<const Inpu
     return ir::SetNode::whereEmpty(pushPermutation(s->children[0], classes),
                                    pushPermutation(s->children[1], classes), s->loc);
   default:
+    if (ir::SetRef closed = permutedInClosedForm(s, classes))
+      return closed;
     return ir::SetNode::permuted(s, classes, s->loc);
   }
 }
@@ -465,13 +501,20 @@ std::vector<Piece> dataPieces(const ir::SetRef &s) {
     parts = splitParts(s);
   }
   std::vector<Piece> pieces;
-  std::vector<ir::SetRef> earlier;
-  for (Part &part : parts) {
-    const ir::SetRef whole = part.set();
-    part.minus.insert(part.minus.end(), earlier.begin(), earlier.end());
+  std::vector<ir::SetRef> ownMinus;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    // Minus the parts before it: an earlier part whose own exclusions this
+    // part excludes too (the query itself, say) is taken out as its core,
+    // one set fewer to evaluate per row.
+    ownMinus = parts[k].minus;
+    for (size_t m = 0; m < k; ++m) {
+      const bool covered = std::all_of(parts[m].minus.begin(), parts[m].minus.end(), [&](const ir::SetRef &x) {
+        return std::find(ownMinus.begin(), ownMinus.end(), x) != ownMinus.end();
+      });
+      parts[k].minus.push_back(covered ? parts[m].core : parts[m].set());
+    }
     Piece piece;
-    piece.set = part.set();
-    earlier.push_back(whole);
+    piece.set = parts[k].set();
     pieces.push_back(std::move(piece));
   }
   if (fallback) {
@@ -562,9 +605,27 @@ struct BlockSource::Reference {
   }
 };
 
+namespace {
+/// Whether a set reads data its rows must be evaluated for one by one (a
+/// segment is closed form: its blocks are bounded like a block-diagonal's).
+bool rowwiseData(const ir::SetNode &s) {
+  if (s.kind == ir::Gen::Segment)
+    return false;
+  if (s.kind == ir::Gen::Band || s.kind == ir::Gen::All || s.kind == ir::Gen::None)
+    return false;
+  if (s.kind == ir::Gen::Union || s.kind == ir::Gen::Intersect || s.kind == ir::Gen::Difference) {
+    for (const ir::SetRef &c : s.children)
+      if (rowwiseData(*c))
+        return true;
+    return false;
+  }
+  return ir::readsData(s);
+}
+} // namespace
+
 BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
     : set_(std::move(set)), n_(n), R_(R), rows_(n), perKeyWork_(ir::hasPredicate(*set_)),
-      rowsOnce_(!perKeyWork_ && ir::readsData(*set_)) {}
+      rowsOnce_(!perKeyWork_ && rowwiseData(*set_)) {}
 
 BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass,
                          bool translates)

@@ -221,6 +221,20 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
     }
     return;
   }
+  if (child.kind == Gen::List) { // a few keys (the query itself): renumbered one by one
+    Env env{i, 0, n_, 0};
+    for (const TermRef &e : child.elems) {
+      const int64_t j = evalInt(*e, env);
+      if (j < 0 || j >= n_)
+        continue;
+      const int64_t u = p.placeOf[static_cast<size_t>(j)];
+      if (lo <= u && u < hi)
+        out.push_back({u, u + 1});
+    }
+    if (out.size() > 1)
+      normalize(out);
+    return;
+  }
   // Anything else: the child's row in key positions, renumbered. A narrow
   // window is tested position by position; a wide one takes every key.
   IntervalSet &keys = scratch(depth, 0);
@@ -262,7 +276,7 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
     break;
   case Gen::None:
     break;
-  case Gen::Band: case Gen::BlockDiag: case Gen::KeyRange: {
+  case Gen::Band: case Gen::BlockDiag: case Gen::KeyRange: case Gen::Segment: {
     int64_t a = lo, b = hi;
     narrowToRow(s, i, n_, a, b);
     if (a < b)

@@ -60,7 +60,7 @@ struct GenTraits {
 };
 
 /// The table, indexed by Gen.
-inline constexpr std::array<GenTraits, static_cast<size_t>(Gen::WhereEmpty) + 1> kGenTraits{{
+inline constexpr std::array<GenTraits, static_cast<size_t>(Gen::Segment) + 1> kGenTraits{{
     // kind            name          cost  1-interval sliding perKey same keys                period
     {Gen::All,        "all",        0,    true,      true,   false, SameKeys::EveryRow,    PeriodRule::One},
     {Gen::None,       "none",       0,    false,     false,  false, SameKeys::EveryRow,    PeriodRule::One},
@@ -81,6 +81,7 @@ inline constexpr std::array<GenTraits, static_cast<size_t>(Gen::WhereEmpty) + 1>
     {Gen::Fallback,   "fallback",   4,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Unknown},
     {Gen::Permuted,   "permuted",   4,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Unknown},
     {Gen::WhereEmpty, "where-empty", 4,   false,     false,  false, SameKeys::Unknown,     PeriodRule::Unknown},
+    {Gen::Segment,    "segment",    1,    true,      true,   false, SameKeys::Unknown,     PeriodRule::Unknown},
 }};
 
 /// The properties of generator `g`.

@@ -47,6 +47,7 @@ enum class Gen {
   Union, Intersect, Difference, Fallback,
   Permuted,   ///< run time only: its child with rows and keys renumbered by an input's class order
   WhereEmpty, ///< plan only: B's keys on the rows where A has none (a fallback's last piece)
+  Segment,    ///< run time only: in an input's class order, the run of row t's class (a class there)
 };
 
 const char *genName(Gen g);
@@ -101,6 +102,10 @@ public:
   static SetRef permuted(SetRef child, std::shared_ptr<const InputArray> classes, SourceRange loc = {});
   /// B on the rows where A is empty: `A else B` minus A.
   static SetRef whereEmpty(SetRef a, SetRef b, SourceRange loc = {});
+  /// In `classes`' class order, row t's class: the positions
+  /// [classBegin[order[t]], classEnd[order[t]]), one interval per row that
+  /// never moves back as t grows (a block-diagonal of uneven blocks).
+  static SetRef segment(std::shared_ptr<const InputArray> classes, SourceRange loc = {});
   /// Flattens nested unions/intersections and drops All/None identities.
   static SetRef unite(std::vector<SetRef> children, SourceRange loc);
   static SetRef intersect(std::vector<SetRef> children, SourceRange loc);
