@@ -148,6 +148,25 @@ SetRef SetNode::permuted(SetRef child, std::shared_ptr<const InputArray> classes
   if (child->kind == Gen::All || child->kind == Gen::None)
     return child;
   auto s = new SetNode(Gen::Permuted, loc);
+  // Another input's class under the permutation: its values in this order,
+  // for RowEvaluator's contiguous scan (ids that do not fit 32 bits keep the
+  // per-key path).
+  const SetNode *cls = child->kind == Gen::Class ? child.get() : nullptr;
+  if (child->kind == Gen::Intersect)
+    for (const SetRef &c : child->children)
+      if (c->kind == Gen::Class && !cls)
+        cls = c.get();
+  if (cls && cls->data != classes && cls->data->bound) {
+    auto values = std::make_shared<std::vector<int32_t>>(classes->order.size());
+    bool fits = true;
+    for (size_t u = 0; u < values->size() && fits; ++u) {
+      const int64_t v = cls->data->values[static_cast<size_t>(classes->order[u])];
+      fits = v == static_cast<int32_t>(v);
+      (*values)[u] = static_cast<int32_t>(v);
+    }
+    if (fits)
+      s->valuesInOrder = std::move(values);
+  }
   s->data = std::move(classes);
   s->children = {std::move(child)};
   return SetRef(s);

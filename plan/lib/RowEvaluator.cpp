@@ -199,7 +199,30 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
       return;
     }
     // Another input's class: renumber its keys, or test the window's
-    // positions, whichever is fewer.
+    // positions, whichever is fewer; with the values in this order, a
+    // contiguous scan of the window (most of it matches nothing).
+    const int64_t value = x.values[static_cast<size_t>(i)];
+    if (s.valuesInOrder && last - first > (hi - lo) / 16) {
+      const int32_t *v = s.valuesInOrder->data(), want = static_cast<int32_t>(value);
+      for (int64_t u0 = lo; u0 < hi; u0 += 16) {
+        const int64_t u1 = std::min(hi, u0 + 16);
+        bool any = false;
+        for (int64_t u = u0; u < u1; ++u)
+          any |= v[u] == want;
+        if (!any)
+          continue;
+        for (int64_t u = u0; u < u1; ++u) {
+          const int64_t j = p.order[static_cast<size_t>(u)];
+          if (v[u] != want || j < a || j >= b)
+            continue;
+          if (!out.empty() && out.back().hi == u)
+            ++out.back().hi;
+          else
+            out.push_back({u, u + 1});
+        }
+      }
+      return;
+    }
     if (last - first <= hi - lo) {
       for (int64_t k = first; k < last; ++k) {
         const int64_t u = p.placeOf[static_cast<size_t>(x.order[static_cast<size_t>(k)])];
@@ -209,7 +232,6 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
       normalize(out);
       return;
     }
-    const int64_t value = x.values[static_cast<size_t>(i)];
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t j = p.order[static_cast<size_t>(u)];
       if (j < a || j >= b || x.values[static_cast<size_t>(j)] != value)

@@ -78,13 +78,10 @@ int runEmit(const EmitOptions &opts) {
   Stage stage = *parseStage(opts.stage);
   std::string text;
   // The backends' stages take the patterns their backends take.
-  if (lp->ir.readsData() && (stage == Stage::Halide || stage == Stage::Mlir || stage == Stage::Llvm ||
-                             stage == Stage::Asm || stage == Stage::Cuda)) {
-    const std::string why =
-        stage == Stage::Cuda
-            ? "pattern '" + lp->ir.name + "' reads data, which the CUDA kernels do not take yet"
-            : compiler::dataRefusal(lp->ir, stage == Stage::Halide ? codegen::Backend::Halide
-                                                                  : codegen::Backend::Sparsifier);
+  if (lp->ir.readsData() && (stage == Stage::Halide || stage == Stage::Cuda)) {
+    const std::string why = stage == Stage::Cuda
+                                ? "pattern '" + lp->ir.name + "' reads data, which the CUDA kernels do not take yet"
+                                : compiler::dataRefusal(lp->ir, codegen::Backend::Halide);
     std::cerr << "attnc: error: --stage " << stageName(stage) << ": " << why
               << " (--stage ast, ir and plan show it)\n";
     return kExitUserError;

@@ -78,12 +78,11 @@ std::string backendUnavailable(Backend backend) {
 }
 
 std::string dataRefusal(const ir::PatternIR &ir, Backend backend) {
-  if (!ir.readsData() || backend == Backend::Fused || backend == Backend::Dense)
+  if (!ir.readsData() || backend != Backend::Halide)
     return "";
-  return "pattern '" + ir.name + "' reads data (input '" + ir.inputs.front().name + "'), which the " +
-         codegen::backendName(backend) +
-         " backend does not take yet: its code is built for key sets known before the call; use --backend fused "
-         "(or dense, the baseline)";
+  return "pattern '" + ir.name + "' reads data (input '" + ir.inputs.front().name +
+         "'), which the halide backend does not take yet: its code is scheduled for key sets known before the "
+         "call; use --backend fused (or sparsifier, the reference, or dense, the baseline)";
 }
 
 namespace {

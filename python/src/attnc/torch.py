@@ -418,7 +418,7 @@ def _setup_data_context(ctx, inputs, output) -> None:
 def _attention_data_op_backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
     q, k, v, o, lse, *data = ctx.saved_tensors
     d_q, d_k, d_v = torch.ops.attnc.attention_data_backward(d_o, q, k, v, o, lse, data, ctx.kernel_id, ctx.scale)
-    return d_q, d_k, d_v, None, None, None
+    return d_q, d_k, d_v, [None] * len(data), None, None  # (the inputs are integers: no gradient)
 
 
 _attention_data_op.register_autograd(_attention_data_op_backward, setup_context=_setup_data_context)

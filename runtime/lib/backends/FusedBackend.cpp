@@ -58,11 +58,38 @@ struct FusedWorker : Scratch {
 };
 
 /// One group of a data slice's pieces: those that run in one order (raster
-/// when `classes` is null, else sorted by that input's classes).
+/// when `classes` is null, else sorted by that input's classes), or row by
+/// row over each row's own keys (`rows`: selected tokens, scattered keys
+/// that no tile would gather few enough of).
 struct DataGroup {
   std::shared_ptr<const InputArray> classes;
+  bool rows = false;
   plan::Plan plan; ///< the pieces of the group as head set `set`'s (renumbered when classes)
+  /// rows: the union of the group's (disjoint) pieces.
+  ir::SetRef rowSet() const {
+    std::vector<ir::SetRef> sets;
+    for (const plan::Piece &p : plan.heads[set].pieces)
+      sets.push_back(p.set);
+    return ir::SetNode::unite(std::move(sets), {});
+  }
+  size_t set = 0;
 };
+
+/// Whether a piece selects keys too finely for tiles (a selection of
+/// blocks smaller than kRowwiseBlock keys: tokens), so that a row block's
+/// union of keys would be most of its rows' keys apart.
+bool rowwisePiece(const ir::SetNode &s) {
+  constexpr int64_t kRowwiseBlock = 16;
+  if (s.kind == ir::Gen::Select)
+    return s.keyBlock < kRowwiseBlock;
+  if (s.kind == ir::Gen::Difference)
+    return rowwisePiece(*s.children[0]);
+  if (s.kind == ir::Gen::Intersect)
+    for (const ir::SetRef &c : s.children)
+      if (rowwisePiece(*c))
+        return true;
+  return false;
+}
 
 /// Row log-sum-exp from the online softmax's state: -inf without a key.
 void lseFromState(const FusedScratch &f, int64_t n, float *lse) {
@@ -133,7 +160,7 @@ public:
     const plan::Plan &plan = bound ? *bound : *fused.plan;
     if (bound && !dense_) {
       std::vector<DataGroup> groups = dataGroups(*bound, set);
-      if (groups.size() > 1 || groups[0].classes) {
+      if (groups.size() > 1 || groups[0].classes || groups[0].rows) {
         runDataForward(groups, set, s, static_cast<FusedWorker &>(scratch), threads);
         return;
       }
@@ -173,7 +200,7 @@ public:
     const std::optional<plan::Plan> bound = boundPlan(*fused.plan, set, s.inputs);
     if (bound && !dense_) {
       std::vector<DataGroup> groups = dataGroups(*bound, set);
-      if (groups.size() > 1 || groups[0].classes) {
+      if (groups.size() > 1 || groups[0].classes || groups[0].rows) {
         runDataBackward(groups, set, s, static_cast<FusedWorker &>(scratch), threads);
         return;
       }
@@ -200,16 +227,18 @@ private:
   static std::vector<DataGroup> dataGroups(const plan::Plan &bound, size_t set) {
     std::vector<DataGroup> groups;
     for (const plan::Piece &piece : bound.heads[set].pieces) {
-      std::shared_ptr<const InputArray> classes = plan::pieceClasses(piece);
-      auto at = std::find_if(groups.begin(), groups.end(), [&](const DataGroup &g) { return g.classes == classes; });
+      const bool rows = rowwisePiece(*piece.set);
+      std::shared_ptr<const InputArray> classes = rows ? nullptr : plan::pieceClasses(piece);
+      auto at = std::find_if(groups.begin(), groups.end(),
+                             [&](const DataGroup &g) { return g.classes == classes && g.rows == rows; });
       if (at == groups.end()) {
-        groups.push_back({classes, bound});
+        groups.push_back({classes, rows, bound, set});
         groups.back().plan.heads[set].pieces.clear();
         at = groups.end() - 1;
       }
       at->plan.heads[set].pieces.push_back(classes ? plan::permutePiece(piece, classes) : piece);
     }
-    std::stable_partition(groups.begin(), groups.end(), [](const DataGroup &g) { return !g.classes; });
+    std::stable_partition(groups.begin(), groups.end(), [](const DataGroup &g) { return !g.classes && !g.rows; });
     return groups;
   }
 
@@ -249,8 +278,12 @@ private:
       }
       w.groupO.resize(static_cast<size_t>(n * d));
       w.groupLse.resize(static_cast<size_t>(n));
-      runFusedHead(g.plan, set, false, nullptr, n, d, q, k, v, w.groupO.data(), s.scale, w.fused, threads);
-      lseFromState(w.fused, n, w.groupLse.data());
+      if (g.rows) {
+        runRows(g.rowSet(), n, 0, d, q, k, v, w.groupO.data(), w.groupLse.data(), s.scale, threads);
+      } else {
+        runFusedHead(g.plan, set, false, nullptr, n, d, q, k, v, w.groupO.data(), s.scale, w.fused, threads);
+        lseFromState(w.fused, n, w.groupLse.data());
+      }
       for (int64_t t = 0; t < n; ++t) {
         const int64_t i = g.classes ? g.classes->order[static_cast<size_t>(t)] : t;
         mergeRow(w.groupLse[static_cast<size_t>(t)], w.groupO.data() + t * d, w.lse[static_cast<size_t>(i)],
@@ -309,8 +342,15 @@ private:
           w.groupLse[static_cast<size_t>(t)] = s.lse[g.classes->order[static_cast<size_t>(t)]];
         lse = w.groupLse.data();
       }
-      runFusedBackward(g.plan, set, false, nullptr, n, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse,
-                       w.grads[0].data(), w.grads[1].data(), w.grads[2].data(), s.scale, w.grad, threads);
+      if (g.rows) { // dQ written, dK and dV added to: start them at zero
+        std::fill(w.grads[1].begin(), w.grads[1].end(), 0.0f);
+        std::fill(w.grads[2].begin(), w.grads[2].end(), 0.0f);
+        runRowsBackward(g.rowSet(), n, 0, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse, w.grads[0].data(),
+                        w.grads[1].data(), w.grads[2].data(), s.scale, w.rowsGrad, threads);
+      } else {
+        runFusedBackward(g.plan, set, false, nullptr, n, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse,
+                         w.grads[0].data(), w.grads[1].data(), w.grads[2].data(), s.scale, w.grad, threads);
+      }
       for (int x = 0; x < 3; ++x)
         for (int64_t t = 0; t < n; ++t) {
           const int64_t i = g.classes ? g.classes->order[static_cast<size_t>(t)] : t;

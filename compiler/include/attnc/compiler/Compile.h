@@ -35,7 +35,7 @@ std::string paramString(const Pattern &pattern);
 std::string backendUnavailable(codegen::Backend backend);
 
 /// "" when `backend` takes the pattern, else why not: a pattern that reads
-/// data runs on the fused and dense backends only (prepare refuses the others).
+/// data runs on the fused, dense and sparsifier backends (prepare refuses halide).
 std::string dataRefusal(const ir::PatternIR &ir, codegen::Backend backend);
 
 /// What to compile besides the source.

@@ -68,7 +68,10 @@ public:
   int64_t seed = 0;        ///< Random
   int64_t keyBlock = 0;    ///< Select: B, keys per listed block
   int64_t input = -1;      ///< Class, Select: the input's index in PatternIR::inputs
-  std::shared_ptr<const InputArray> data; ///< Class, Select: the input (bound or not)
+  std::shared_ptr<const InputArray> data; ///< Class, Select: the input (bound or not); Permuted, Segment: the order
+  /// Permuted around another input's class: that input's values in this
+  /// node's order (values[order[u]]), scanned contiguously for a row's keys.
+  std::shared_ptr<const std::vector<int32_t>> valuesInOrder;
   TermRef loTerm, hiTerm;  ///< KeyRange bounds (inclusive; null = unbounded)
   TermRef cond;            ///< RowIf (uses i, n), Predicate (uses i, j, n)
   std::vector<TermRef> elems;    ///< List
