@@ -46,15 +46,38 @@ struct FusedState : LengthState {
   }
 };
 
+/// A slice that reads data, run in groups (runDataForward): Q, K, V, O
+/// and dO widened or gathered into a group's order, a group's O and row
+/// log-sum-exp, the merged ones, and the gradients before they are
+/// scattered back. Per thread and kept across calls (a worker's scratch
+/// lives for one call, and these are n x d each: allocating and clearing
+/// them at every call cost more than the gathers), up to kKeptBytes.
+struct DataBuffers {
+  std::vector<float> wide[3], gathered[5], groupO, groupLse, lse, grads[3];
+  static constexpr size_t kKeptBytes = size_t{256} << 20;
+  size_t bytes() const {
+    size_t total = groupO.capacity() + groupLse.capacity() + lse.capacity();
+    for (const auto *set : {&wide[0], &wide[1], &wide[2], &grads[0], &grads[1], &grads[2]})
+      total += set->capacity();
+    for (const auto &g : gathered)
+      total += g.capacity();
+    return total * sizeof(float);
+  }
+  /// Drops them past kKeptBytes (a very long sequence's), after a slice.
+  void trim() {
+    if (bytes() > kKeptBytes)
+      *this = DataBuffers{};
+  }
+};
+DataBuffers &dataBuffers() {
+  thread_local DataBuffers buffers;
+  return buffers;
+}
+
 struct FusedWorker : Scratch {
   FusedScratch fused;
   FusedGradScratch grad;
   RowsGradScratch rowsGrad;
-  /// A slice that reads data, run in groups (runDataForward): Q, K, V, O
-  /// and dO widened or gathered into a group's order, a group's O and row
-  /// log-sum-exp, the merged ones, and the gradients before they are
-  /// scattered back.
-  std::vector<float> wide[3], gathered[5], groupO, groupLse, lse, grads[3];
 };
 
 /// One group of a data slice's pieces: those that run in one order (raster
@@ -243,7 +266,7 @@ private:
   }
 
   /// Q, K and V of a slice as f32 rows (bf16 ones widened into `w`).
-  static std::array<const float *, 3> f32Rows(const Slice &s, FusedWorker &w) {
+  static std::array<const float *, 3> f32Rows(const Slice &s, DataBuffers &w) {
     if (!s.qb)
       return {s.q, s.k, s.v};
     const uint16_t *from[3] = {s.qb, s.kb, s.vb};
@@ -261,9 +284,10 @@ private:
   /// one online-softmax state in the group's order, their rows' O and
   /// log-sum-exp scattered back and merged with the other groups' (the
   /// pieces are disjoint, so the merge is exact).
-  void runDataForward(const std::vector<DataGroup> &groups, size_t set, const Slice &s, FusedWorker &w,
+  void runDataForward(const std::vector<DataGroup> &groups, size_t set, const Slice &s, FusedWorker &worker,
                       int threads) const {
     const int64_t n = s.n, d = s.d;
+    DataBuffers &w = dataBuffers();
     const std::array<const float *, 3> qkv = f32Rows(s, w);
     w.lse.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
     std::fill(s.o, s.o + n * d, 0.0f);
@@ -281,8 +305,8 @@ private:
       if (g.rows) {
         runRows(g.rowSet(), n, 0, d, q, k, v, w.groupO.data(), w.groupLse.data(), s.scale, threads);
       } else {
-        runFusedHead(g.plan, set, false, nullptr, n, d, q, k, v, w.groupO.data(), s.scale, w.fused, threads);
-        lseFromState(w.fused, n, w.groupLse.data());
+        runFusedHead(g.plan, set, false, nullptr, n, d, q, k, v, w.groupO.data(), s.scale, worker.fused, threads);
+        lseFromState(worker.fused, n, w.groupLse.data());
       }
       for (int64_t t = 0; t < n; ++t) {
         const int64_t i = g.classes ? g.classes->order[static_cast<size_t>(t)] : t;
@@ -292,6 +316,7 @@ private:
     }
     if (s.lse)
       std::copy(w.lse.begin(), w.lse.end(), s.lse);
+    w.trim();
   }
 
   /// Adds a group's row (O `part`, log-sum-exp `partLse`) into the merged
@@ -320,9 +345,10 @@ private:
   /// V, O, dO and the merged log-sum-exp in its order (P of a pair is
   /// exp(score - lse) whatever group has it), their gradients scattered
   /// back and summed.
-  void runDataBackward(const std::vector<DataGroup> &groups, size_t set, const GradSlice &s, FusedWorker &w,
+  void runDataBackward(const std::vector<DataGroup> &groups, size_t set, const GradSlice &s, FusedWorker &worker,
                        int threads) const {
     const int64_t n = s.n, d = s.d;
+    DataBuffers &w = dataBuffers();
     const size_t size = static_cast<size_t>(n * d);
     float *out[3] = {s.dq, s.dk, s.dv};
     for (float *x : out)
@@ -346,10 +372,10 @@ private:
         std::fill(w.grads[1].begin(), w.grads[1].end(), 0.0f);
         std::fill(w.grads[2].begin(), w.grads[2].end(), 0.0f);
         runRowsBackward(g.rowSet(), n, 0, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse, w.grads[0].data(),
-                        w.grads[1].data(), w.grads[2].data(), s.scale, w.rowsGrad, threads);
+                        w.grads[1].data(), w.grads[2].data(), s.scale, worker.rowsGrad, threads);
       } else {
         runFusedBackward(g.plan, set, false, nullptr, n, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse,
-                         w.grads[0].data(), w.grads[1].data(), w.grads[2].data(), s.scale, w.grad, threads);
+                         w.grads[0].data(), w.grads[1].data(), w.grads[2].data(), s.scale, worker.grad, threads);
       }
       for (int x = 0; x < 3; ++x)
         for (int64_t t = 0; t < n; ++t) {
@@ -360,6 +386,7 @@ private:
             to[e] += from[e];
         }
     }
+    w.trim();
   }
 
   static const InputArrays *checked(const InputArrays *inputs) {
