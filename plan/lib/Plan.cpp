@@ -261,6 +261,23 @@ void fillShape(IntervalSet common, const std::vector<IntervalSet> &own, BlockSha
   }
 }
 
+/// Fills a block from each row's keys (`own[r]`, the block's rows): the
+/// keys they all have need no mask and are taken out of each row's own.
+void fillFromRows(std::vector<IntervalSet> &own, BlockShape &out) {
+  thread_local IntervalSet common, part;
+  common = own[0];
+  for (int32_t r = 1; r < out.rows && !common.empty(); ++r) {
+    intersectInto(common, own[r], part);
+    common.swap(part);
+  }
+  if (!common.empty())
+    for (int32_t r = 0; r < out.rows; ++r) {
+      subtractInto(own[r], common, part);
+      own[r].swap(part);
+    }
+  fillShape(common, own, out);
+}
+
 const char *strategyName(Strategy s) {
   return s == Strategy::RowTiles ? "row-tiles" : "residue-relayout";
 }
@@ -802,19 +819,7 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
       }
       normalize(own[r]);
     }
-    // Keys every row has need no mask.
-    thread_local IntervalSet common;
-    common = own[0];
-    for (int32_t r = 1; r < out.rows && !common.empty(); ++r) {
-      intersectInto(common, own[r], part);
-      common.swap(part);
-    }
-    if (!common.empty())
-      for (int32_t r = 0; r < out.rows; ++r) {
-        subtractInto(own[r], common, part);
-        own[r].swap(part);
-      }
-    fillShape(common, own, out);
+    fillFromRows(own, out);
     out.keyBase = keyClass_;
     out.keyStride = m;
     return;
@@ -838,22 +843,10 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
     return;
   }
   if (rowsOnce_) {
-    // A set that reads data has no bounds worth computing: every row once,
-    // the keys they all have taken out as the block's common ones.
-    thread_local IntervalSet common;
+    // A set that reads data has no bounds worth computing: every row once.
     for (int32_t r = 0; r < out.rows; ++r)
       eval.rowIn(t0 + r, lo, hi, own[r]);
-    common = own[0];
-    for (int32_t r = 1; r < out.rows && !common.empty(); ++r) {
-      intersectInto(common, own[r], part);
-      common.swap(part);
-    }
-    if (!common.empty())
-      for (int32_t r = 0; r < out.rows; ++r) {
-        subtractInto(own[r], common, part);
-        own[r].swap(part);
-      }
-    fillShape(common, own, out);
+    fillFromRows(own, out);
     return;
   }
   // Keys every row has need no per-row work; rows are evaluated only where

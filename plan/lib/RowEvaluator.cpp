@@ -58,6 +58,15 @@ void RowEvaluator::rowIn(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) co
 }
 
 namespace {
+/// Appends key k (at least the last one's end) to a sorted set, joining it
+/// to an interval that ends at k.
+inline void appendKey(IntervalSet &out, int64_t k) {
+  if (!out.empty() && out.back().hi == k)
+    ++out.back().hi;
+  else
+    out.push_back({k, k + 1});
+}
+
 /// Intermediate sets of the evaluation, two per level of the set's tree:
 /// kept per thread so that evaluating rows in a loop allocates nothing once
 /// they have grown (a deque: growing it keeps the others in place).
@@ -236,10 +245,7 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
       const int64_t j = p.order[static_cast<size_t>(u)];
       if (j < a || j >= b || x.values[static_cast<size_t>(j)] != value)
         continue;
-      if (!out.empty() && out.back().hi == u)
-        ++out.back().hi;
-      else
-        out.push_back({u, u + 1});
+      appendKey(out, u);
     }
     return;
   }
@@ -270,10 +276,7 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
       auto at = std::upper_bound(keys.begin(), keys.end(), j, [](int64_t v, const Interval &x) { return v < x.hi; });
       if (at == keys.end() || at->lo > j)
         continue;
-      if (!out.empty() && out.back().hi == u)
-        ++out.back().hi;
-      else
-        out.push_back({u, u + 1});
+      appendKey(out, u);
     }
     return;
   }
@@ -350,10 +353,7 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
       env.j = j;
       if (!evalBool(*s.cond, env))
         continue;
-      if (!out.empty() && out.back().hi == j)
-        ++out.back().hi;
-      else
-        out.push_back({j, j + 1});
+      appendKey(out, j);
     }
     break;
   case Gen::Class: {
@@ -365,10 +365,7 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
     const int32_t *begin = a.order.data() + a.classBegin[static_cast<size_t>(i)];
     const int32_t *end = a.order.data() + a.classEnd[static_cast<size_t>(i)];
     for (const int32_t *p = std::lower_bound(begin, end, lo); p != end && *p < hi; ++p) {
-      if (!out.empty() && out.back().hi == *p)
-        ++out.back().hi;
-      else
-        out.push_back({*p, *p + 1});
+      appendKey(out, *p);
     }
     break;
   }
