@@ -289,9 +289,11 @@ private:
     const int64_t n = s.n, d = s.d;
     DataBuffers &w = dataBuffers();
     const std::array<const float *, 3> qkv = f32Rows(s, w);
-    w.lse.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
-    std::fill(s.o, s.o + n * d, 0.0f);
+    w.lse.resize(static_cast<size_t>(n));
     for (const DataGroup &g : groups) {
+      // The first group writes every row (zeros and -inf where it has no key): in raster order straight
+      // into O, else scattered there; the others merge into it.
+      const bool first = &g == &groups.front(), direct = first && !g.classes;
       const float *q = qkv[0], *k = qkv[1], *v = qkv[2];
       if (g.classes) {
         for (int x = 0; x < 3; ++x)
@@ -302,16 +304,24 @@ private:
       }
       w.groupO.resize(static_cast<size_t>(n * d));
       w.groupLse.resize(static_cast<size_t>(n));
+      float *o = direct ? s.o : w.groupO.data(), *lse = direct ? w.lse.data() : w.groupLse.data();
       if (g.rows) {
-        runRows(g.rowSet(), n, 0, d, q, k, v, w.groupO.data(), w.groupLse.data(), s.scale, threads);
+        runRows(g.rowSet(), n, 0, d, q, k, v, o, lse, s.scale, threads);
       } else {
-        runFusedHead(g.plan, set, false, nullptr, n, d, q, k, v, w.groupO.data(), s.scale, worker.fused, threads);
-        lseFromState(worker.fused, n, w.groupLse.data());
+        runFusedHead(g.plan, set, false, nullptr, n, d, q, k, v, o, s.scale, worker.fused, threads);
+        lseFromState(worker.fused, n, lse);
       }
+      if (direct)
+        continue;
       for (int64_t t = 0; t < n; ++t) {
         const int64_t i = g.classes ? g.classes->order[static_cast<size_t>(t)] : t;
-        mergeRow(w.groupLse[static_cast<size_t>(t)], w.groupO.data() + t * d, w.lse[static_cast<size_t>(i)],
-                 s.o + i * d, d);
+        if (first) {
+          w.lse[static_cast<size_t>(i)] = w.groupLse[static_cast<size_t>(t)];
+          std::copy_n(w.groupO.data() + t * d, d, s.o + i * d);
+        } else {
+          mergeRow(w.groupLse[static_cast<size_t>(t)], w.groupO.data() + t * d, w.lse[static_cast<size_t>(i)],
+                   s.o + i * d, d);
+        }
       }
     }
     if (s.lse)
@@ -351,11 +361,15 @@ private:
     DataBuffers &w = dataBuffers();
     const size_t size = static_cast<size_t>(n * d);
     float *out[3] = {s.dq, s.dk, s.dv};
-    for (float *x : out)
-      std::fill(x, x + size, 0.0f);
     for (std::vector<float> &x : w.grads)
       x.resize(size);
     for (const DataGroup &g : groups) {
+      // The first group writes every gradient row: in raster order straight into dQ, dK, dV, else
+      // scattered there; the others add to them.
+      const bool first = &g == &groups.front(), direct = first && !g.classes;
+      float *grads[3] = {w.grads[0].data(), w.grads[1].data(), w.grads[2].data()};
+      if (direct)
+        std::copy(out, out + 3, grads);
       const float *rows[5] = {s.q, s.k, s.v, s.o, s.dO};
       const float *lse = s.lse;
       if (g.classes) {
@@ -369,21 +383,26 @@ private:
         lse = w.groupLse.data();
       }
       if (g.rows) { // dQ written, dK and dV added to: start them at zero
-        std::fill(w.grads[1].begin(), w.grads[1].end(), 0.0f);
-        std::fill(w.grads[2].begin(), w.grads[2].end(), 0.0f);
-        runRowsBackward(g.rowSet(), n, 0, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse, w.grads[0].data(),
-                        w.grads[1].data(), w.grads[2].data(), s.scale, worker.rowsGrad, threads);
+        std::fill(grads[1], grads[1] + size, 0.0f);
+        std::fill(grads[2], grads[2] + size, 0.0f);
+        runRowsBackward(g.rowSet(), n, 0, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse, grads[0], grads[1],
+                        grads[2], s.scale, worker.rowsGrad, threads);
       } else {
         runFusedBackward(g.plan, set, false, nullptr, n, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse,
-                         w.grads[0].data(), w.grads[1].data(), w.grads[2].data(), s.scale, worker.grad, threads);
+                         grads[0], grads[1], grads[2], s.scale, worker.grad, threads);
       }
+      if (direct)
+        continue;
       for (int x = 0; x < 3; ++x)
         for (int64_t t = 0; t < n; ++t) {
           const int64_t i = g.classes ? g.classes->order[static_cast<size_t>(t)] : t;
-          const float *from = w.grads[x].data() + t * d;
+          const float *from = grads[x] + t * d;
           float *to = out[x] + i * d;
-          for (int64_t e = 0; e < d; ++e)
-            to[e] += from[e];
+          if (first)
+            std::copy_n(from, d, to);
+          else
+            for (int64_t e = 0; e < d; ++e)
+              to[e] += from[e];
         }
     }
     w.trim();
