@@ -314,6 +314,20 @@ TEST_P(DataPatternLengths, SelectedTokensWithoutCausalityIncludeEmptyRows) {
 INSTANTIATE_TEST_SUITE_P(Ragged, DataPatternLengths, ::testing::Values(1, 2, 63, 777, 4097),
                          [](const auto &info) { return "n" + std::to_string(info.param); });
 
+/// An input longer than the sequence (its extra entries never read as
+/// keys): its classes run in raster order, not in an order of other length.
+TEST(DataPattern, ClassesOfAnInputLongerThanTheSequence) {
+  const int64_t n = 200;
+  KernelPtr kernel = compileSource("pattern longer { input b : int[n + 7] causal attend { j : b[j] == b[i] } }");
+  ASSERT_TRUE(kernel);
+  std::vector<int32_t> b = randomInts(static_cast<size_t>(n + 7), 0, 5, 71);
+  std::vector<attnc_input> inputs{intInput("b", b, 1, 1, n + 7, 1)};
+  DataRun run(1, 2, 2, n, 16, 73);
+  run.check(kernel.get(), inputs,
+            [&](int64_t, int64_t i, int64_t j) { return j <= i && b[static_cast<size_t>(j)] == b[static_cast<size_t>(i)]; },
+            "an input of n + 7 entries");
+}
+
 /// The self rule on its extremes: a bucket per position (every row falls
 /// back to itself), one bucket for all (every row but the first has others).
 TEST(DataPattern, LshSelfRuleFallsBackToTheQueryOnlyWhenAlone) {

@@ -182,7 +182,7 @@ public:
     const std::optional<plan::Plan> bound = boundPlan(*fused.plan, set, s.inputs);
     const plan::Plan &plan = bound ? *bound : *fused.plan;
     if (bound && !dense_) {
-      std::vector<DataGroup> groups = dataGroups(*bound, set);
+      std::vector<DataGroup> groups = dataGroups(*bound, set, s.n);
       if (groups.size() > 1 || groups[0].classes || groups[0].rows) {
         runDataForward(groups, set, s, static_cast<FusedWorker &>(scratch), threads);
         return;
@@ -222,7 +222,7 @@ public:
     const size_t set = static_cast<size_t>(s.set);
     const std::optional<plan::Plan> bound = boundPlan(*fused.plan, set, s.inputs);
     if (bound && !dense_) {
-      std::vector<DataGroup> groups = dataGroups(*bound, set);
+      std::vector<DataGroup> groups = dataGroups(*bound, set, s.n);
       if (groups.size() > 1 || groups[0].classes || groups[0].rows) {
         runDataBackward(groups, set, s, static_cast<FusedWorker &>(scratch), threads);
         return;
@@ -245,13 +245,15 @@ private:
       return std::nullopt;
     return plan::bindPlan(plan, set, *checked(inputs));
   }
-  /// The bound plan's pieces of head set `set`, grouped by the order they
-  /// run in, raster order first.
-  static std::vector<DataGroup> dataGroups(const plan::Plan &bound, size_t set) {
+  /// The bound plan's pieces of head set `set` at length n, grouped by the
+  /// order they run in, raster order first.
+  static std::vector<DataGroup> dataGroups(const plan::Plan &bound, size_t set, int64_t n) {
     std::vector<DataGroup> groups;
     for (const plan::Piece &piece : bound.heads[set].pieces) {
       const bool rows = rowwisePiece(*piece.set);
       std::shared_ptr<const InputArray> classes = rows ? nullptr : plan::pieceClasses(piece);
+      if (classes && classes->rows != n) // an input longer than the sequence: its order is not the rows'
+        classes = nullptr;
       auto at = std::find_if(groups.begin(), groups.end(),
                              [&](const DataGroup &g) { return g.classes == classes && g.rows == rows; });
       if (at == groups.end()) {
