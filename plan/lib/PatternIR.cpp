@@ -156,7 +156,7 @@ SetRef SetNode::permuted(SetRef child, std::shared_ptr<const InputArray> classes
     for (const SetRef &c : child->children)
       if (c->kind == Gen::Class && !cls)
         cls = c.get();
-  if (cls && cls->data != classes && cls->data->bound) {
+  if (cls && cls->data != classes && cls->data->bound && cls->data->rows == classes->rows) {
     auto values = std::make_shared<std::vector<int32_t>>(classes->order.size());
     bool fits = true;
     for (size_t u = 0; u < values->size() && fits; ++u) {

@@ -198,6 +198,7 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
           narrowToRow(*c, i, n_, a, b);
     // i's class in [a, b): a span [first, last) of its input's order.
     const InputArray &x = *cls->data;
+    x.at(i); // i must have a value (an input shorter than the sequence)
     const int32_t *begin = x.order.data() + x.classBegin[static_cast<size_t>(i)];
     const int32_t *end = x.order.data() + x.classEnd[static_cast<size_t>(i)];
     const int64_t first = std::lower_bound(begin, end, a) - x.order.data();
@@ -243,7 +244,7 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
     }
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t j = p.order[static_cast<size_t>(u)];
-      if (j < a || j >= b || x.values[static_cast<size_t>(j)] != value)
+      if (j < a || j >= b || j >= x.rows || x.values[static_cast<size_t>(j)] != value)
         continue;
       appendKey(out, u);
     }

@@ -521,8 +521,6 @@ attnc_status loadKernel(const std::string &bytes, const std::string &origin, att
     return fail(e.status, origin + ": " + e.message);
   } catch (const std::bad_alloc &) {
     return fail(ATTNC_ERROR_OUT_OF_MEMORY, "out of memory while loading a kernel");
-  } catch (const attnc::InputError &e) {
-    return fail(ATTNC_ERROR_INVALID_ARGUMENT, e.what());
   } catch (const attnc::InternalError &e) {
     return fail(ATTNC_ERROR_INTERNAL, e.message);
   } catch (const std::exception &e) {
@@ -539,6 +537,8 @@ template <typename Body> attnc_status guarded(Body &&body) {
     return fail(e.status, e.message);
   } catch (const std::bad_alloc &) {
     return fail(ATTNC_ERROR_OUT_OF_MEMORY, "out of memory while running a kernel");
+  } catch (const attnc::InputError &e) { // data a pattern reads out of its input's range
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, e.what());
   } catch (const attnc::InternalError &e) {
     return fail(ATTNC_ERROR_INTERNAL, e.message);
   } catch (const std::exception &e) {

@@ -328,6 +328,32 @@ TEST(DataPattern, ClassesOfAnInputLongerThanTheSequence) {
             "an input of n + 7 entries");
 }
 
+/// Two rounds whose second input is longer and whose first is shorter than
+/// the sequence: a row past the shorter one's entries is a bad input, named.
+TEST(DataPattern, RoundsOfOtherLengthsAreReadWithinTheirEntries) {
+  const int64_t n = 120;
+  const char *source = "pattern mixed { input b0 : int[n] input b1 : int[n + 3] causal "
+                       "attend { j : b0[j] == b0[i] } | { j : b1[j] == b1[i] } }";
+  KernelPtr kernel = compileSource(source);
+  ASSERT_TRUE(kernel);
+  std::vector<int32_t> b0 = randomInts(n, 0, 6, 81), b1 = randomInts(n + 3, 0, 6, 82);
+  std::vector<attnc_input> inputs{intInput("b0", b0, 1, 1, n, 1), intInput("b1", b1, 1, 1, n + 3, 1)};
+  DataRun run(1, 2, 2, n, 16, 83);
+  run.check(kernel.get(), inputs,
+            [&](int64_t, int64_t i, int64_t j) {
+              return j <= i && (b0[static_cast<size_t>(j)] == b0[static_cast<size_t>(i)] ||
+                                b1[static_cast<size_t>(j)] == b1[static_cast<size_t>(i)]);
+            },
+            "b1 of n + 3 entries");
+  KernelPtr shorter = compileSource("pattern short { input b : int[(n + 1) / 2] attend { j : b[j] == b[i] } }");
+  ASSERT_TRUE(shorter);
+  std::vector<int32_t> half = randomInts(n / 2, 0, 3, 84);
+  std::vector<attnc_input> halfInputs{intInput("b", half, 1, 1, n / 2, 1)};
+  EXPECT_EQ(run.forward(shorter.get(), halfInputs), ATTNC_ERROR_INVALID_ARGUMENT) << attnc_last_error();
+  EXPECT_NE(std::string(attnc_last_error()).find("input 'b' read at [60], outside its 60 entries"), std::string::npos)
+      << attnc_last_error();
+}
+
 /// The self rule on its extremes: a bucket per position (every row falls
 /// back to itself), one bucket for all (every row but the first has others).
 TEST(DataPattern, LshSelfRuleFallsBackToTheQueryOnlyWhenAlone) {
