@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "FuzzInput.h"
+#include "FuzzKernels.h"
 
 #include "attnc/attnc.h"
 #include "attnc/compiler/Compile.h"
@@ -26,27 +27,14 @@ namespace {
 
 using attnc::fuzz::ByteReader;
 
-attnc_kernel *compileKernel(const char *source) {
-  attnc::Frontend fe;
-  std::string bytes, error;
-  attnc::codegen::CodeGenOptions options;
-  options.backend = attnc::codegen::Backend::Fused;
-  attnc_kernel *kernel = nullptr;
-  if (!fe.parseString("fuzz.attn", source) || !fe.analyze({}) ||
-      !attnc::compiler::buildKernelFile(fe, fe.patterns().front(), options, bytes, error) ||
-      attnc_kernel_load_memory(bytes.data(), bytes.size(), &kernel) != ATTNC_OK)
-    std::abort(); // the harness itself is broken
-  return kernel;
-}
-
 const attnc_kernel *kernel(unsigned which) {
   static attnc_kernel *const kernels[] = {
-      compileKernel("pattern lsh { input b0 : int[n] input b1 : int[n] causal "
+      attnc::fuzz::compileFusedKernel("pattern lsh { input b0 : int[n] input b1 : int[n] causal "
                     "attend ({ j : b0[j] == b0[i] } | { j : b1[j] == b1[i] }) - { i } else { i } }"),
-      compileKernel("pattern sel { param B = 4 input s : int[(n + B - 1) / B, 2] causal "
+      attnc::fuzz::compileFusedKernel("pattern sel { param B = 4 input s : int[(n + B - 1) / B, 2] causal "
                     "attend { j : j / B in s[i / B] } | { j : i - j < 2 } }"),
-      compileKernel("pattern top { input t : int[n, 3] attend { j : j in t[i] } }"),
-      compileKernel("pattern pred { input x : int[n] attend { j : x[j] < x[i] + 2 && j <= x[i] } }"),
+      attnc::fuzz::compileFusedKernel("pattern top { input t : int[n, 3] attend { j : j in t[i] } }"),
+      attnc::fuzz::compileFusedKernel("pattern pred { input x : int[n] attend { j : x[j] < x[i] + 2 && j <= x[i] } }"),
   };
   return kernels[which % 4];
 }

@@ -18,6 +18,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "FuzzInput.h"
+#include "FuzzKernels.h"
 
 #include "attnc/attnc.h"
 #include "attnc/compiler/Compile.h"
@@ -38,23 +39,10 @@ using attnc::fuzz::ByteReader;
 /// The largest extent, in elements, a tensor's buffer gets.
 constexpr int64_t kMaxSpan = 1 << 12;
 
-attnc_kernel *compileKernel(const char *source) {
-  attnc::Frontend fe;
-  std::string bytes, error;
-  attnc::codegen::CodeGenOptions options;
-  options.backend = attnc::codegen::Backend::Fused;
-  attnc_kernel *kernel = nullptr;
-  if (!fe.parseString("fuzz.attn", source) || !fe.analyze({}) ||
-      !attnc::compiler::buildKernelFile(fe, fe.patterns().front(), options, bytes, error) ||
-      attnc_kernel_load_memory(bytes.data(), bytes.size(), &kernel) != ATTNC_OK)
-    std::abort(); // the harness itself is broken
-  return kernel;
-}
-
 const attnc_kernel *kernel(unsigned which) {
-  static attnc_kernel *const kAnyHeads = compileKernel(
+  static attnc_kernel *const kAnyHeads = attnc::fuzz::compileFusedKernel(
       "pattern p { param w = 3 attend { j : i - w <= j && j <= i } | { 0 } }");
-  static attnc_kernel *const kTwoHeads = compileKernel(
+  static attnc_kernel *const kTwoHeads = attnc::fuzz::compileFusedKernel(
       "pattern q { heads 2 head 0 attends { j : j <= i } head 1 attends { j : j % 2 == 0 } }");
   return which == 0 ? kAnyHeads : which == 1 ? kTwoHeads : nullptr;
 }

@@ -17,6 +17,8 @@
 
 #include <cmath>
 #include <functional>
+#include <initializer_list>
+#include <utility>
 #include <limits>
 #include <random>
 #include <string>
@@ -141,44 +143,49 @@ struct DataRun {
     dO = randomFloats(static_cast<size_t>(batch * hq * n * d), seed + 3, 1.0f);
   }
 
-  attnc_status forward(const attnc_kernel *kernel, std::vector<attnc_input> &inputs) {
-    o.assign(q.size(), -7.0f);
-    lse.assign(static_cast<size_t>(batch * hq * n), -7.0f);
+  using Pass = attnc_status (*)(const attnc_kernel *, const attnc_call *);
+
+  /// One call of `pass` (attnc_forward, or attnc_backward with the gradient
+  /// tensors too) over this problem's tensors and `inputs`; `adjust` may
+  /// change the call description before it is made.
+  attnc_status call(Pass pass, const attnc_kernel *kernel, std::vector<attnc_input> &inputs,
+                    const std::function<void(attnc_call &)> &adjust = {}) {
     attnc_tensor tq = view(q, batch, hq, n, d), tk = view(k, batch, hkv, n, d), tv = view(v, batch, hkv, n, d),
-                 to = view(o, batch, hq, n, d), tl = view(lse, batch, hq, n, 1);
-    attnc_call call;
-    attnc_call_init(&call);
-    call.q = &tq;
-    call.k = &tk;
-    call.v = &tv;
-    call.o = &to;
-    call.lse = &tl;
-    call.inputs = inputs.data();
-    call.num_inputs = static_cast<int64_t>(inputs.size());
-    return attnc_forward(kernel, &call);
+                 to = view(o, batch, hq, n, d), tl = view(lse, batch, hq, n, 1), tdo = view(dO, batch, hq, n, d),
+                 tdq = view(dq, batch, hq, n, d), tdk = view(dk, batch, hkv, n, d), tdv = view(dv, batch, hkv, n, d);
+    attnc_call c;
+    attnc_call_init(&c);
+    c.q = &tq;
+    c.k = &tk;
+    c.v = &tv;
+    c.o = &to;
+    c.lse = &tl;
+    c.inputs = inputs.data();
+    c.num_inputs = static_cast<int64_t>(inputs.size());
+    if (pass == attnc_backward) {
+      c.d_o = &tdo;
+      c.d_q = &tdq;
+      c.d_k = &tdk;
+      c.d_v = &tdv;
+    }
+    if (adjust)
+      adjust(c);
+    return pass(kernel, &c);
   }
 
-  attnc_status backward(const attnc_kernel *kernel, std::vector<attnc_input> &inputs) {
+  attnc_status forward(const attnc_kernel *kernel, std::vector<attnc_input> &inputs,
+                       const std::function<void(attnc_call &)> &adjust = {}) {
+    o.assign(q.size(), -7.0f);
+    lse.assign(static_cast<size_t>(batch * hq * n), -7.0f);
+    return call(attnc_forward, kernel, inputs, adjust);
+  }
+
+  attnc_status backward(const attnc_kernel *kernel, std::vector<attnc_input> &inputs,
+                        const std::function<void(attnc_call &)> &adjust = {}) {
     dq.assign(q.size(), -7.0f);
     dk.assign(k.size(), -7.0f);
     dv.assign(v.size(), -7.0f);
-    attnc_tensor tq = view(q, batch, hq, n, d), tk = view(k, batch, hkv, n, d), tv = view(v, batch, hkv, n, d),
-                 to = view(o, batch, hq, n, d), tdo = view(dO, batch, hq, n, d), tl = view(lse, batch, hq, n, 1),
-                 tdq = view(dq, batch, hq, n, d), tdk = view(dk, batch, hkv, n, d), tdv = view(dv, batch, hkv, n, d);
-    attnc_call call;
-    attnc_call_init(&call);
-    call.q = &tq;
-    call.k = &tk;
-    call.v = &tv;
-    call.o = &to;
-    call.d_o = &tdo;
-    call.lse = &tl;
-    call.d_q = &tdq;
-    call.d_k = &tdk;
-    call.d_v = &tdv;
-    call.inputs = inputs.data();
-    call.num_inputs = static_cast<int64_t>(inputs.size());
-    return attnc_backward(kernel, &call);
+    return call(attnc_backward, kernel, inputs, adjust);
   }
 
   /// Runs both passes and compares them with the reference over `mask`.
@@ -476,6 +483,22 @@ TEST(DataPattern, BadInputsAreRefusedNamingTheInput) {
   wide.values.dtype = ATTNC_DTYPE_I64;
   std::vector<attnc_input> inputs{wide};
   EXPECT_EQ(run.forward(kernel.get(), inputs), ATTNC_OK) << attnc_last_error();
+
+  // Where data patterns do not run yet: on a CUDA device and in varlen
+  // calls, refused before any driver is touched or any row is computed.
+  attnc_device gpu{ATTNC_DEVICE_CUDA, 0, nullptr};
+  const int32_t offsets[2] = {0, static_cast<int32_t>(n)};
+  const attnc_varlen varlen{offsets, offsets, 1};
+  for (auto [what, adjust] : std::initializer_list<std::pair<const char *, std::function<void(attnc_call &)>>>{
+           {"CUDA", [&](attnc_call &c) { c.device = &gpu; }}, {"varlen", [&](attnc_call &c) { c.varlen = &varlen; }}}) {
+    EXPECT_EQ(run.forward(kernel.get(), inputs, adjust), ATTNC_ERROR_UNSUPPORTED) << what;
+    EXPECT_NE(std::string(attnc_last_error()).find(std::string("reads data (its inputs), which ") +
+                                                   (what == std::string("CUDA") ? "the CUDA kernels" : "varlen calls")),
+              std::string::npos)
+        << what << ": " << attnc_last_error();
+    EXPECT_EQ(run.o[0], -7.0f) << what << ": nothing is computed";
+    EXPECT_EQ(run.backward(kernel.get(), inputs, adjust), ATTNC_ERROR_UNSUPPORTED) << what << " (backward)";
+  }
 
   // The older calls cannot give inputs: they say which call can.
   attnc_tensor tq = view(run.q, 1, 2, n, 16), to = view(run.o, 1, 2, n, 16);
