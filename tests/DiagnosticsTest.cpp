@@ -38,7 +38,8 @@ namespace {
 
 const char *const kInvalidFiles[] = {"division.attn", "fallback.attn", "heads.attn",  "inputs.attn",
                                      "lexer.attn",    "module.attn",   "names.attn",  "nesting.attn",
-                                     "overflow.attn", "parser.attn",   "slips.attn",  "types.attn"};
+                                     "overflow.attn", "parser.attn",   "scores.attn", "slips.attn",
+                                     "types.attn"};
 
 std::string invalidDir() { return std::string(ATTNC_SOURCE_DIR) + "/tests/dsl/invalid/"; }
 
@@ -613,7 +614,8 @@ TEST(AcceptedInput, ComparisonWhoseClosedFormOverflowsKeepsItsPredicate) {
 TEST(AcceptedInput, LibraryPatternsCheckWithoutDiagnostics) {
   for (const char *name :
        {"axial", "bigbird", "causal", "dilated", "fixed", "fixed_multihead", "fixed_subblocks",
-        "full", "local", "longformer", "strided", "strided_multihead"}) {
+        "full", "local", "longformer", "strided", "strided_multihead", "alibi_local", "capped_fixed",
+        "sink_window", "t5_bias"}) {
     Frontend fe;
     EXPECT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + name + ".attn"));
     EXPECT_TRUE(fe.analyze({}));
@@ -818,6 +820,81 @@ TEST(SemaFallback, CausalInsideNestedElsesStaysWithinTheNestingLimit) {
   EXPECT_EQ(d.message,
             "set nests 304 levels deep with 'causal' inside each 'else'; the limit is 257");
   EXPECT_EQ(fe.sources().lineAndColumn(d.range.begin), std::make_pair(104u, 10u));
+}
+
+// ---- Score modifiers, checked by Sema directly ----------------------------------
+
+TEST(SemaScore, AlibiIsTypedAndReadsItsFloatInput) {
+  Pattern p = checkedPattern("pattern alibi_local { param w = 96  input slope : float[heads]  causal\n"
+                             "  attend { j : i - j < w }  score s + slope[h] * (j - i) }");
+  ASSERT_EQ(p.inputs.size(), 1u);
+  EXPECT_TRUE(p.inputs[0].isFloat);
+  ASSERT_EQ(p.inputs[0].dims.size(), 1u);
+  EXPECT_EQ(p.inputs[0].dims[0]->op(), Op::VarH); // the head count
+  EXPECT_EQ(inputDim(p.inputs[0], 0, 1000, 12), 12);
+  ASSERT_TRUE(p.score);
+  EXPECT_FALSE(p.sink);
+  const ScoreExpr &e = *p.score;
+  ASSERT_EQ(e.op, ScoreOp::Add);
+  EXPECT_FALSE(e.isInt);
+  EXPECT_EQ(e.args[0]->op, ScoreOp::S);
+  const ScoreExpr &mul = *e.args[1];
+  ASSERT_EQ(mul.op, ScoreOp::Mul);
+  EXPECT_FALSE(mul.isInt);
+  ASSERT_EQ(mul.args[0]->op, ScoreOp::Input);
+  EXPECT_EQ(mul.args[0]->input, 0);
+  ASSERT_EQ(mul.args[0]->args.size(), 1u);
+  EXPECT_EQ(mul.args[0]->args[0]->op, ScoreOp::H);
+  EXPECT_EQ(mul.args[1]->op, ScoreOp::Sub);
+  EXPECT_TRUE(mul.args[1]->isInt);
+  // The score is not part of the set: the same IR as the pattern without it.
+  Pattern plain = checkedPattern("pattern alibi_local { param w = 96  causal attend { j : i - j < w } }");
+  ir::PatternIR a = ir::canonicalizePattern(p), b = ir::canonicalizePattern(plain);
+  EXPECT_EQ(ir::printSet(*a.heads[0].set), ir::printSet(*b.heads[0].set));
+  EXPECT_FALSE(a.readsData());
+  EXPECT_TRUE(a.hasFloatInputs());
+}
+
+TEST(SemaScore, TypesPromoteAndConstantsFold) {
+  Pattern p = checkedPattern("pattern p { param l = 8 param cap = 20 attend { j : j <= i }\n"
+                             "  score cap * tanh(s / cap) + (i - j) / l + (i - j) / 2.0 + 2 * 3 + exp(0) }");
+  ASSERT_TRUE(p.score);
+  EXPECT_EQ(scoreText(*p.score),
+            "(add (add (add (add (mul (const 20) (tanh (div s (const 20)))) (idiv (sub i j) 8)) "
+            "(div (sub i j) (const 2))) (const 6)) (const 1))");
+  Pattern q = checkedPattern("pattern p { input rel : float[heads, 32] attend { j : j <= i }\n"
+                             "  score s + rel[h, min(floor(log(abs(j - i) + 1) * 4), 31)] }");
+  ASSERT_TRUE(q.score);
+  const ScoreExpr &index = *q.score->args[1]->args[1];
+  EXPECT_EQ(index.op, ScoreOp::Min);
+  EXPECT_TRUE(index.isInt);
+  EXPECT_EQ(index.args[0]->op, ScoreOp::Floor);
+  EXPECT_TRUE(index.args[0]->isInt);
+  EXPECT_FALSE(index.args[0]->args[0]->isInt);
+}
+
+TEST(SemaScore, SinkWithLetsAndWhere) {
+  Pattern p = checkedPattern("pattern p { input z : float[heads] let g = i < 4 let w = 2 * i attend { j : j <= i }\n"
+                             "  sink where(g && !(i == 2), z[h], -w * 0.5) }");
+  ASSERT_TRUE(p.sink);
+  EXPECT_FALSE(p.score);
+  EXPECT_EQ(p.sink->op, ScoreOp::Where);
+  EXPECT_FALSE(mentions(*p.sink, ScoreOp::J));
+  EXPECT_TRUE(mentions(*p.sink, ScoreOp::Input));
+  const float z[] = {7, 8};
+  std::vector<FloatInput> in{{z, {2}}};
+  EXPECT_EQ(evalScore(*p.sink, {.i = 1, .h = 1, .inputs = &in}, {"z"}), 8);
+  EXPECT_EQ(evalScore(*p.sink, {.i = 2, .h = 1, .inputs = &in}, {"z"}), -2);
+  EXPECT_EQ(evalScore(*p.sink, {.i = 6, .h = 0, .inputs = &in}, {"z"}), -6);
+}
+
+TEST(SemaScore, ScoresPassThroughCanonicalisationUntouched) {
+  Pattern p = checkedPattern("pattern p { input z : float[heads] causal attend { j : true } sink z[h] score -s }");
+  ir::PatternIR ir = ir::canonicalizePattern(p);
+  EXPECT_EQ(ir.score, p.score);
+  EXPECT_EQ(ir.sink, p.sink);
+  EXPECT_NE(ir::printPatternIR(ir).find("\nscore -s\nsink z[h]\n"), std::string::npos) << ir::printPatternIR(ir);
+  EXPECT_NE(ir::printPatternIR(ir).find("input z : float[heads]"), std::string::npos) << ir::printPatternIR(ir);
 }
 
 } // namespace

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
 #include <sstream>
 
@@ -58,6 +59,7 @@ std::string shape(const Expr &e) {
   };
   switch (e.kind) {
   case ExprKind::Int: return std::to_string(e.intValue);
+  case ExprKind::Float: return "f" + printExpr(e);
   case ExprKind::Bool: return e.boolValue ? "true" : "false";
   case ExprKind::Name: return e.name;
   case ExprKind::Index: return kids("index " + e.name);
@@ -369,10 +371,101 @@ TEST(Parser, InputDeclarationsKeepNameElementTypeAndDimensions) {
   ASSERT_EQ(b[1].dims.size(), 2u);
   EXPECT_EQ(shape(*b[1].dims[0]), "(/ (- (+ n B) 1) B)");
   EXPECT_EQ(shape(*b[1].dims[1]), "k");
-  // 'float' parses; Sema says it is not supported yet.
+  // 'float' parses (a float input, for scores).
   EXPECT_EQ(b[2].elementType, "float");
   EXPECT_EQ(b[3].kind, StmtKind::HeadAttends);
   EXPECT_EQ(shape(*b[3].value), "(else (builder j (cmp (index b0 j) == (index b0 i))) (list i))");
+}
+
+// ---- Score modifiers -----------------------------------------------------------
+
+TEST(Lexer, FloatLiteralsAndRangesOfIntegers) {
+  SourceManager sm;
+  DiagnosticEngine diags(sm);
+  uint32_t b = sm.addBuffer("t", "0.5 1e-3 2.5E+4 7e2 1..5 65_536.25 3");
+  std::vector<Token> t = lex(sm, b, diags);
+  using K = TokenKind;
+  std::vector<K> expected = {K::Float, K::Float, K::Float,   K::Float, K::Integer,
+                             K::DotDot, K::Integer, K::Float, K::Integer, K::Eof};
+  ASSERT_EQ(t.size(), expected.size());
+  for (size_t k = 0; k < expected.size(); ++k)
+    EXPECT_EQ(t[k].kind, expected[k]) << "token " << k;
+  EXPECT_EQ(t[0].floatValue, 0.5);
+  EXPECT_EQ(t[1].floatValue, 1e-3);
+  EXPECT_EQ(t[2].floatValue, 2.5e4);
+  EXPECT_EQ(t[3].floatValue, 700.0);
+  EXPECT_EQ(t[4].value, 1);
+  EXPECT_EQ(t[7].floatValue, 65536.25);
+  EXPECT_FALSE(diags.hasErrors());
+}
+
+TEST(Lexer, MalformedFloatsAreErrors) {
+  for (const char *bad : {"1.5e", "1e999", "1.5.2", "2.5x"}) {
+    SourceManager sm;
+    DiagnosticEngine diags(sm);
+    uint32_t b = sm.addBuffer("t", bad);
+    std::vector<Token> t = lex(sm, b, diags);
+    EXPECT_TRUE(diags.hasErrors()) << bad;
+    EXPECT_EQ(t[0].kind, TokenKind::Error) << bad;
+  }
+}
+
+TEST(Parser, ScoreAndSinkStatements) {
+  auto p = parseText("pattern p {\n"
+                     "  input rel : float[heads, 32]\n"
+                     "  attend { j : j <= i }\n"
+                     "  score cap * tanh(s / 2.5) + rel[h, min(floor(log(abs(j - i) + 1) * 4), 31)]\n"
+                     "  sink -1e-3 * i\n"
+                     "}\n");
+  ASSERT_FALSE(p->diags.hasErrors()) << errorsOf(*p);
+  const std::vector<Stmt> &b = p->module.patterns[0].body;
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_EQ(shape(*b[0].dims[0]), "heads");
+  EXPECT_EQ(b[2].kind, StmtKind::Score);
+  EXPECT_EQ(shape(*b[2].value),
+            "(+ (* cap (call tanh (/ s f2.5))) (index rel h (call min (call floor (* (call log (+ (call abs (- j i)) "
+            "1)) 4)) 31)))");
+  EXPECT_EQ(b[3].kind, StmtKind::Sink);
+  EXPECT_EQ(shape(*b[3].value), "(* (neg f0.001) i)");
+  EXPECT_EQ(p->at(b[3].range), "5:3");
+}
+
+TEST(Parser, ScoreAndSinkAreNamesOutsideStatements) {
+  auto p = parseText("pattern p { let score = { 0 } let sink = { 1 } attend score | sink score s }");
+  ASSERT_FALSE(p->diags.hasErrors()) << errorsOf(*p);
+  const std::vector<Stmt> &b = p->module.patterns[0].body;
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_EQ(b[0].name, "score");
+  EXPECT_EQ(shape(*b[2].value), "(| score sink)");
+  EXPECT_EQ(b[3].kind, StmtKind::Score);
+}
+
+TEST(Parser, HeadsIsANameOnlyInDimensions) {
+  auto p = parseExpr("{ j : heads }");
+  EXPECT_TRUE(p->diags.hasErrors());
+  EXPECT_NE(errorsOf(*p).find("expected an expression, found 'heads'"), std::string::npos) << errorsOf(*p);
+}
+
+TEST(Parser, TheScorePatternsOfTheLibraryParse) {
+  for (const char *name : {"alibi_local", "capped_fixed", "sink_window", "t5_bias"}) {
+    std::ifstream in(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + name + ".attn");
+    std::stringstream text;
+    text << in.rdbuf();
+    auto p = parseText(text.str());
+    ASSERT_FALSE(p->diags.hasErrors()) << name << "\n" << errorsOf(*p);
+    ASSERT_EQ(p->module.patterns.size(), 1u);
+    const std::vector<Stmt> &b = p->module.patterns[0].body;
+    const bool sink = std::string(name) == "sink_window";
+    ASSERT_FALSE(b.empty());
+    EXPECT_EQ(b.back().kind, sink ? StmtKind::Sink : StmtKind::Score) << name;
+  }
+  // The contract, statements on one line separated by spaces only.
+  auto p = parseText("pattern alibi_local { param w = 96  input slope : float[heads]  causal\n"
+                     "  attend { j : i - j < w }  score s + slope[h] * (j - i) }");
+  ASSERT_FALSE(p->diags.hasErrors()) << errorsOf(*p);
+  const std::vector<Stmt> &b = p->module.patterns[0].body;
+  ASSERT_EQ(b.size(), 5u);
+  EXPECT_EQ(shape(*b[4].value), "(+ s (* (index slope h) (- j i)))");
 }
 
 TEST(Parser, TheContractPatternsParse) {

@@ -1,6 +1,9 @@
 //===- AST.cpp - Printing the syntax tree ---------------------------------===//
 #include "attnc/dsl/AST.h"
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 namespace attnc::dsl {
@@ -58,6 +61,21 @@ static int precedence(const Expr &e) {
   }
 }
 
+/// The shortest spelling that reads back as `v`, with a '.' or an exponent
+/// so that it reads back as a float.
+static std::string floatSpelling(double v) {
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v)
+      break;
+  }
+  std::string out = buf;
+  if (out.find_first_of(".eEn") == std::string::npos) // (n: nan, inf)
+    out += ".0";
+  return out;
+}
+
 static void printInto(std::ostringstream &os, const Expr &e, int parentPrec, bool rightSide) {
   int prec = precedence(e);
   bool paren = prec < parentPrec || (rightSide && prec == parentPrec && prec < 8);
@@ -66,6 +84,9 @@ static void printInto(std::ostringstream &os, const Expr &e, int parentPrec, boo
   switch (e.kind) {
   case ExprKind::Int:
     os << e.intValue;
+    break;
+  case ExprKind::Float:
+    os << floatSpelling(e.floatValue);
     break;
   case ExprKind::Bool:
     os << (e.boolValue ? "true" : "false");
@@ -164,6 +185,7 @@ struct AstPrinter {
     os << std::string(indent, ' ') << "(";
     switch (e.kind) {
     case ExprKind::Int: os << "int " << e.intValue; break;
+    case ExprKind::Float: os << "float " << floatSpelling(e.floatValue); break;
     case ExprKind::Bool: os << "bool " << (e.boolValue ? "true" : "false"); break;
     case ExprKind::Name: os << "name " << e.name; break;
     case ExprKind::Index: os << "index " << e.name; break;
@@ -193,7 +215,8 @@ struct AstPrinter {
 std::string printAst(const Module &module, const SourceManager &sources) {
   AstPrinter p{sources, {}};
   static const char *kStmtNames[] = {"param",  "require", "causal",       "heads",
-                                     "let",    "attend",  "head-attends", "input"};
+                                     "let",    "attend",  "head-attends", "input",
+                                     "score",  "sink"};
   for (const PatternDecl &decl : module.patterns) {
     p.os << "(pattern " << decl.name << " @" << p.loc(decl.range);
     for (const Stmt &s : decl.body) {

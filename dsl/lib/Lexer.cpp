@@ -2,6 +2,8 @@
 #include "attnc/dsl/Lexer.h"
 
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <unordered_map>
 
@@ -13,6 +15,7 @@ const char *tokenKindName(TokenKind kind) {
   case TokenKind::Error: return "invalid token";
   case TokenKind::Identifier: return "identifier";
   case TokenKind::Integer: return "integer";
+  case TokenKind::Float: return "float";
   case TokenKind::String: return "string";
   case TokenKind::KwPattern: return "'pattern'";
   case TokenKind::KwParam: return "'param'";
@@ -175,6 +178,15 @@ private:
                   "a range is written with two dots, '{ a .. b }', and includes both ends", "..");
       return;
     }
+    // '.5': a float needs a digit before its point.
+    if (spelled == "." && digitAt(pos_)) {
+      size_t end = pos_;
+      while (digitAt(end))
+        ++end;
+      std::string written(text_.substr(begin, end - begin));
+      diags_.note(range(begin, end), "write '0" + written + "'", "0" + written);
+      return;
+    }
     static const std::pair<std::string_view, const char *> kMath[] = {
         {"≤", "<="}, {"≥", ">="}, {"≠", "!="}, {"∈", "in"}};
     for (const auto &[math, ascii] : kMath)
@@ -211,6 +223,8 @@ private:
     while (pos_ < text_.size() &&
            (std::isdigit(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_'))
       ++pos_;
+    if (Token f; floatTail(begin, f))
+      return f;
     if (pos_ < text_.size() && (std::isalpha(static_cast<unsigned char>(text_[pos_]))))  {
       while (pos_ < text_.size() && std::isalnum(static_cast<unsigned char>(text_[pos_])))
         ++pos_;
@@ -235,6 +249,58 @@ private:
     }
     t.value = value;
     return t;
+  }
+
+  bool digitAt(size_t k) const {
+    return k < text_.size() && std::isdigit(static_cast<unsigned char>(text_[k]));
+  }
+
+  /// After the digits of a number at `begin`: a fraction ('.' and a digit;
+  /// '..' is a range) and / or an exponent ('e' or 'E', a sign, digits) make
+  /// it a float, returned in `out`.
+  bool floatTail(size_t begin, Token &out) {
+    size_t end = pos_;
+    bool isFloat = false;
+    if (end + 1 < text_.size() && text_[end] == '.' && digitAt(end + 1)) {
+      end += 1;
+      while (digitAt(end))
+        ++end;
+      isFloat = true;
+    }
+    if (end < text_.size() && (text_[end] == 'e' || text_[end] == 'E')) {
+      size_t k = end + 1;
+      if (k < text_.size() && (text_[k] == '+' || text_[k] == '-'))
+        ++k;
+      if (digitAt(k)) {
+        while (digitAt(k))
+          ++k;
+        end = k;
+        isFloat = true;
+      }
+    }
+    if (!isFloat)
+      return false;
+    pos_ = end;
+    if (pos_ < text_.size() && (std::isalpha(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '.')) {
+      while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '.'))
+        ++pos_;
+      diags_.error(range(begin, pos_), "invalid number literal '" +
+                                           std::string(text_.substr(begin, pos_ - begin)) + "'");
+      out = make(TokenKind::Error, begin);
+      return true;
+    }
+    std::string digits;
+    for (char c : text_.substr(begin, pos_ - begin))
+      if (c != '_')
+        digits += c;
+    out = make(TokenKind::Float, begin);
+    out.floatValue = std::strtod(digits.c_str(), nullptr);
+    if (std::isinf(out.floatValue)) {
+      diags_.error(out.range, "float literal '" + std::string(text_.substr(begin, pos_ - begin)) +
+                                  "' is too large for a double");
+      out.kind = TokenKind::Error;
+    }
+    return true;
   }
 
   Token string() {

@@ -78,6 +78,8 @@ private:
       return "identifier '" + t.text + "'";
     if (t.kind == TokenKind::Integer)
       return "integer " + std::to_string(t.value);
+    if (t.kind == TokenKind::Float)
+      return "float";
     return tokenKindName(t.kind);
   }
 
@@ -155,7 +157,8 @@ private:
 
   Shape shapeOf(const Expr &e) const {
     switch (e.kind) {
-    case ExprKind::Int: return Shape::Integer;
+    case ExprKind::Int:
+    case ExprKind::Float: return Shape::Integer;
     case ExprKind::Bool:
     case ExprKind::Compare:
     case ExprKind::In: return Shape::Condition;
@@ -193,7 +196,8 @@ private:
   Shape tokenShape(size_t k) const {
     const Token &t = tokens_[std::min(k, tokens_.size() - 1)];
     switch (t.kind) {
-    case TokenKind::Integer: return Shape::Integer;
+    case TokenKind::Integer:
+    case TokenKind::Float: return Shape::Integer;
     case TokenKind::LBrace: return Shape::Set;
     case TokenKind::KwTrue:
     case TokenKind::KwFalse:
@@ -361,6 +365,12 @@ private:
     return false;
   }
 
+  /// `score` and `sink` are statement words where a statement starts, and
+  /// plain names everywhere else (a let may be called 'score').
+  static bool isScoreWord(const Token &t) {
+    return t.kind == TokenKind::Identifier && (t.text == "score" || t.text == "sink");
+  }
+  static bool isStatementStart(const Token &t) { return isScoreWord(t) || isStatementStart(t.kind); }
   static bool isStatementStart(TokenKind k) {
     switch (k) {
     case TokenKind::KwParam:
@@ -394,7 +404,7 @@ private:
     }
     bool first = pos_ == start;
     while (!at(TokenKind::Eof)) {
-      if (!first && depth == 0 && isStatementStart(tok().kind) && !at(TokenKind::RBrace))
+      if (!first && depth == 0 && isStatementStart(tok()) && !at(TokenKind::RBrace))
         return;
       first = false;
       if (at(TokenKind::LBrace))
@@ -541,9 +551,19 @@ private:
       if (!parseInput(stmt))
         return false;
       break;
+    case TokenKind::Identifier:
+      if (isScoreWord(tok())) {
+        stmt.kind = tok().text == "score" ? StmtKind::Score : StmtKind::Sink;
+        advance();
+        stmt.value = parseExprIn(Shape::Integer);
+        if (!stmt.value)
+          return false;
+        break;
+      }
+      [[fallthrough]];
     default:
-      expected("a statement ('param', 'require', 'causal', 'heads', 'let', 'attend', 'head' "
-               "or 'input')");
+      expected("a statement ('param', 'require', 'causal', 'heads', 'let', 'attend', 'head', "
+               "'input', 'score' or 'sink')");
       return false;
     }
     stmt.range = SourceRange::merge(start, prevRange());
@@ -566,7 +586,7 @@ private:
     if (!expect(TokenKind::Colon, " after 'input " + stmt.name + "'"))
       return false;
     if (!at(TokenKind::Identifier) || (tok().text != "int" && tok().text != "float")) {
-      expected("the element type 'int' after 'input " + stmt.name + " :'");
+      expected("the element type 'int' or 'float' after 'input " + stmt.name + " :'");
       return false;
     }
     stmt.elementType = tok().text;
@@ -575,7 +595,10 @@ private:
                                          stmt.elementType + "[n]')"))
       return false;
     for (;;) {
+      // 'heads' (a keyword) is the call's head count here.
+      inDims_ = true;
       ExprPtr dim = parseExprIn(Shape::Integer);
+      inDims_ = false;
       if (!dim)
         return false;
       stmt.dims.push_back(std::move(dim));
@@ -846,7 +869,7 @@ private:
     for (size_t k = open + 1; k < tokens_.size() && !close; ++k) {
       TokenKind kind = tokens_[k].kind;
       if (kind == TokenKind::Eof || kind == TokenKind::Error ||
-          (depth == 0 && isStatementStart(kind)))
+          (depth == 0 && isStatementStart(tokens_[k])))
         return;
       if (kind == TokenKind::LParen || kind == TokenKind::LBrace || kind == TokenKind::LBracket) {
         ++depth;
@@ -957,6 +980,23 @@ private:
       advance();
       return e;
     }
+    case TokenKind::Float: {
+      auto e = makeExpr(ExprKind::Float, t.range);
+      e->floatValue = t.floatValue;
+      advance();
+      return e;
+    }
+    case TokenKind::KwHeads:
+      if (!inDims_) {
+        expected("an expression");
+        return nullptr;
+      }
+      {
+        auto e = makeExpr(ExprKind::Name, t.range);
+        e->name = "heads";
+        advance();
+        return e;
+      }
     case TokenKind::KwTrue:
     case TokenKind::KwFalse: {
       auto e = makeExpr(ExprKind::Bool, t.range);
@@ -1136,6 +1176,8 @@ private:
   Shape context_ = Shape::Unknown;
   /// The shape of each parameter and let of the current pattern so far.
   std::unordered_map<std::string, Shape> nameShapes_;
+  /// Parsing an input's dimensions, where 'heads' is a name.
+  bool inDims_ = false;
   /// The rank of each input of the current pattern so far.
   std::unordered_map<std::string, size_t> inputRanks_;
 };

@@ -71,9 +71,34 @@ TermRef bindTerm(const TermRef &t, const InputArrays &arrays) {
   return Term::make(t->op(), std::move(args), t->loc());
 }
 
-int64_t inputDim(const InputDecl &decl, size_t k, int64_t n) {
+int64_t inputDim(const InputDecl &decl, size_t k, int64_t n, int64_t heads) {
   ATTNC_CHECK(k < decl.dims.size(), "input dimension out of range");
-  return evalInt(*decl.dims[k], Env{0, 0, n, 0});
+  return evalInt(*decl.dims[k], Env{.n = n, .h = heads});
+}
+
+namespace {
+/// `t` with VarH replaced by h + 1: rangeOf's h lies in [0, numHeads), a
+/// head count in [1, numHeads].
+TermRef headCountAsIndexPlusOne(const TermRef &t) {
+  if (t->op() == Op::VarH)
+    return Term::make(Op::Add, {t, Term::constant(1)});
+  if (!t->uses(kUsesH) || t->args().empty())
+    return t;
+  std::vector<TermRef> args;
+  for (const TermRef &a : t->args())
+    args.push_back(headCountAsIndexPlusOne(a));
+  return Term::make(t->op(), std::move(args), t->loc());
+}
+} // namespace
+
+int64_t inputDimLowerBound(const Term &dim) {
+  if (!dim.uses(kUsesH))
+    return rangeOf(dim, 1).lo;
+  // (A shared_ptr copy of a node that is not owned by one: rebuild from the top.)
+  std::vector<TermRef> args(dim.args().begin(), dim.args().end());
+  TermRef top = dim.op() == Op::VarH ? Term::var(Op::VarH) : Term::make(dim.op(), args, dim.loc());
+  constexpr int64_t kHeads = int64_t(1) << 31;
+  return rangeOf(*headCountAsIndexPlusOne(top), kHeads).lo;
 }
 
 } // namespace attnc

@@ -141,6 +141,8 @@ public:
     return text_.substr(start, pos_ - start);
   }
   bool integer(int64_t &v) { return parseInt(atom(), v); }
+  /// The rest of the line, unread.
+  std::string_view rest() const { return text_.substr(pos_); }
   static bool parseInt(std::string_view a, int64_t &v) {
     auto [end, ec] = std::from_chars(a.data(), a.data() + a.size(), v);
     return ec == std::errc() && end == a.data() + a.size() && !a.empty();
@@ -174,6 +176,8 @@ struct Parser {
     if (!inputs || index < 0 || index >= static_cast<int64_t>(inputs->size()))
       return fail("input " + std::to_string(index) + " is not declared"), nullptr;
     const InputDecl &decl = (*inputs)[static_cast<size_t>(index)];
+    if (decl.isFloat)
+      return fail("a set reads float input '" + decl.name + "' (only a score or a sink may)"), nullptr;
     if (rank && static_cast<int>(decl.rank()) != rank)
       return fail("input '" + decl.name + "' has rank " + std::to_string(decl.rank())), nullptr;
     return unboundInput(decl);
@@ -382,6 +386,22 @@ struct Parser {
   }
 };
 
+/// Why a score's input reads do not fit the declarations (empty: they do):
+/// each reads a float input with one index per dimension.
+std::string checkScoreReads(const ScoreExpr &e, const std::vector<InputDecl> &inputs) {
+  if (e.op == ScoreOp::Input) {
+    const InputDecl &decl = inputs.at(static_cast<size_t>(e.input)); // (parseScoreText checked the index)
+    if (!decl.isFloat)
+      return "a score reads int input '" + decl.name + "'";
+    if (e.args.size() != decl.rank())
+      return "a score reads input '" + decl.name + "' with " + std::to_string(e.args.size()) + " indices";
+  }
+  for (const ScoreRef &a : e.args)
+    if (std::string why = checkScoreReads(*a, inputs); !why.empty())
+      return why;
+  return "";
+}
+
 bool fieldInt(std::string_view field, std::string_view key, int64_t &v) {
   return field.substr(0, key.size()) == key && Reader::parseInt(field.substr(key.size()), v);
 }
@@ -396,7 +416,7 @@ std::string writeIr(const PatternIR &ir) {
   for (const auto &[name, value] : ir.params)
     os << "param " << name << ' ' << value << "\n";
   for (const InputDecl &in : ir.inputs) {
-    os << "input " << in.name;
+    os << "input " << in.name << (in.isFloat ? " float" : "");
     for (const TermRef &d : in.dims) {
       os << ' ';
       writeTerm(*d, os);
@@ -411,13 +431,17 @@ std::string writeIr(const PatternIR &ir) {
     writeSet(*h.set, os);
     os << "\n";
   }
+  if (ir.score)
+    os << "score " << scoreText(*ir.score) << "\n";
+  if (ir.sink)
+    os << "sink " << scoreText(*ir.sink) << "\n";
   return os.str();
 }
 
 bool readIr(std::string_view text, PatternIR &out, std::string &error) {
   out = PatternIR{};
   size_t lineNo = 0;
-  bool sawPattern = false;
+  bool sawPattern = false, sawScore = false;
   auto fail = [&](const std::string &message) {
     error = "pattern IR line " + std::to_string(lineNo) + ": " + message;
     return false;
@@ -462,20 +486,48 @@ bool readIr(std::string_view text, PatternIR &out, std::string &error) {
         for (const InputDecl &other : out.inputs)
           if (other.name == decl.name)
             return fail("input '" + decl.name + "' declared twice");
+        if (sawScore)
+          return fail("an input after the score or the sink");
+        {
+          Reader save = words;
+          if (words.atom() == "float")
+            decl.isFloat = true;
+          else
+            words = save;
+        }
+        // A float input's dimensions may use the head count (h there).
+        const unsigned allowed = decl.isFloat ? unsigned(kUsesN | kUsesH) : unsigned(kUsesN);
         Parser p{words, {}, out.numHeads, nullptr};
         while (!p.in.atEnd()) {
           TermRef dim = p.term(0);
           if (!dim)
             return fail(p.error);
-          if (dim->type() != Type::Int || dim->vars() & ~unsigned(kUsesN))
-            return fail("input '" + decl.name + "' has a dimension that is not a term of n");
-          if (rangeOf(*dim, out.numHeads).lo < 1)
+          if (dim->type() != Type::Int || dim->vars() & ~allowed)
+            return fail("input '" + decl.name + "' has a dimension that is not a term of n" +
+                        (decl.isFloat ? " and the head count" : ""));
+          if (inputDimLowerBound(*dim) < 1)
             return fail("input '" + decl.name + "' has a dimension that may be 0");
           decl.dims.push_back(std::move(dim));
         }
-        if (decl.dims.empty() || decl.dims.size() > 2)
-          return fail("input '" + decl.name + "' needs 1 or 2 dimensions");
+        const size_t maxRank = decl.isFloat ? 3 : 2;
+        if (decl.dims.empty() || decl.dims.size() > maxRank)
+          return fail("input '" + decl.name + "' needs 1 to " + std::to_string(maxRank) + " dimensions");
         out.inputs.push_back(std::move(decl));
+      } else if (kind == "score" || kind == "sink") {
+        if (!sawPattern)
+          return fail("a " + std::string(kind) + " before the pattern line");
+        ScoreRef &slot = kind == "score" ? out.score : out.sink;
+        if (slot)
+          return fail("a second " + std::string(kind));
+        std::string scoreError;
+        slot = parseScoreText(std::string(words.rest()), out.inputs.size(), scoreError);
+        if (!slot)
+          return fail(scoreError);
+        if (std::string why = checkScoreReads(*slot, out.inputs); !why.empty())
+          return fail(why);
+        if (kind == "sink" && (mentions(*slot, ScoreOp::S) || mentions(*slot, ScoreOp::J)))
+          return fail("a sink that uses s or j");
+        sawScore = true;
       } else if (kind == "head") {
         if (!sawPattern)
           return fail("a head before the pattern line");

@@ -3,6 +3,7 @@
 
 #include "attnc/plan/Generators.h"
 
+#include <cctype>
 #include <sstream>
 
 namespace attnc::ir {
@@ -408,9 +409,21 @@ std::string printPatternIR(const PatternIR &ir, const LocationPrinter &where) {
     os << " " << name << "=" << value;
   os << "\n";
   for (const InputDecl &in : ir.inputs) {
-    os << "input " << in.name << " : int[";
-    for (size_t k = 0; k < in.dims.size(); ++k)
-      os << (k ? ", " : "") << printTerm(*in.dims[k]);
+    os << "input " << in.name << (in.isFloat ? " : float[" : " : int[");
+    for (size_t k = 0; k < in.dims.size(); ++k) {
+      std::string dim = printTerm(*in.dims[k]);
+      if (in.isFloat) {
+        // VarH is the head count there: spell it as written, 'heads'.
+        std::string spelled;
+        for (size_t c = 0; c < dim.size(); ++c) {
+          const bool word = dim[c] == 'h' && (c == 0 || !std::isalnum(static_cast<unsigned char>(dim[c - 1]))) &&
+                            (c + 1 == dim.size() || !std::isalnum(static_cast<unsigned char>(dim[c + 1])));
+          spelled += word ? std::string("heads") : std::string(1, dim[c]);
+        }
+        dim = spelled;
+      }
+      os << (k ? ", " : "") << dim;
+    }
     os << "]\n";
   }
   for (const PatternIR::Head &h : ir.heads) {
@@ -419,6 +432,11 @@ std::string printPatternIR(const PatternIR &ir, const LocationPrinter &where) {
       os << " " << k;
     os << ":\n" << printSet(*h.set, where, 2);
   }
+  const std::vector<std::string> names = ir.inputNames();
+  if (ir.score)
+    os << "score " << printScore(*ir.score, names) << "\n";
+  if (ir.sink)
+    os << "sink " << printScore(*ir.sink, names) << "\n";
   return os.str();
 }
 

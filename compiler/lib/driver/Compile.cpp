@@ -80,7 +80,8 @@ std::string backendUnavailable(Backend backend) {
 std::string dataRefusal(const ir::PatternIR &ir, Backend backend) {
   if (!ir.readsData() || backend != Backend::Halide)
     return "";
-  return "pattern '" + ir.name + "' reads data (input '" + ir.inputs.front().name +
+  const auto read = std::find_if(ir.inputs.begin(), ir.inputs.end(), [](const InputDecl &in) { return !in.isFloat; });
+  return "pattern '" + ir.name + "' reads data (input '" + read->name +
          "'), which the halide backend does not take yet: its code is scheduled for key sets known before the "
          "call; use --backend fused (or sparsifier, the reference, or dense, the baseline)";
 }

@@ -535,6 +535,8 @@ PatternIR canonicalizePattern(const Pattern &pattern) {
   for (const ParamValue &p : pattern.params)
     ir.params.push_back({p.name, p.value});
   ir.inputs = pattern.inputs;
+  ir.score = pattern.score; // (never part of the sets: Sema keeps them apart)
+  ir.sink = pattern.sink;
   for (const Pattern::Group &g : pattern.distinctHeads())
     ir.heads.push_back({g.heads, canonicalizeSet(g.set), g.set});
   return ir;

@@ -263,7 +263,9 @@ private:
       }
       scope_[s.name] = {Binding::Input, nullptr, s.nameRange, true, declared.size()};
       declared.push_back(&s);
-      pattern_.inputs.push_back({s.name, {}, s.nameRange});
+      InputDecl decl{s.name, {}, s.nameRange};
+      decl.isFloat = s.elementType == "float";
+      pattern_.inputs.push_back(std::move(decl));
     }
     arrays_.resize(declared.size());
     inputOk_.assign(declared.size(), true);
@@ -276,20 +278,16 @@ private:
     for (size_t k = 0; k < inputStmts_.size(); ++k) {
       const Stmt *s = inputStmts_[k];
       bool ok = true;
-      if (s->elementType != "int") {
-        diags_.error(s->typeRange,
-                     "float inputs are not supported yet (only int inputs, for sets)");
-        ok = false;
-      }
-      if (s->dims.size() > 2) {
-        diags_.error(s->dims[2]->range, "input '" + s->name + "' has " +
-                                            std::to_string(s->dims.size()) +
-                                            " dimensions; an input has 1 or 2");
-        ok = false;
-      }
       InputDecl &input = pattern_.inputs[k];
+      const size_t maxRank = input.isFloat ? 3 : 2;
+      if (s->dims.size() > maxRank) {
+        diags_.error(s->dims[maxRank]->range,
+                     "input '" + s->name + "' has " + std::to_string(s->dims.size()) + " dimensions; " +
+                         (input.isFloat ? "a float input has 1 to 3" : "an int input has 1 or 2"));
+        ok = false;
+      }
       for (const ExprPtr &dim : s->dims) {
-        TermRef t = lowerInputDim(*dim);
+        TermRef t = lowerInputDim(*dim, input.isFloat);
         ok = ok && t;
         if (t)
           input.dims.push_back(t);
@@ -302,17 +300,21 @@ private:
   /// The rank an input is declared with (its dimensions as written).
   size_t rankOf(size_t input) const { return inputStmts_[input]->dims.size(); }
 
-  /// One dimension of an input: an integer over n and parameters, at least
-  /// 1 for every n >= 1.
-  TermRef lowerInputDim(const Expr &e) {
+  /// One dimension of an input: an integer over n and parameters (and, for
+  /// a float input, `heads`, the call's head count, as VarH), at least 1 for
+  /// every n >= 1 and head count >= 1.
+  TermRef lowerInputDim(const Expr &e, bool isFloat) {
     const size_t pendingBefore = pendingDivisors_.size();
     noInputs_ = "an input dimension";
+    inDims_ = true;
+    dimsTakeHeads_ = isFloat;
     TermRef t = lower(e);
     noInputs_.clear();
+    inDims_ = dimsTakeHeads_ = false;
     if (!t || !expectType(t, Type::Int, e))
       return nullptr;
     for (auto [mask, name] : {std::pair{kUsesI, "i"}, {kUsesJ, "j"}, {kUsesH, "h"}})
-      if (t->uses(mask)) {
+      if (t->uses(mask) && !(isFloat && mask == kUsesH)) {
         diags_.error(findVar(*t, mask), std::string("'") + name +
                                             "' cannot be used in an input dimension, which may "
                                             "depend on n and parameters only");
@@ -331,10 +333,10 @@ private:
       noteParams(e);
       return nullptr;
     }
-    if (rangeOf(*t, 1).lo >= 1)
+    if (inputDimLowerBound(*t) >= 1)
       return t;
-    diags_.error(e.range, "input dimension '" + text +
-                              "' may be 0 (it must be at least 1 for every n >= 1)");
+    diags_.error(e.range, "input dimension '" + text + "' may be 0 (it must be at least 1 for every n >= 1" +
+                              (t->uses(kUsesH) ? " and every head count" : "") + ")");
     diags_.note(e.range, "write 'max(1, " + text + ")' if that is what you mean");
     return nullptr;
   }
@@ -425,7 +427,9 @@ private:
 
   /// Lowers an expression that must be an integer depending on parameters only.
   TermRef lowerConstant(const Expr &e, const std::string &context) {
+    constantContext_ = context;
     TermRef t = lower(e);
+    constantContext_.clear();
     if (!t)
       return nullptr;
     if (!expectType(t, Type::Int, e))
@@ -528,6 +532,10 @@ private:
       case StmtKind::HeadAttends:
         lowerHeadAttends(s);
         break;
+      case StmtKind::Score:
+      case StmtKind::Sink:
+        lowerScoreStatement(s);
+        break;
       default:
         break;
       }
@@ -545,7 +553,9 @@ private:
   }
 
   void checkRequire(const Stmt &s) {
+    constantContext_ = "a 'require'";
     TermRef t = lower(*s.value);
+    constantContext_.clear();
     if (!t)
       return;
     if (!expectType(t, Type::Bool, *s.value) || !onlyParams(t, *s.value, "a 'require'"))
@@ -727,6 +737,464 @@ private:
     diags_.note(decl_.nameRange, "give each one with 'head K" + hint);
   }
 
+  // ---- Score modifiers -------------------------------------------------
+  /// Reports a float input read where a set (or a constant) is computed.
+  TermRef reportFloatInSet(const Expr &e) {
+    if (!constantContext_.empty())
+      diags_.error(e.range, "float input '" + e.name + "' cannot be used in " + constantContext_ +
+                                ": float inputs are read only by 'score' and 'sink'");
+    else
+      diags_.error(e.range, "float input '" + e.name +
+                                "' cannot decide which keys a query attends: sets read only int inputs");
+    return nullptr;
+  }
+
+  /// `score EXPR` / `sink EXPR`: at most one of each, lowered where it
+  /// stands (lets defined before it are visible).
+  void lowerScoreStatement(const Stmt &s) {
+    const bool sink = s.kind == StmtKind::Sink;
+    const char *word = sink ? "sink" : "score";
+    const Stmt *&previous = sink ? sinkStmt_ : scoreStmt_;
+    if (previous) {
+      diags_.error(s.range, "pattern '" + decl_.name + "' already has a '" + word + "'");
+      diags_.note(previous->range, std::string("previous '") + word + "' is here");
+      return;
+    }
+    previous = &s;
+    inScore_ = true;
+    inSink_ = sink;
+    std::optional<Typed> t = lowerScore(*s.value);
+    inScore_ = inSink_ = false;
+    if (!t)
+      return;
+    if (t->kind == SK::Cond) {
+      diags_.error(s.value->range, std::string("a ") + word + " is a number, got a condition '" +
+                                       std::string(sources_.slice(s.value->range)) + "'");
+      diags_.note(s.value->range, "use where(cond, a, b) to choose between two values");
+      return;
+    }
+    const size_t depth = scoreDepth(*t->e);
+    if (depth > kMaxExprNesting) {
+      diags_.error(s.value->range, std::string("'") + word + "' nests " + std::to_string(depth) +
+                                       " levels deep with its lets expanded; the limit is " +
+                                       std::to_string(kMaxExprNesting));
+      return;
+    }
+    (sink ? pattern_.sink : pattern_.score) = t->e;
+  }
+
+  /// What a score node is: an integer, a float or a condition (1 or 0).
+  enum class SK { Int, Float, Cond };
+  struct Typed {
+    ScoreRef e;
+    SK kind;
+  };
+
+  static const char *kindName(SK k) {
+    return k == SK::Int ? "an integer" : k == SK::Float ? "a float" : "a condition";
+  }
+
+  const char *scoreWord() const { return inSink_ ? "'sink'" : "'score'"; }
+
+  /// A constant integer operand of a float operation becomes a float one.
+  static ScoreRef promote(const ScoreRef &e) {
+    if (e->op == ScoreOp::Const && e->isInt)
+      return ScoreExpr::constant(e->value, false, e->loc);
+    return e;
+  }
+
+  /// The node, folded to a constant when its operands all are.
+  Typed node(ScoreOp op, std::vector<ScoreRef> args, SK kind, SourceRange loc) {
+    const bool isInt = kind != SK::Float;
+    if (kind == SK::Float)
+      for (ScoreRef &a : args)
+        a = promote(a);
+    ScoreRef e = ScoreExpr::make(op, std::move(args), isInt, loc);
+    if (std::all_of(e->args.begin(), e->args.end(), [](const ScoreRef &a) { return a->op == ScoreOp::Const; }))
+      e = ScoreExpr::constant(evalScore(*e, ScoreEnv{}, {}), isInt, loc);
+    return {e, kind};
+  }
+
+  std::optional<Typed> scoreError(SourceRange at, const std::string &message) {
+    diags_.error(at, message);
+    return std::nullopt;
+  }
+
+  /// A number (integer or float) operand; reports anything else.
+  bool expectNumber(const Typed &t, const Expr &e, const std::string &what) {
+    if (t.kind != SK::Cond)
+      return true;
+    diags_.error(e.range, what + " needs a number, got a condition '" + std::string(sources_.slice(e.range)) +
+                              "'");
+    diags_.note(e.range, "use where(cond, a, b) to choose between two values");
+    return false;
+  }
+
+  bool expectCondition(const Typed &t, const Expr &e, const std::string &what) {
+    if (t.kind == SK::Cond)
+      return true;
+    diags_.error(e.range, what + " needs a condition, got " + kindName(t.kind) + " '" +
+                              std::string(sources_.slice(e.range)) + "'");
+    return false;
+  }
+
+  /// An integer divisor or modulus of a score: at least 1 wherever it is
+  /// evaluated, by scoreIntRange.
+  bool scoreDivisorOk(const ScoreRef &d, const Expr &e, bool modulo) {
+    const char *what = modulo ? "modulus" : "divisor";
+    if (d->op == ScoreOp::Const) {
+      if (d->value >= 1)
+        return true;
+      diags_.error(e.range, std::string(what) + " must be a positive integer, got '" +
+                                std::string(sources_.slice(e.range)) + "' which is " +
+                                std::to_string(static_cast<int64_t>(d->value)));
+      noteParams(e);
+      return false;
+    }
+    if (scoreIntRange(*d).lo >= 1)
+      return true;
+    std::string text(sources_.slice(e.range));
+    diags_.error(e.range, std::string(what) + " '" + text + "' can be zero or negative; it must be at least 1");
+    diags_.note(e.range, "write 'max(1, " + text + ")' if that is what you mean");
+    return false;
+  }
+
+  /// A let's Int or Bool term as a score tree (null for what a score cannot
+  /// hold: a set, a membership test).
+  static ScoreRef termToScore(const Term &t, SourceRange use) {
+    auto args = [&](std::vector<ScoreRef> &out) {
+      for (const TermRef &a : t.args()) {
+        ScoreRef x = termToScore(*a, use);
+        if (!x)
+          return false;
+        out.push_back(std::move(x));
+      }
+      return true;
+    };
+    ScoreOp op;
+    switch (t.op()) {
+    case Op::Const: return ScoreExpr::constant(static_cast<double>(t.value()), true, use);
+    case Op::BoolConst: return ScoreExpr::constant(t.value() ? 1 : 0, true, use);
+    case Op::VarI: return ScoreExpr::make(ScoreOp::I, {}, true, t.loc());
+    case Op::VarJ: return ScoreExpr::make(ScoreOp::J, {}, true, t.loc());
+    case Op::VarN: return ScoreExpr::make(ScoreOp::N, {}, true, t.loc());
+    case Op::VarH: return ScoreExpr::make(ScoreOp::H, {}, true, t.loc());
+    case Op::Add: op = ScoreOp::Add; break;
+    case Op::Sub: op = ScoreOp::Sub; break;
+    case Op::Mul: op = ScoreOp::Mul; break;
+    case Op::Div: op = ScoreOp::IDiv; break;
+    case Op::Mod: op = ScoreOp::Mod; break;
+    case Op::Neg: op = ScoreOp::Neg; break;
+    case Op::Abs: op = ScoreOp::Abs; break;
+    case Op::Min: op = ScoreOp::Min; break;
+    case Op::Max: op = ScoreOp::Max; break;
+    case Op::Eq: op = ScoreOp::Eq; break;
+    case Op::Ne: op = ScoreOp::Ne; break;
+    case Op::Lt: op = ScoreOp::Lt; break;
+    case Op::Le: op = ScoreOp::Le; break;
+    case Op::Gt: op = ScoreOp::Gt; break;
+    case Op::Ge: op = ScoreOp::Ge; break;
+    case Op::And: op = ScoreOp::And; break;
+    case Op::Or: op = ScoreOp::Or; break;
+    case Op::Not: op = ScoreOp::Not; break;
+    default: return nullptr;
+    }
+    std::vector<ScoreRef> out;
+    if (!args(out))
+      return nullptr;
+    return ScoreExpr::make(op, std::move(out), true, t.loc());
+  }
+
+  std::optional<Typed> lowerScoreName(const Expr &e) {
+    if (e.name == "s" || (e.name == "j" && inSink_)) {
+      if (inSink_)
+        return scoreError(e.range, "'" + e.name + "' cannot be used in 'sink': a sink is one logit per row, "
+                                                   "with no key (it may use i, h, n, parameters and float inputs)");
+      if (scope_.count("s"))
+        return scoreError(e.range, "'s' is the scaled logit in 'score', but the pattern also defines a name 's'; "
+                                   "rename it");
+      return Typed{ScoreExpr::make(ScoreOp::S, {}, false, e.range), SK::Float};
+    }
+    static const std::pair<const char *, ScoreOp> kVars[] = {
+        {"i", ScoreOp::I}, {"j", ScoreOp::J}, {"n", ScoreOp::N}, {"h", ScoreOp::H}};
+    for (auto [name, op] : kVars)
+      if (e.name == name)
+        return Typed{ScoreExpr::make(op, {}, true, e.range), SK::Int};
+    auto it = scope_.find(e.name);
+    if (it == scope_.end()) {
+      unknownName(e.name, e.range);
+      return std::nullopt;
+    }
+    Binding &b = it->second;
+    b.used = true;
+    switch (b.kind) {
+    case Binding::Param:
+      if (!b.term)
+        return std::nullopt; // (its default has an error, reported there)
+      return Typed{ScoreExpr::constant(static_cast<double>(b.term->value()), true, e.range), SK::Int};
+    case Binding::Input: {
+      const InputDecl &in = pattern_.inputs[b.input];
+      if (!inputOk_[b.input])
+        return std::nullopt;
+      if (!in.isFloat)
+        return scoreError(e.range, std::string("score and sink read float inputs only; '") + e.name +
+                                       "' is an int input");
+      std::string example = e.name + "[h";
+      for (size_t k = 1; k < in.rank(); ++k)
+        example += ", 0";
+      diags_.error(e.range, "float input '" + e.name + "' must be indexed, as in '" + example + "]'");
+      diags_.note(b.decl, "input '" + e.name + "' is declared here");
+      return std::nullopt;
+    }
+    case Binding::Let: {
+      const Term &t = *b.term;
+      if (t.uses(kUsesData)) {
+        const Term *read = findInputRead(t);
+        return scoreError(e.range, "'" + e.name + "' reads int input '" + read->data()->name +
+                                       "'; score and sink read float inputs only");
+      }
+      if (t.type() == Type::Set)
+        return scoreError(e.range, "'" + e.name + "' is a set, which cannot be used in " + scoreWord() +
+                                       " (a number)");
+      if (inSink_ && t.uses(kUsesJ)) {
+        diags_.error(e.range, "'" + e.name + "' uses 'j', which cannot be used in 'sink': a sink is one logit "
+                                             "per row, with no key");
+        diags_.note(findVar(t, kUsesJ), "'" + e.name + "' uses 'j' here");
+        return std::nullopt;
+      }
+      ScoreRef x = termToScore(t, e.range);
+      if (!x)
+        return scoreError(e.range, "'" + e.name + "' tests membership in a set, which cannot be used in " +
+                                       scoreWord());
+      return Typed{x, t.type() == Type::Bool ? SK::Cond : SK::Int};
+    }
+    }
+    return std::nullopt;
+  }
+
+  std::optional<Typed> lowerScoreIndex(const Expr &e) {
+    auto it = scope_.find(e.name);
+    if (it == scope_.end() || it->second.kind != Binding::Input) {
+      if (lowerIndex(e)) // (reports every other case, as in a set)
+        ATTNC_CHECK(false, "an index of a name that is not an input lowered");
+      return std::nullopt;
+    }
+    it->second.used = true;
+    const size_t index = it->second.input;
+    if (!inputOk_[index])
+      return std::nullopt;
+    const InputDecl &in = pattern_.inputs[index];
+    if (!in.isFloat)
+      return scoreError(e.range, "score and sink read float inputs only; '" + e.name + "' is an int input");
+    const size_t rank = in.rank(), count = e.operands.size();
+    if (count != rank) {
+      diags_.error(e.range, "input '" + e.name + "' has " + std::to_string(rank) + " dimension" +
+                                (rank == 1 ? "" : "s") + ", indexed with " + std::to_string(count));
+      diags_.note(it->second.decl, "input '" + e.name + "' is declared here");
+      return std::nullopt;
+    }
+    std::vector<ScoreRef> indices;
+    for (const ExprPtr &c : e.operands) {
+      std::optional<Typed> t = lowerScore(*c);
+      if (!t)
+        return std::nullopt;
+      if (t->kind != SK::Int) {
+        std::string text(sources_.slice(c->range));
+        diags_.error(c->range, "an index of '" + e.name + "' must be an integer, got " + kindName(t->kind) +
+                                   " '" + text + "'");
+        if (t->kind == SK::Float)
+          diags_.note(c->range, "use floor(...) to round it down", "floor(" + text + ")");
+        return std::nullopt;
+      }
+      indices.push_back(t->e);
+    }
+    return Typed{ScoreExpr::read(static_cast<int64_t>(index), std::move(indices), e.range), SK::Float};
+  }
+
+  std::optional<Typed> lowerScoreCall(const Expr &e) {
+    struct Fn {
+      const char *name;
+      ScoreOp op;
+      size_t minArgs, maxArgs;
+    };
+    static const Fn kFns[] = {{"tanh", ScoreOp::Tanh, 1, 1}, {"exp", ScoreOp::Exp, 1, 1},
+                              {"log", ScoreOp::Log, 1, 1},   {"abs", ScoreOp::Abs, 1, 1},
+                              {"min", ScoreOp::Min, 2, SIZE_MAX}, {"max", ScoreOp::Max, 2, SIZE_MAX},
+                              {"floor", ScoreOp::Floor, 1, 1}, {"where", ScoreOp::Where, 3, 3}};
+    const Fn *fn = nullptr;
+    for (const Fn &f : kFns)
+      if (e.name == f.name)
+        fn = &f;
+    if (!fn) {
+      if (e.name == "random_blocks")
+        return scoreError(e.nameRange, std::string("'random_blocks' is a set, which cannot be used in ") +
+                                           scoreWord() + " (a number)");
+      std::string best;
+      for (const Fn &f : kFns)
+        if (editDistance(f.name, e.name) <= 2 && (best.empty() || editDistance(f.name, e.name) <
+                                                                      editDistance(best, e.name)))
+          best = f.name;
+      return scoreError(e.nameRange, "unknown function '" + e.name + "' in " + scoreWord() +
+                                         (best.empty() ? "" : "; did you mean '" + best + "'?") +
+                                         " (available: tanh, exp, log, abs, min, max, floor, where)");
+    }
+    const size_t count = e.operands.size();
+    if (count < fn->minArgs || count > fn->maxArgs) {
+      std::string want = fn->minArgs == fn->maxArgs ? std::to_string(fn->minArgs)
+                                                    : "at least " + std::to_string(fn->minArgs);
+      return scoreError(e.range, "'" + e.name + "' takes " + want + " argument" +
+                                     (fn->maxArgs == 1 ? "" : "s") + ", got " + std::to_string(count));
+    }
+    std::vector<Typed> args;
+    for (const ExprPtr &c : e.operands) {
+      std::optional<Typed> t = lowerScore(*c);
+      if (!t)
+        return std::nullopt;
+      args.push_back(*t);
+    }
+    const std::string what = "'" + e.name + "'";
+    if (fn->op == ScoreOp::Where) {
+      if (!expectCondition(args[0], *e.operands[0], "the first argument of 'where'") ||
+          !expectNumber(args[1], *e.operands[1], what) || !expectNumber(args[2], *e.operands[2], what))
+        return std::nullopt;
+      if (args[0].e->op == ScoreOp::Const) // a constant condition picks its branch
+        return args[0].e->value != 0 ? args[1] : args[2];
+      const SK kind = args[1].kind == SK::Int && args[2].kind == SK::Int ? SK::Int : SK::Float;
+      return node(ScoreOp::Where, {args[0].e, args[1].e, args[2].e}, kind, e.range);
+    }
+    bool allInt = true;
+    std::vector<ScoreRef> operands;
+    for (size_t k = 0; k < args.size(); ++k) {
+      if (!expectNumber(args[k], *e.operands[k], what))
+        return std::nullopt;
+      allInt = allInt && args[k].kind == SK::Int;
+      operands.push_back(args[k].e);
+    }
+    switch (fn->op) {
+    case ScoreOp::Floor:
+      if (allInt)
+        return args[0]; // (already an integer)
+      return node(ScoreOp::Floor, std::move(operands), SK::Int, e.range);
+    case ScoreOp::Abs:
+    case ScoreOp::Min:
+    case ScoreOp::Max:
+      return node(fn->op, std::move(operands), allInt ? SK::Int : SK::Float, e.range);
+    default:
+      return node(fn->op, std::move(operands), SK::Float, e.range);
+    }
+  }
+
+  std::optional<Typed> lowerScoreBinary(const Expr &e) {
+    const std::string op = std::string("operator '") + spelling(e.binaryOp) + "'";
+    switch (e.binaryOp) {
+    case BinaryOp::Union:
+    case BinaryOp::Intersect:
+    case BinaryOp::Else:
+      return scoreError(e.opRange, op + " combines sets, which cannot be used in " + scoreWord() + " (a number)");
+    default:
+      break;
+    }
+    std::optional<Typed> a = lowerScore(*e.operands[0]);
+    std::optional<Typed> b = a ? lowerScore(*e.operands[1]) : std::nullopt;
+    if (!a || !b)
+      return std::nullopt;
+    if (e.binaryOp == BinaryOp::And || e.binaryOp == BinaryOp::Or) {
+      if (!expectCondition(*a, *e.operands[0], op) || !expectCondition(*b, *e.operands[1], op))
+        return std::nullopt;
+      return node(e.binaryOp == BinaryOp::And ? ScoreOp::And : ScoreOp::Or, {a->e, b->e}, SK::Cond, e.range);
+    }
+    if (!expectNumber(*a, *e.operands[0], op) || !expectNumber(*b, *e.operands[1], op))
+      return std::nullopt;
+    const bool ints = a->kind == SK::Int && b->kind == SK::Int;
+    const SK kind = ints ? SK::Int : SK::Float;
+    switch (e.binaryOp) {
+    case BinaryOp::Add: return node(ScoreOp::Add, {a->e, b->e}, kind, e.range);
+    case BinaryOp::Sub: return node(ScoreOp::Sub, {a->e, b->e}, kind, e.range);
+    case BinaryOp::Mul: return node(ScoreOp::Mul, {a->e, b->e}, kind, e.range);
+    case BinaryOp::Div:
+      if (!ints)
+        return node(ScoreOp::Div, {a->e, b->e}, SK::Float, e.range);
+      if (!scoreDivisorOk(b->e, *e.operands[1], false))
+        return std::nullopt;
+      return node(ScoreOp::IDiv, {a->e, b->e}, SK::Int, e.range);
+    case BinaryOp::Mod:
+      if (!ints) {
+        const Expr &f = *e.operands[a->kind == SK::Float ? 0 : 1];
+        return scoreError(f.range, "operator '%' needs integers, got a float '" +
+                                       std::string(sources_.slice(f.range)) + "'");
+      }
+      if (!scoreDivisorOk(b->e, *e.operands[1], true))
+        return std::nullopt;
+      return node(ScoreOp::Mod, {a->e, b->e}, SK::Int, e.range);
+    default:
+      return std::nullopt;
+    }
+  }
+
+  /// A score or sink expression, typed; nullopt after reporting an error.
+  std::optional<Typed> lowerScore(const Expr &e) {
+    switch (e.kind) {
+    case ExprKind::Int:
+      if (e.intValue > (int64_t(1) << 53) || e.intValue < -(int64_t(1) << 53))
+        return scoreError(e.range, "integer " + std::to_string(e.intValue) + " is too large for " + scoreWord() +
+                                       " (at most 2^53)");
+      return Typed{ScoreExpr::constant(static_cast<double>(e.intValue), true, e.range), SK::Int};
+    case ExprKind::Float:
+      return Typed{ScoreExpr::constant(e.floatValue, false, e.range), SK::Float};
+    case ExprKind::Bool:
+      return Typed{ScoreExpr::constant(e.boolValue ? 1 : 0, true, e.range), SK::Cond};
+    case ExprKind::Name:
+      return lowerScoreName(e);
+    case ExprKind::Index:
+      return lowerScoreIndex(e);
+    case ExprKind::Unary: {
+      std::optional<Typed> a = lowerScore(*e.operands[0]);
+      if (!a)
+        return std::nullopt;
+      if (e.unaryOp == UnaryOp::Not) {
+        if (!expectCondition(*a, *e.operands[0], "operator '!'"))
+          return std::nullopt;
+        return node(ScoreOp::Not, {a->e}, SK::Cond, e.range);
+      }
+      if (!expectNumber(*a, *e.operands[0], "operator '-'"))
+        return std::nullopt;
+      return node(ScoreOp::Neg, {a->e}, a->kind, e.range);
+    }
+    case ExprKind::Binary:
+      return lowerScoreBinary(e);
+    case ExprKind::Compare: {
+      std::vector<Typed> terms;
+      for (const ExprPtr &c : e.operands) {
+        std::optional<Typed> t = lowerScore(*c);
+        if (!t || !expectNumber(*t, *c, "a comparison"))
+          return std::nullopt;
+        terms.push_back(*t);
+      }
+      std::optional<Typed> result;
+      for (size_t k = 0; k < e.compareOps.size(); ++k) {
+        static const ScoreOp kOps[] = {ScoreOp::Eq, ScoreOp::Ne, ScoreOp::Lt,
+                                       ScoreOp::Le, ScoreOp::Gt, ScoreOp::Ge};
+        ScoreRef x = terms[k].e, y = terms[k + 1].e;
+        if (terms[k].kind != terms[k + 1].kind)
+          x = promote(x), y = promote(y);
+        SourceRange r = SourceRange::merge(e.operands[k]->outerRange(), e.operands[k + 1]->outerRange());
+        Typed cmp = node(kOps[static_cast<int>(e.compareOps[k])], {x, y}, SK::Cond, r);
+        result = result ? node(ScoreOp::And, {result->e, cmp.e}, SK::Cond, e.range) : cmp;
+      }
+      return result;
+    }
+    case ExprKind::Call:
+      return lowerScoreCall(e);
+    case ExprKind::In:
+    case ExprKind::SetBuilder:
+    case ExprKind::SetRange:
+    case ExprKind::SetList:
+      return scoreError(e.range, std::string("a set cannot be used in ") + scoreWord() +
+                                     ", which is a number for each " + (inSink_ ? "row" : "allowed pair"));
+    }
+    return std::nullopt;
+  }
+
   // ---- Expressions -----------------------------------------------------
   /// Lowers `e` and refuses a result deeper or larger than the limits.
   TermRef lower(const Expr &e) {
@@ -818,6 +1286,11 @@ private:
     switch (e.kind) {
     case ExprKind::Int:
       return Term::constant(e.intValue, e.range);
+    case ExprKind::Float:
+      diags_.error(e.range, "float '" + std::string(sources_.slice(e.range)) +
+                                "' cannot be used here: sets, lets and parameters are integers (only "
+                                "'score' and 'sink' compute with floats)");
+      return nullptr;
     case ExprKind::Bool:
       return Term::boolean(e.boolValue, e.range);
     case ExprKind::Name:
@@ -887,6 +1360,17 @@ private:
   }
 
   TermRef lowerName(const Expr &e) {
+    if (e.name == "heads") { // (the parser makes this name in input dimensions only)
+      if (inDims_ && dimsTakeHeads_)
+        return Term::var(Op::VarH, e.range);
+      diags_.error(e.range, "'heads' (the call's head count) can be used only in a float input's dimensions");
+      return nullptr;
+    }
+    if (e.name == "h" && inDims_ && dimsTakeHeads_) {
+      diags_.error(e.range, "'h' cannot be used in an input dimension, which may depend on n, parameters "
+                            "and 'heads' only");
+      return nullptr;
+    }
     static const std::pair<const char *, Op> kVars[] = {
         {"i", Op::VarI}, {"j", Op::VarJ}, {"n", Op::VarN}, {"h", Op::VarH}};
     for (auto [name, op] : kVars)
@@ -902,6 +1386,8 @@ private:
                                     kInputsAreLate);
           return nullptr;
         }
+        if (pattern_.inputs[it->second.input].isFloat)
+          return reportFloatInSet(e);
         const bool rows = rankOf(it->second.input) == 2;
         diags_.error(e.range, "input '" + e.name + "' must be indexed, as in '" + e.name +
                                   (rows ? "[i]' (a row, as a set of keys) or '" + e.name + "[i, 0]'"
@@ -921,6 +1407,10 @@ private:
   TermRef unknownName(const std::string &name, SourceRange at) {
     if (poisoned_.count(name))
       return nullptr; // Its definition already has an error.
+    if (name == "s" && !inScore_) {
+      diags_.error(at, "'s', the scaled logit, can be used only in 'score'");
+      return nullptr;
+    }
     std::string best;
     unsigned bestDistance = 3;
     for (const auto &[known, b] : scope_) {
@@ -931,6 +1421,10 @@ private:
     for (const char *builtin : {"i", "j", "n", "h"})
       if (editDistance(builtin, name) == 0)
         best = builtin;
+    if (inScore_ && best.empty())
+      for (const char *fn : {"tanh", "exp", "log", "abs", "min", "max", "floor", "where"})
+        if (editDistance(fn, name) <= 1 && name.size() > 2)
+          best = fn;
     bool later = std::any_of(decl_.body.begin(), decl_.body.end(), [&](const Stmt &s) {
       return s.kind == StmtKind::Let && s.name == name;
     });
@@ -976,6 +1470,8 @@ private:
                                 kInputsAreLate);
       return nullptr;
     }
+    if (pattern_.inputs[index].isFloat)
+      return reportFloatInSet(e);
     const size_t rank = rankOf(index), count = e.operands.size();
     if (count != rank && !(rank == 2 && count == 1)) {
       diags_.error(e.range, "input '" + e.name + "' has " + std::to_string(rank) + " dimension" +
@@ -1277,6 +1773,13 @@ private:
   /// containsFallback's memo (terms alive in the pattern being assembled).
   std::unordered_map<const Term *, bool> hasFallback_;
   std::set<const Stmt *> reportedDepth_;
+  /// Lowering an input's dimensions (and whether they may use 'heads').
+  bool inDims_ = false, dimsTakeHeads_ = false;
+  /// lowerConstant's context ("a 'require'"), for a float input read there.
+  std::string constantContext_;
+  /// Lowering a score or a sink.
+  bool inScore_ = false, inSink_ = false;
+  const Stmt *scoreStmt_ = nullptr, *sinkStmt_ = nullptr;
 };
 
 } // namespace

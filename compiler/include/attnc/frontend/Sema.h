@@ -15,6 +15,7 @@
 #pragma once
 
 #include "attnc/plan/Inputs.h"
+#include "attnc/plan/Score.h"
 #include "attnc/plan/Term.h"
 #include "attnc/dsl/AST.h"
 
@@ -49,9 +50,14 @@ struct Pattern {
   std::string name;
   SourceRange loc;
   std::vector<ParamValue> params; ///< In declaration order.
-  /// `input NAME : int[DIMS]`, in declaration order; Op::Input / InputRow
-  /// terms name them by their index here.
+  /// `input NAME : int[DIMS]` and `input NAME : float[DIMS]`, in
+  /// declaration order; Op::Input / InputRow terms (int inputs) and
+  /// ScoreOp::Input reads (float inputs) name them by their index here.
   std::vector<InputDecl> inputs;
+  /// `score EXPR` / `sink EXPR` (Score.h), typed and with constants folded;
+  /// null when the pattern has none. They read only float inputs, and the
+  /// sets never read those.
+  ScoreRef score, sink;
   bool causal = false;
   SourceRange causalLoc;
   /// One Set term per head (h substituted, causal applied).

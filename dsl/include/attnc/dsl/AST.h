@@ -19,6 +19,7 @@ namespace attnc::dsl {
 
 enum class ExprKind {
   Int,        ///< 42
+  Float,      ///< 0.5, 1e-3 (scores only)
   Bool,       ///< true / false
   Name,       ///< i, j, h, n, a param, a let or an input
   Index,      ///< b[j], sel[i / B, k]: `name` and the indices as operands (maybe none)
@@ -54,6 +55,7 @@ struct Expr {
   /// quoted whole.
   SourceRange parenRange;
   int64_t intValue = 0;        ///< Int
+  double floatValue = 0;       ///< Float
   bool boolValue = false;      ///< Bool
   std::string name;            ///< Name, Index (input), Call (callee), SetBuilder (bound variable)
   SourceRange nameRange;       ///< Index input / Call callee / SetBuilder variable
@@ -83,6 +85,8 @@ enum class StmtKind {
   Attend,      ///< attend SET
   HeadAttends, ///< head EXPR attends SET
   Input,       ///< input NAME : TYPE[DIM, ...]
+  Score,       ///< score EXPR (the allowed pairs' logits rewritten)
+  Sink,        ///< sink EXPR (exp(EXPR) added to each row's softmax denominator)
 };
 
 struct Stmt {
@@ -90,10 +94,10 @@ struct Stmt {
   SourceRange range;     ///< The whole statement.
   std::string name;      ///< Param / Let / Input
   SourceRange nameRange; ///< Param / Let / Input
-  ExprPtr value;         ///< Param default, Require condition, Heads count, Let value, the set
+  ExprPtr value;         ///< Param default, Require condition, Heads count, Let value, the set, Score / Sink expression
   ExprPtr head;          ///< HeadAttends: the head index
   std::string message;   ///< Require: optional message
-  std::string elementType;   ///< Input: the word after ':' ("int" or "float"; Sema refuses "float")
+  std::string elementType;   ///< Input: the word after ':' ("int" or "float")
   SourceRange typeRange;     ///< Input: that word
   std::vector<ExprPtr> dims; ///< Input: the dimensions, one or more as written
 };

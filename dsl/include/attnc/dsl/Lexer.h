@@ -5,6 +5,8 @@
 // unterminated string, an integer that does not fit in 64 bits) is reported
 // and returned as Token::Error so that the parser can recover; a stray
 // character with a likely ASCII spelling ('≤', '...') gets a note saying it.
+// A number with a fraction or an exponent ('0.5', '1e-3') is a Float token
+// (scores only); '1..5' stays an integer, a range and an integer.
 // '[' and ']' index an input (`b[j]`) and give its dimensions
 // (`input b : int[n]`); elsewhere, as '^' everywhere, they are lexed only so
 // that the parser can say what to write instead ('{ a .. b }', a product).
@@ -25,6 +27,7 @@ enum class TokenKind {
   Error,
   Identifier,
   Integer,
+  Float,
   String,
   // Keywords.
   KwPattern,
@@ -81,6 +84,7 @@ struct Token {
   SourceRange range;
   std::string text;  ///< Identifier name or string contents (unescaped).
   int64_t value = 0; ///< Value of an Integer token.
+  double floatValue = 0; ///< Value of a Float token ('0.5', '1e-3', '2.5E+4').
 };
 
 /// Lexes the whole buffer; the result always ends with an Eof token.

@@ -8,7 +8,10 @@
 //              | 'causal' | 'heads' expr | 'let' IDENT '=' expr
 //              | 'attend' expr | 'head' expr 'attends' expr
 //              | 'input' IDENT ':' TYPE '[' expr (',' expr)* ']'
-//   TYPE      := 'int' | 'float'     (plain names, not keywords; Sema refuses 'float')
+//              | 'score' expr | 'sink' expr
+//                                    ('score' / 'sink': names, statement words
+//                                    only where a statement starts)
+//   TYPE      := 'int' | 'float'     (plain names, not keywords)
 //   expr      := or ['else' expr]    (A else B else C is A else (B else C))
 //   or        := and ('||' and)*
 //   and       := cmp ('&&' cmp)*
@@ -18,7 +21,8 @@
 //   add       := mul (('+' | '-') mul)*
 //   mul       := unary (('*' | '/' | '%') unary)*
 //   unary     := ('-' | '!') unary | primary
-//   primary   := INT | 'true' | 'false' | IDENT | IDENT '(' args ')' | '(' expr ')'
+//   primary   := INT | FLOAT | 'true' | 'false' | IDENT | IDENT '(' args ')' | '(' expr ')'
+//              | 'heads'             (only in an input's dimensions: the head count)
 //              | IDENT '[' [expr (',' expr)*] ']'
 //              | '{' IDENT ':' expr '}' | '{' expr '..' expr '}'
 //              | '{' [expr (',' expr)*] '}'

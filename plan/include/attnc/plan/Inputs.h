@@ -25,12 +25,20 @@
 
 namespace attnc {
 
-/// `input NAME : int[DIMS]`.
+/// `input NAME : int[DIMS]` or `input NAME : float[DIMS]`.
+///
+/// An int input (1 or 2 dimensions over n and constants) is read by sets;
+/// a float input (1 to 3 dimensions) only by `score` and `sink` (Score.h),
+/// never by a set. In a float input's dimensions Op::VarH stands for
+/// `heads`, the call's number of query heads (`float[heads, buckets]`), not
+/// for a head index; an int input's dimensions never use it.
 struct InputDecl {
   std::string name;
-  /// One or two Int terms over n and constants (Sema: >= 1 for every n >= 1).
+  /// Int terms over n, constants and (float inputs) VarH = the head count;
+  /// each >= 1 for every n >= 1 and head count >= 1 (Sema, readIr).
   std::vector<TermRef> dims;
   SourceRange loc;
+  bool isFloat = false;
   size_t rank() const { return dims.size(); }
 };
 
@@ -73,7 +81,13 @@ std::shared_ptr<const InputArray> unboundInput(const InputDecl &decl);
 /// (returns `t` itself when it reads no input).
 TermRef bindTerm(const TermRef &t, const InputArrays &arrays);
 
-/// A dimension of a declaration at length n (its term evaluated).
-int64_t inputDim(const InputDecl &decl, size_t k, int64_t n);
+/// A dimension of a declaration at length n (its term evaluated); `heads`,
+/// the call's query heads, is what VarH stands for in a float input's dims.
+int64_t inputDim(const InputDecl &decl, size_t k, int64_t n, int64_t heads = 1);
+
+/// A lower bound of dimension term `dim` over every n >= 1 and head count
+/// >= 1 (VarH read as the head count): Sema and readIr refuse a dimension
+/// whose bound is below 1.
+int64_t inputDimLowerBound(const Term &dim);
 
 } // namespace attnc

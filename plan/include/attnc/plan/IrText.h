@@ -10,6 +10,16 @@
 //   param l 128
 //   head 0 (union (intersect (block-diag 128) (band - 0)) (intersect (stripe 128 120 127) (band - 0)))
 //
+// Inputs: `input NAME DIM...` (int) and `input NAME float DIM...` (a float
+// input, 1 to 3 dimensions, whose h stands for the call's head count), in
+// declaration order before the heads. A pattern with a score modifier ends
+// with `score EXPR` and / or `sink EXPR`, EXPR the s-expression of Score.h
+// (scoreText), e.g.
+//
+//   input slope float h
+//   score (add s (mul (input 0 h) (sub j i)))
+//   sink (input 1 h)
+//
 // Terms: integers, #t / #f, the variables i j n h, and (OP ARGS...) with the
 // operator names of Term.h (add, div, lt, in, builder...). A band's '-' is an
 // unbounded side; a key-range's '_' a missing bound. Source locations and

@@ -29,6 +29,7 @@
 
 #include "attnc/plan/Inputs.h"
 #include "attnc/plan/IntervalSet.h"
+#include "attnc/plan/Score.h"
 #include "attnc/plan/Term.h"
 
 #include <functional>
@@ -130,10 +131,36 @@ struct PatternIR {
   bool headsDeclared = false; ///< false: the one set serves any head count
   bool causal = false;
   std::vector<std::pair<std::string, int64_t>> params;
-  /// The arrays every call gives (empty: a positional pattern).
+  /// The arrays every call gives (empty: a positional pattern): int inputs,
+  /// which the sets read, and float inputs, which only `score` and `sink` read.
   std::vector<InputDecl> inputs;
   std::vector<Head> heads;
-  bool readsData() const { return !inputs.empty(); }
+  /// `score EXPR` and `sink EXPR` (Score.h); null: none. They never change
+  /// the sets: canonicalisation, the analyses and the plans ignore them, but
+  /// the IR text (and so a kernel's key) includes them.
+  ScoreRef score, sink;
+  /// Whether the sets read data: an int input is declared. Float inputs only
+  /// feed the score and the sink, so a pattern with only those has its sets
+  /// (and plans) known before any call.
+  bool readsData() const {
+    for (const InputDecl &in : inputs)
+      if (!in.isFloat)
+        return true;
+    return false;
+  }
+  bool hasFloatInputs() const {
+    for (const InputDecl &in : inputs)
+      if (in.isFloat)
+        return true;
+    return false;
+  }
+  /// The names of the inputs, indexed like `inputs` (for printScore, evalScore).
+  std::vector<std::string> inputNames() const {
+    std::vector<std::string> names;
+    for (const InputDecl &in : inputs)
+      names.push_back(in.name);
+    return names;
+  }
 };
 
 /// One line per node, indented; each with its location when `where` is given.
