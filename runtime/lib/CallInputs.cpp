@@ -47,6 +47,58 @@ int64_t entry(const attnc_tensor &t, int64_t b, int64_t h, int64_t r, int64_t c)
   return static_cast<const int64_t *>(t.data)[at];
 }
 
+/// Float input `decl` given as `t`: f32 or bf16 of the declaration's
+/// dimensions at (n, heads), then 1s; copied to contiguous f32.
+void readFloat(const InputDecl &decl, const attnc_tensor &t, int64_t n, int64_t heads, std::vector<float> &values,
+               FloatInput &out) {
+  const std::string name = "input '" + decl.name + "'";
+  if (t.dtype != ATTNC_DTYPE_F32 && t.dtype != ATTNC_DTYPE_BF16)
+    throw RunError{ATTNC_ERROR_DTYPE, name + " is a float input (score / sink): its dtype must be f32 (" +
+                                          std::to_string(ATTNC_DTYPE_F32) + ") or bf16 (" +
+                                          std::to_string(ATTNC_DTYPE_BF16) + "), not " + std::to_string(t.dtype)};
+  const size_t rank = decl.rank();
+  std::vector<int64_t> dims;
+  std::string want = "[", got = "[";
+  bool fits = true;
+  for (size_t a = 0; a < 4; ++a) {
+    const int64_t dim = a < rank ? inputDim(decl, a, n, heads) : 1;
+    if (a < rank)
+      dims.push_back(dim);
+    fits = fits && t.shape[a] == dim;
+    want.append(a ? ", " : "").append(std::to_string(dim));
+    got.append(a ? ", " : "").append(std::to_string(t.shape[a]));
+  }
+  if (!fits)
+    throw RunError{ATTNC_ERROR_SHAPE, name + " has shape " + got + "]; at n = " + std::to_string(n) + " with " +
+                                          std::to_string(heads) + " query heads it must be " + want +
+                                          "] (its declared dimensions, then 1s)"};
+  int64_t total = 1;
+  for (int64_t dim : dims)
+    total *= dim;
+  if (!t.data && total > 0)
+    bad(name + " has no data");
+  for (int a = 0; a < 4; ++a)
+    if (t.strides[a] < 0 || (t.strides[a] == 0 && t.shape[a] > 1))
+      throw RunError{ATTNC_ERROR_STRIDE, name + " has stride " + std::to_string(t.strides[a]) + " on axis " +
+                                             std::to_string(a)};
+  values.resize(static_cast<size_t>(total));
+  int64_t e = 0;
+  for (int64_t a = 0; a < t.shape[0]; ++a)
+    for (int64_t b = 0; b < t.shape[1]; ++b)
+      for (int64_t c = 0; c < t.shape[2]; ++c)
+        for (int64_t d = 0; d < t.shape[3]; ++d, ++e) {
+          const int64_t at = a * t.strides[0] + b * t.strides[1] + c * t.strides[2] + d * t.strides[3];
+          if (t.dtype == ATTNC_DTYPE_F32) {
+            values[static_cast<size_t>(e)] = static_cast<const float *>(t.data)[at];
+          } else {
+            const uint32_t bits = uint32_t{static_cast<const uint16_t *>(t.data)[at]} << 16;
+            std::memcpy(&values[static_cast<size_t>(e)], &bits, 4);
+          }
+        }
+  out.values = values.data();
+  out.dims = std::move(dims);
+}
+
 } // namespace
 
 int64_t inputIdLimit(const ir::PatternIR &ir, size_t index, int64_t n) {
@@ -60,12 +112,12 @@ int64_t inputIdLimit(const ir::PatternIR &ir, size_t index, int64_t n) {
 void checkInputsGiven(const ir::PatternIR &ir, int64_t count) {
   if (count < 0)
     bad("num_inputs is " + std::to_string(count));
-  if (ir.readsData() && count == 0)
+  if (!ir.inputs.empty() && count == 0)
     throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, "pattern '" + ir.name + "' reads the input" +
                                                      (ir.inputs.size() > 1 ? "s " : " ") + names(ir) +
                                                      ", given with every call (attnc_forward / attnc_backward "
                                                      "with attnc_call::inputs)"};
-  if (!ir.readsData() && count > 0)
+  if (ir.inputs.empty() && count > 0)
     bad("pattern '" + ir.name + "' declares no input, but the call gives " + std::to_string(count));
 }
 
@@ -109,10 +161,17 @@ CallInputs::CallInputs(const ir::PatternIR &ir, const attnc_input *inputs, int64
   std::vector<Source> sources;
   std::vector<std::shared_ptr<InputArray>> arrays;
   std::vector<std::pair<size_t, std::pair<int64_t, int64_t>>> jobs; ///< (input, (b, h))
+  floats_.assign(ir.inputs.size(), FloatInput{});
+  floatValues_.assign(ir.inputs.size(), {});
   for (size_t x = 0; x < given.size(); ++x) {
     const InputDecl &decl = ir.inputs[x];
     const attnc_tensor &t = given[x]->values;
     const std::string name = "input '" + decl.name + "'";
+    if (decl.isFloat) {
+      readFloat(decl, t, n, heads, floatValues_[x], floats_[x]);
+      sources.push_back({nullptr, 0, 0, arrays.size()});
+      continue;
+    }
     if (t.dtype != ATTNC_DTYPE_I32 && t.dtype != ATTNC_DTYPE_I64)
       throw RunError{ATTNC_ERROR_DTYPE, name + " has dtype " + std::to_string(t.dtype) + "; inputs are int32 (" +
                                             std::to_string(ATTNC_DTYPE_I32) + ") or int64 (" +
@@ -174,7 +233,12 @@ CallInputs::CallInputs(const ir::PatternIR &ir, const attnc_input *inputs, int64
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h) {
       InputArrays &slice = slices_[static_cast<size_t>(b * heads + h)];
-      for (const Source &src : sources) {
+      for (size_t x = 0; x < sources.size(); ++x) {
+        const Source &src = sources[x];
+        if (!src.t) { // (a float input: read by the score, not by the sets)
+          slice.push_back(unboundInput(ir.inputs[x]));
+          continue;
+        }
         const int64_t bi = src.t->shape[0] == 1 ? 0 : b, hi = src.t->shape[1] == 1 ? 0 : h;
         slice.push_back(arrays[src.first + static_cast<size_t>(bi * src.t->shape[1] + hi)]);
       }

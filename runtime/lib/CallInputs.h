@@ -21,9 +21,15 @@ namespace attnc::rt {
 class CallInputs {
 public:
   CallInputs() = default;
+  CallInputs(const CallInputs &) = delete; // (floats() points into it)
+  CallInputs &operator=(const CallInputs &) = delete;
+  CallInputs(CallInputs &&) = default;
+  CallInputs &operator=(CallInputs &&) = default;
   /// Validates `inputs` for a call of `ir` with `batch` sequences of `n`
   /// keys and `heads` query heads, and builds the arrays with up to
-  /// `threads` threads. Throws RunError naming the input at fault.
+  /// `threads` threads. Throws RunError naming the input at fault. Float
+  /// inputs are checked against their dimensions at (n, heads) and copied
+  /// to contiguous f32 (floats()).
   CallInputs(const ir::PatternIR &ir, const attnc_input *inputs, int64_t count, int64_t batch, int64_t heads,
              int64_t n, int threads);
 
@@ -31,10 +37,15 @@ public:
   const InputArrays *slice(int64_t b, int64_t h) const {
     return slices_.empty() ? nullptr : &slices_[static_cast<size_t>(b * heads_ + h)];
   }
+  /// The float inputs (score / sink), indexed like the pattern's inputs
+  /// (int inputs' entries empty); empty when the pattern has none.
+  const std::vector<FloatInput> &floats() const { return floats_; }
 
 private:
   int64_t heads_ = 0;
   std::vector<InputArrays> slices_; ///< [b * heads + h]
+  std::vector<FloatInput> floats_;
+  std::vector<std::vector<float>> floatValues_; ///< what floats_ point into
 };
 
 /// The ids input `index` holds when a selection reads it (`j / B in

@@ -82,6 +82,9 @@ struct TileArgsOf {
   bool init = false;      // the first pass: start every row's state instead of loading it
   bool finalize = false;  // the only pass: normalise each row when its block ends
   bool everyPair = false; // the dense baseline: P V over every key of a tile too
+  /// A score modifier, else null: key t of k is stored key keyBase + t keyStride of the slice.
+  const ScoreRun *score = nullptr;
+  int64_t keyBase = 0, keyStride = 1;
 };
 using TileArgs = TileArgsOf<float>;
 using TileArgsBf16 = TileArgsOf<uint16_t>;
@@ -103,6 +106,10 @@ struct GradArgs {
   /// the fused kernels skip the 16-row vectors and the row and key ranges
   /// that have no pair of the pattern.
   bool everyPair = false;
+  /// A score modifier, else null: row t of q is stored row rowBase + t
+  /// rowStride of the slice, key t of k stored key keyBase + t keyStride.
+  const ScoreRun *score = nullptr;
+  int64_t rowBase = 0, rowStride = 1, keyBase = 0, keyStride = 1;
 };
 
 constexpr int kGradTile = 48; // keys per tile of the backward pass (a multiple of every key group, 24 / H)
@@ -232,6 +239,17 @@ GradBlock gradKernel() { return kernels().grad; }
 } // namespace
 
 const char *fusedIsa() { return kernels().isa; }
+
+ScoreRunner scoreRunner() {
+#if ATTNC_FUSED_X86
+  const std::string isa = kernels().isa;
+  if (isa == "avx512")
+    return &avx512::runScoreLanes;
+  if (isa == "avx2")
+    return &avx2::runScoreLanes;
+#endif
+  return &generic::runScoreLanes;
+}
 const std::string &fusedIsaError() { return kernels().error; }
 
 namespace {
@@ -399,7 +417,7 @@ std::vector<uint16_t> &classValues(FusedScratch &s, uint16_t) { return s.classVB
 template <typename T>
 void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached, int64_t n,
              int64_t d, const T *q, const T *k, const T *v, float *o, float scale, FusedScratch &s, int threads,
-             RunBlockOf<T> kernel, int64_t skipRows, int64_t endRows) {
+             RunBlockOf<T> kernel, int64_t skipRows, int64_t endRows, const ScoreRun *score) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   std::vector<size_t> relayouts; // the residue-relayout pieces (the dense baseline has none)
   if (!dense)
@@ -415,6 +433,7 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
   TileArgsOf<T> args{q, k, v, d, scale, plan.options.tileRows, plan.options.tileCols, 0, 1,
                      s.rowMax.data(), s.rowSum.data(), o};
   args.everyPair = dense;
+  args.score = score && score->code ? score : nullptr;
   // Block b of piece p, class c: from the cache, or generated now; a class's
   // keys as rows of its class-major copy.
   auto blockOf = [&](const plan::BlockSource &src, size_t p, size_t c, int64_t b, FusedScratch &ws,
@@ -549,6 +568,8 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
       classArgs.v = classV.data();
       classArgs.rowBase = src.rowBase();
       classArgs.rowStride = m;
+      classArgs.keyBase = keyClass;
+      classArgs.keyStride = m;
       classArgs.finalize = finalize;
       ws.blocks.resize(1);
       const plan::BlockTiles *one = &ws.blocks[0];
@@ -596,8 +617,9 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
 
 void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached, int64_t n,
                   int64_t d, const float *q, const float *k, const float *v, float *o, float scale, FusedScratch &s,
-                  int threads, int64_t skipRows, int64_t endRows) {
-  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, blockKernel(), skipRows, endRows);
+                  int threads, int64_t skipRows, int64_t endRows, const ScoreRun *score) {
+  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, blockKernel(), skipRows, endRows,
+          score);
 }
 
 bool fusedBf16Available(int64_t d) { return d >= 1 && blockKernelBf16() != nullptr; }
@@ -615,13 +637,15 @@ void runFusedHeadBf16(const plan::Plan &plan, size_t headIndex, bool dense, cons
                       float scale, FusedScratch &s, int threads, int64_t skipRows, int64_t endRows) {
   const RunBlockOf<uint16_t> kernel = blockKernelBf16();
   ATTNC_CHECK(kernel && d >= 1, "runFusedHeadBf16 called where fusedBf16Available(" + std::to_string(d) + ") is false");
-  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, kernel, skipRows, endRows);
+  runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, kernel, skipRows, endRows,
+          static_cast<const ScoreRun *>(nullptr));
 }
 
 void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached,
                       int64_t n, int64_t d, const float *q, const float *k, const float *v, const float *o,
                       const float *dO, const float *lse, float *dq, float *dk, float *dv, float scale,
-                      FusedGradScratch &s, int threads, int64_t skipRows, int64_t endRows) {
+                      FusedGradScratch &s, int threads, int64_t skipRows, int64_t endRows, const ScoreRun *score,
+                      double *inputGrad) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   const size_t nd = static_cast<size_t>(n * d);
   s.delta.resize(static_cast<size_t>(n));
@@ -634,6 +658,11 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
   const GradBlock kernel = gradKernel();
   GradArgs args{q, k, v, dO, lse, s.delta.data(), dq, dk, dv, d, scale, plan.options.tileRows, s.dqFresh.data(),
                 s.kvFresh.data(), dense};
+  if (score && score->code) {
+    args.score = score;
+    for (int w = 0; w < threads; ++w) // (each worker sums the float inputs' gradients apart)
+      s.workers[static_cast<size_t>(w)].inputGrad.assign(static_cast<size_t>(score->gradSize), 0.0);
+  }
   // Worker 0 sums into dk and dv; the others into their own partial sums
   // (cleared: no fresh rows).
   auto argsFor = [&](int worker) {
@@ -749,9 +778,14 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
             ws.clse[static_cast<size_t>(t)] = lse[c + t * m];
             ws.cdelta[static_cast<size_t>(t)] = s.delta[static_cast<size_t>(c + t * m)];
           }
-          const GradArgs classArgs{ws.cq.data(), ws.ck.data(), ws.cv.data(), ws.cdo.data(), ws.clse.data(),
-                                   ws.cdelta.data(), ws.cdq.data(), ws.cdk.data(), ws.cdv.data(), d, scale,
-                                   plan.options.tileRows};
+          GradArgs classArgs{ws.cq.data(), ws.ck.data(), ws.cv.data(), ws.cdo.data(), ws.clse.data(),
+                             ws.cdelta.data(), ws.cdq.data(), ws.cdk.data(), ws.cdv.data(), d, scale,
+                             plan.options.tileRows};
+          classArgs.score = args.score; // (the class's rows c + t m, keys keyClass + t m)
+          classArgs.rowBase = c;
+          classArgs.rowStride = m;
+          classArgs.keyBase = keyClass;
+          classArgs.keyStride = m;
           const std::vector<plan::BlockShape> *blocks = pieceBlocks(p, static_cast<size_t>(c));
           for (int64_t b = 0; b < src.numBlocks(); ++b) {
             if (c + (std::min(rows, (b + 1) * plan.options.tileRows) - 1) * m < skipRows ||
@@ -774,6 +808,10 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
   clearFresh(dq, s.dqFresh.data(), n, d);
   clearFresh(dk, s.kvFresh.data(), n, d);
   clearFresh(dv, s.kvFresh.data(), n, d);
+  if (args.score && inputGrad)
+    for (int w = 0; w < threads; ++w)
+      for (int64_t e = 0; e < score->gradSize; ++e)
+        inputGrad[e] += s.workers[static_cast<size_t>(w)].inputGrad[static_cast<size_t>(e)];
   for (int w = 1; w < threads; ++w) {
     GradScratch &ws = s.workers[static_cast<size_t>(w)];
     if (ws.dk.size() != nd) // (this worker took no block: it has no sums of this shape)

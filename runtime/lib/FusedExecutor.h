@@ -17,12 +17,27 @@
 
 #include "attnc/plan/Plan.h"
 
+#include "ScoreProgram.h"
+
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
 
 namespace attnc::rt {
+
+/// A score modifier as the tile kernels run it: the slice's compiled code
+/// and where its rows sit. Stored row (and key) t of the slice is position
+/// order[t] where `order` is set (a data group's rows and keys, gathered in
+/// an input's class order), else t.
+struct ScoreRun {
+  const ScoreCode *code = nullptr;
+  const int32_t *order = nullptr;
+  /// Backward: where each float input's entries start in the gradient sums.
+  std::vector<int64_t> gradOffsets;
+  int64_t gradSize = 0;
+  int64_t position(int64_t t) const { return order ? order[t] : t; }
+};
 
 /// A row block's keys that run later than the block (see runFusedHead).
 struct Waiting {
@@ -50,6 +65,12 @@ struct FusedScratch {
   std::vector<const uint16_t *> vRowsBf16;    ///< a tile's value rows
   std::vector<uint16_t> classKBf16, classVBf16; ///< classK, classV of bf16 inputs
   std::vector<Waiting> waiting;               ///< row blocks' keys that run later
+  // A score modifier's (ScoreRun) lanes: its slots, the block's row
+  // positions and which lanes are pairs of the pattern.
+  std::vector<float> scoreSlots;
+  uint64_t slotsFor = 0; ///< the ScoreCode::id they hold constants of
+  alignas(64) float rowPos[64];
+  uint8_t live[ScoreCode::kMaxLanes];
 };
 
 /// Computes one contiguous [n, d] slice: o = attention over head `headIndex`
@@ -66,7 +87,7 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
                   const plan::HeadShapes *cached, int64_t n, int64_t d, const float *q,
                   const float *k, const float *v, float *o, float scale, FusedScratch &scratch,
                   int threads = 1, int64_t skipRows = 0,
-                  int64_t endRows = std::numeric_limits<int64_t>::max());
+                  int64_t endRows = std::numeric_limits<int64_t>::max(), const ScoreRun *score = nullptr);
 
 /// The tile kernels' instruction set: "avx512", "avx2" or "portable".
 const char *fusedIsa();
@@ -101,6 +122,10 @@ void runFusedHeadBf16(const plan::Plan &plan, size_t headIndex, bool dense,
                       int threads = 1, int64_t skipRows = 0,
                       int64_t endRows = std::numeric_limits<int64_t>::max());
 
+/// With a score modifier (`score`), runFusedBackward differentiates it too:
+/// the float inputs' gradients are added into inputGrad (score->gradSize
+/// doubles, at score->gradOffsets).
+
 /// A thread's scratch in the backward pass.
 struct GradScratch {
   std::vector<float> qt, dot, p, ds; ///< Q^T, dO^T of a block; P^T, dS^T of a tile
@@ -116,6 +141,14 @@ struct GradScratch {
   /// Lines of the next block (its Q, dO, K and V rows) to prefetch, one per
   /// step of the S loops.
   std::vector<const void *> ahead;
+  // A score modifier's lanes (as FusedScratch's), and this thread's sums of
+  // the float inputs' gradients (ScoreRun::gradOffsets).
+  std::vector<float> scoreSlots;
+  uint64_t slotsFor = 0; ///< the ScoreCode::id they hold constants of
+  uint8_t live[ScoreCode::kMaxLanes];
+  float weight[ScoreCode::kMaxLanes];
+  alignas(64) float rowPos[64];
+  std::vector<double> inputGrad;
 };
 
 /// Per-slice scratch of the backward pass, reused across calls.
@@ -135,6 +168,7 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
                       int64_t n, int64_t d, const float *q, const float *k, const float *v, const float *o,
                       const float *dO, const float *lse, float *dq, float *dk, float *dv, float scale,
                       FusedGradScratch &scratch, int threads = 1, int64_t skipRows = 0,
-                      int64_t endRows = std::numeric_limits<int64_t>::max());
+                      int64_t endRows = std::numeric_limits<int64_t>::max(), const ScoreRun *score = nullptr,
+                      double *inputGrad = nullptr);
 
 } // namespace attnc::rt

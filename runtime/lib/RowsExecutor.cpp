@@ -58,9 +58,41 @@ template <typename T> void prefetchRows(const T *base, int64_t first, int64_t ro
 }
 
 /// One row: keys `keys` of k and v, output row o, its log-sum-exp.
+/// A score modifier on `count` scores of row `row`, keys j0 .. j0 + count
+/// (count <= kChunk): scores[t] = f(scores[t]); with dP (the backward),
+/// also P, dS' = P (dP - delta) into weight and dS into dP's place, the
+/// inputs' gradients added into grad.
+struct RowScore {
+  const ScoreCode *code = nullptr;
+  std::vector<float> slots;
+  uint64_t filledFor = 0;
+  float weight[kChunk];
+
+  float *run(int64_t row, int64_t j0, int64_t count, const float *scores) {
+    bindScoreSlots(*code, slots, filledFor);
+    constexpr int M = ScoreCode::kMaxLanes;
+    static_assert(kChunk <= M);
+    std::copy_n(scores, count, slots.data() + ScoreCode::kS * M);
+    if (code->usesI)
+      std::fill_n(slots.data() + ScoreCode::kI * M, count, static_cast<float>(row));
+    if (code->usesJ)
+      for (int64_t t = 0; t < count; ++t)
+        slots[static_cast<size_t>(ScoreCode::kJ * M + t)] = static_cast<float>(j0 + t);
+    scoreRunner()(*code, ScoreLanes{slots.data(), static_cast<int>(count)});
+    return slots.data() + code->value * M;
+  }
+  const float *dValue() const { return slots.data() + code->dValue * ScoreCode::kMaxLanes; }
+};
+
+RowScore &rowScore(const ScoreCode *code) {
+  thread_local RowScore score;
+  score.code = code;
+  return score;
+}
+
 template <typename T>
 ATTNC_ROWS_CLONES void runRow(const IntervalSet &keys, int64_t d, const float *q, const T *k, const T *v, float *o,
-                              float *lse, float scale) {
+                              float *lse, float scale, int64_t row, const ScoreCode *code) {
   float m = -std::numeric_limits<float>::infinity(), sum = 0.0f;
   bool nan = false;
   float scores[kChunk];
@@ -88,9 +120,15 @@ ATTNC_ROWS_CLONES void runRow(const IntervalSet &keys, int64_t d, const float *q
           part[c % 8] += q[c] * widen(key[c]);
         const float s =
             scale * (((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])));
-        nan |= s != s;
         scores[t] = s;
-        chunkMax = std::max(chunkMax, s);
+      }
+      if (code) {
+        const float *f = rowScore(code).run(row, j0, count, scores);
+        std::copy_n(f, count, scores);
+      }
+      for (int64_t t = 0; t < count; ++t) {
+        nan |= scores[t] != scores[t];
+        chunkMax = std::max(chunkMax, scores[t]);
       }
       if (chunkMax > m) {
         const float correction = std::exp(m - chunkMax);
@@ -123,7 +161,7 @@ ATTNC_ROWS_CLONES void runRow(const IntervalSet &keys, int64_t d, const float *q
 
 template <typename T>
 void runRowsOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const T *q, const T *k, const T *v,
-               float *o, float *lse, float scale, int threads) {
+               float *o, float *lse, float scale, int threads, const ScoreCode *code) {
   const ir::RowEvaluator rows(set, n);
   const int64_t count = n - firstRow;
   support::parallelFor(count, static_cast<int>(std::min<int64_t>(threads, count)), [&](int, int64_t r) {
@@ -139,7 +177,7 @@ void runRowsOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, co
         query[static_cast<size_t>(c)] = widen(q[r * d + c]);
       qr = query.data();
     }
-    runRow(keys, d, qr, k, v, o + r * d, lse ? lse + r : nullptr, scale);
+    runRow(keys, d, qr, k, v, o + r * d, lse ? lse + r : nullptr, scale, firstRow + r, code);
   });
 }
 
@@ -171,7 +209,8 @@ inline void updatePair(int64_t d, float p, float ds, const float *__restrict q, 
 /// keys' dK and dV rows (added to). `delta` is rowsum(dO * O).
 template <typename T>
 ATTNC_ROWS_CLONES void gradRow(const IntervalSet &keys, int64_t d, const float *q, const float *dO, float lse,
-                               float delta, const T *k, const T *v, float *dq, float *dk, float *dv, float scale) {
+                               float delta, const T *k, const T *v, float *dq, float *dk, float *dv, float scale,
+                               int64_t row, const ScoreRun *score, double *inputGrad) {
   for (size_t at = 0; at < keys.size(); ++at) {
     for (size_t ahead = at + 1; ahead <= at + kAheadIntervals && ahead < keys.size(); ++ahead) {
       const int64_t rows = std::min(kAheadRows, keys[ahead].size());
@@ -181,6 +220,27 @@ ATTNC_ROWS_CLONES void gradRow(const IntervalSet &keys, int64_t d, const float *
       prefetchRows(dv, keys[ahead].lo, rows, d);
     }
     const Interval &iv = keys[at];
+    if (score) { // chunks of keys through the score's code
+      RowScore &rs = rowScore(score->code);
+      float s[kChunk], dp[kChunk];
+      for (int64_t j0 = iv.lo; j0 < iv.hi; j0 += kChunk) {
+        const int64_t count = std::min(kChunk, iv.hi - j0);
+        for (int64_t t = 0; t < count; ++t) {
+          s[t] = scale * dotRow(q, k + (j0 + t) * d, d);
+          dp[t] = dotRow(dO, v + (j0 + t) * d, d);
+        }
+        const float *f = rs.run(row, j0, count, s), *df = rs.dValue();
+        for (int64_t t = 0; t < count; ++t) {
+          const float p = std::exp(f[t] - lse), dsp = p * (dp[t] - delta);
+          rs.weight[t] = dsp;
+          updatePair(d, p, scale * dsp * df[t], q, dO, k + (j0 + t) * d, dq, dk + (j0 + t) * d, dv + (j0 + t) * d);
+        }
+        if (!rs.code->grads.empty())
+          accumulateScoreGrads(*rs.code, ScoreLanes{rs.slots.data(), static_cast<int>(count)}, rs.weight,
+                               score->gradOffsets, inputGrad);
+      }
+      continue;
+    }
     for (int64_t j = iv.lo; j < iv.hi; ++j) {
       const T *key = k + j * d;
       const float p = std::exp(scale * dotRow(q, key, d) - lse);
@@ -205,7 +265,7 @@ constexpr int64_t kRangeBytes = int64_t{256} << 10;
 template <typename T>
 void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const T *k,
                        const T *v, const float *o, const float *dO, const float *lse, float *dq, float *dk, float *dv,
-                       float scale, RowsGradScratch &s, int threads) {
+                       float scale, RowsGradScratch &s, int threads, const ScoreRun *score, double *inputGrad) {
   const ir::RowEvaluator rows(set, n);
   const int64_t count = n - firstRow;
   const float empty = -std::numeric_limits<float>::infinity(); // lse of a row without keys (NaN is not empty)
@@ -214,18 +274,37 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
     s.delta[static_cast<size_t>(r)] = dotRow(dO + r * d, o + r * d, d);
   std::fill(dq, dq + count * d, 0.0f);
   // Rows [0, count) over keys [lo, hi), into dQ rows `dqOut`.
-  auto runRange = [&](int64_t lo, int64_t hi, float *dqOut) {
+  // With a score modifier, each worker sums the float inputs' gradients
+  // apart (s.inputGrad[w]), added into inputGrad at the end.
+  const bool scored = score && score->code;
+  if (scored)
+    s.inputGrad.assign(static_cast<size_t>(std::max(1, threads)),
+                       std::vector<double>(static_cast<size_t>(score->gradSize), 0.0));
+  auto runRange = [&](int64_t lo, int64_t hi, float *dqOut, int worker) {
     thread_local IntervalSet keys;
     for (int64_t r = 0; r < count; ++r) {
       if (lse[r] == empty)
         continue;
       rows.row(firstRow + r, lo, hi, keys);
       gradRow(keys, d, q + r * d, dO + r * d, lse[r], s.delta[static_cast<size_t>(r)], k, v, dqOut + r * d, dk, dv,
-              scale);
+              scale, firstRow + r, scored ? score : nullptr,
+              scored ? s.inputGrad[static_cast<size_t>(worker)].data() : nullptr);
     }
   };
+  // (Adds the workers' sums of the inputs' gradients: every return below.)
+  struct AddGrads {
+    RowsGradScratch &s;
+    bool scored;
+    double *to;
+    ~AddGrads() {
+      if (scored && to)
+        for (const std::vector<double> &part : s.inputGrad)
+          for (size_t e = 0; e < part.size(); ++e)
+            to[e] += part[e];
+    }
+  } addGrads{s, scored, inputGrad};
   if (count == 1 && threads <= 1) {
-    runRange(0, n, dq);
+    runRange(0, n, dq, 0);
     return;
   }
   // Rows pass over the keys one range at a time, so that the range's key
@@ -256,7 +335,7 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
   }
   threads = static_cast<int>(std::clamp<int64_t>(pairs * d / kWorkPerThread, 1, std::max(1, threads)));
   if (count == 1 && threads <= 1) {
-    runRange(0, n, dq);
+    runRange(0, n, dq, 0);
     return;
   }
   // keyPairs[j]: pairs with a key before j.
@@ -289,7 +368,7 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
   if (threads <= 1) {
     for (int64_t x = 0; x < ranges; ++x)
       if (hasPairs(s.cuts[static_cast<size_t>(x)], s.cuts[static_cast<size_t>(x + 1)]))
-        runRange(s.cuts[static_cast<size_t>(x)], s.cuts[static_cast<size_t>(x + 1)], dq);
+        runRange(s.cuts[static_cast<size_t>(x)], s.cuts[static_cast<size_t>(x + 1)], dq, 0);
     return;
   }
   s.dq.resize(static_cast<size_t>(threads));
@@ -307,7 +386,7 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
       }
       dqOut = partial.data();
     }
-    runRange(lo, hi, dqOut);
+    runRange(lo, hi, dqOut, w);
   });
   for (int w = 1; w < threads; ++w)
     if (s.used[static_cast<size_t>(w)])
@@ -318,25 +397,27 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
 } // namespace
 
 void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const float *k,
-             const float *v, float *o, float *lse, float scale, int threads) {
-  runRowsOf(set, n, firstRow, d, q, k, v, o, lse, scale, threads);
+             const float *v, float *o, float *lse, float scale, int threads, const ScoreCode *score) {
+  runRowsOf(set, n, firstRow, d, q, k, v, o, lse, scale, threads, score);
 }
 
 void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const uint16_t *q, const uint16_t *k,
-             const uint16_t *v, float *o, float *lse, float scale, int threads) {
-  runRowsOf(set, n, firstRow, d, q, k, v, o, lse, scale, threads);
+             const uint16_t *v, float *o, float *lse, float scale, int threads, const ScoreCode *score) {
+  runRowsOf(set, n, firstRow, d, q, k, v, o, lse, scale, threads, score);
 }
 
 void runRowsBackward(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const float *k,
                      const float *v, const float *o, const float *dO, const float *lse, float *dq, float *dk,
-                     float *dv, float scale, RowsGradScratch &scratch, int threads) {
-  runRowsBackwardOf(set, n, firstRow, d, q, k, v, o, dO, lse, dq, dk, dv, scale, scratch, threads);
+                     float *dv, float scale, RowsGradScratch &scratch, int threads, const ScoreRun *score,
+                     double *inputGrad) {
+  runRowsBackwardOf(set, n, firstRow, d, q, k, v, o, dO, lse, dq, dk, dv, scale, scratch, threads, score, inputGrad);
 }
 
 void runRowsBackward(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q,
                      const uint16_t *k, const uint16_t *v, const float *o, const float *dO, const float *lse,
-                     float *dq, float *dk, float *dv, float scale, RowsGradScratch &scratch, int threads) {
-  runRowsBackwardOf(set, n, firstRow, d, q, k, v, o, dO, lse, dq, dk, dv, scale, scratch, threads);
+                     float *dq, float *dk, float *dv, float scale, RowsGradScratch &scratch, int threads,
+                     const ScoreRun *score, double *inputGrad) {
+  runRowsBackwardOf(set, n, firstRow, d, q, k, v, o, dO, lse, dq, dk, dv, scale, scratch, threads, score, inputGrad);
 }
 
 } // namespace attnc::rt

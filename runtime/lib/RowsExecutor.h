@@ -12,6 +12,8 @@
 
 #include "attnc/plan/PatternIR.h"
 
+#include "FusedExecutor.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -22,12 +24,14 @@ namespace attnc::rt {
 /// firstRow floats, may be null) gets each row's log-sum-exp. A row without
 /// keys gives zeros and -inf; a NaN score makes its row NaN. `threads`
 /// threads of the shared pool share the rows.
+/// With `score`, each pair's score goes through that code first (rows are
+/// positions firstRow.., keys 0.., never gathered).
 void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const float *k,
-             const float *v, float *o, float *lse, float scale, int threads);
+             const float *v, float *o, float *lse, float scale, int threads, const ScoreCode *score = nullptr);
 /// The same on bf16 q, k and v (uint16_t), widened as they are read, so
 /// that only the named rows are touched.
 void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const uint16_t *q, const uint16_t *k,
-             const uint16_t *v, float *o, float *lse, float scale, int threads);
+             const uint16_t *v, float *o, float *lse, float scale, int threads, const ScoreCode *score = nullptr);
 
 /// runRowsBackward's scratch, reused across the slices and calls of a worker.
 struct RowsGradScratch {
@@ -36,6 +40,7 @@ struct RowsGradScratch {
   std::vector<int64_t> cuts;            ///< the key ranges the threads share out: parts + 1 positions
   std::vector<std::vector<float>> dq;   ///< workers 1 .. threads - 1: their partial dQ ([rows, d])
   std::vector<char> used;               ///< per worker: whether its partial dQ holds a sum of this call
+  std::vector<std::vector<double>> inputGrad; ///< per worker: a score's float-input gradient sums
 };
 
 /// The gradients of the queries at positions firstRow .. n - 1 of `set` at
@@ -51,11 +56,13 @@ struct RowsGradScratch {
 /// split the keys into ranges (each key's dK, dV rows written by one).
 void runRowsBackward(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const float *k,
                      const float *v, const float *o, const float *dO, const float *lse, float *dq, float *dk,
-                     float *dv, float scale, RowsGradScratch &scratch, int threads);
+                     float *dv, float scale, RowsGradScratch &scratch, int threads, const ScoreRun *score = nullptr,
+                     double *inputGrad = nullptr);
 /// The same on bf16 k and v (uint16_t), widened as they are read, so that
 /// only the key and value rows the queries name are touched.
 void runRowsBackward(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q,
                      const uint16_t *k, const uint16_t *v, const float *o, const float *dO, const float *lse,
-                     float *dq, float *dk, float *dv, float scale, RowsGradScratch &scratch, int threads);
+                     float *dq, float *dk, float *dv, float scale, RowsGradScratch &scratch, int threads,
+                     const ScoreRun *score = nullptr, double *inputGrad = nullptr);
 
 } // namespace attnc::rt

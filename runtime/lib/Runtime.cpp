@@ -632,6 +632,7 @@ struct SliceWorker : PackBuffers {
 
   std::unique_ptr<attnc::rt::Scratch> scratch;
   Packed packed[5], packedBf16[3];
+  std::vector<double> inputGrad; ///< a backward slice's float-input gradients
 };
 
 /// What a row-range slice runs on: the backend prepares nothing per n for it.
@@ -712,6 +713,8 @@ void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<S
               slice.skipRows = pad;
               slice.endRows = rowRange ? s.nk : pad + s.nq; // (a row range has no padding)
               slice.inputs = inputs.slice(s.b, h);
+              slice.head = h;
+              slice.floats = inputs.floats().empty() ? nullptr : &inputs.floats();
               const bool bf16 = q.dtype == ATTNC_DTYPE_BF16 &&
                                 (rowRange ? c.backend.takesBf16Rows() : c.backend.takesBf16(d));
               if (bf16) {
@@ -750,7 +753,9 @@ void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<S
 void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<Seq> &seqs,
               const attnc_tensor &q, const attnc_tensor &k, const attnc_tensor &v, const attnc_tensor &o,
               const attnc_tensor &dO, const attnc_tensor &lse, const attnc_tensor &dq, const attnc_tensor &dk,
-              const attnc_tensor &dv, const attnc::rt::CallInputs &inputs, const attnc_run_options *options) {
+              const attnc_tensor &dv, const attnc::rt::CallInputs &inputs, const attnc_run_options *options,
+              std::vector<double> *inputGrad) {
+  std::mutex gradLock; // (slices add their float-input gradients into *inputGrad under it)
   runSlices(kernel, attnc::rt::Pass::Backward, shape, seqs, options,
             [&](SliceWorker &ws, const Call &c, const Seq &s, int64_t g, const attnc::rt::LengthState &state) {
               const int64_t d = c.shape.d, n = s.nk, group = c.shape.group();
@@ -812,7 +817,18 @@ void backward(const attnc_kernel &kernel, const Shape &shape, const std::vector<
                 slice.kb = kbIn;
                 slice.vb = vbIn;
                 slice.inputs = inputs.slice(s.b, h);
+                slice.head = h;
+                slice.floats = inputs.floats().empty() ? nullptr : &inputs.floats();
+                if (inputGrad) {
+                  ws.inputGrad.assign(inputGrad->size(), 0.0);
+                  slice.inputGrad = ws.inputGrad.data();
+                }
                 c.backend.runBackwardSlice(state, slice, *ws.scratch, c.threadsPerSlice);
+                if (inputGrad) {
+                  std::lock_guard<std::mutex> lock(gradLock);
+                  for (size_t e = 0; e < inputGrad->size(); ++e)
+                    (*inputGrad)[e] += ws.inputGrad[e];
+                }
                 if (apart)
                   for (size_t x = 0; x < size; ++x) {
                     dkSum[x] += ws.out[1][x];
@@ -872,6 +888,11 @@ attnc_status checkFirstQuery(int64_t firstQuery, const Shape &shape) {
 attnc_status checkDataCall(const attnc_kernel &kernel, int64_t numInputs, bool gpu, bool varlen) {
   if (attnc_status s = guarded([&] { attnc::rt::checkInputsGiven(kernel.ir, numInputs); }); s != ATTNC_OK)
     return s;
+  if (gpu && (kernel.ir.score || kernel.ir.sink))
+    return fail(ATTNC_ERROR_UNSUPPORTED, "pattern '" + kernel.ir.name + "' has a " +
+                                             (kernel.ir.score ? "score" : "sink") +
+                                             " modifier, which the CUDA kernels do not run yet: run it on CPU "
+                                             "tensors");
   if (!kernel.ir.readsData())
     return ATTNC_OK;
   if (gpu)
@@ -889,7 +910,7 @@ attnc_status checkDataCall(const attnc_kernel &kernel, int64_t numInputs, bool g
 /// that reads no data). Throws RunError.
 attnc::rt::CallInputs callInputs(const attnc_kernel &kernel, const Shape &shape, const attnc_input *inputs,
                                  int64_t numInputs, const attnc_run_options *options) {
-  if (!kernel.ir.readsData())
+  if (kernel.ir.inputs.empty())
     return {};
   return attnc::rt::CallInputs(kernel.ir, inputs, numInputs, shape.batch, shape.hq, shape.nk,
                                attnc::support::resolveThreads(options ? options->num_threads : 0));
@@ -953,13 +974,75 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
   return guarded([&] { forward(*kernel, shape, seqs, *q, *k, *v, *o, lse, data, options); });
 }
 
+/// The call's float-input gradients (attnc_call::d_inputs) matched to the
+/// pattern's float inputs: f32 tensors of their shapes. gradOut[x] is where
+/// input x's goes (null: not asked for).
+attnc_status checkInputGrads(const attnc_kernel &kernel, const attnc::rt::CallInputs &data,
+                             const attnc_input *grads, int64_t count, std::vector<const attnc_tensor *> &gradOut) {
+  const attnc::ir::PatternIR &ir = kernel.ir;
+  gradOut.assign(ir.inputs.size(), nullptr);
+  if (count < 0 || (count > 0 && !grads))
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_call::d_inputs is null or num_d_inputs (" +
+                                                  std::to_string(count) + ") is negative");
+  for (int64_t g = 0; g < count; ++g) {
+    const attnc_input &in = grads[g];
+    if (!in.name)
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT, "d_inputs[" + std::to_string(g) + "] has no name");
+    size_t x = 0;
+    while (x < ir.inputs.size() && ir.inputs[x].name != in.name)
+      ++x;
+    if (x == ir.inputs.size() || !ir.inputs[x].isFloat)
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT,
+                  std::string("d_inputs names '") + in.name + "', which is not a float input of pattern '" + ir.name +
+                      "': only float inputs (read by score / sink) have gradients");
+    if (gradOut[x])
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("d_inputs names '") + in.name + "' twice");
+    const attnc_tensor &t = in.values;
+    const attnc::FloatInput &f = data.floats()[x];
+    if (t.dtype != ATTNC_DTYPE_F32)
+      return fail(ATTNC_ERROR_DTYPE, std::string("the gradient of '") + in.name + "' must be f32");
+    std::string want;
+    bool fits = true;
+    int64_t total = 1;
+    for (size_t a = 0; a < 4; ++a) {
+      const int64_t dim = a < f.dims.size() ? f.dims[a] : 1;
+      total *= dim;
+      fits = fits && t.shape[a] == dim;
+      want.append(a ? ", " : "[").append(std::to_string(dim));
+      if (t.strides[a] < 0 || (t.strides[a] == 0 && t.shape[a] > 1))
+        return fail(ATTNC_ERROR_STRIDE, std::string("the gradient of '") + in.name + "' has stride " +
+                                            std::to_string(t.strides[a]) + " on axis " + std::to_string(a));
+    }
+    if (!fits)
+      return fail(ATTNC_ERROR_SHAPE, std::string("the gradient of '") + in.name + "' must have the input's shape " +
+                                         want + "]");
+    if (!t.data && total > 0)
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("the gradient of '") + in.name + "' has no data");
+    gradOut[x] = &t;
+  }
+  return ATTNC_OK;
+}
+
+/// Writes a float input's gradient sums into its (checked) tensor.
+void writeInputGrad(const attnc_tensor &t, const attnc::FloatInput &f, const double *sums) {
+  int64_t e = 0;
+  for (int64_t a = 0; a < t.shape[0]; ++a)
+    for (int64_t b = 0; b < t.shape[1]; ++b)
+      for (int64_t c = 0; c < t.shape[2]; ++c)
+        for (int64_t d = 0; d < t.shape[3]; ++d, ++e)
+          static_cast<float *>(t.data)[a * t.strides[0] + b * t.strides[1] + c * t.strides[2] + d * t.strides[3]] =
+              static_cast<float>(sums[e]);
+  (void)f;
+}
+
 /// attnc_run_backward, attnc_run_backward_varlen and their _on and _at forms.
 attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                          const attnc_tensor *v, const attnc_tensor *o, const attnc_tensor *d_o,
                          const attnc_tensor *lse, attnc_tensor *d_q, attnc_tensor *d_k, attnc_tensor *d_v,
                          const attnc_varlen *varlen, const attnc_run_options *options,
                          const attnc_device *device = nullptr, int64_t firstQuery = -1,
-                         const attnc_input *inputs = nullptr, int64_t numInputs = 0) {
+                         const attnc_input *inputs = nullptr, int64_t numInputs = 0,
+                         const attnc_input *dInputs = nullptr, int64_t numDInputs = 0) {
   if (!kernel)
     return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run_backward: kernel is null");
   bool gpu = false;
@@ -1031,6 +1114,13 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
   attnc::rt::CallInputs data;
   if (attnc_status s = guarded([&] { data = callInputs(*kernel, shape, inputs, numInputs, options); }); s != ATTNC_OK)
     return s;
+  std::vector<const attnc_tensor *> gradOut; // per pattern input: where its gradient goes, else null
+  if (attnc_status s = checkInputGrads(*kernel, data, dInputs, numDInputs, gradOut); s != ATTNC_OK)
+    return s;
+  std::vector<double> inputGrad;
+  std::vector<int64_t> offsets;
+  if (numDInputs > 0)
+    inputGrad.assign(static_cast<size_t>(attnc::rt::floatOffsets(data.floats(), offsets)), 0.0);
   return guarded([&] {
     // Keys that no query reaches get zero gradients: sequences without
     // queries run no slice, so their rows are cleared here.
@@ -1045,7 +1135,11 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
       if (s.nq == 0 || shape.hq == 0)
         clear(s.b, s.k0, s.nk);
     if (!shape.empty())
-      backward(*kernel, shape, seqs, *q, *k, *v, *o, *d_o, *lse, *d_q, *d_k, *d_v, data, options);
+      backward(*kernel, shape, seqs, *q, *k, *v, *o, *d_o, *lse, *d_q, *d_k, *d_v, data, options,
+               numDInputs > 0 ? &inputGrad : nullptr);
+    for (size_t x = 0; x < gradOut.size(); ++x)
+      if (gradOut[x])
+        writeInputGrad(*gradOut[x], data.floats()[x], inputGrad.data() + offsets[x]);
   });
 }
 
@@ -1245,6 +1339,9 @@ attnc_status attnc_forward(const attnc_kernel *kernel, const attnc_call *call) {
   attnc_call c;
   if (attnc_status s = readCall(call, "attnc_forward", c); s != ATTNC_OK)
     return s;
+  if (c.d_inputs || c.num_d_inputs)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_forward: d_inputs are gradients, which attnc_backward writes; "
+                                              "leave them null in a forward call");
   return runForward(kernel, c.q, c.k, c.v, c.o, c.lse, c.varlen, c.options, c.device, c.first_query, c.inputs,
                     c.num_inputs);
 }
@@ -1254,7 +1351,7 @@ attnc_status attnc_backward(const attnc_kernel *kernel, const attnc_call *call) 
   if (attnc_status s = readCall(call, "attnc_backward", c); s != ATTNC_OK)
     return s;
   return runBackward(kernel, c.q, c.k, c.v, c.o, c.d_o, c.lse, c.d_q, c.d_k, c.d_v, c.varlen, c.options, c.device,
-                     c.first_query, c.inputs, c.num_inputs);
+                     c.first_query, c.inputs, c.num_inputs, c.d_inputs, c.num_d_inputs);
 }
 
 int64_t attnc_kernel_num_inputs(const attnc_kernel *kernel) {
@@ -1278,8 +1375,39 @@ attnc_status attnc_kernel_input(const attnc_kernel *kernel, int64_t index, int64
       dims[1] = decl.rank() == 2 ? attnc::inputDim(decl, 1, n) : 1;
     }
     if (id_limit)
-      *id_limit = attnc::rt::inputIdLimit(kernel->ir, static_cast<size_t>(index), n);
+      *id_limit = decl.isFloat ? 0 : attnc::rt::inputIdLimit(kernel->ir, static_cast<size_t>(index), n);
   });
+}
+
+attnc_status attnc_kernel_input_info(const attnc_kernel *kernel, int64_t index, int64_t n, int64_t heads,
+                                     attnc_input_info *info) {
+  if (!kernel || index < 0 || index >= static_cast<int64_t>(kernel->ir.inputs.size()))
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_kernel_input_info: no input " + std::to_string(index));
+  if (n < 1 || heads < 1)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_kernel_input_info: n is " + std::to_string(n) + " and heads " +
+                                                  std::to_string(heads) + "; both must be >= 1");
+  if (!info || info->size < sizeof(attnc_input_info))
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT,
+                "attnc_kernel_input_info: info is null or info->size is not sizeof(attnc_input_info) (" +
+                    std::to_string(sizeof(attnc_input_info)) + ")");
+  const attnc::InputDecl &decl = kernel->ir.inputs[static_cast<size_t>(index)];
+  return guarded([&] {
+    attnc_input_info out{};
+    out.size = sizeof(attnc_input_info);
+    out.name = decl.name.c_str();
+    out.rank = static_cast<int32_t>(decl.rank());
+    out.is_float = decl.isFloat ? 1 : 0;
+    for (size_t a = 0; a < 3; ++a)
+      out.dims[a] = a < decl.rank() ? attnc::inputDim(decl, a, n, heads) : 1;
+    out.id_limit = decl.isFloat ? 0 : attnc::rt::inputIdLimit(kernel->ir, static_cast<size_t>(index), n);
+    *info = out;
+  });
+}
+
+int32_t attnc_kernel_modifiers(const attnc_kernel *kernel) {
+  if (!kernel)
+    return 0;
+  return (kernel->ir.score ? ATTNC_MODIFIER_SCORE : 0) | (kernel->ir.sink ? ATTNC_MODIFIER_SINK : 0);
 }
 
 const char *attnc_last_error(void) { return lastError.c_str(); }

@@ -45,7 +45,9 @@
  * the calls with queries at an offset on a device (attnc_run_forward_at_on,
  * attnc_run_backward_at_on); version 8 the one call description
  * (attnc_call, attnc_call_init, attnc_forward, attnc_backward), the integer
- * dtypes and the named inputs of patterns that read data (attnc_input).
+ * dtypes and the named inputs of patterns that read data (attnc_input);
+ * version 9 score modifiers: float inputs, their gradients
+ * (attnc_call::d_inputs), attnc_kernel_input_info and attnc_kernel_modifiers.
  * Every older call and kernel file works unchanged: the attnc_run_* calls
  * are wrappers of attnc_forward and attnc_backward.
  *
@@ -60,7 +62,7 @@
 extern "C" {
 #endif
 
-#define ATTNC_ABI_VERSION 8
+#define ATTNC_ABI_VERSION 9
 #define ATTNC_OLDEST_ABI_VERSION 1
 
 #if defined(__GNUC__)
@@ -362,6 +364,17 @@ typedef struct attnc_input {
   attnc_tensor values;
 } attnc_input;
 
+/*
+ * Float inputs (ABI 9): `input NAME : float[DIMS]`, read by a pattern's
+ * `score` and `sink` (ALiBi slopes, sink logits, relative-bias tables), are
+ * attnc_inputs too: f32 or bf16, shape[0 .. rank) the declaration's
+ * dimensions at the call's key length n and query head count (`heads`),
+ * shape[rank .. 4) = 1, any strides. The whole call shares them (no batch
+ * or head broadcast). Their gradients come back from attnc_backward through
+ * attnc_call::d_inputs.
+ */
+
+
 /** attnc_call::first_query when the queries are the last nq of nk positions. */
 #define ATTNC_LAST_QUERIES (-1)
 
@@ -394,6 +407,13 @@ typedef struct attnc_call {
   int64_t num_inputs;
   /** null: the defaults. */
   const attnc_run_options *options;
+  /**
+   * Backward (ABI 9): the gradients of float inputs, each named as its
+   * input and written (overwritten) as f32 of the input's shape; inputs
+   * not named get none. Forward: must be null.
+   */
+  const attnc_input *d_inputs;
+  int64_t num_d_inputs;
 } attnc_call;
 
 /** Sets every field to its default (no tensors, the CPU, the last queries, no inputs) and `size`. */
@@ -418,6 +438,31 @@ ATTNC_API int64_t attnc_kernel_num_inputs(const attnc_kernel *kernel);
  */
 ATTNC_API attnc_status attnc_kernel_input(const attnc_kernel *kernel, int64_t index, int64_t n, const char **name,
                                           int32_t *rank, int64_t dims[2], int64_t *id_limit);
+
+/** What attnc_kernel_input_info reports (ABI 9); set `size` to sizeof(attnc_input_info). */
+typedef struct attnc_input_info {
+  size_t size;
+  const char *name;
+  int32_t rank;     /**< 1 or 2 (int inputs), 1 to 3 (float inputs) */
+  int32_t is_float; /**< 1: a float input, read by score / sink; 0: an int input, read by the sets */
+  int64_t dims[3];  /**< at key length n and `heads` query heads; 1 past the rank */
+  int64_t id_limit; /**< as attnc_kernel_input's; 0 for float inputs */
+} attnc_input_info;
+
+/**
+ * Input `index` of the kernel's pattern, int or float, its dimensions at
+ * key length n with `heads` query heads (ABI 9). Returns
+ * ATTNC_ERROR_INVALID_ARGUMENT for an index out of range, n < 1, heads < 1
+ * or an info whose size is too small.
+ */
+ATTNC_API attnc_status attnc_kernel_input_info(const attnc_kernel *kernel, int64_t index, int64_t n, int64_t heads,
+                                               attnc_input_info *info);
+
+/** Bits of attnc_kernel_modifiers: the pattern has a `score` / a `sink`. */
+#define ATTNC_MODIFIER_SCORE 1
+#define ATTNC_MODIFIER_SINK 2
+/** Which score modifiers the kernel's pattern has (ABI 9): ATTNC_MODIFIER_* bits, 0 for none. */
+ATTNC_API int32_t attnc_kernel_modifiers(const attnc_kernel *kernel);
 
 ATTNC_API const char *attnc_last_error(void);
 

@@ -22,6 +22,7 @@
 #include "attnc/format/KernelFile.h"
 #include "attnc/plan/PatternIR.h"
 #include "attnc/plan/Plan.h"
+#include "attnc/plan/Score.h"
 
 #include <cstdint>
 #include <limits>
@@ -82,6 +83,10 @@ struct Slice {
   /// A pattern that reads data: the arrays this slice binds (CallInputs),
   /// else null.
   const InputArrays *inputs = nullptr;
+  /// The query head (a score modifier's h) and the call's float inputs
+  /// (indexed like the pattern's inputs; null when it has none).
+  int64_t head = 0;
+  const std::vector<FloatInput> *floats = nullptr;
 };
 
 /// One slice of a backward pass: the forward's inputs, O, dO and lse in;
@@ -109,8 +114,13 @@ struct GradSlice {
   /// backend that takes them (Backend::takesBf16Rows); k and v are null
   /// then. q, o and dO arrive widened to f32: they are only the query rows.
   const uint16_t *kb = nullptr, *vb = nullptr;
-  /// As Slice::inputs.
+  /// As Slice::inputs, head and floats.
   const InputArrays *inputs = nullptr;
+  int64_t head = 0;
+  const std::vector<FloatInput> *floats = nullptr;
+  /// A score modifier's float-input gradients are added here (floatOffsets
+  /// of `floats`), when not null.
+  double *inputGrad = nullptr;
 };
 
 enum class Threading {

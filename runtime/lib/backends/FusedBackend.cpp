@@ -17,6 +17,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
 namespace attnc::rt {
 
@@ -132,7 +133,7 @@ void gather(const float *src, const std::vector<int32_t> &order, int64_t d, std:
 class FusedBackend final : public Backend {
 public:
   FusedBackend(const LoadedKernel &kernel, bool dense)
-      : plans_(kernelPlans(kernel)), dense_(dense), readsData_(kernel.ir.readsData()) {
+      : plans_(kernelPlans(kernel)), dense_(dense), readsData_(kernel.ir.readsData()), ir_(kernel.ir) {
     if (!fusedIsaError().empty())
       throw RunError{ATTNC_ERROR_UNSUPPORTED, fusedIsaError()};
     for (const ir::PatternIR::Head &head : kernel.ir.heads)
@@ -158,7 +159,8 @@ public:
   /// kernels widening the rows as they load); the dense baseline
   /// stays the f32 kernel it is measured as. (Rows run on their own take
   /// bf16 on any CPU: Slice::firstRow > 0 reads them as they are.)
-  bool takesBf16(int64_t d) const override { return !dense_ && fusedBf16Available(d); }
+  /// (A score modifier runs on the f32 kernels: bf16 inputs are widened.)
+  bool takesBf16(int64_t d) const override { return !dense_ && !ir_.score && fusedBf16Available(d); }
   bool takesBf16Rows() const override { return !dense_; }
   /// A few queries at the end of the keys (a decoding step, or its
   /// backward pass) run row by row over their own keys: the row blocks of
@@ -168,13 +170,37 @@ public:
 
   std::unique_ptr<Scratch> newScratch() const override { return std::make_unique<FusedWorker>(); }
 
-  void runSlice(const LengthState &state, const Slice &s, Scratch &scratch, int threads) const override {
+  void runSlice(const LengthState &state, const Slice &in, Scratch &scratch, int threads) const override {
+    if (!ir_.score && !ir_.sink) {
+      runSliceOf(state, in, scratch, threads, nullptr);
+      return;
+    }
+    // Score modifiers: the score's code compiled for this slice's head and
+    // inputs; a sink folded into each row's O and log-sum-exp at the end.
+    Slice s = in;
+    thread_local std::vector<float> lse;
+    if (ir_.sink && !s.lse) {
+      lse.resize(static_cast<size_t>(s.n));
+      s.lse = lse.data();
+    }
+    std::optional<ScoreCode> code;
+    if (ir_.score)
+      code = compileScore(*ir_.score, ir_, s.head, s.n, floatsOf(s.floats), false, s.firstRow == 0);
+    runSliceOf(state, s, scratch, threads, code ? &*code : nullptr);
+    if (ir_.sink)
+      applySink(s);
+  }
+
+  void runSliceOf(const LengthState &state, const Slice &s, Scratch &scratch, int threads,
+                  const ScoreCode *code) const {
+    ScoreRun run;
+    run.code = code;
     if (s.firstRow > 0) {
       const ir::SetRef rows = boundSet(s.set, s.inputs);
       if (s.qb)
-        runRows(rows, s.n, s.firstRow, s.d, s.qb, s.kb, s.vb, s.o, s.lse, s.scale, threads);
+        runRows(rows, s.n, s.firstRow, s.d, s.qb, s.kb, s.vb, s.o, s.lse, s.scale, threads, code);
       else
-        runRows(rows, s.n, s.firstRow, s.d, s.q, s.k, s.v, s.o, s.lse, s.scale, threads);
+        runRows(rows, s.n, s.firstRow, s.d, s.q, s.k, s.v, s.o, s.lse, s.scale, threads, code);
       return;
     }
     const auto &fused = static_cast<const FusedState &>(state);
@@ -184,7 +210,7 @@ public:
     if (bound && !dense_) {
       std::vector<DataGroup> groups = dataGroups(*bound, set, s.n);
       if (groups.size() > 1 || groups[0].classes || groups[0].rows) {
-        runDataForward(groups, set, s, static_cast<FusedWorker &>(scratch), threads);
+        runDataForward(groups, set, s, static_cast<FusedWorker &>(scratch), threads, code);
         return;
       }
     }
@@ -193,7 +219,8 @@ public:
                        s.qb, s.kb, s.vb, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads, s.skipRows, s.endRows);
     } else {
       runFusedHead(plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
-                   s.q, s.k, s.v, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads, s.skipRows, s.endRows);
+                   s.q, s.k, s.v, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads, s.skipRows, s.endRows,
+                   code ? &run : nullptr);
     }
     if (s.lse) {
       // The online softmax leaves each row's max and sum of exp(score - max).
@@ -207,15 +234,34 @@ public:
   }
 
   void runBackwardSlice(const LengthState &state, const GradSlice &s, Scratch &scratch, int threads) const override {
+    // A score modifier: its code with the derivatives, the float inputs'
+    // gradients (when asked for) summed into s.inputGrad.
+    std::optional<ScoreCode> code;
+    ScoreRun run;
+    if (ir_.score) {
+      code = compileScore(*ir_.score, ir_, s.head, s.n, floatsOf(s.floats), true, s.firstRow == 0);
+      if (!s.inputGrad)
+        code->grads.clear();
+      run.code = &*code;
+      run.gradSize = floatOffsets(floatsOf(s.floats), run.gradOffsets);
+    }
+    const ScoreRun *score = code ? &run : nullptr;
+    runBackwardOf(state, s, scratch, threads, score);
+    if (ir_.sink && s.inputGrad)
+      sinkBackward(s);
+  }
+
+  void runBackwardOf(const LengthState &state, const GradSlice &s, Scratch &scratch, int threads,
+                     const ScoreRun *score) const {
     if (s.firstRow > 0) {
       const ir::SetRef rows = boundSet(s.set, s.inputs);
       RowsGradScratch &rowsGrad = static_cast<FusedWorker &>(scratch).rowsGrad;
       if (s.kb)
         runRowsBackward(rows, s.n, s.firstRow, s.d, s.q, s.kb, s.vb, s.o, s.dO, s.lse, s.dq, s.dk, s.dv, s.scale,
-                        rowsGrad, threads);
+                        rowsGrad, threads, score, s.inputGrad);
       else
         runRowsBackward(rows, s.n, s.firstRow, s.d, s.q, s.k, s.v, s.o, s.dO, s.lse, s.dq, s.dk, s.dv, s.scale,
-                        rowsGrad, threads);
+                        rowsGrad, threads, score, s.inputGrad);
       return;
     }
     const auto &fused = static_cast<const FusedState &>(state);
@@ -224,16 +270,107 @@ public:
     if (bound && !dense_) {
       std::vector<DataGroup> groups = dataGroups(*bound, set, s.n);
       if (groups.size() > 1 || groups[0].classes || groups[0].rows) {
-        runDataBackward(groups, set, s, static_cast<FusedWorker &>(scratch), threads);
+        runDataBackward(groups, set, s, static_cast<FusedWorker &>(scratch), threads, score);
         return;
       }
     }
     runFusedBackward(bound ? *bound : *fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d, s.q,
                      s.k, s.v, s.o, s.dO, s.lse, s.dq, s.dk, s.dv, s.scale, static_cast<FusedWorker &>(scratch).grad,
-                     threads, s.skipRows, s.endRows);
+                     threads, s.skipRows, s.endRows, score, s.inputGrad);
   }
 
 private:
+  static const std::vector<FloatInput> &floatsOf(const std::vector<FloatInput> *floats) {
+    static const std::vector<FloatInput> none;
+    return floats ? *floats : none;
+  }
+
+  /// The stored rows of a slice that are queries, and row t's position.
+  template <typename S>
+  static void queryRows(const S &s, int64_t &first, int64_t &end, int64_t &offset) {
+    if (s.firstRow > 0) { // a row range: stored row t is position firstRow + t
+      first = 0;
+      end = s.n - s.firstRow;
+      offset = s.firstRow;
+    } else {
+      first = s.skipRows;
+      end = std::min(s.n, s.endRows);
+      offset = 0;
+    }
+  }
+
+  /// The sink's value for stored rows [t0, t0 + count) (count <= 64) of a
+  /// slice whose row t is position t + offset, left in code's value slot.
+  static const float *sinkLanes(const ScoreCode &code, std::vector<float> &slots, uint64_t &filled, int64_t t0,
+                                int count, int64_t offset) {
+    bindScoreSlots(code, slots, filled);
+    constexpr int M = ScoreCode::kMaxLanes;
+    if (code.usesI)
+      for (int l = 0; l < count; ++l)
+        slots[static_cast<size_t>(ScoreCode::kI * M + l)] = static_cast<float>(t0 + l + offset);
+    scoreRunner()(code, ScoreLanes{slots.data(), count});
+    return slots.data() + code.value * M;
+  }
+
+  /// Folds the sink into every query row's O and log-sum-exp: with z the
+  /// row's sink logit, lse' = log(e^lse + e^z) and O' = O e^(lse - lse').
+  /// A row without keys keeps O = 0, and its lse becomes z.
+  void applySink(const Slice &s) const {
+    const ScoreCode code = compileScore(*ir_.sink, ir_, s.head, s.n, floatsOf(s.floats), false);
+    thread_local std::vector<float> slots;
+    thread_local uint64_t filled = 0;
+    int64_t first, end, offset;
+    queryRows(s, first, end, offset);
+    const float ninf = -std::numeric_limits<float>::infinity();
+    for (int64_t t0 = first; t0 < end; t0 += ScoreCode::kMaxLanes) {
+      const int count = static_cast<int>(std::min<int64_t>(ScoreCode::kMaxLanes, end - t0));
+      const float *z = sinkLanes(code, slots, filled, t0, count, offset);
+      for (int l = 0; l < count; ++l) {
+        float &lse = s.lse[t0 + l];
+        const float zl = z[l];
+        if (zl == ninf || lse != lse)
+          continue;
+        if (lse == ninf || zl != zl) {
+          lse = zl;
+          continue;
+        }
+        const float top = std::max(lse, zl);
+        const float merged = top + std::log(std::exp(lse - top) + std::exp(zl - top));
+        const float factor = std::exp(lse - merged);
+        float *o = s.o + (t0 + l) * s.d;
+        for (int64_t x = 0; x < s.d; ++x)
+          o[x] *= factor;
+        lse = merged;
+      }
+    }
+  }
+
+  /// The sink's share of the float inputs' gradients: d loss / d z of a
+  /// row is -e^(z - lse) rowsum(dO * O) (the sink has no value row).
+  void sinkBackward(const GradSlice &s) const {
+    std::vector<int64_t> offsets;
+    floatOffsets(floatsOf(s.floats), offsets);
+    const ScoreCode code = compileScore(*ir_.sink, ir_, s.head, s.n, floatsOf(s.floats), true);
+    thread_local std::vector<float> slots;
+    thread_local uint64_t filled = 0;
+    int64_t first, end, offset;
+    queryRows(s, first, end, offset);
+    float weight[ScoreCode::kMaxLanes];
+    for (int64_t t0 = first; t0 < end; t0 += ScoreCode::kMaxLanes) {
+      const int count = static_cast<int>(std::min<int64_t>(ScoreCode::kMaxLanes, end - t0));
+      const float *z = sinkLanes(code, slots, filled, t0, count, offset);
+      for (int l = 0; l < count; ++l) {
+        const int64_t t = t0 + l;
+        float delta = 0;
+        for (int64_t x = 0; x < s.d; ++x)
+          delta += s.dO[t * s.d + x] * s.o[t * s.d + x];
+        const float p = std::exp(z[l] - s.lse[t]);
+        weight[l] = std::isfinite(p) ? -p * delta : 0.0f;
+      }
+      accumulateScoreGrads(code, ScoreLanes{slots.data(), count}, weight, offsets, s.inputGrad);
+    }
+  }
+
   /// A head set bound to a slice's data (the set itself for positional patterns).
   ir::SetRef boundSet(int64_t set, const InputArrays *inputs) const {
     const ir::SetRef &s = sets_[static_cast<size_t>(set)];
@@ -287,7 +424,7 @@ private:
   /// log-sum-exp scattered back and merged with the other groups' (the
   /// pieces are disjoint, so the merge is exact).
   void runDataForward(const std::vector<DataGroup> &groups, size_t set, const Slice &s, FusedWorker &worker,
-                      int threads) const {
+                      int threads, const ScoreCode *code) const {
     const int64_t n = s.n, d = s.d;
     DataBuffers &w = dataBuffers();
     const std::array<const float *, 3> qkv = f32Rows(s, w);
@@ -308,9 +445,13 @@ private:
       w.groupLse.resize(static_cast<size_t>(n));
       float *o = direct ? s.o : w.groupO.data(), *lse = direct ? w.lse.data() : w.groupLse.data();
       if (g.rows) {
-        runRows(g.rowSet(), n, 0, d, q, k, v, o, lse, s.scale, threads);
+        runRows(g.rowSet(), n, 0, d, q, k, v, o, lse, s.scale, threads, code);
       } else {
-        runFusedHead(g.plan, set, false, nullptr, n, d, q, k, v, o, s.scale, worker.fused, threads);
+        ScoreRun run; // (a class group's rows and keys sit in its order)
+        run.code = code;
+        run.order = g.classes ? g.classes->order.data() : nullptr;
+        runFusedHead(g.plan, set, false, nullptr, n, d, q, k, v, o, s.scale, worker.fused, threads, 0,
+                     std::numeric_limits<int64_t>::max(), code ? &run : nullptr);
         lseFromState(worker.fused, n, lse);
       }
       if (direct)
@@ -358,7 +499,7 @@ private:
   /// exp(score - lse) whatever group has it), their gradients scattered
   /// back and summed.
   void runDataBackward(const std::vector<DataGroup> &groups, size_t set, const GradSlice &s, FusedWorker &worker,
-                       int threads) const {
+                       int threads, const ScoreRun *score) const {
     const int64_t n = s.n, d = s.d;
     DataBuffers &w = dataBuffers();
     const size_t size = static_cast<size_t>(n * d);
@@ -388,10 +529,16 @@ private:
         std::fill(grads[1], grads[1] + size, 0.0f);
         std::fill(grads[2], grads[2] + size, 0.0f);
         runRowsBackward(g.rowSet(), n, 0, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse, grads[0], grads[1],
-                        grads[2], s.scale, worker.rowsGrad, threads);
+                        grads[2], s.scale, worker.rowsGrad, threads, score, s.inputGrad);
       } else {
+        ScoreRun run; // (a class group's rows and keys sit in its order)
+        if (score) {
+          run = *score;
+          run.order = g.classes ? g.classes->order.data() : nullptr;
+        }
         runFusedBackward(g.plan, set, false, nullptr, n, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse,
-                         grads[0], grads[1], grads[2], s.scale, worker.grad, threads);
+                         grads[0], grads[1], grads[2], s.scale, worker.grad, threads, 0,
+                         std::numeric_limits<int64_t>::max(), score ? &run : nullptr, s.inputGrad);
       }
       if (direct)
         continue;
@@ -430,6 +577,7 @@ private:
   std::vector<ir::SetRef> sets_; ///< each distinct head set, for rows run on their own
   bool dense_;
   bool readsData_; ///< row blocks from each call's data (CallInputs), none kept per n
+  ir::PatternIR ir_; ///< its score and sink (and inputs), compiled per slice
 };
 
 } // namespace

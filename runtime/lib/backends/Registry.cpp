@@ -53,6 +53,15 @@ std::unique_ptr<Backend> makeBackend(const LoadedKernel &kernel) {
     if (name == e.name) {
       if (!e.make)
         throw RunError{ATTNC_ERROR_UNSUPPORTED, "kernel backend '" + name + "' is not available: " + e.missing};
+      // Score modifiers are compiled into the fused kernels (and the dense
+      // baseline, the same code); the sparsifier's and halide's generated
+      // code has no place for them yet.
+      if ((kernel.ir.score || kernel.ir.sink) && name != "fused" && name != "dense")
+        throw RunError{ATTNC_ERROR_UNSUPPORTED, "pattern '" + kernel.ir.name + "' has a " +
+                                                    (kernel.ir.score ? "score" : "sink") +
+                                                    " modifier, which the " + name +
+                                                    " backend does not take: compile it with --backend fused "
+                                                    "(or dense, the baseline)"};
       return e.make(kernel);
     }
     known += known.empty() ? e.name : std::string(", ") + e.name;

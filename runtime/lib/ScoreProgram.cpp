@@ -1,0 +1,687 @@
+//===- ScoreProgram.cpp - Compiling score and sink expressions ------------===//
+//
+// ScoreExpr -> a DAG of nodes (hash-consed: equal subtrees are one node;
+// constants folded; x + 0, x * 1, x * 0 and the like simplified) -> the
+// derivatives as more nodes of the same DAG -> straight-line code over
+// slots, each slot reused once its last reader has run.
+//
+//===----------------------------------------------------------------------===//
+#include "ScoreProgram.h"
+
+#include "attnc/plan/Inputs.h"
+#include "attnc/plan/Term.h"
+
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+namespace attnc::rt {
+
+namespace {
+
+using K = ScoreCode::Kind;
+
+/// Leaves and operations of the DAG.
+enum class N : uint8_t { S, I, J, Const, Param, Read, Op };
+
+struct Node {
+  N what = N::Const;
+  K kind = K::Add;   ///< Op
+  double value = 0;  ///< Const, Param (the entry's value)
+  int a = -1, b = -1, c = -1;
+  int64_t input = -1, flat = -1; ///< Param: the entry; Read: the input (a, b, c its indices)
+  bool isInt = false;
+};
+
+class Dag {
+public:
+  std::vector<Node> nodes;
+
+  int leaf(N what) { return add(Node{what}); }
+  int constant(double v, bool isInt = false) {
+    Node n{N::Const};
+    n.value = v;
+    n.isInt = isInt;
+    return add(n);
+  }
+  int param(int64_t input, int64_t flat, double v) {
+    Node n{N::Param};
+    n.input = input;
+    n.flat = flat;
+    n.value = v;
+    return add(n);
+  }
+  int read(int64_t input, int a, int b, int c) {
+    Node n{N::Read};
+    n.input = input;
+    n.a = a, n.b = b, n.c = c;
+    return add(n);
+  }
+  /// tables[table][index - offset] (ScoreCode::Lookup).
+  int lookup(int index, int64_t table) {
+    Node n{N::Op};
+    n.kind = K::Lookup;
+    n.a = index;
+    n.input = table;
+    n.isInt = true;
+    return add(n);
+  }
+  bool isConst(int x, double v) const { return isConstNode(x) && nodes[static_cast<size_t>(x)].value == v; }
+  bool isConstNode(int x) const { return nodes[static_cast<size_t>(x)].what == N::Const; }
+
+  /// An operation, folded or simplified where that is exact enough for
+  /// scores (x * 0 is 0 even for an infinite x: only derivatives make it).
+  int op(K k, int a, int b = -1, int c = -1, bool isInt = false) {
+    const bool unary = b < 0;
+    if (isConstNode(a) && (unary || isConstNode(b)) && (c < 0 || isConstNode(c)))
+      return constant(fold(k, nodes[a].value, b < 0 ? 0 : nodes[b].value, c < 0 ? 0 : nodes[c].value), isInt);
+    switch (k) {
+    case K::Add:
+      if (isConst(a, 0)) return b;
+      if (isConst(b, 0)) return a;
+      break;
+    case K::Sub:
+      if (isConst(b, 0)) return a;
+      if (isConst(a, 0)) return op(K::Neg, b);
+      break;
+    case K::Mul:
+      if (isConst(a, 0) || isConst(b, 0)) return constant(0);
+      if (isConst(a, 1)) return b;
+      if (isConst(b, 1)) return a;
+      break;
+    case K::Div:
+      if (isConst(b, 1)) return a;
+      if (isConst(a, 0)) return constant(0);
+      // By a constant: times its reciprocal (exact for powers of two, else
+      // within an ulp of f32's division; a division costs several
+      // multiplications).
+      if (isConstNode(b) && nodes[static_cast<size_t>(b)].value != 0)
+        return op(K::Mul, a, constant(1.0 / nodes[static_cast<size_t>(b)].value));
+      break;
+    case K::Neg:
+      if (nodes[a].what == N::Op && nodes[a].kind == K::Neg) return nodes[a].a;
+      break;
+    case K::Where:
+      if (isConstNode(a)) return nodes[static_cast<size_t>(a)].value != 0 ? b : c;
+      if (b == c) return b;
+      break;
+    default:
+      break;
+    }
+    Node n{N::Op};
+    n.kind = k;
+    n.a = a, n.b = b, n.c = c;
+    n.isInt = isInt;
+    return add(n);
+  }
+
+  static double fold(K k, double a, double b, double c) {
+    switch (k) {
+    case K::Add: return a + b;
+    case K::Sub: return a - b;
+    case K::Mul: return a * b;
+    case K::Div: return a / b;
+    case K::Neg: return -a;
+    case K::Abs: return std::fabs(a);
+    case K::Min: return std::min(a, b);
+    case K::Max: return std::max(a, b);
+    case K::Tanh: return std::tanh(a);
+    case K::Exp: return std::exp(a);
+    case K::Log: return std::log(a);
+    case K::Floor: return std::floor(a);
+    case K::IDiv: return std::floor(a / b);
+    case K::Mod: return a - b * std::floor(a / b);
+    case K::Where: return a != 0 ? b : c;
+    case K::Lt: return a < b;
+    case K::Le: return a <= b;
+    case K::Gt: return a > b;
+    case K::Ge: return a >= b;
+    case K::Eq: return a == b;
+    case K::Ne: return a != b;
+    case K::And: return a != 0 && b != 0;
+    case K::Or: return a != 0 || b != 0;
+    case K::Not: return a == 0;
+    case K::Read:
+    case K::Lookup: break;
+    }
+    ATTNC_CHECK(false, "folding a read");
+    return 0;
+  }
+
+private:
+  // (Values by their bits: NaN is a key like any other.)
+  std::map<std::tuple<int, int, uint64_t, int, int, int, int64_t, int64_t, bool>, int> memo_;
+  int add(const Node &n) {
+    auto key = std::make_tuple(static_cast<int>(n.what), static_cast<int>(n.kind), std::bit_cast<uint64_t>(n.value),
+                               n.a, n.b, n.c, n.input, n.flat, n.isInt);
+    auto [at, fresh] = memo_.emplace(key, static_cast<int>(nodes.size()));
+    if (fresh)
+      nodes.push_back(n);
+    return at->second;
+  }
+};
+
+/// ScoreExpr -> DAG, with h and n substituted and reads at constant places
+/// turned into Params.
+struct Lowering {
+  Dag &dag;
+  const ir::PatternIR &ir;
+  int64_t h, n;
+  const std::vector<FloatInput> &inputs;
+
+  int lower(const ScoreExpr &e) {
+    auto arg = [&](size_t k) { return lower(*e.args[k]); };
+    switch (e.op) {
+    case ScoreOp::Const: return dag.constant(e.value, e.isInt);
+    case ScoreOp::S: return dag.leaf(N::S);
+    case ScoreOp::I: return dag.leaf(N::I);
+    case ScoreOp::J: return dag.leaf(N::J);
+    case ScoreOp::H: return dag.constant(static_cast<double>(h), true);
+    case ScoreOp::N: return dag.constant(static_cast<double>(n), true);
+    case ScoreOp::Input: return lowerRead(e);
+    case ScoreOp::Add: return dag.op(K::Add, arg(0), arg(1), -1, e.isInt);
+    case ScoreOp::Sub: return dag.op(K::Sub, arg(0), arg(1), -1, e.isInt);
+    case ScoreOp::Mul: return dag.op(K::Mul, arg(0), arg(1), -1, e.isInt);
+    case ScoreOp::Div: return e.isInt ? dag.op(K::IDiv, arg(0), arg(1), -1, true) : dag.op(K::Div, arg(0), arg(1));
+    case ScoreOp::IDiv: return dag.op(K::IDiv, arg(0), arg(1), -1, true);
+    case ScoreOp::Mod: return dag.op(K::Mod, arg(0), arg(1), -1, true);
+    case ScoreOp::Neg: return dag.op(K::Neg, arg(0), -1, -1, e.isInt);
+    case ScoreOp::Abs: return dag.op(K::Abs, arg(0), -1, -1, e.isInt);
+    case ScoreOp::Min:
+    case ScoreOp::Max: {
+      int acc = arg(0);
+      for (size_t k = 1; k < e.args.size(); ++k)
+        acc = dag.op(e.op == ScoreOp::Min ? K::Min : K::Max, acc, arg(k), -1, e.isInt);
+      return acc;
+    }
+    case ScoreOp::Tanh: return dag.op(K::Tanh, arg(0));
+    case ScoreOp::Exp: return dag.op(K::Exp, arg(0));
+    case ScoreOp::Log: return dag.op(K::Log, arg(0));
+    case ScoreOp::Floor: return dag.op(K::Floor, arg(0), -1, -1, true);
+    case ScoreOp::Where: return dag.op(K::Where, arg(0), arg(1), arg(2), e.isInt);
+    case ScoreOp::Lt: return dag.op(K::Lt, arg(0), arg(1), -1, true);
+    case ScoreOp::Le: return dag.op(K::Le, arg(0), arg(1), -1, true);
+    case ScoreOp::Gt: return dag.op(K::Gt, arg(0), arg(1), -1, true);
+    case ScoreOp::Ge: return dag.op(K::Ge, arg(0), arg(1), -1, true);
+    case ScoreOp::Eq: return dag.op(K::Eq, arg(0), arg(1), -1, true);
+    case ScoreOp::Ne: return dag.op(K::Ne, arg(0), arg(1), -1, true);
+    case ScoreOp::And: return dag.op(K::And, arg(0), arg(1), -1, true);
+    case ScoreOp::Or: return dag.op(K::Or, arg(0), arg(1), -1, true);
+    case ScoreOp::Not: return dag.op(K::Not, arg(0), -1, -1, true);
+    }
+    ATTNC_CHECK(false, "unknown score operation");
+    return -1;
+  }
+
+  int lowerRead(const ScoreExpr &e) {
+    const size_t x = static_cast<size_t>(e.input);
+    ATTNC_CHECK(x < inputs.size() && x < ir.inputs.size() && ir.inputs[x].isFloat,
+                "a score reads input " + std::to_string(e.input) + ", which is not a float input");
+    const FloatInput &in = inputs[x];
+    ATTNC_CHECK(in.values || elements(in) == 0, "float input '" + ir.inputs[x].name + "' is not bound");
+    ATTNC_CHECK(e.args.size() == in.dims.size() && !e.args.empty() && e.args.size() <= 3,
+                "a read of '" + ir.inputs[x].name + "' with " + std::to_string(e.args.size()) + " indices");
+    int idx[3] = {-1, -1, -1};
+    bool fixed = true;
+    for (size_t k = 0; k < e.args.size(); ++k) {
+      idx[k] = lower(*e.args[k]);
+      fixed = fixed && dag.isConstNode(idx[k]);
+    }
+    if (!fixed)
+      return dag.read(e.input, idx[0], idx[1], idx[2]);
+    int64_t flat = 0;
+    std::vector<int64_t> at;
+    bool inside = true;
+    for (size_t k = 0; k < e.args.size(); ++k) {
+      const int64_t v = static_cast<int64_t>(dag.nodes[static_cast<size_t>(idx[k])].value);
+      at.push_back(v);
+      inside = inside && v >= 0 && v < in.dims[k];
+      flat = flat * in.dims[k] + v;
+    }
+    if (!inside) {
+      std::string where;
+      for (size_t k = 0; k < at.size(); ++k)
+        where.append(k ? ", " : "").append(std::to_string(at[k]));
+      std::string dims;
+      for (size_t k = 0; k < in.dims.size(); ++k)
+        dims.append(k ? ", " : "").append(std::to_string(in.dims[k]));
+      throw InputError("the pattern's score reads " + ir.inputs[x].name + "[" + where + "] (head " +
+                       std::to_string(h) + "), outside its dimensions [" + dims + "]");
+    }
+    return dag.param(e.input, flat, static_cast<double>(in.values[flat]));
+  }
+
+  static int64_t elements(const FloatInput &in) {
+    int64_t total = 1;
+    for (int64_t d : in.dims)
+      total *= d;
+    return total;
+  }
+};
+
+/// d(node) / d(wrt), memoised, as more nodes of the DAG.
+struct Derivative {
+  Dag &dag;
+  int wrt;
+  std::map<int, int> memo;
+
+  int of(int x) {
+    if (x == wrt)
+      return dag.constant(1);
+    if (auto at = memo.find(x); at != memo.end())
+      return at->second;
+    const Node n = dag.nodes[static_cast<size_t>(x)];
+    int r;
+    if (n.what != N::Op || n.isInt) {
+      r = dag.constant(0); // leaves other than wrt; integer-valued nodes are steps
+    } else {
+      auto d = [&](int y) { return of(y); };
+      switch (n.kind) {
+      case K::Add: r = dag.op(K::Add, d(n.a), d(n.b)); break;
+      case K::Sub: r = dag.op(K::Sub, d(n.a), d(n.b)); break;
+      case K::Mul: r = dag.op(K::Add, dag.op(K::Mul, d(n.a), n.b), dag.op(K::Mul, n.a, d(n.b))); break;
+      case K::Div:
+        r = dag.op(K::Sub, dag.op(K::Div, d(n.a), n.b),
+                   dag.op(K::Div, dag.op(K::Mul, n.a, d(n.b)), dag.op(K::Mul, n.b, n.b)));
+        break;
+      case K::Neg: r = dag.op(K::Neg, d(n.a)); break;
+      case K::Abs: {
+        const int da = d(n.a);
+        r = dag.op(K::Where, dag.op(K::Lt, n.a, dag.constant(0), -1, true), dag.op(K::Neg, da), da);
+        break;
+      }
+      case K::Min: r = dag.op(K::Where, dag.op(K::Le, n.a, n.b, -1, true), d(n.a), d(n.b)); break;
+      case K::Max: r = dag.op(K::Where, dag.op(K::Ge, n.a, n.b, -1, true), d(n.a), d(n.b)); break;
+      case K::Tanh:
+        r = dag.op(K::Mul, d(n.a), dag.op(K::Sub, dag.constant(1), dag.op(K::Mul, x, x)));
+        break;
+      case K::Exp: r = dag.op(K::Mul, d(n.a), x); break;
+      case K::Log: r = dag.op(K::Div, d(n.a), n.a); break;
+      case K::Where: r = dag.op(K::Where, n.a, d(n.b), d(n.c)); break;
+      default: r = dag.constant(0); break;
+      }
+    }
+    memo.emplace(x, r);
+    return r;
+  }
+};
+
+} // namespace
+
+int64_t floatOffsets(const std::vector<FloatInput> &inputs, std::vector<int64_t> &offsets) {
+  offsets.assign(inputs.size(), 0);
+  int64_t total = 0;
+  for (size_t x = 0; x < inputs.size(); ++x) {
+    offsets[x] = total;
+    if (!inputs[x].values && inputs[x].dims.empty())
+      continue;
+    int64_t size = 1;
+    for (int64_t d : inputs[x].dims)
+      size *= d;
+    total += size;
+  }
+  return total;
+}
+
+namespace {
+
+/// A root of the code: a node whose value the caller reads.
+struct Root {
+  int node;
+  int64_t input = -1, flat = -1;
+  int read = -1; ///< a Read node
+};
+
+ScoreCode emit(Dag &dag, int value, int dValue, const std::vector<Root> &gradRoots, const ir::PatternIR &ir,
+               const std::vector<FloatInput> &inputs, std::vector<std::vector<float>> tables);
+
+/// Whether x (int-valued, no s, no input) reads i and j only as i - j or
+/// j - i, and how many operations it has: such a node is a function of the
+/// distance alone.
+bool relative(const Dag &dag, int x, int &ops) {
+  const Node &nd = dag.nodes[static_cast<size_t>(x)];
+  switch (nd.what) {
+  case N::Const: return true;
+  case N::Op: break;
+  default: return false; // s, a bare i or j, an input
+  }
+  if (nd.kind == K::Sub) {
+    const N a = dag.nodes[static_cast<size_t>(nd.a)].what, b = dag.nodes[static_cast<size_t>(nd.b)].what;
+    if ((a == N::I && b == N::J) || (a == N::J && b == N::I)) {
+      ++ops;
+      return true;
+    }
+  }
+  if (!nd.isInt && nd.kind != K::Div && nd.kind != K::Log && nd.kind != K::Mul && nd.kind != K::Add &&
+      nd.kind != K::Sub && nd.kind != K::Neg && nd.kind != K::Abs && nd.kind != K::Min && nd.kind != K::Max &&
+      nd.kind != K::Exp && nd.kind != K::Tanh && nd.kind != K::Where)
+    return false;
+  ++ops;
+  for (int y : {nd.a, nd.b, nd.c})
+    if (y >= 0 && !relative(dag, y, ops))
+      return false;
+  return true;
+}
+
+/// Replaces the largest integer-valued subexpressions of the distance
+/// i - j alone (T5's bucket of a relative position: a log, a division, a
+/// floor, a min) by a lookup in a table over every distance of length n,
+/// computed here by the runner on 2n - 1 lanes: per pair, a subtraction and
+/// a gather instead of the whole expression.
+int tabulate(Dag &dag, int x, int64_t n, const ir::PatternIR &ir, const std::vector<FloatInput> &inputs,
+             std::vector<std::vector<float>> &tables, std::map<int, int> &done) {
+  if (auto at = done.find(x); at != done.end())
+    return at->second;
+  const Node nd = dag.nodes[static_cast<size_t>(x)];
+  int out = x;
+  int ops = 0;
+  if (nd.what == N::Op && nd.isInt && relative(dag, x, ops) && ops >= 3) {
+    // The table: the node at i = t - (n - 1), j = 0 for t in [0, 2n - 1).
+    const int64_t size = 2 * n - 1;
+    ScoreCode sub = emit(dag, x, -1, {}, ir, inputs, {});
+    std::vector<float> table(static_cast<size_t>(size)), slots;
+    prepareScoreSlots(sub, slots);
+    constexpr int M = ScoreCode::kMaxLanes;
+    std::fill_n(slots.data() + ScoreCode::kJ * M, M, 0.0f);
+    for (int64_t t0 = 0; t0 < size; t0 += M) {
+      const int lanes = static_cast<int>(std::min<int64_t>(M, size - t0));
+      for (int l = 0; l < M; ++l)
+        slots[static_cast<size_t>(ScoreCode::kI * M + l)] = static_cast<float>(t0 + l - (n - 1));
+      const ScoreLanes run{slots.data(), lanes};
+      scoreRunner()(sub, run);
+      std::copy_n(run.slot(sub.value), lanes, table.data() + t0);
+    }
+    tables.push_back(std::move(table));
+    const int distance = dag.op(K::Sub, dag.leaf(N::I), dag.leaf(N::J), -1, true);
+    out = dag.lookup(distance, static_cast<int64_t>(tables.size() - 1));
+  } else if (nd.what == N::Op || nd.what == N::Read) {
+    int args[3] = {nd.a, nd.b, nd.c};
+    bool changed = false;
+    for (int &y : args)
+      if (y >= 0) {
+        const int z = tabulate(dag, y, n, ir, inputs, tables, done);
+        changed = changed || z != y;
+        y = z;
+      }
+    if (changed)
+      out = nd.what == N::Read ? dag.read(nd.input, args[0], args[1], args[2])
+                               : dag.op(nd.kind, args[0], args[1], args[2], nd.isInt);
+  }
+  done.emplace(x, out);
+  return out;
+}
+
+} // namespace
+
+ScoreCode compileScore(const ScoreExpr &expr, const ir::PatternIR &ir, int64_t h, int64_t n,
+                       const std::vector<FloatInput> &inputs, bool backward, bool tables) {
+  Dag dag;
+  Lowering lowering{dag, ir, h, n, inputs};
+  int value = lowering.lower(expr);
+  std::vector<std::vector<float>> made;
+  if (tables && n <= (int64_t{1} << 22)) {
+    std::map<int, int> done;
+    value = tabulate(dag, value, n, ir, inputs, made, done);
+  }
+  // The roots: the value, then (backward) d/ds and d/d(every entry read).
+  int dValue = -1;
+  std::vector<Root> gradRoots;
+  if (backward) {
+    const size_t before = dag.nodes.size();
+    dValue = Derivative{dag, dag.leaf(N::S), {}}.of(value);
+    for (size_t x = 0; x < before; ++x) {
+      const Node nd = dag.nodes[x];
+      if (nd.what != N::Param && nd.what != N::Read)
+        continue;
+      const int deriv = Derivative{dag, static_cast<int>(x), {}}.of(value);
+      if (dag.isConst(deriv, 0))
+        continue;
+      gradRoots.push_back({deriv, nd.input, nd.what == N::Param ? nd.flat : -1,
+                           nd.what == N::Read ? static_cast<int>(x) : -1});
+    }
+  }
+  return emit(dag, value, dValue, gradRoots, ir, inputs, std::move(made));
+}
+
+namespace {
+
+ScoreCode emit(Dag &dag, int value, int dValue, const std::vector<Root> &gradRoots, const ir::PatternIR &ir,
+               const std::vector<FloatInput> &inputs, std::vector<std::vector<float>> tables) {
+  const bool backward = dValue >= 0;
+  ScoreCode code;
+  static std::atomic<uint64_t> ids{0};
+  code.id = ++ids;
+  for (const InputDecl &decl : ir.inputs)
+    code.names.push_back(decl.name);
+  // Which nodes the roots need, and each one's last reader.
+  const size_t count = dag.nodes.size();
+  std::vector<char> needed(count, 0);
+  std::vector<int> lastUse(count, -1);
+  std::vector<int> all{value};
+  if (backward) {
+    all.push_back(dValue);
+    for (const Root &r : gradRoots) {
+      all.push_back(r.node);
+      if (r.read < 0)
+        continue;
+      all.push_back(r.read); // (its indices stay in their slots: accumulateScoreGrads reads them)
+      const Node &rn = dag.nodes[static_cast<size_t>(r.read)];
+      for (int y : {rn.a, rn.b, rn.c})
+        if (y >= 0)
+          all.push_back(y);
+    }
+  }
+  for (int r : all)
+    needed[static_cast<size_t>(r)] = 1;
+  for (size_t x = count; x-- > 0;) {
+    if (!needed[x])
+      continue;
+    for (int y : {dag.nodes[x].a, dag.nodes[x].b, dag.nodes[x].c})
+      if (y >= 0) {
+        needed[static_cast<size_t>(y)] = 1;
+        lastUse[static_cast<size_t>(y)] = std::max(lastUse[static_cast<size_t>(y)], static_cast<int>(x));
+      }
+  }
+  for (int r : all) // the roots live to the end
+    lastUse[static_cast<size_t>(r)] = std::numeric_limits<int>::max();
+  // Slots: s, i, j, the constants, then the operations' (reused).
+  std::vector<int16_t> slotOf(count, -1);
+  std::map<uint32_t, int16_t> constSlot; // by the value's bits
+  std::vector<int16_t> freeSlots;
+  int16_t nextSlot = ScoreCode::kFirstConst;
+  // Constants first (one slot per value; an input's entry has its own),
+  // then the operations' slots.
+  for (size_t x = 0; x < count; ++x) {
+    const Node &nd = dag.nodes[x];
+    if (!needed[x] || (nd.what != N::Const && nd.what != N::Param))
+      continue;
+    const float v = static_cast<float>(nd.value);
+    if (nd.what == N::Const)
+      if (auto at = constSlot.find(std::bit_cast<uint32_t>(v)); at != constSlot.end()) {
+        slotOf[x] = at->second;
+        continue;
+      }
+    code.consts.push_back(v);
+    slotOf[x] = nextSlot++;
+    if (nd.what == N::Const)
+      constSlot.emplace(std::bit_cast<uint32_t>(v), slotOf[x]);
+  }
+  std::vector<std::vector<int16_t>> freedAt(count);
+  std::vector<int16_t> readOf(count, -1); // a Read node's index in code.reads
+  for (size_t x = 0; x < count; ++x) {
+    if (!needed[x])
+      continue;
+    const Node &nd = dag.nodes[x];
+    switch (nd.what) {
+    case N::S: slotOf[x] = ScoreCode::kS; continue;
+    case N::I: slotOf[x] = ScoreCode::kI; code.usesI = true; continue;
+    case N::J: slotOf[x] = ScoreCode::kJ; code.usesJ = true; continue;
+    case N::Const:
+    case N::Param: continue;
+    default: break;
+    }
+    // Operands whose last reader this is give their slots back after it.
+    for (int y : {nd.a, nd.b, nd.c})
+      if (y >= 0 && lastUse[static_cast<size_t>(y)] == static_cast<int>(x)) {
+        const Node &yn = dag.nodes[static_cast<size_t>(y)];
+        if (yn.what == N::Op || yn.what == N::Read)
+          freedAt[x].push_back(slotOf[static_cast<size_t>(y)]);
+      }
+    int16_t out;
+    if (!freeSlots.empty()) {
+      out = freeSlots.back();
+      freeSlots.pop_back();
+    } else {
+      out = nextSlot++;
+    }
+    slotOf[x] = out;
+    ScoreCode::Instr in{nd.what == N::Read ? K::Read : nd.kind, out};
+    if (nd.what == N::Op && nd.kind == K::Lookup)
+      in.read = static_cast<int16_t>(nd.input);
+    auto slot = [&](int y) { return y < 0 ? int16_t{-1} : slotOf[static_cast<size_t>(y)]; };
+    in.a = slot(nd.a);
+    in.b = slot(nd.b);
+    in.c = slot(nd.c);
+    if (nd.what == N::Read) {
+      ScoreCode::ReadOf r;
+      r.input = nd.input;
+      r.values = inputs[static_cast<size_t>(nd.input)].values;
+      r.dims = inputs[static_cast<size_t>(nd.input)].dims;
+      in.read = static_cast<int16_t>(code.reads.size());
+      readOf[x] = in.read;
+      code.reads.push_back(std::move(r));
+    }
+    code.code.push_back(in);
+    for (int16_t s : freedAt[x]) // (after the instruction: an output may not overwrite its operand mid-loop)
+      if (s != out)
+        freeSlots.push_back(s);
+  }
+  ATTNC_CHECK(nextSlot < 512, "a score expression too large to compile (" + std::to_string(nextSlot) + " slots)");
+  code.numSlots = nextSlot;
+  code.value = slotOf[static_cast<size_t>(value)];
+  if (backward) {
+    code.dValue = slotOf[static_cast<size_t>(dValue)];
+    for (const Root &r : gradRoots) {
+      ScoreCode::Grad g;
+      g.input = r.input;
+      g.flat = r.flat;
+      g.deriv = slotOf[static_cast<size_t>(r.node)];
+      if (r.read >= 0)
+        g.read = readOf[static_cast<size_t>(r.read)];
+      code.grads.push_back(g);
+    }
+  }
+  code.tables = std::move(tables);
+  return code;
+}
+
+} // namespace
+
+std::string scoreListing(const ScoreCode &code) {
+  static const char *names[] = {"add", "sub", "mul", "div", "neg", "abs", "min", "max", "tanh", "exp", "log",
+                                "floor", "idiv", "mod", "where", "lt", "le", "gt", "ge", "eq", "ne", "and", "or",
+                                "not", "read", "lookup"};
+  auto slot = [&](int16_t s) -> std::string {
+    if (s == ScoreCode::kS) return "s";
+    if (s == ScoreCode::kI) return "i";
+    if (s == ScoreCode::kJ) return "j";
+    if (s >= ScoreCode::kFirstConst && s < ScoreCode::kFirstConst + static_cast<int>(code.consts.size())) {
+      std::ostringstream os;
+      os << code.consts[static_cast<size_t>(s - ScoreCode::kFirstConst)];
+      return os.str();
+    }
+    std::string name = "%";
+    return name.append(std::to_string(s));
+  };
+  std::ostringstream os;
+  for (const ScoreCode::Instr &in : code.code) {
+    os << "  %" << in.out << " = " << names[in.kind];
+    if (in.kind == K::Read)
+      os << " " << code.names[static_cast<size_t>(code.reads[static_cast<size_t>(in.read)].input)];
+    if (in.kind == K::Lookup)
+      os << " table" << in.read;
+    for (int16_t s : {in.a, in.b, in.c})
+      if (s >= 0)
+        os << " " << slot(s);
+    os << "\n";
+  }
+  os << "  value " << slot(code.value) << "\n";
+  if (code.dValue >= 0)
+    os << "  d/ds " << slot(code.dValue) << "\n";
+  for (const ScoreCode::Grad &g : code.grads)
+    os << "  d/d" << code.names[static_cast<size_t>(g.input)]
+       << (g.flat >= 0 ? "[" + std::to_string(g.flat) + "]" : "[read]") << " " << slot(g.deriv) << "\n";
+  return os.str();
+}
+
+void prepareScoreSlots(const ScoreCode &code, std::vector<float> &slots) {
+  slots.resize(static_cast<size_t>(code.numSlots) * ScoreCode::kMaxLanes);
+  for (size_t k = 0; k < code.consts.size(); ++k)
+    std::fill_n(slots.data() + (ScoreCode::kFirstConst + k) * ScoreCode::kMaxLanes, ScoreCode::kMaxLanes,
+                code.consts[k]);
+}
+
+void bindScoreSlots(const ScoreCode &code, std::vector<float> &slots, uint64_t &filledFor) {
+  if (filledFor == code.id && slots.size() >= static_cast<size_t>(code.numSlots) * ScoreCode::kMaxLanes)
+    return;
+  prepareScoreSlots(code, slots);
+  filledFor = code.id;
+}
+
+void throwScoreRead(const ScoreCode &code, int read, const int64_t *idx, int64_t i, int64_t j) {
+  const ScoreCode::ReadOf &r = code.reads[static_cast<size_t>(read)];
+  std::string where, dims;
+  for (size_t k = 0; k < r.dims.size(); ++k) {
+    where.append(k ? ", " : "").append(std::to_string(idx[k]));
+    dims.append(k ? ", " : "").append(std::to_string(r.dims[k]));
+  }
+  std::string pair;
+  if (i >= 0)
+    pair = " at query i = " + std::to_string(i) + (j >= 0 ? ", key j = " + std::to_string(j) : "");
+  throw InputError("the pattern reads " + code.names[static_cast<size_t>(r.input)] + "[" + where + "]" + pair +
+                   ", outside its dimensions [" + dims + "]");
+}
+
+void accumulateScoreGrads(const ScoreCode &code, const ScoreLanes &lanes, const float *weight,
+                          const std::vector<int64_t> &offsets, double *grad) {
+  for (const ScoreCode::Grad &g : code.grads) {
+    const float *deriv = lanes.slot(g.deriv);
+    double *to = grad + offsets[static_cast<size_t>(g.input)];
+    if (g.flat >= 0) {
+      float part[16] = {}; // (16 partial sums: a vectorised reduction)
+      int l = 0;
+      for (; l + 16 <= lanes.lanes; l += 16)
+        for (int x = 0; x < 16; ++x)
+          part[x] += weight[l + x] == 0 ? 0.0f : weight[l + x] * deriv[l + x];
+      for (; l < lanes.lanes; ++l)
+        part[l % 16] += weight[l] == 0 ? 0.0f : weight[l] * deriv[l];
+      double sum = 0;
+      for (float x : part)
+        sum += x;
+      to[g.flat] += sum;
+      continue;
+    }
+    // Where the read read: its indices' slots, as the runner computed them.
+    const ScoreCode::Instr *read = nullptr;
+    for (const ScoreCode::Instr &in : code.code)
+      if (in.kind == K::Read && in.read == g.read)
+        read = &in;
+    ATTNC_CHECK(read, "a score gradient without its read");
+    const ScoreCode::ReadOf &r = code.reads[static_cast<size_t>(g.read)];
+    const int16_t idx[3] = {read->a, read->b, read->c};
+    for (int l = 0; l < lanes.lanes; ++l) {
+      if (weight[l] == 0)
+        continue;
+      int64_t flat = 0;
+      for (size_t k = 0; k < r.dims.size(); ++k)
+        flat = flat * r.dims[k] + static_cast<int64_t>(lanes.slot(idx[k])[l]);
+      to[flat] += static_cast<double>(weight[l]) * deriv[l];
+    }
+  }
+}
+
+} // namespace attnc::rt

@@ -1,0 +1,127 @@
+//===- ScoreProgram.h - A score or sink expression as vector code ---------===//
+//
+// A pattern's `score EXPR` (and `sink EXPR`) is compiled, once per slice
+// (its head h, length n and float inputs known), into straight-line code
+// over lanes: each lane one (query, key) pair of a tile (a row, for a sink).
+// Compiling folds everything that is uniform over the slice (h, n,
+// parameters, reads like slope[h] with constant indices) into constants,
+// shares common subexpressions and, for the backward pass, appends the
+// derivatives: by s (the chain rule's dS) and by every input entry the
+// expression reads (the float inputs' gradients). The tile kernels run the
+// code on a whole tile's lanes at a time (runScoreLanes, compiled per
+// instruction set with the tile kernels): no per-pair dispatch, no libm
+// call per element (tanh, exp and log are polynomials with bounded error).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "attnc/plan/PatternIR.h"
+#include "attnc/plan/Score.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attnc::rt {
+
+struct ScoreCode {
+  enum Kind : uint8_t {
+    Add, Sub, Mul, Div, Neg, Abs, Min, Max, Tanh, Exp, Log, Floor, IDiv, Mod, Where,
+    Lt, Le, Gt, Ge, Eq, Ne, And, Or, Not, Read,
+    Lookup, ///< tables[read][a + offset]: a subexpression of the distance i - j, tabulated (a = i - j)
+  };
+  struct Instr {
+    Kind kind;
+    int16_t out, a = -1, b = -1, c = -1; ///< slots (Read: a, b, c its indices)
+    int16_t read = -1;                   ///< Read: index into reads
+  };
+  /// An input an instruction gathers from.
+  struct ReadOf {
+    int64_t input = -1;
+    const float *values = nullptr;
+    std::vector<int64_t> dims;
+  };
+  /// An entry of a float input the backward pass differentiates by: at a
+  /// fixed place (`flat` >= 0: slope[h]), or where Read `read` reads it.
+  struct Grad {
+    int64_t input = -1;
+    int64_t flat = -1;
+    int16_t read = -1;
+    int16_t deriv = -1; ///< slot of d(value) / d(that entry)
+  };
+
+  static constexpr int kMaxLanes = 256; ///< lanes per run: few runs per tile, slots still in L1
+  static constexpr int16_t kS = 0, kI = 1, kJ = 2, kFirstConst = 3;
+
+  std::vector<Instr> code;
+  std::vector<float> consts; ///< slots kFirstConst ..
+  std::vector<ReadOf> reads;
+  std::vector<Grad> grads;   ///< backward only
+  /// Lookup's tables: entry t is the value at distance i - j = t - (n - 1).
+  std::vector<std::vector<float>> tables;
+  int numSlots = kFirstConst;
+  int16_t value = kS;        ///< slot of the expression's value
+  int16_t dValue = -1;       ///< backward: slot of d(value) / ds
+  bool usesI = false, usesJ = false;
+  /// The input names, for messages.
+  std::vector<std::string> names;
+  /// Unique per compiled code: scratch whose constant slots were filled for
+  /// this id need no refill (an address could be reused by the next slice's).
+  uint64_t id = 0;
+};
+
+/// Fills `slots` for `code` unless `filledFor` says they hold its constants.
+void bindScoreSlots(const ScoreCode &code, std::vector<float> &slots, uint64_t &filledFor);
+
+/// Where each float input's entries start in one flat array of them all
+/// (int inputs take none); returns the total.
+int64_t floatOffsets(const std::vector<FloatInput> &inputs, std::vector<int64_t> &offsets);
+
+/// Compiles `expr` for head h at length n (reads bound to `inputs`, indexed
+/// like the pattern's declarations). With `backward`, the derivatives too.
+/// With `tables`, integer subexpressions of the distance i - j alone are
+/// tabulated over the 2n - 1 distances (worth it when the call computes
+/// many more pairs than that: not for a few decoding rows). Reads at
+/// constant places outside an input throw InputError.
+ScoreCode compileScore(const ScoreExpr &expr, const ir::PatternIR &ir, int64_t h, int64_t n,
+                       const std::vector<FloatInput> &inputs, bool backward, bool tables = false);
+
+/// A readable listing of the compiled code (`attnc emit`).
+std::string scoreListing(const ScoreCode &code);
+
+/// What one run of a ScoreCode works on: `slots` holds numSlots x kMaxLanes
+/// floats (slot k's lanes at k * kMaxLanes); the caller fills the s, i and j
+/// slots' first `lanes` lanes (i and j as floats, when used) and, where
+/// reads must be checked, `live` (nonzero: a pair of the pattern; reads of
+/// other lanes are clamped, never checked). Constant slots are filled by
+/// prepareScoreSlots once per code.
+struct ScoreLanes {
+  float *slots;
+  int lanes;
+  const uint8_t *live = nullptr;
+  /// Where not null, the s lanes are read from here (not the s slot).
+  const float *s = nullptr;
+  /// Slot k's lanes, as the code reads them.
+  const float *slot(int16_t k) const { return k == ScoreCode::kS && s ? s : slots + k * ScoreCode::kMaxLanes; }
+};
+
+/// Fills the constant slots of `slots` (sized for code).
+void prepareScoreSlots(const ScoreCode &code, std::vector<float> &slots);
+
+/// Runs the code on the lanes (the best instruction set of this CPU, as
+/// the tile kernels choose it). A live lane reading outside an input
+/// throws InputError naming it.
+using ScoreRunner = void (*)(const ScoreCode &, const ScoreLanes &);
+ScoreRunner scoreRunner();
+
+/// Throws the InputError of a read outside input `read` of `code` at index
+/// values idx (and the pair's i, j when known: -1 otherwise).
+[[noreturn]] void throwScoreRead(const ScoreCode &code, int read, const int64_t *idx, int64_t i, int64_t j);
+
+/// Adds sum over lanes of weight[l] * d(value)/d(entry) into grad (the
+/// float inputs' entries, flat, each input at offsets[input]) for every
+/// Grad of the code; lanes with weight 0 add nothing.
+void accumulateScoreGrads(const ScoreCode &code, const ScoreLanes &lanes, const float *weight,
+                          const std::vector<int64_t> &offsets, double *grad);
+
+} // namespace attnc::rt

@@ -1,0 +1,634 @@
+//===- ScoreModifierTest.cpp - score and sink, end to end -----------------===//
+//
+// Kernels of patterns with `score` and `sink` (ALiBi, soft-capping, sinks,
+// relative-bias tables), JIT-compiled and called through attnc_forward /
+// attnc_backward, against attention in double written here: the mask, the
+// score and the sink are C++ lambdas (not attnc's evaluators), dQ, dK and dV
+// come from the chain rule with the score's derivative taken numerically,
+// and the float inputs' gradients from central differences of the
+// reference's loss sum(O * dO). Ragged lengths, rows with one key, extreme
+// logits, GQA and batches, bf16, decoding rows, residue classes and data
+// patterns; and the errors of bad float inputs. ctest runs it again with
+// each instruction set forced (tests/runtime/CMakeLists.txt).
+//
+//===----------------------------------------------------------------------===//
+#include "TestSupport.h"
+
+#include "attnc/attnc.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace attnc::test {
+namespace {
+
+/// The pattern as the reference sees it: whether query i attends key j, the
+/// modified score, the sink logit (none: -inf), all given the float inputs'
+/// values (flat, in declaration order).
+struct Model {
+  std::function<bool(int64_t i, int64_t j)> mask;
+  std::function<double(double s, int64_t i, int64_t j, int64_t h, const std::vector<double> &p)> score;
+  std::function<double(int64_t i, int64_t h, const std::vector<double> &p)> sink;
+};
+
+struct Reference {
+  std::vector<double> o, lse, dq, dk, dv;
+  double loss = 0; ///< sum(O * dO)
+};
+
+/// Attention in double over one problem: [batch, hq, n, d] queries with the
+/// queries at the last nq of n positions (nq = n unless decoding).
+Reference reference(const Model &m, const std::vector<double> &params, const std::vector<float> &q,
+                    const std::vector<float> &k, const std::vector<float> &v, const std::vector<float> &dO,
+                    int64_t batch, int64_t hq, int64_t hkv, int64_t nq, int64_t n, int64_t d, bool grads) {
+  Reference r;
+  const size_t qs = static_cast<size_t>(batch * hq * nq * d), ks = static_cast<size_t>(batch * hkv * n * d);
+  r.o.assign(qs, 0);
+  r.dq.assign(qs, 0);
+  r.dk.assign(ks, 0);
+  r.dv.assign(ks, 0);
+  const double ninf = -std::numeric_limits<double>::infinity();
+  r.lse.assign(static_cast<size_t>(batch * hq * nq), ninf);
+  const double scale = 1 / std::sqrt(double(d));
+  std::vector<double> s(static_cast<size_t>(n)), p(static_cast<size_t>(n));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t slice = b * hq + h, g = h / (hq / hkv);
+      auto Q = [&](int64_t r0, int64_t x) { return double(q[static_cast<size_t>((slice * nq + r0) * d + x)]); };
+      auto K = [&](int64_t j, int64_t x) { return double(k[static_cast<size_t>(((b * hkv + g) * n + j) * d + x)]); };
+      auto V = [&](int64_t j, int64_t x) { return double(v[static_cast<size_t>(((b * hkv + g) * n + j) * d + x)]); };
+      for (int64_t r0 = 0; r0 < nq; ++r0) {
+        const int64_t i = n - nq + r0;
+        double mx = m.sink ? m.sink(i, h, params) : ninf;
+        for (int64_t j = 0; j < n; ++j) {
+          p[static_cast<size_t>(j)] = ninf;
+          if (!m.mask(i, j))
+            continue;
+          double dot = 0;
+          for (int64_t x = 0; x < d; ++x)
+            dot += Q(r0, x) * K(j, x);
+          s[static_cast<size_t>(j)] = dot * scale;
+          p[static_cast<size_t>(j)] = m.score ? m.score(dot * scale, i, j, h, params) : dot * scale;
+          mx = std::max(mx, p[static_cast<size_t>(j)]);
+        }
+        if (mx == ninf)
+          continue;
+        double sum = m.sink ? std::exp(m.sink(i, h, params) - mx) : 0;
+        for (double &x : p)
+          sum += (x = std::exp(x - mx));
+        const size_t row = static_cast<size_t>((slice * nq + r0) * d);
+        r.lse[static_cast<size_t>(slice * nq + r0)] = mx + std::log(sum);
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t x = 0; x < d; ++x)
+            r.o[row + static_cast<size_t>(x)] += p[static_cast<size_t>(j)] / sum * V(j, x);
+        double delta = 0;
+        for (int64_t x = 0; x < d; ++x) {
+          delta += double(dO[row + static_cast<size_t>(x)]) * r.o[row + static_cast<size_t>(x)];
+          r.loss += double(dO[row + static_cast<size_t>(x)]) * r.o[row + static_cast<size_t>(x)];
+        }
+        if (!grads)
+          continue;
+        for (int64_t j = 0; j < n; ++j) {
+          const double pj = p[static_cast<size_t>(j)] / sum;
+          if (pj == 0)
+            continue;
+          double dp = 0;
+          for (int64_t x = 0; x < d; ++x)
+            dp += double(dO[row + static_cast<size_t>(x)]) * V(j, x);
+          // d score / d s, numerically.
+          const double sj = s[static_cast<size_t>(j)], e = 1e-6 * std::max(1.0, std::abs(sj));
+          const double slope =
+              m.score ? (m.score(sj + e, i, j, h, params) - m.score(sj - e, i, j, h, params)) / (2 * e) : 1.0;
+          const double ds = pj * (dp - delta) * slope * scale;
+          const size_t key = static_cast<size_t>(((b * hkv + g) * n + j) * d);
+          for (int64_t x = 0; x < d; ++x) {
+            r.dq[row + static_cast<size_t>(x)] += ds * K(j, x);
+            r.dk[key + static_cast<size_t>(x)] += ds * Q(r0, x);
+            r.dv[key + static_cast<size_t>(x)] += pj * double(dO[row + static_cast<size_t>(x)]);
+          }
+        }
+      }
+    }
+  return r;
+}
+
+double maxError(const std::vector<float> &got, const std::vector<double> &want) {
+  double e = 0;
+  for (size_t x = 0; x < got.size(); ++x)
+    e = std::max(e, std::abs(double(got[x]) - want[x]));
+  return e;
+}
+
+KernelPtr compileSource(const std::string &source, const char *backend = "fused") {
+  std::string error;
+  KernelPtr kernel = jitCompile(nullptr, source.c_str(), {}, backend, jitCacheDir(), error);
+  EXPECT_TRUE(kernel) << error;
+  return kernel;
+}
+
+/// A contiguous f32 tensor of `dims` (then 1s) over `values`.
+attnc_tensor floatTensor(std::vector<float> &values, std::vector<int64_t> dims) {
+  attnc_tensor t{};
+  t.data = values.data();
+  t.dtype = ATTNC_DTYPE_F32;
+  dims.resize(4, 1);
+  int64_t stride = 1;
+  for (int a = 3; a >= 0; --a) {
+    t.shape[a] = dims[static_cast<size_t>(a)];
+    t.strides[a] = stride;
+    stride *= dims[static_cast<size_t>(a)];
+  }
+  return t;
+}
+
+std::vector<uint16_t> bf16Of(const std::vector<float> &x) {
+  std::vector<uint16_t> out(x.size());
+  for (size_t e = 0; e < x.size(); ++e)
+    out[e] = toBf16(x[e]);
+  return out;
+}
+
+std::vector<float> roundedToBf16(const std::vector<float> &x) {
+  std::vector<float> out(x.size());
+  for (size_t e = 0; e < x.size(); ++e)
+    out[e] = fromBf16(toBf16(x[e]));
+  return out;
+}
+
+attnc_tensor viewBf16(std::vector<uint16_t> &data, int64_t batch, int64_t heads, int64_t n, int64_t d) {
+  std::vector<float> none;
+  attnc_tensor t = view(none, batch, heads, n, d);
+  t.data = data.data();
+  t.dtype = ATTNC_DTYPE_BF16;
+  return t;
+}
+
+/// A float input of the call and, for the backward, its gradient's tensor.
+struct FloatArg {
+  std::string name;
+  std::vector<int64_t> dims;
+  std::vector<float> values, grad;
+};
+
+/// One problem: shapes, tensors, float inputs and what the kernels gave.
+struct ScoreRun {
+  int64_t batch = 1, hq = 2, hkv = 2, nq = 0, n = 0, d = 16;
+  std::vector<float> q, k, v, dO, o, lse, dq, dk, dv;
+  std::vector<FloatArg> floats;
+  attnc_dtype dtype = ATTNC_DTYPE_F32;
+
+  ScoreRun(int64_t batch, int64_t hq, int64_t hkv, int64_t nq, int64_t n, int64_t d, uint32_t seed, float qScale = 1)
+      : batch(batch), hq(hq), hkv(hkv), nq(nq), n(n), d(d) {
+    q = randomFloats(static_cast<size_t>(batch * hq * nq * d), seed, qScale);
+    k = randomFloats(static_cast<size_t>(batch * hkv * n * d), seed + 1, 1.0f);
+    v = randomFloats(static_cast<size_t>(batch * hkv * n * d), seed + 2, 1.0f);
+    dO = randomFloats(static_cast<size_t>(batch * hq * nq * d), seed + 3, 1.0f);
+  }
+
+  std::vector<double> params() const {
+    std::vector<double> p;
+    for (const FloatArg &f : floats)
+      p.insert(p.end(), f.values.begin(), f.values.end());
+    return p;
+  }
+
+  /// The call's float inputs (and their gradients' tensors with `grads`).
+  void describe(std::vector<attnc_input> &inputs, std::vector<attnc_input> &gradInputs) {
+    for (FloatArg &f : floats) {
+      inputs.push_back({f.name.c_str(), floatTensor(f.values, f.dims)});
+      f.grad.assign(f.values.size(), -7.0f);
+      gradInputs.push_back({f.name.c_str(), floatTensor(f.grad, f.dims)});
+    }
+  }
+
+  attnc_status forward(const attnc_kernel *kernel) {
+    std::vector<attnc_input> inputs, grads;
+    describe(inputs, grads);
+    o.assign(q.size(), -7.0f);
+    lse.assign(static_cast<size_t>(batch * hq * nq), -7.0f);
+    std::vector<uint16_t> qb, kb, vb;
+    attnc_tensor tq = view(q, batch, hq, nq, d), tk = view(k, batch, hkv, n, d), tv = view(v, batch, hkv, n, d),
+                 to = view(o, batch, hq, nq, d), tl = view(lse, batch, hq, nq, 1);
+    if (dtype == ATTNC_DTYPE_BF16) {
+      qb = bf16Of(q);
+      kb = bf16Of(k);
+      vb = bf16Of(v);
+      tq = viewBf16(qb, batch, hq, nq, d);
+      tk = viewBf16(kb, batch, hkv, n, d);
+      tv = viewBf16(vb, batch, hkv, n, d);
+    }
+    attnc_call c;
+    attnc_call_init(&c);
+    c.q = &tq;
+    c.k = &tk;
+    c.v = &tv;
+    c.o = &to;
+    c.lse = &tl;
+    c.inputs = inputs.data();
+    c.num_inputs = static_cast<int64_t>(inputs.size());
+    return attnc_forward(kernel, &c);
+  }
+
+  attnc_status backward(const attnc_kernel *kernel) {
+    std::vector<attnc_input> inputs, grads;
+    describe(inputs, grads);
+    dq.assign(q.size(), -7.0f);
+    dk.assign(k.size(), -7.0f);
+    dv.assign(v.size(), -7.0f);
+    attnc_tensor tq = view(q, batch, hq, nq, d), tk = view(k, batch, hkv, n, d), tv = view(v, batch, hkv, n, d),
+                 to = view(o, batch, hq, nq, d), tl = view(lse, batch, hq, nq, 1), tdo = view(dO, batch, hq, nq, d),
+                 tdq = view(dq, batch, hq, nq, d), tdk = view(dk, batch, hkv, n, d), tdv = view(dv, batch, hkv, n, d);
+    attnc_call c;
+    attnc_call_init(&c);
+    c.q = &tq;
+    c.k = &tk;
+    c.v = &tv;
+    c.o = &to;
+    c.lse = &tl;
+    c.d_o = &tdo;
+    c.d_q = &tdq;
+    c.d_k = &tdk;
+    c.d_v = &tdv;
+    c.inputs = inputs.data();
+    c.num_inputs = static_cast<int64_t>(inputs.size());
+    c.d_inputs = grads.data();
+    c.num_d_inputs = static_cast<int64_t>(grads.size());
+    return attnc_backward(kernel, &c);
+  }
+
+  /// Both passes against the reference; the float inputs' gradients
+  /// against central differences of its loss.
+  void check(const attnc_kernel *kernel, const Model &m, const std::string &what, double tol = 3e-5) {
+    ASSERT_EQ(forward(kernel), ATTNC_OK) << what << ": " << attnc_last_error();
+    const std::vector<double> p = params();
+    const Reference r = reference(m, p, q, k, v, dO, batch, hq, hkv, nq, n, d, true);
+    EXPECT_LT(maxError(o, r.o), tol) << what << " (O)";
+    for (size_t x = 0; x < lse.size(); ++x) {
+      if (std::isinf(r.lse[x]))
+        EXPECT_TRUE(std::isinf(lse[x]) && lse[x] < 0) << what << ": row " << x << " has no key, lse " << lse[x];
+      else
+        EXPECT_NEAR(lse[x], r.lse[x], tol * std::max(1.0, std::abs(r.lse[x]))) << what << " (lse row " << x << ")";
+    }
+    if (dtype != ATTNC_DTYPE_F32)
+      return; // (the backward pass takes f32)
+    ASSERT_EQ(backward(kernel), ATTNC_OK) << what << ": " << attnc_last_error();
+    EXPECT_LT(maxError(dq, r.dq), 4 * tol) << what << " (dQ)";
+    EXPECT_LT(maxError(dk, r.dk), 4 * tol) << what << " (dK)";
+    EXPECT_LT(maxError(dv, r.dv), 4 * tol) << what << " (dV)";
+    size_t at = 0;
+    for (const FloatArg &f : floats)
+      for (size_t e = 0; e < f.values.size(); ++e, ++at) {
+        std::vector<double> up = p, down = p;
+        const double eps = 1e-4;
+        up[at] += eps;
+        down[at] -= eps;
+        const double want = (reference(m, up, q, k, v, dO, batch, hq, hkv, nq, n, d, false).loss -
+                             reference(m, down, q, k, v, dO, batch, hq, hkv, nq, n, d, false).loss) /
+                            (2 * eps);
+        EXPECT_NEAR(f.grad[e], want, 1e-3 * std::max(1.0, std::abs(want)))
+            << what << ": d loss / d " << f.name << "[" << e << "]";
+      }
+  }
+};
+
+// The issue's three contract patterns, exactly as written there.
+const char *kAlibiLocal = R"(
+pattern alibi_local { param w = 96  input slope : float[heads]  causal
+  attend { j : i - j < w }  score s + slope[h] * (j - i) }
+)";
+const char *kCappedFixed = R"(
+pattern capped_fixed { param l = 64  param c = 8  param cap = 20  causal
+  attend { j : j / l == i / l } | { j : j % l >= l - c }  score cap * tanh(s / cap) }
+)";
+const char *kSinkWindow = R"(
+pattern sink_window { param w = 128  input z : float[heads]  causal
+  attend { j : i - j < w }  sink z[h] }
+)";
+
+Model alibiModel(int64_t w) {
+  return {[=](int64_t i, int64_t j) { return j <= i && i - j < w; },
+          [](double s, int64_t i, int64_t j, int64_t h, const std::vector<double> &p) {
+            return s + p[static_cast<size_t>(h)] * double(j - i);
+          },
+          nullptr};
+}
+
+Model cappedModel(int64_t l, int64_t c, double cap) {
+  return {[=](int64_t i, int64_t j) { return j <= i && (j / l == i / l || j % l >= l - c); },
+          [=](double s, int64_t, int64_t, int64_t, const std::vector<double> &) { return cap * std::tanh(s / cap); },
+          nullptr};
+}
+
+Model sinkModel(int64_t w) {
+  return {[=](int64_t i, int64_t j) { return j <= i && i - j < w; }, nullptr,
+          [](int64_t, int64_t h, const std::vector<double> &p) { return p[static_cast<size_t>(h)]; }};
+}
+
+std::vector<float> values(std::initializer_list<float> v) { return std::vector<float>(v); }
+
+class ScoreLengths : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(ScoreLengths, AlibiLocalMatchesReferenceWithSlopeGradients) {
+  const int64_t n = GetParam();
+  KernelPtr kernel = compileSource(kAlibiLocal);
+  ASSERT_TRUE(kernel);
+  ScoreRun run(1, 3, 3, n, n, 16, 3);
+  run.floats.push_back({"slope", {3}, values({0.5f, 0.125f, -0.0625f}), {}});
+  run.check(kernel.get(), alibiModel(96), "alibi_local n=" + std::to_string(n));
+}
+
+TEST_P(ScoreLengths, CappedFixedMatchesReference) {
+  const int64_t n = GetParam();
+  KernelPtr kernel = compileSource(kCappedFixed);
+  ASSERT_TRUE(kernel);
+  ScoreRun run(2, 2, 2, n, n, 32, 7);
+  run.check(kernel.get(), cappedModel(64, 8, 20), "capped_fixed n=" + std::to_string(n));
+}
+
+TEST_P(ScoreLengths, SinkWindowMatchesReferenceWithSinkGradients) {
+  const int64_t n = GetParam();
+  KernelPtr kernel = compileSource(kSinkWindow);
+  ASSERT_TRUE(kernel);
+  ScoreRun run(1, 3, 3, n, n, 16, 9);
+  run.floats.push_back({"z", {3}, values({0.7f, -1.5f, 2.5f}), {}});
+  run.check(kernel.get(), sinkModel(128), "sink_window n=" + std::to_string(n));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ragged, ScoreLengths, ::testing::Values(1, 2, 63, 200, 777));
+
+TEST(ScoreModifiers, ExtremeLogitsStayFiniteUnderTheCapAndTheSink) {
+  // Logits of ~1000: the cap keeps them within +-20; sinks of +50 and -50
+  // take almost all or none of a row's weight.
+  KernelPtr capped = compileSource(kCappedFixed);
+  ASSERT_TRUE(capped);
+  ScoreRun run(1, 2, 2, 150, 150, 16, 21, 250.0f);
+  run.check(capped.get(), cappedModel(64, 8, 20), "capped_fixed, logits x250", 2e-4);
+  for (float o : run.o)
+    ASSERT_TRUE(std::isfinite(o));
+  KernelPtr sink = compileSource(kSinkWindow);
+  ASSERT_TRUE(sink);
+  ScoreRun big(1, 2, 2, 130, 130, 16, 23, 30.0f);
+  big.floats.push_back({"z", {2}, values({50.0f, -50.0f}), {}});
+  big.check(sink.get(), sinkModel(128), "sink_window, sinks +-50, logits x30", 2e-4);
+  for (float o : big.o)
+    ASSERT_TRUE(std::isfinite(o));
+}
+
+TEST(ScoreModifiers, RelativeBiasTableGetsGradientsPerBucket) {
+  // A T5-style table: a bias per head and distance bucket (exact up to 3,
+  // then one bucket per doubling, the last one open), read per pair.
+  const char *source = R"(
+pattern rel_bias {
+  param w = 40
+  input rel : float[heads, 6]
+  causal
+  attend { j : i - j < w }
+  score s + rel[h, where(i - j < 4, i - j, min(floor(log(i - j) / log(2)) + 2, 5))]
+}
+)";
+  KernelPtr kernel = compileSource(source);
+  ASSERT_TRUE(kernel);
+  auto bucket = [](int64_t dist) -> size_t {
+    if (dist < 4)
+      return static_cast<size_t>(dist);
+    int64_t b = 2;
+    while ((int64_t{1} << (b - 1)) <= dist && b < 6)
+      ++b;
+    return static_cast<size_t>(std::min<int64_t>(b, 5));
+  };
+  // (floor(log2(dist)) + 2 for dist >= 4: 4..7 -> 4, 8.. -> 5.)
+  Model m{[](int64_t i, int64_t j) { return j <= i && i - j < 40; },
+          [&](double s, int64_t i, int64_t j, int64_t h, const std::vector<double> &p) {
+            const int64_t dist = i - j;
+            const size_t b = dist < 4 ? static_cast<size_t>(dist)
+                                      : static_cast<size_t>(std::min<int64_t>(
+                                            static_cast<int64_t>(std::floor(std::log2(double(dist)))) + 2, 5));
+            (void)bucket;
+            return s + p[static_cast<size_t>(h) * 6 + b];
+          },
+          nullptr};
+  ScoreRun run(1, 2, 2, 90, 90, 16, 31);
+  run.floats.push_back({"rel", {2, 6}, randomFloats(12, 77, 1.0f), {}});
+  run.check(kernel.get(), m, "relative bias");
+}
+
+TEST(ScoreModifiers, GqaBatchAndBf16) {
+  KernelPtr kernel = compileSource(kAlibiLocal);
+  ASSERT_TRUE(kernel);
+  ScoreRun run(2, 4, 2, 300, 300, 32, 41);
+  run.floats.push_back({"slope", {4}, values({0.25f, 0.5f, 1.0f, 2.0f}), {}});
+  run.check(kernel.get(), alibiModel(96), "alibi_local GQA 4/2, batch 2");
+  ScoreRun bf(1, 2, 2, 200, 200, 32, 43);
+  bf.floats.push_back({"slope", {2}, values({0.25f, 0.5f}), {}});
+  bf.dtype = ATTNC_DTYPE_BF16;
+  // The reference reads the same bf16-rounded q, k and v.
+  for (auto *x : {&bf.q, &bf.k, &bf.v})
+    *x = roundedToBf16(*x);
+  bf.check(kernel.get(), alibiModel(96), "alibi_local bf16", 5e-5);
+}
+
+TEST(ScoreModifiers, DecodingRowsAtTheEndOfTheKeys) {
+  // A few queries at the end of many keys run row by row (a decoding step).
+  KernelPtr alibi = compileSource(kAlibiLocal);
+  ASSERT_TRUE(alibi);
+  ScoreRun run(1, 2, 2, 3, 640, 16, 51);
+  run.floats.push_back({"slope", {2}, values({0.3f, 0.05f}), {}});
+  run.check(alibi.get(), alibiModel(96), "alibi_local, 3 queries of 640 keys");
+  KernelPtr sink = compileSource(kSinkWindow);
+  ASSERT_TRUE(sink);
+  ScoreRun last(1, 2, 2, 1, 700, 16, 53);
+  last.floats.push_back({"z", {2}, values({1.0f, -0.5f}), {}});
+  last.check(sink.get(), sinkModel(128), "sink_window, 1 query of 700 keys");
+}
+
+TEST(ScoreModifiers, ResidueClassesSeeTruePositions) {
+  // strided's residue classes run on gathered rows and keys: a score of
+  // i and j must still see the pairs' positions.
+  const char *source = R"(
+pattern strided_alibi {
+  param l = 16
+  input slope : float[heads]
+  causal
+  attend { j : i - j < l } | { j : (i - j) % l == 0 }
+  score s + slope[h] * (j - i) + 0.01 * (i % 7)
+}
+)";
+  KernelPtr kernel = compileSource(source);
+  ASSERT_TRUE(kernel);
+  ScoreRun run(1, 2, 2, 500, 500, 16, 61);
+  run.floats.push_back({"slope", {2}, values({0.02f, 0.1f}), {}});
+  Model m{[](int64_t i, int64_t j) { return j <= i && (i - j < 16 || (i - j) % 16 == 0); },
+          [](double s, int64_t i, int64_t j, int64_t h, const std::vector<double> &p) {
+            return s + p[static_cast<size_t>(h)] * double(j - i) + 0.01 * double(i % 7);
+          },
+          nullptr};
+  run.check(kernel.get(), m, "strided + score of i and j");
+}
+
+TEST(ScoreModifiers, DenseBaselineTakesScoresToo) {
+  KernelPtr kernel = compileSource(kCappedFixed, "dense");
+  ASSERT_TRUE(kernel);
+  ScoreRun run(1, 2, 2, 130, 130, 16, 71, 20.0f);
+  run.check(kernel.get(), cappedModel(64, 8, 20), "capped_fixed on the dense baseline", 1e-4);
+}
+
+TEST(ScoreModifiers, BadFloatInputsAreRefusedNamingThem) {
+  KernelPtr kernel = compileSource(kAlibiLocal);
+  ASSERT_TRUE(kernel);
+  EXPECT_EQ(attnc_kernel_modifiers(kernel.get()), ATTNC_MODIFIER_SCORE);
+  attnc_input_info info{};
+  info.size = sizeof info;
+  ASSERT_EQ(attnc_kernel_input_info(kernel.get(), 0, 100, 5, &info), ATTNC_OK) << attnc_last_error();
+  EXPECT_STREQ(info.name, "slope");
+  EXPECT_EQ(info.is_float, 1);
+  EXPECT_EQ(info.rank, 1);
+  EXPECT_EQ(info.dims[0], 5);
+  ScoreRun run(1, 2, 2, 40, 40, 16, 81);
+  // Missing.
+  EXPECT_EQ(run.forward(kernel.get()), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnc_last_error()).find("slope"), std::string::npos) << attnc_last_error();
+  // Wrong shape: one slope for two heads.
+  run.floats.push_back({"slope", {1}, values({0.5f}), {}});
+  EXPECT_EQ(run.forward(kernel.get()), ATTNC_ERROR_SHAPE);
+  EXPECT_NE(std::string(attnc_last_error()).find("[2, 1, 1, 1]"), std::string::npos) << attnc_last_error();
+  // Int values for a float input.
+  std::vector<int32_t> ints{1, 2};
+  attnc_tensor ti{};
+  ti.data = ints.data();
+  ti.dtype = ATTNC_DTYPE_I32;
+  ti.shape[0] = 2;
+  ti.shape[1] = ti.shape[2] = ti.shape[3] = 1;
+  ti.strides[0] = ti.strides[1] = ti.strides[2] = ti.strides[3] = 1;
+  attnc_input in{"slope", ti};
+  std::vector<float> q = run.q, o(run.q.size());
+  attnc_tensor tq = view(run.q, 1, 2, 40, 16), tk = view(run.k, 1, 2, 40, 16), tv = view(run.v, 1, 2, 40, 16),
+               to = view(o, 1, 2, 40, 16);
+  attnc_call c;
+  attnc_call_init(&c);
+  c.q = &tq;
+  c.k = &tk;
+  c.v = &tv;
+  c.o = &to;
+  c.inputs = &in;
+  c.num_inputs = 1;
+  EXPECT_EQ(attnc_forward(kernel.get(), &c), ATTNC_ERROR_DTYPE);
+  EXPECT_NE(std::string(attnc_last_error()).find("float input"), std::string::npos) << attnc_last_error();
+  // d_inputs in a forward call.
+  std::vector<float> slope{0.5f, 0.25f}, grad(2);
+  attnc_input good{"slope", floatTensor(slope, {2})}, dgood{"slope", floatTensor(grad, {2})};
+  c.inputs = &good;
+  c.d_inputs = &dgood;
+  c.num_d_inputs = 1;
+  EXPECT_EQ(attnc_forward(kernel.get(), &c), ATTNC_ERROR_INVALID_ARGUMENT);
+  c.d_inputs = nullptr;
+  c.num_d_inputs = 0;
+  EXPECT_EQ(attnc_forward(kernel.get(), &c), ATTNC_OK) << attnc_last_error();
+}
+
+TEST(ScoreModifiers, AReadOutsideAFloatInputFailsNamingIt) {
+  // rel has 8 entries; pairs up to 12 apart read past them.
+  const char *source = R"(
+pattern too_far {
+  input rel : float[8]
+  causal
+  attend { j : i - j < 12 }
+  score s + rel[i - j]
+}
+)";
+  KernelPtr kernel = compileSource(source);
+  ASSERT_TRUE(kernel);
+  ScoreRun run(1, 1, 1, 50, 50, 16, 91);
+  run.floats.push_back({"rel", {8}, randomFloats(8, 5, 1.0f), {}});
+  EXPECT_EQ(run.forward(kernel.get()), ATTNC_ERROR_INVALID_ARGUMENT);
+  const std::string message = attnc_last_error();
+  EXPECT_NE(message.find("rel[8]"), std::string::npos) << message;
+  // Within the window it is fine.
+  const char *fits = R"(
+pattern near {
+  input rel : float[8]
+  causal
+  attend { j : i - j < 8 }
+  score s + rel[i - j]
+}
+)";
+  KernelPtr ok = compileSource(fits);
+  ASSERT_TRUE(ok);
+  Model m{[](int64_t i, int64_t j) { return j <= i && i - j < 8; },
+          [](double s, int64_t i, int64_t j, int64_t, const std::vector<double> &p) {
+            return s + p[static_cast<size_t>(i - j)];
+          },
+          nullptr};
+  run.check(ok.get(), m, "rel[i - j] within the window");
+}
+
+TEST(ScoreModifiers, DataPatternGroupsSeeTruePositions) {
+  // LSH classes run gathered in bucket order: the score's i and j are
+  // still the pairs' positions.
+  const char *source = R"(
+pattern lsh_alibi {
+  input b0 : int[n]
+  input slope : float[heads]
+  causal
+  attend { j : b0[j] == b0[i] }
+  score s + slope[h] * (j - i)
+}
+)";
+  KernelPtr kernel = compileSource(source);
+  ASSERT_TRUE(kernel);
+  const int64_t n = 300;
+  std::vector<int32_t> buckets(static_cast<size_t>(n));
+  std::mt19937 rng(5);
+  for (int32_t &b : buckets)
+    b = static_cast<int32_t>(rng() % 6);
+  ScoreRun run(1, 2, 2, n, n, 16, 101);
+  run.floats.push_back({"slope", {2}, values({0.05f, 0.2f}), {}});
+  Model m{[&](int64_t i, int64_t j) { return j <= i && buckets[static_cast<size_t>(i)] == buckets[static_cast<size_t>(j)]; },
+          [](double s, int64_t i, int64_t j, int64_t h, const std::vector<double> &p) {
+            return s + p[static_cast<size_t>(h)] * double(j - i);
+          },
+          nullptr};
+  // The int input goes with the float one.
+  std::vector<attnc_input> extra;
+  attnc_input b{};
+  b.name = "b0";
+  b.values.data = buckets.data();
+  b.values.dtype = ATTNC_DTYPE_I32;
+  b.values.shape[0] = b.values.shape[1] = b.values.shape[3] = 1;
+  b.values.shape[2] = n;
+  b.values.strides[0] = b.values.strides[1] = n;
+  b.values.strides[2] = b.values.strides[3] = 1;
+  // (ScoreRun passes float inputs only: run this one by hand.)
+  std::vector<attnc_input> inputs{b, {"slope", floatTensor(run.floats[0].values, {2})}};
+  run.o.assign(run.q.size(), -7.0f);
+  run.lse.assign(static_cast<size_t>(2 * n), -7.0f);
+  attnc_tensor tq = view(run.q, 1, 2, n, 16), tk = view(run.k, 1, 2, n, 16), tv = view(run.v, 1, 2, n, 16),
+               to = view(run.o, 1, 2, n, 16), tl = view(run.lse, 1, 2, n, 1);
+  attnc_call c;
+  attnc_call_init(&c);
+  c.q = &tq;
+  c.k = &tk;
+  c.v = &tv;
+  c.o = &to;
+  c.lse = &tl;
+  c.inputs = inputs.data();
+  c.num_inputs = 2;
+  ASSERT_EQ(attnc_forward(kernel.get(), &c), ATTNC_OK) << attnc_last_error();
+  const Reference r = reference(m, run.params(), run.q, run.k, run.v, run.dO, 1, 2, 2, n, n, 16, false);
+  EXPECT_LT(maxError(run.o, r.o), 3e-5);
+}
+
+TEST(ScoreModifiers, OtherBackendsRefuseScoresClearly) {
+  std::string error;
+  KernelPtr kernel = jitCompile(nullptr, kCappedFixed, {}, "sparsifier", jitCacheDir(), error);
+  EXPECT_FALSE(kernel);
+  EXPECT_NE(error.find("score"), std::string::npos) << error;
+}
+
+} // namespace
+} // namespace attnc::test
