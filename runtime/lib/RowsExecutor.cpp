@@ -68,20 +68,29 @@ struct RowScore {
   uint64_t filledFor = 0;
   float weight[kChunk];
 
-  float *run(int64_t row, int64_t j0, int64_t count, const float *scores) {
+  const float *run(int64_t row, int64_t j0, int64_t count, const float *scores) {
     bindScoreSlots(*code, slots, filledFor);
     constexpr int M = ScoreCode::kMaxLanes;
     static_assert(kChunk <= M);
     std::copy_n(scores, count, slots.data() + ScoreCode::kS * M);
     if (code->usesI)
       std::fill_n(slots.data() + ScoreCode::kI * M, count, static_cast<float>(row));
+    // (Each lane a key of one row: Rel's positions are the row's and the keys'.)
+    rowPos = static_cast<float>(row);
+    for (int64_t t = 0; t < count; ++t)
+      keyPos[t] = static_cast<float>(j0 + t);
     if (code->usesJ)
-      for (int64_t t = 0; t < count; ++t)
-        slots[static_cast<size_t>(ScoreCode::kJ * M + t)] = static_cast<float>(j0 + t);
-    scoreRunner()(*code, ScoreLanes{slots.data(), static_cast<int>(count)});
-    return slots.data() + code->value * M;
+      std::copy_n(keyPos, count, slots.data() + ScoreCode::kJ * M);
+    lanes = ScoreLanes{slots.data(), static_cast<int>(count)};
+    lanes.rowPos = &rowPos;
+    lanes.keyPos = keyPos;
+    lanes.width = 1;
+    scoreRunner()(*code, lanes);
+    return lanes.slot(code->value);
   }
-  const float *dValue() const { return slots.data() + code->dValue * ScoreCode::kMaxLanes; }
+  const float *dValue() const { return lanes.slot(code->dValue); }
+  float rowPos = 0, keyPos[ScoreCode::kMaxLanes];
+  ScoreLanes lanes{nullptr, 0};
 };
 
 RowScore &rowScore(const ScoreCode *code) {
@@ -236,8 +245,7 @@ ATTNC_ROWS_CLONES void gradRow(const IntervalSet &keys, int64_t d, const float *
           updatePair(d, p, scale * dsp * df[t], q, dO, k + (j0 + t) * d, dq, dk + (j0 + t) * d, dv + (j0 + t) * d);
         }
         if (!rs.code->grads.empty())
-          accumulateScoreGrads(*rs.code, ScoreLanes{rs.slots.data(), static_cast<int>(count)}, rs.weight,
-                               score->gradOffsets, inputGrad);
+          accumulateScoreGrads(*rs.code, rs.lanes, rs.weight, score->gradOffsets, inputGrad);
       }
       continue;
     }

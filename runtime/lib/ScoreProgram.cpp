@@ -11,6 +11,7 @@
 #include "attnc/plan/Inputs.h"
 #include "attnc/plan/Term.h"
 
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -55,10 +56,14 @@ public:
     n.value = v;
     return add(n);
   }
-  int read(int64_t input, int a, int b, int c) {
+  /// A read of `input` at indices a, b, c; `guard` (-1: none): the node
+  /// under which the expression evaluates it (a where's branch), so that
+  /// only lanes where the guard holds must read inside the input.
+  int read(int64_t input, int a, int b, int c, int guard = -1) {
     Node n{N::Read};
     n.input = input;
     n.a = a, n.b = b, n.c = c;
+    n.flat = guard;
     return add(n);
   }
   /// tables[table][index - offset] (ScoreCode::Lookup).
@@ -69,6 +74,9 @@ public:
     n.input = table;
     n.isInt = true;
     return add(n);
+  }
+  bool isOp(int x, K k) const {
+    return nodes[static_cast<size_t>(x)].what == N::Op && nodes[static_cast<size_t>(x)].kind == k;
   }
   bool isConst(int x, double v) const { return isConstNode(x) && nodes[static_cast<size_t>(x)].value == v; }
   bool isConstNode(int x) const { return nodes[static_cast<size_t>(x)].what == N::Const; }
@@ -83,15 +91,39 @@ public:
     case K::Add:
       if (isConst(a, 0)) return b;
       if (isConst(b, 0)) return a;
+      // x * y + z in one instruction (ALiBi's s + slope * (j - i)).
+      if (!isInt)
+        for (auto [m, z] : {std::pair{a, b}, std::pair{b, a}})
+          if (isOp(m, K::Mul) && !nodes[static_cast<size_t>(m)].isInt)
+            return op(K::Fma, nodes[static_cast<size_t>(m)].a, nodes[static_cast<size_t>(m)].b, z);
       break;
     case K::Sub:
       if (isConst(b, 0)) return a;
       if (isConst(a, 0)) return op(K::Neg, b);
+      // i - j and j - i: from the lanes' positions, no i or j lanes filled.
+      if ((nodes[static_cast<size_t>(a)].what == N::I && nodes[static_cast<size_t>(b)].what == N::J) ||
+          (nodes[static_cast<size_t>(a)].what == N::J && nodes[static_cast<size_t>(b)].what == N::I)) {
+        Node n{N::Op};
+        n.kind = K::Rel;
+        n.value = nodes[static_cast<size_t>(a)].what == N::I ? 1 : -1;
+        n.isInt = true;
+        return add(n);
+      }
       break;
     case K::Mul:
       if (isConst(a, 0) || isConst(b, 0)) return constant(0);
       if (isConst(a, 1)) return b;
       if (isConst(b, 1)) return a;
+      // cap * tanh(x * k) (soft-capping; x / cap became x * (1 / cap)).
+      for (auto [c2, t] : {std::pair{a, b}, std::pair{b, a}})
+        if (isConstNode(c2) && isOp(t, K::Tanh)) {
+          const int inner = nodes[static_cast<size_t>(t)].a;
+          if (isOp(inner, K::Mul))
+            for (auto [x, c1] : {std::pair{nodes[static_cast<size_t>(inner)].a, nodes[static_cast<size_t>(inner)].b},
+                                 std::pair{nodes[static_cast<size_t>(inner)].b, nodes[static_cast<size_t>(inner)].a}})
+              if (isConstNode(c1))
+                return op(K::CapTanh, x, c1, c2);
+        }
       break;
     case K::Div:
       if (isConst(b, 1)) return a;
@@ -136,6 +168,9 @@ public:
     case K::IDiv: return std::floor(a / b);
     case K::Mod: return a - b * std::floor(a / b);
     case K::Where: return a != 0 ? b : c;
+    case K::Fma: return a * b + c;
+    case K::CapTanh: return c * std::tanh(b * a);
+    case K::Rel: break;
     case K::Lt: return a < b;
     case K::Le: return a <= b;
     case K::Gt: return a > b;
@@ -172,6 +207,27 @@ struct Lowering {
   const ir::PatternIR &ir;
   int64_t h, n;
   const std::vector<FloatInput> &inputs;
+  /// The condition under which the node being lowered is evaluated (-1:
+  /// always): where's branches and the right operands of && and || are
+  /// evaluated only where they decide the value (evalScore), so a read
+  /// there must lie inside its input only where the guard holds.
+  int guard = -1;
+
+  /// `guard` narrowed by `cond`; a constant 0 where it never holds.
+  int narrowed(int cond) const {
+    if (dag.isConstNode(cond))
+      return dag.nodes[static_cast<size_t>(cond)].value != 0 ? guard : cond;
+    return guard < 0 ? cond : dag.op(K::And, guard, cond, -1, true);
+  }
+
+  /// Lowers e under `cond` (the guard narrowed by it).
+  int lowerUnder(const ScoreExpr &e, int cond) {
+    const int saved = guard;
+    guard = narrowed(cond);
+    const int out = lower(e);
+    guard = saved;
+    return out;
+  }
 
   int lower(const ScoreExpr &e) {
     auto arg = [&](size_t k) { return lower(*e.args[k]); };
@@ -202,15 +258,25 @@ struct Lowering {
     case ScoreOp::Exp: return dag.op(K::Exp, arg(0));
     case ScoreOp::Log: return dag.op(K::Log, arg(0));
     case ScoreOp::Floor: return dag.op(K::Floor, arg(0), -1, -1, true);
-    case ScoreOp::Where: return dag.op(K::Where, arg(0), arg(1), arg(2), e.isInt);
+    case ScoreOp::Where: {
+      const int cond = arg(0);
+      const int a = lowerUnder(*e.args[1], cond), b = lowerUnder(*e.args[2], dag.op(K::Not, cond, -1, -1, true));
+      return dag.op(K::Where, cond, a, b, e.isInt);
+    }
     case ScoreOp::Lt: return dag.op(K::Lt, arg(0), arg(1), -1, true);
     case ScoreOp::Le: return dag.op(K::Le, arg(0), arg(1), -1, true);
     case ScoreOp::Gt: return dag.op(K::Gt, arg(0), arg(1), -1, true);
     case ScoreOp::Ge: return dag.op(K::Ge, arg(0), arg(1), -1, true);
     case ScoreOp::Eq: return dag.op(K::Eq, arg(0), arg(1), -1, true);
     case ScoreOp::Ne: return dag.op(K::Ne, arg(0), arg(1), -1, true);
-    case ScoreOp::And: return dag.op(K::And, arg(0), arg(1), -1, true);
-    case ScoreOp::Or: return dag.op(K::Or, arg(0), arg(1), -1, true);
+    case ScoreOp::And: {
+      const int a = arg(0);
+      return dag.op(K::And, a, lowerUnder(*e.args[1], a), -1, true);
+    }
+    case ScoreOp::Or: {
+      const int a = arg(0);
+      return dag.op(K::Or, a, lowerUnder(*e.args[1], dag.op(K::Not, a, -1, -1, true)), -1, true);
+    }
     case ScoreOp::Not: return dag.op(K::Not, arg(0), -1, -1, true);
     }
     ATTNC_CHECK(false, "unknown score operation");
@@ -231,8 +297,10 @@ struct Lowering {
       idx[k] = lower(*e.args[k]);
       fixed = fixed && dag.isConstNode(idx[k]);
     }
+    if (guard >= 0 && dag.isConst(guard, 0))
+      return dag.constant(0); // (never evaluated)
     if (!fixed)
-      return dag.read(e.input, idx[0], idx[1], idx[2]);
+      return dag.read(e.input, idx[0], idx[1], idx[2], guard);
     int64_t flat = 0;
     std::vector<int64_t> at;
     bool inside = true;
@@ -242,6 +310,8 @@ struct Lowering {
       inside = inside && v >= 0 && v < in.dims[k];
       flat = flat * in.dims[k] + v;
     }
+    if (!inside && guard >= 0) // (outside only matters where the guard holds: checked per lane)
+      return dag.read(e.input, idx[0], idx[1], idx[2], guard);
     if (!inside) {
       std::string where;
       for (size_t k = 0; k < at.size(); ++k)
@@ -302,6 +372,16 @@ struct Derivative {
       case K::Exp: r = dag.op(K::Mul, d(n.a), x); break;
       case K::Log: r = dag.op(K::Div, d(n.a), n.a); break;
       case K::Where: r = dag.op(K::Where, n.a, d(n.b), d(n.c)); break;
+      case K::Fma:
+        r = dag.op(K::Add, dag.op(K::Add, dag.op(K::Mul, d(n.a), n.b), dag.op(K::Mul, n.a, d(n.b))), d(n.c));
+        break;
+      case K::CapTanh: {
+        // c tanh(b a): c b (1 - tanh^2) da = b (c - x^2 / c) da, x this node.
+        const double c = dag.nodes[static_cast<size_t>(n.c)].value;
+        r = dag.op(K::Mul, d(n.a),
+                   dag.op(K::Mul, n.b, dag.op(K::Sub, n.c, dag.op(K::Mul, x, dag.op(K::Mul, x, dag.constant(1 / c))))));
+        break;
+      }
       default: r = dag.constant(0); break;
       }
     }
@@ -329,6 +409,11 @@ int64_t floatOffsets(const std::vector<FloatInput> &inputs, std::vector<int64_t>
 
 namespace {
 
+/// What an instruction of node nd reads: its operands, and a read's guard.
+std::array<int, 4> operands(const Node &nd) {
+  return {nd.a, nd.b, nd.c, nd.what == N::Read ? static_cast<int>(nd.flat) : -1};
+}
+
 /// A root of the code: a node whose value the caller reads.
 struct Root {
   int node;
@@ -349,16 +434,13 @@ bool relative(const Dag &dag, int x, int &ops) {
   case N::Op: break;
   default: return false; // s, a bare i or j, an input
   }
-  if (nd.kind == K::Sub) {
-    const N a = dag.nodes[static_cast<size_t>(nd.a)].what, b = dag.nodes[static_cast<size_t>(nd.b)].what;
-    if ((a == N::I && b == N::J) || (a == N::J && b == N::I)) {
-      ++ops;
-      return true;
-    }
+  if (nd.kind == K::Rel) {
+    ++ops;
+    return true;
   }
   if (!nd.isInt && nd.kind != K::Div && nd.kind != K::Log && nd.kind != K::Mul && nd.kind != K::Add &&
       nd.kind != K::Sub && nd.kind != K::Neg && nd.kind != K::Abs && nd.kind != K::Min && nd.kind != K::Max &&
-      nd.kind != K::Exp && nd.kind != K::Tanh && nd.kind != K::Where)
+      nd.kind != K::Exp && nd.kind != K::Tanh && nd.kind != K::Where && nd.kind != K::Fma && nd.kind != K::CapTanh)
     return false;
   ++ops;
   for (int y : {nd.a, nd.b, nd.c})
@@ -386,12 +468,19 @@ int tabulate(Dag &dag, int x, int64_t n, const ir::PatternIR &ir, const std::vec
     std::vector<float> table(static_cast<size_t>(size)), slots;
     prepareScoreSlots(sub, slots);
     constexpr int M = ScoreCode::kMaxLanes;
+    // (Lanes are rows i = the distances of one key j = 0, for Rel.)
+    std::vector<float> rows(static_cast<size_t>(M));
+    const float key = 0.0f;
     std::fill_n(slots.data() + ScoreCode::kJ * M, M, 0.0f);
     for (int64_t t0 = 0; t0 < size; t0 += M) {
       const int lanes = static_cast<int>(std::min<int64_t>(M, size - t0));
       for (int l = 0; l < M; ++l)
-        slots[static_cast<size_t>(ScoreCode::kI * M + l)] = static_cast<float>(t0 + l - (n - 1));
-      const ScoreLanes run{slots.data(), lanes};
+        rows[static_cast<size_t>(l)] = slots[static_cast<size_t>(ScoreCode::kI * M + l)] =
+            static_cast<float>(t0 + l - (n - 1));
+      ScoreLanes run{slots.data(), lanes};
+      run.rowPos = rows.data();
+      run.keyPos = &key;
+      run.width = M;
       scoreRunner()(sub, run);
       std::copy_n(run.slot(sub.value), lanes, table.data() + t0);
     }
@@ -408,7 +497,7 @@ int tabulate(Dag &dag, int x, int64_t n, const ir::PatternIR &ir, const std::vec
         y = z;
       }
     if (changed)
-      out = nd.what == N::Read ? dag.read(nd.input, args[0], args[1], args[2])
+      out = nd.what == N::Read ? dag.read(nd.input, args[0], args[1], args[2], static_cast<int>(nd.flat))
                                : dag.op(nd.kind, args[0], args[1], args[2], nd.isInt);
   }
   done.emplace(x, out);
@@ -480,7 +569,7 @@ ScoreCode emit(Dag &dag, int value, int dValue, const std::vector<Root> &gradRoo
   for (size_t x = count; x-- > 0;) {
     if (!needed[x])
       continue;
-    for (int y : {dag.nodes[x].a, dag.nodes[x].b, dag.nodes[x].c})
+    for (int y : operands(dag.nodes[x]))
       if (y >= 0) {
         needed[static_cast<size_t>(y)] = 1;
         lastUse[static_cast<size_t>(y)] = std::max(lastUse[static_cast<size_t>(y)], static_cast<int>(x));
@@ -525,7 +614,7 @@ ScoreCode emit(Dag &dag, int value, int dValue, const std::vector<Root> &gradRoo
     default: break;
     }
     // Operands whose last reader this is give their slots back after it.
-    for (int y : {nd.a, nd.b, nd.c})
+    for (int y : operands(nd))
       if (y >= 0 && lastUse[static_cast<size_t>(y)] == static_cast<int>(x)) {
         const Node &yn = dag.nodes[static_cast<size_t>(y)];
         if (yn.what == N::Op || yn.what == N::Read)
@@ -542,10 +631,16 @@ ScoreCode emit(Dag &dag, int value, int dValue, const std::vector<Root> &gradRoo
     ScoreCode::Instr in{nd.what == N::Read ? K::Read : nd.kind, out};
     if (nd.what == N::Op && nd.kind == K::Lookup)
       in.read = static_cast<int16_t>(nd.input);
+    if (nd.what == N::Op && nd.kind == K::Rel) {
+      in.read = static_cast<int16_t>(nd.value); // (the sign: +1 for i - j)
+      code.usesRel = true;
+    }
     auto slot = [&](int y) { return y < 0 ? int16_t{-1} : slotOf[static_cast<size_t>(y)]; };
     in.a = slot(nd.a);
     in.b = slot(nd.b);
     in.c = slot(nd.c);
+    if (nd.what == N::Read)
+      in.guard = slot(static_cast<int>(nd.flat));
     if (nd.what == N::Read) {
       ScoreCode::ReadOf r;
       r.input = nd.input;
@@ -563,6 +658,9 @@ ScoreCode emit(Dag &dag, int value, int dValue, const std::vector<Root> &gradRoo
   ATTNC_CHECK(nextSlot < 512, "a score expression too large to compile (" + std::to_string(nextSlot) + " slots)");
   code.numSlots = nextSlot;
   code.value = slotOf[static_cast<size_t>(value)];
+  // (The value's slot is a root's: only its own instruction writes it.)
+  const N valueIs = dag.nodes[static_cast<size_t>(value)].what;
+  code.valueLast = !code.code.empty() && code.code.back().out == code.value && (valueIs == N::Op || valueIs == N::Read);
   if (backward) {
     code.dValue = slotOf[static_cast<size_t>(dValue)];
     for (const Root &r : gradRoots) {
@@ -584,7 +682,7 @@ ScoreCode emit(Dag &dag, int value, int dValue, const std::vector<Root> &gradRoo
 std::string scoreListing(const ScoreCode &code) {
   static const char *names[] = {"add", "sub", "mul", "div", "neg", "abs", "min", "max", "tanh", "exp", "log",
                                 "floor", "idiv", "mod", "where", "lt", "le", "gt", "ge", "eq", "ne", "and", "or",
-                                "not", "read", "lookup"};
+                                "not", "read", "lookup", "rel", "fma", "captanh"};
   auto slot = [&](int16_t s) -> std::string {
     if (s == ScoreCode::kS) return "s";
     if (s == ScoreCode::kI) return "i";
@@ -604,6 +702,8 @@ std::string scoreListing(const ScoreCode &code) {
       os << " " << code.names[static_cast<size_t>(code.reads[static_cast<size_t>(in.read)].input)];
     if (in.kind == K::Lookup)
       os << " table" << in.read;
+    if (in.kind == K::Rel)
+      os << (in.read > 0 ? " i - j" : " j - i");
     for (int16_t s : {in.a, in.b, in.c})
       if (s >= 0)
         os << " " << slot(s);
@@ -674,12 +774,17 @@ void accumulateScoreGrads(const ScoreCode &code, const ScoreLanes &lanes, const 
     const ScoreCode::ReadOf &r = code.reads[static_cast<size_t>(g.read)];
     const int16_t idx[3] = {read->a, read->b, read->c};
     for (int l = 0; l < lanes.lanes; ++l) {
-      if (weight[l] == 0)
+      if (weight[l] == 0 || deriv[l] == 0)
         continue;
       int64_t flat = 0;
-      for (size_t k = 0; k < r.dims.size(); ++k)
-        flat = flat * r.dims[k] + static_cast<int64_t>(lanes.slot(idx[k])[l]);
-      to[flat] += static_cast<double>(weight[l]) * deriv[l];
+      bool inside = true; // (a lane that did not evaluate the read: derivative 0, index anywhere)
+      for (size_t k = 0; k < r.dims.size(); ++k) {
+        const float v = lanes.slot(idx[k])[l];
+        inside = inside && v >= 0 && v < static_cast<float>(r.dims[k]);
+        flat = flat * r.dims[k] + (inside ? static_cast<int64_t>(v) : 0);
+      }
+      if (inside)
+        to[flat] += static_cast<double>(weight[l]) * deriv[l];
     }
   }
 }

@@ -29,11 +29,15 @@ struct ScoreCode {
     Add, Sub, Mul, Div, Neg, Abs, Min, Max, Tanh, Exp, Log, Floor, IDiv, Mod, Where,
     Lt, Le, Gt, Ge, Eq, Ne, And, Or, Not, Read,
     Lookup, ///< tables[read][a + offset]: a subexpression of the distance i - j, tabulated (a = i - j)
+    Rel,    ///< i - j (a = +1) or j - i (a = -1) from ScoreLanes' row and key positions
+    Fma,    ///< a * b + c
+    CapTanh, ///< c * tanh(b * a) (b, c constants: soft-capping's cap * tanh(s / cap))
   };
   struct Instr {
     Kind kind;
     int16_t out, a = -1, b = -1, c = -1; ///< slots (Read: a, b, c its indices)
     int16_t read = -1;                   ///< Read: index into reads
+    int16_t guard = -1;                  ///< Read: the slot of the condition it is evaluated under (-1: always)
   };
   /// An input an instruction gathers from.
   struct ReadOf {
@@ -62,7 +66,9 @@ struct ScoreCode {
   int numSlots = kFirstConst;
   int16_t value = kS;        ///< slot of the expression's value
   int16_t dValue = -1;       ///< backward: slot of d(value) / ds
-  bool usesI = false, usesJ = false;
+  bool usesI = false, usesJ = false; ///< the i and j slots (not Rel's positions)
+  bool usesRel = false;               ///< ScoreLanes' rowPos and keyPos
+  bool valueLast = false;             ///< the last instruction computes the value (ScoreLanes::out may take it)
   /// The input names, for messages.
   std::vector<std::string> names;
   /// Unique per compiled code: scratch whose constant slots were filled for
@@ -101,6 +107,13 @@ struct ScoreLanes {
   const uint8_t *live = nullptr;
   /// Where not null, the s lanes are read from here (not the s slot).
   const float *s = nullptr;
+  /// For Rel: lane l is row l % width (position rowPos[l % width]) of key
+  /// l / width (position keyPos[l / width]).
+  const float *rowPos = nullptr, *keyPos = nullptr;
+  int width = 1;
+  /// Where not null and the code's valueLast, the value goes here (not to
+  /// its slot); it may be `s` itself.
+  float *out = nullptr;
   /// Slot k's lanes, as the code reads them.
   const float *slot(int16_t k) const { return k == ScoreCode::kS && s ? s : slots + k * ScoreCode::kMaxLanes; }
 };

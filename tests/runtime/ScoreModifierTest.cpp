@@ -565,6 +565,26 @@ pattern near {
           },
           nullptr};
   run.check(ok.get(), m, "rel[i - j] within the window");
+  // A read in a where's branch counts only where the branch is taken (as
+  // evalScore has it): t[i - j] for i - j < 4 only, pairs up to 9 apart.
+  const char *guarded = R"(
+pattern guarded {
+  input t : float[4]
+  causal
+  attend { j : i - j < 10 }
+  score where(i - j < 4, s + t[i - j], s - 1)
+}
+)";
+  KernelPtr g = compileSource(guarded);
+  ASSERT_TRUE(g);
+  ScoreRun gr(1, 1, 1, 50, 50, 16, 93);
+  gr.floats.push_back({"t", {4}, randomFloats(4, 6, 1.0f), {}});
+  Model gm{[](int64_t i, int64_t j) { return j <= i && i - j < 10; },
+           [](double s, int64_t i, int64_t j, int64_t, const std::vector<double> &p) {
+             return i - j < 4 ? s + p[static_cast<size_t>(i - j)] : s - 1;
+           },
+           nullptr};
+  gr.check(g.get(), gm, "a guarded read");
 }
 
 TEST(ScoreModifiers, DataPatternGroupsSeeTruePositions) {

@@ -308,8 +308,9 @@ private:
     if (code.usesI)
       for (int l = 0; l < count; ++l)
         slots[static_cast<size_t>(ScoreCode::kI * M + l)] = static_cast<float>(t0 + l + offset);
-    scoreRunner()(code, ScoreLanes{slots.data(), count});
-    return slots.data() + code.value * M;
+    const ScoreLanes lanes{slots.data(), count};
+    scoreRunner()(code, lanes);
+    return lanes.slot(code.value);
   }
 
   /// Folds the sink into every query row's O and log-sum-exp: with z the
