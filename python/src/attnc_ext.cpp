@@ -185,26 +185,34 @@ attnc_varlen varlenOf(const Offsets &cuQ, const std::optional<Offsets> &cuK) {
   return varlen;
 }
 
-/// A pattern's inputs for one call: the attnc_input entries and the names
-/// and arrays they point into (kept alive for the call).
-struct CallInputs {
+/// A pattern's inputs for one call (or, with OutArray, the gradients of its
+/// float inputs): the attnc_input entries and the names and arrays they
+/// point into (kept alive for the call).
+template <class Array> struct CallInputs {
   std::vector<std::string> names;
-  std::vector<InArray> arrays;
+  std::vector<Array> arrays;
   std::vector<attnc_input> entries;
 };
 
-/// The [B, H, D1, D2] view of an input (int32 or int64, 4-D: attnc's Python
-/// layer shapes it); strides as in view4.
-attnc_tensor inputView(const InArray &a, const std::string &name) {
+/// The 4-D view of an input: an int input (int32 or int64) as [B, H, D1,
+/// D2], a float input (float32 or bfloat16; ABI 9) as its declared
+/// dimensions followed by 1s; attnc's Python layer shapes both. Strides as
+/// in view4.
+template <class Array> attnc_tensor inputView(const Array &a, const std::string &name) {
   if (a.ndim() != 4)
     throw StatusError{ATTNC_ERROR_SHAPE, "input '" + name + "' has " + std::to_string(a.ndim()) +
-                                             " dimensions; the extension takes [batch, heads, D1, D2]"};
+                                             " dimensions; the extension takes 4 ([batch, heads, D1, D2] for an "
+                                             "int input, the dimensions then 1s for a float input)"};
   const nb::dlpack::dtype t = a.dtype();
   attnc_tensor out{};
   if (t.lanes == 1 && t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int) && (t.bits == 32 || t.bits == 64))
     out.dtype = t.bits == 32 ? ATTNC_DTYPE_I32 : ATTNC_DTYPE_I64;
+  else if (t.lanes == 1 && t.bits == 32 && t.code == kFloatCode)
+    out.dtype = ATTNC_DTYPE_F32;
+  else if (t.lanes == 1 && t.bits == 16 && t.code == kBfloatCode)
+    out.dtype = ATTNC_DTYPE_BF16;
   else
-    throw StatusError{ATTNC_ERROR_DTYPE, "input '" + name + "' is not int32 or int64"};
+    throw StatusError{ATTNC_ERROR_DTYPE, "input '" + name + "' is not int32, int64, float32 or bfloat16"};
   out.data = const_cast<void *>(static_cast<const void *>(a.data()));
   for (int k = 0; k < 4; ++k) {
     out.shape[k] = static_cast<int64_t>(a.shape(k));
@@ -213,21 +221,26 @@ attnc_tensor inputView(const InArray &a, const std::string &name) {
   return out;
 }
 
-/// The inputs of a call from a sequence of (name, array) pairs.
-std::unique_ptr<CallInputs> callInputsOf(nb::handle pairs, nb::handle toDlpack) {
-  auto out = std::make_unique<CallInputs>();
+/// The inputs of a call from a sequence of (name, array) pairs (None: none).
+template <class Array> std::unique_ptr<CallInputs<Array>> callInputsOf(nb::handle pairs, nb::handle toDlpack) {
+  auto out = std::make_unique<CallInputs<Array>>();
+  if (pairs.is_none())
+    return out;
   for (nb::handle item : pairs) {
     nb::tuple pair = nb::cast<nb::tuple>(item);
     if (pair.size() != 2)
       throw nb::type_error("attnc: an input is a (name, array) pair");
     out->names.push_back(nb::cast<std::string>(pair[0]));
-    out->arrays.push_back(arrayOf<InArray>(pair[1], toDlpack, out->names.back().c_str()));
+    out->arrays.push_back(arrayOf<Array>(pair[1], toDlpack, out->names.back().c_str()));
   }
   // (Filled once the names no longer move.)
   for (size_t x = 0; x < out->names.size(); ++x)
     out->entries.push_back({out->names[x].c_str(), inputView(out->arrays[x], out->names[x])});
   return out;
 }
+
+using InInputs = CallInputs<InArray>;
+using OutInputs = CallInputs<OutArray>;
 
 /// attnc_forward on `device` (null: the CPU) over a varlen batch when `varlen`
 /// is given, with the queries at `firstQuery` when it is >= 0, and the
@@ -236,7 +249,7 @@ std::unique_ptr<CallInputs> callInputsOf(nb::handle pairs, nb::handle toDlpack) 
 template <class In, class Out>
 void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const Out &o, const std::optional<Out> &lse,
              const attnc_varlen *varlen, float scale, int32_t numThreads, const attnc_device *device = nullptr,
-             int64_t firstQuery = -1, const CallInputs *inputs = nullptr) {
+             int64_t firstQuery = -1, const InInputs *inputs = nullptr) {
   const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v");
   attnc_tensor to = view4(o, "o");
   std::optional<attnc_tensor> tl;
@@ -265,7 +278,8 @@ void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const 
 template <class In, class Out>
 void backward(const Kernel &kernel, const In &q, const In &k, const In &v, const In &o, const In &dO, const In &lse,
               const Out &dq, const Out &dk, const Out &dv, const attnc_varlen *varlen, float scale, int32_t numThreads,
-              const attnc_device *device = nullptr, int64_t firstQuery = -1, const CallInputs *inputs = nullptr) {
+              const attnc_device *device = nullptr, int64_t firstQuery = -1, const InInputs *inputs = nullptr,
+              const OutInputs *dInputs = nullptr) {
   const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v"), tdo = view4(dO, "d_o");
   attnc_tensor to = view4(o, "o"), tl = viewLse(lse);
   attnc_tensor tdq = view4(dq, "d_q"), tdk = view4(dk, "d_k"), tdv = view4(dv, "d_v");
@@ -287,6 +301,10 @@ void backward(const Kernel &kernel, const In &q, const In &k, const In &v, const
   if (inputs && !inputs->entries.empty()) {
     call.inputs = inputs->entries.data();
     call.num_inputs = static_cast<int64_t>(inputs->entries.size());
+  }
+  if (dInputs && !dInputs->entries.empty()) {
+    call.d_inputs = dInputs->entries.data();
+    call.num_d_inputs = static_cast<int64_t>(dInputs->entries.size());
   }
   call.options = &options;
   check(timedCall([&] { return attnc_backward(kernel.handle, &call); }));
@@ -310,26 +328,32 @@ void runBackward(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v,
 }
 
 /// attnc_forward with the pattern's inputs: (name, array) pairs, int32 or
-/// int64 arrays of shape [B, H, D1, D2] (attnc's Python layer checks and
-/// shapes them; the runtime checks them again, and their values).
+/// int64 arrays of shape [B, H, D1, D2] for int inputs, float32 or bfloat16
+/// arrays of the declared dimensions then 1s for float inputs (attnc's
+/// Python layer checks and shapes them; the runtime checks them again, and
+/// their values).
 void forwardInputs(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
                    nb::handle inputs, float scale, int32_t numThreads, nb::handle toDlpack) {
-  const std::unique_ptr<CallInputs> data = callInputsOf(inputs, toDlpack);
+  const std::unique_ptr<InInputs> data = callInputsOf<InArray>(inputs, toDlpack);
   forward(kernel, arrayOf<InArray>(q, toDlpack, "q"), arrayOf<InArray>(k, toDlpack, "k"),
           arrayOf<InArray>(v, toDlpack, "v"), arrayOf<OutArray>(o, toDlpack, "o"),
           optionalArrayOf<OutArray>(lse, toDlpack, "lse"), nullptr, scale, numThreads, nullptr, -1, data.get());
 }
 
-/// attnc_backward with the pattern's inputs (as forwardInputs takes them).
+/// attnc_backward with the pattern's inputs (as forwardInputs takes them)
+/// and the gradients of float inputs to write, `dInputs` (None or (name,
+/// float32 array of the input's 4-D shape) pairs: attnc_call::d_inputs).
 void backwardInputs(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle dO,
-                    nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle inputs, float scale,
-                    int32_t numThreads, nb::handle toDlpack) {
-  const std::unique_ptr<CallInputs> data = callInputsOf(inputs, toDlpack);
+                    nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle inputs,
+                    nb::handle dInputs, float scale, int32_t numThreads, nb::handle toDlpack) {
+  const std::unique_ptr<InInputs> data = callInputsOf<InArray>(inputs, toDlpack);
+  const std::unique_ptr<OutInputs> grads = callInputsOf<OutArray>(dInputs, toDlpack);
   backward(kernel, arrayOf<InArray>(q, toDlpack, "q"), arrayOf<InArray>(k, toDlpack, "k"),
            arrayOf<InArray>(v, toDlpack, "v"), arrayOf<InArray>(o, toDlpack, "o"),
            arrayOf<InArray>(dO, toDlpack, "d_o"), arrayOf<InArray>(lse, toDlpack, "lse"),
            arrayOf<OutArray>(dq, toDlpack, "d_q"), arrayOf<OutArray>(dk, toDlpack, "d_k"),
-           arrayOf<OutArray>(dv, toDlpack, "d_v"), nullptr, scale, numThreads, nullptr, -1, data.get());
+           arrayOf<OutArray>(dv, toDlpack, "d_v"), nullptr, scale, numThreads, nullptr, -1, data.get(),
+           grads.get());
 }
 
 /// Input `index` of the kernel's pattern at key length n: (name, rank, D1,
@@ -340,6 +364,17 @@ nb::tuple kernelInput(const Kernel &kernel, int64_t index, int64_t n) {
   int64_t dims[2] = {0, 0}, limit = 0;
   check(attnc_kernel_input(kernel.handle, index, n, &name, &rank, dims, &limit));
   return nb::make_tuple(std::string(name), rank, dims[0], dims[1], limit);
+}
+
+/// Input `index` of the kernel's pattern at key length n and `heads` query
+/// heads, int or float (attnc_kernel_input_info, ABI 9): (name, rank,
+/// is_float, (D0, D1, D2), id limit).
+nb::tuple kernelInputInfo(const Kernel &kernel, int64_t index, int64_t n, int64_t heads) {
+  attnc_input_info info{};
+  info.size = sizeof info;
+  check(attnc_kernel_input_info(kernel.handle, index, n, heads, &info));
+  return nb::make_tuple(std::string(info.name ? info.name : ""), info.rank, info.is_float != 0,
+                        nb::make_tuple(info.dims[0], info.dims[1], info.dims[2]), info.id_limit);
 }
 
 void runForwardAt(const Kernel &kernel, int64_t firstQuery, nb::handle q, nb::handle k, nb::handle v, nb::handle o,
@@ -627,7 +662,12 @@ NB_MODULE(_attnc, m) {
       .def_prop_ro("num_inputs", [](const Kernel &k) { return attnc_kernel_num_inputs(k.handle); },
                    "Inputs the pattern declares (attnc_kernel_num_inputs); 0: it reads no data")
       .def("input", &kernelInput, "index"_a, "n"_a,
-           "attnc_kernel_input: (name, rank, D1, D2, id_limit) of input `index` at key length n");
+           "attnc_kernel_input: (name, rank, D1, D2, id_limit) of input `index` at key length n")
+      .def("input_info", &kernelInputInfo, "index"_a, "n"_a, "heads"_a,
+           "attnc_kernel_input_info: (name, rank, is_float, (D0, D1, D2), id_limit) of input `index` at key "
+           "length n with `heads` query heads")
+      .def_prop_ro("modifiers", [](const Kernel &k) { return attnc_kernel_modifiers(k.handle); },
+                   "attnc_kernel_modifiers: ATTNC_MODIFIER_SCORE (1) | ATTNC_MODIFIER_SINK (2) bits; 0: none");
 
   m.def("compile", &compile, "source"_a, "name"_a, "defines"_a, "pattern"_a, "backend"_a, "cache_dir"_a,
         "no_cache"_a, "attnc_jit_compile_string: compile (or fetch from the JIT cache) a pattern");
@@ -645,10 +685,12 @@ NB_MODULE(_attnc, m) {
         "attnc_run_backward: d_q, d_k, d_v");
   m.def("forward", &forwardInputs, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(), "inputs"_a, "scale"_a,
         "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
-        "attnc_forward with the pattern's inputs, a sequence of (name, int32/int64 [B, H, D1, D2] array) pairs");
+        "attnc_forward with the pattern's inputs, a sequence of (name, array) pairs: int32/int64 [B, H, D1, D2] "
+        "for int inputs, float32/bfloat16 [D0, D1, D2, 1] (the dimensions then 1s) for float inputs");
   m.def("backward", &backwardInputs, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a, "d_k"_a,
-        "d_v"_a, "inputs"_a, "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
-        "attnc_backward with the pattern's inputs: d_q, d_k, d_v");
+        "d_v"_a, "inputs"_a, "d_inputs"_a.none(), "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
+        "attnc_backward with the pattern's inputs: d_q, d_k, d_v, and the gradients of the float inputs "
+        "named in d_inputs ((name, float32 array) pairs, or None)");
   m.def("run_forward_at", &runForwardAt, "kernel"_a, "first_query"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(),
         "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_forward_at: the queries at positions [first_query, first_query + nq) of the keys");

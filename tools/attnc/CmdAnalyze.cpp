@@ -12,6 +12,7 @@
 
 #include "attnc/analysis/Report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -168,7 +169,9 @@ void printText(const LoadedPattern &lp, const AnalyzeOptions &opts, const ir::Pa
 /// A pattern that reads data, analysed without it: what holds for any data,
 /// and which inputs the counts need.
 int printNeedsData(const LoadedPattern &lp, const AnalyzeOptions &opts) {
-  const std::vector<InputSpec> specs = patternInputs(lp.ir, opts.n);
+  // (Float inputs feed the score or the sink only: the pairs never need them.)
+  std::vector<InputSpec> specs = patternInputs(lp.ir, opts.n);
+  specs.erase(std::remove_if(specs.begin(), specs.end(), [](const InputSpec &s) { return s.isFloat; }), specs.end());
   std::string flags, names;
   for (const InputSpec &s : specs) {
     flags += " --input " + s.name + "=FILE.npy";
@@ -280,8 +283,9 @@ void setupAnalyze(CLI::App &app, int &exitCode) {
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--input", opts->inputs,
-                  "Data of a pattern that reads some: an int32 or int64 .npy per input (DIMS, [B, DIMS] or "
-                  "[B, H, DIMS]; batch entry 0 is counted, head set k with its first head's data)")
+                  "Data of a pattern that reads some: an int32 or int64 .npy per int input (DIMS, [B, DIMS] or "
+                  "[B, H, DIMS]; batch entry 0 is counted, head set k with its first head's data). Float inputs "
+                  "(read by score / sink) do not change the pairs: not needed, and not read")
       ->type_name("NAME=FILE.npy");
   cmd->footer(examplesFooter({"attnc analyze patterns/fixed.attn --n 4096",
                               "attnc analyze patterns/document.attn --n 4096 --input doc=doc.npy --json",

@@ -463,6 +463,7 @@ int runBench(const BenchOptions &opts) {
       rows.push_back(row);
       continue;
     }
+    inputs.setFloatInputs(kernel); // (a score modifier's inputs, drawn)
     row.ms = medianRunMs(kernel, inputs, ro, opts.repeat, row.error, &row.firstMs);
     if (grad && row.ms >= 0) {
       StepTimes step;

@@ -5,8 +5,10 @@
 #include "attnc/codegen/HalideGen.h"
 #include "attnc/compiler/Compile.h"
 #include "attnc/plan/Plan.h"
+#include "attnc/support/Check.h"
 #include "attnc/tuning/Tuning.h"
 #include "cuda/CudaPlan.h"
+#include "ScoreProgram.h" // (runtime/lib: rt::compileScore, rt::scoreListing)
 
 #include <algorithm>
 #include <cstdio>
@@ -18,6 +20,17 @@ namespace attnc::tool {
 /// runtime/lib/cuda's CudaArgs.h and AttentionKernels.cu (CudaSource.cpp, generated).
 extern const char *const kCudaSource;
 } // namespace attnc::tool
+
+namespace attnc::rt {
+/// The score code's runner lives with the tile kernels in libattnc (and is
+/// hidden there). `emit` compiles score code only to list it, without the
+/// distance tables whose building runs it (compileScore's `tables` false):
+/// this stands in for the linker and is never called.
+ScoreRunner scoreRunner() {
+  ATTNC_CHECK(false, "attnc emit does not run score code");
+  return nullptr;
+}
+} // namespace attnc::rt
 
 namespace attnc::tool {
 
@@ -58,6 +71,69 @@ std::string cudaStage(const ir::PatternIR &ir, int64_t n) {
     }
   }
   out << "\n" << kCudaSource;
+  return out.str();
+}
+
+/// The pattern's `score` and `sink` as source-like lines, each after
+/// `prefix` (a comment marker at the backends' stages); "" without them.
+std::string modifierLines(const ir::PatternIR &ir, const std::string &prefix) {
+  const std::vector<std::string> names = ir.inputNames();
+  std::string out;
+  if (ir.score)
+    out += prefix + "score " + printScore(*ir.score, names) + "\n";
+  if (ir.sink)
+    out += prefix + "sink " + printScore(*ir.sink, names) + "\n";
+  return out;
+}
+
+/// `emit --stage plan` of a pattern with a score modifier: each expression
+/// and the vector code the runtime compiles it into (rt::compileScore, as
+/// the fused kernels run it: forward, then backward with the derivatives by
+/// s and by the float inputs' entries), for head 0 at n (1 without --n).
+/// Entries read at places fixed per slice (slope[h]) are folded into
+/// constants per call; here every float input holds a placeholder value.
+std::string modifierListing(const ir::PatternIR &ir, int64_t n) {
+  constexpr float kPlaceholder = 0.5f;
+  const int64_t heads = std::max<int64_t>(1, ir.numHeads), at = n > 0 ? n : 1;
+  std::vector<std::vector<float>> storage(ir.inputs.size());
+  std::vector<FloatInput> inputs(ir.inputs.size());
+  for (size_t x = 0; x < ir.inputs.size(); ++x) {
+    if (!ir.inputs[x].isFloat)
+      continue;
+    int64_t count = 1;
+    for (size_t k = 0; k < ir.inputs[x].rank(); ++k) {
+      inputs[x].dims.push_back(inputDim(ir.inputs[x], k, at, heads));
+      count *= inputs[x].dims.back();
+    }
+    storage[x].assign(static_cast<size_t>(std::min<int64_t>(count, int64_t{1} << 24)), kPlaceholder);
+    inputs[x].values = storage[x].data();
+  }
+  const std::vector<std::string> names = ir.inputNames();
+  std::ostringstream out;
+  out << "score modifiers (compiled per head and length into the tile loops; here head 0 at n = " << at;
+  if (ir.hasFloatInputs())
+    out << ", " << heads << " head" << (heads == 1 ? "" : "s") << ", every float input entry " << kPlaceholder
+        << " where a call's values are folded";
+  out << "):\n";
+  for (const auto &[word, expr] : {std::pair{"score", ir.score.get()}, std::pair{"sink", ir.sink.get()}}) {
+    if (!expr)
+      continue;
+    out << word << " " << printScore(*expr, names) << "\n";
+    // (The listing's lines, indented under their pass.)
+    auto listing = [&](bool backward) {
+      std::istringstream lines(rt::scoreListing(rt::compileScore(*expr, ir, 0, at, inputs, backward)));
+      std::string text;
+      for (std::string line; std::getline(lines, line);)
+        text += "  " + line + "\n";
+      return text;
+    };
+    try {
+      out << "  forward:\n" << listing(false);
+      out << "  backward (the derivatives by s and by the float inputs' entries):\n" << listing(true);
+    } catch (const InputError &e) {
+      out << "  (not compiled at this length: " << e.what() << ")\n";
+    }
+  }
   return out.str();
 }
 
@@ -103,6 +179,8 @@ int runEmit(const EmitOptions &opts) {
     const int64_t gradRows = plan::gradTileRows(lp->ir, forward.options);
     text = plan::printPlan(forward, opts.n) + "backward pass: row blocks of " + std::to_string(gradRows) +
            (gradRows == forward.options.tileRows ? " (the forward's)\n" : " (grad_tile_rows)\n");
+    if (lp->ir.score || lp->ir.sink)
+      text += modifierListing(lp->ir, opts.n);
     break;
   }
   case Stage::Halide: {
@@ -158,6 +236,16 @@ int runEmit(const EmitOptions &opts) {
     return kExitUserError;
 #endif
   }
+  }
+  // The backends' stages (their code is generic over the pattern, or shows its sets) name the
+  // expressions as comments; ast, ir and plan print them in their own form.
+  if (lp->ir.score || lp->ir.sink) {
+    if (stage == Stage::Halide || stage == Stage::Cuda || stage == Stage::Mlir)
+      text = modifierLines(lp->ir, "// ") + text;
+    else if (stage == Stage::Llvm)
+      text = modifierLines(lp->ir, "; ") + text;
+    else if (stage == Stage::Asm)
+      text = modifierLines(lp->ir, "# ") + text;
   }
   if (opts.output.empty() || opts.output == "-") {
     std::cout << text;

@@ -19,6 +19,7 @@
 #include "CallData.h"
 #include "CudaBench.h"
 #include "Npy.h"
+#include "ScoreReference.h"
 
 #include "attnc/attnc.h"
 #include "attnc/attnc.hpp"
@@ -324,6 +325,14 @@ int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape
   const int64_t hq = shape.q[1], hkv = shape.kv[1], d = shape.q[3], group = shape.group();
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const bool grad = a.dO != nullptr;
+  // A score modifier: the rows of ScoreReference.h, with the call's float inputs.
+  const bool scoredRows = pattern.ir.score || pattern.ir.sink;
+  const bool setsReadData = data && pattern.ir.readsData(); // (float inputs alone leave the sets known)
+  const std::vector<FloatInput> floats = data ? data->floatInputs() : std::vector<FloatInput>{};
+  const std::vector<std::string> inputNames = pattern.ir.inputNames();
+  auto scoring = [&](int64_t h, int64_t nk) {
+    return ScoreContext{pattern.ir.score.get(), pattern.ir.sink.get(), &floats, &inputNames, h, nk};
+  };
   Deviation out, dev[3];
   std::vector<float> refO, refDq, refKv;
   std::vector<double> refDk, refDv;
@@ -334,7 +343,7 @@ int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape
     if (s.nk == 0)
       continue;
     // A dense batch's elements share one length: their CSRs are built once.
-    if (!data && (s.nq != builtNq || s.nk != builtNk)) {
+    if (!setsReadData && (s.nq != builtNq || s.nk != builtNk)) {
       for (size_t set = 0; set < csrs.size(); ++set)
         if (!referenceCsr(pattern.ir.heads[set].set, s.nk, s.nk - s.nq, csrs[set], error)) {
           std::cerr << "attnc: error: " << error << "\n";
@@ -348,20 +357,24 @@ int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape
     auto kAt = [&](int64_t g) { return static_cast<size_t>(((s.b * hkv + g) * shape.kv[2] + s.k0) * d); };
     refO.resize(static_cast<size_t>(s.nq * d));
     // A pattern that reads data has its rows from each slice's arrays.
-    std::vector<ir::Csr> sliceCsrs(data ? static_cast<size_t>(hq) : 0);
-    for (int64_t h = 0; data && h < hq; ++h)
+    std::vector<ir::Csr> sliceCsrs(setsReadData ? static_cast<size_t>(hq) : 0);
+    for (int64_t h = 0; setsReadData && h < hq; ++h)
       if (!referenceCsr(ir::bindSet(pattern.ir.heads[pattern.setOf(h)].set, data->slice(s.b, h)), s.nk, firstRow,
                         sliceCsrs[static_cast<size_t>(h)], error)) {
         std::cerr << "attnc: error: " << error << "\n";
         return kExitUserError;
       }
     auto csrOf = [&](int64_t h) -> const ir::Csr & {
-      return data ? sliceCsrs[static_cast<size_t>(h)] : csrs[pattern.setOf(h)];
+      return setsReadData ? sliceCsrs[static_cast<size_t>(h)] : csrs[pattern.setOf(h)];
     };
     for (int64_t h = 0; h < hq; ++h) {
       const size_t kv = kAt(h / group);
-      referenceAttentionRows(csrOf(h), firstRow, a.q.data.data() + qAt(h), a.k.data.data() + kv,
-                             a.v.data.data() + kv, refO.data(), d, scale);
+      if (scoredRows)
+        scoredAttentionRows(csrOf(h), firstRow, a.q.data.data() + qAt(h), a.k.data.data() + kv,
+                            a.v.data.data() + kv, refO.data(), d, scale, scoring(h, s.nk));
+      else
+        referenceAttentionRows(csrOf(h), firstRow, a.q.data.data() + qAt(h), a.k.data.data() + kv,
+                               a.v.data.data() + kv, refO.data(), d, scale);
       out.add(refO.data(), a.o.data.data() + qAt(h), s.nq * d);
     }
     if (!grad)
@@ -373,9 +386,14 @@ int checkAgainstReference(const ReferencePattern &pattern, const RunShape &shape
       refDk.assign(static_cast<size_t>(s.nk * d), 0.0);
       refDv.assign(static_cast<size_t>(s.nk * d), 0.0);
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        referenceBackwardRows(csrOf(h), firstRow, a.q.data.data() + qAt(h), a.k.data.data() + kv,
-                              a.v.data.data() + kv, a.dO->data.data() + qAt(h), refDq.data(), refDk.data(),
-                              refDv.data(), d, scale);
+        if (scoredRows)
+          scoredBackwardRows(csrOf(h), firstRow, a.q.data.data() + qAt(h), a.k.data.data() + kv,
+                             a.v.data.data() + kv, a.dO->data.data() + qAt(h), refDq.data(), refDk.data(),
+                             refDv.data(), d, scale, scoring(h, s.nk));
+        else
+          referenceBackwardRows(csrOf(h), firstRow, a.q.data.data() + qAt(h), a.k.data.data() + kv,
+                                a.v.data.data() + kv, a.dO->data.data() + qAt(h), refDq.data(), refDk.data(),
+                                refDv.data(), d, scale);
         dev[0].add(refDq.data(), a.dq->data.data() + qAt(h), s.nq * d);
       }
       for (auto [sum, got, deviation] : {std::tuple{&refDk, a.dk, &dev[1]}, {&refDv, a.dv, &dev[2]}}) {
@@ -697,15 +715,19 @@ int runRun(const RunOptions &opts) {
     parseInputFlag(text, inputFiles.back());
   }
   CallData data;
-  const std::vector<InputSpec> specs = kernelInputs(raw, shape.kv[2]);
+  // (A float input's dimensions may use the query heads: `float[heads]`.)
+  const std::vector<InputSpec> specs = kernelInputs(raw, shape.kv[2], shape.q[1]);
   if (specs.empty() && !inputFiles.empty())
     return fail(kExitUserError, "--input " + inputFiles.front().name + ": pattern '" +
                                     attnc_kernel_metadata(raw, "pattern") + "' declares no input");
   if (!specs.empty()) {
+    const bool onlyFloats =
+        std::all_of(specs.begin(), specs.end(), [](const InputSpec &s) { return s.isFloat; });
+    const std::string what = onlyFloats ? "patterns with float inputs" : "patterns that read data";
     if (varlen)
-      return fail(kExitUsage, "--cu-seqlens: patterns that read data take one sequence per batch entry for now");
+      return fail(kExitUsage, "--cu-seqlens: " + what + " take one sequence per batch entry for now");
     if (opts.target == "cuda")
-      return fail(kExitUsage, "--target cuda: patterns that read data run on the CPU for now");
+      return fail(kExitUsage, "--target cuda: " + what + " run on the CPU for now");
     if (!loadCallData(specs, inputFiles, shape.q[0], shape.q[1], random, opts.seed, data))
       return kExitUserError;
   }
@@ -917,9 +939,11 @@ void setupRun(CLI::App &app, int &exitCode) {
         ->needs(gradOption);
   }
   cmd->add_option("--input", opts->inputs,
-                  "Data of a pattern that reads some (`input NAME : int[DIMS]`): an int32 or int64 .npy of shape "
-                  "DIMS, [B, DIMS] or [B, H, DIMS]; with --random, inputs not given are drawn from --seed "
-                  "(values in [0, 64), or valid block/token ids)")
+                  "An input the pattern declares. Int inputs (`input NAME : int[DIMS]`, data the sets read): an "
+                  "int32 or int64 .npy of shape DIMS, [B, DIMS] or [B, H, DIMS]. Float inputs (`input NAME : "
+                  "float[DIMS]`, read by score / sink): a float32 or float64 .npy (read as float32) of exactly "
+                  "DIMS at this n and H. With --random, inputs not given are drawn from --seed (int: values in "
+                  "[0, 64), or valid block/token ids; float: normal, standard deviation 0.5)")
       ->type_name("NAME=FILE.npy")
       ->check(CLI::Validator(
           [](std::string &text) {
@@ -940,7 +964,8 @@ void setupRun(CLI::App &app, int &exitCode) {
        "attnc run patterns/causal.attn --random 1,8,1,64 --keys 32768 --check",
        "attnc run patterns/local.attn --random 1,8,4096,64 --cu-seqlens 0,512,1536,4096 --grad random --check",
        "attnc run patterns/lsh.attn --random 1,8,4096,64 --grad random --check",
-       "attnc run patterns/document.attn --q q.npy --k k.npy --v v.npy --input doc=doc.npy -o o.npy"}));
+       "attnc run patterns/document.attn --q q.npy --k k.npy --v v.npy --input doc=doc.npy -o o.npy",
+       "attnc run patterns/alibi_local.attn --random 1,8,4096,64 --input slope=slope.npy --grad random --check"}));
   cmd->callback([opts, seed, threadsOption, &exitCode] {
     opts->seedGiven = seed->count() > 0;
     opts->threadsGiven = threadsOption->count() > 0;

@@ -71,7 +71,8 @@ int runShow(const ShowOptions &opts) {
   if (lp->ir.readsData() && !bound) {
     std::string flags;
     for (const InputDecl &d : lp->ir.inputs)
-      flags += " --input " + d.name + "=FILE.npy";
+      if (!d.isFloat) // (float inputs feed the score or the sink only)
+        flags += " --input " + d.name + "=FILE.npy";
     std::cerr << "attnc: error: pattern '" << p.name << "' reads data; its picture needs it:" << flags << "\n";
     return kExitUserError;
   }
@@ -134,8 +135,9 @@ void setupShow(CLI::App &app, int &exitCode) {
                   "otherwise)")
       ->check(CLI::Range(int64_t{8}, int64_t{4096}));
   cmd->add_option("--input", opts->inputs,
-                  "Data of a pattern that reads some: an int32 or int64 .npy per input (DIMS, [B, DIMS] or "
-                  "[B, H, DIMS]; batch entry 0 is drawn, each head with its data)")
+                  "Data of a pattern that reads some: an int32 or int64 .npy per int input (DIMS, [B, DIMS] or "
+                  "[B, H, DIMS]; batch entry 0 is drawn, each head with its data). Float inputs (read by score / "
+                  "sink) do not change the pairs: not needed, and not read")
       ->type_name("NAME=FILE.npy");
   cmd->footer(examplesFooter({"attnc show patterns/fixed.attn --n 64 -D l=16 -D c=4",
                               "attnc show patterns/lsh.attn --n 64 --input b0=b0.npy --input b1=b1.npy",

@@ -277,6 +277,8 @@ int runTune(const TuneOptions &opts) {
     }
     unlink(tmp.c_str());
     kernels.push_back(kernel);
+    if (kernels.size() == 1)
+      inputs.setFloatInputs(kernel); // (a score modifier's inputs, drawn: the same for every candidate)
     // The first run at n builds the plan's blocks (or Halide's key lists).
     if (medianRunMs(kernel, inputs, ro, 0, error) < 0) {
       std::cerr << "attnc: error: " << error << "\n";

@@ -61,10 +61,56 @@ void RandomInputs::setVarlen(const std::vector<int64_t> &lengths) {
   varlen = &varlenArgs;
 }
 
+void RandomInputs::setFloatInputs(const attnc_kernel *kernel) {
+  inputNames.clear();
+  inputValues.clear();
+  inputGrads.clear();
+  inputs.clear();
+  dInputs.clear();
+  std::vector<std::array<int64_t, 4>> shapes;
+  std::mt19937 rng(0xf1a7);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  for (int64_t x = 0; x < attnc_kernel_num_inputs(kernel); ++x) {
+    attnc_input_info info{};
+    info.size = sizeof info;
+    if (attnc_kernel_input_info(kernel, x, std::max<int64_t>(tk.shape[2], 1), std::max<int64_t>(tq.shape[1], 1),
+                                &info) != ATTNC_OK ||
+        !info.is_float)
+      continue;
+    // The declared dimensions, then 1s.
+    shapes.push_back({info.dims[0], info.rank >= 2 ? info.dims[1] : 1, info.rank >= 3 ? info.dims[2] : 1, 1});
+    inputNames.push_back(info.name);
+    inputValues.emplace_back(static_cast<size_t>(shapes.back()[0] * shapes.back()[1] * shapes.back()[2]));
+    for (float &value : inputValues.back())
+      value = normal(rng);
+    inputGrads.emplace_back(inputValues.back().size(), 0.0f);
+  }
+  // (Views once the vectors no longer move.)
+  for (size_t x = 0; x < inputNames.size(); ++x) {
+    inputs.push_back({inputNames[x].c_str(), tensorView(inputValues[x].data(), shapes[x])});
+    dInputs.push_back({inputNames[x].c_str(), tensorView(inputGrads[x].data(), shapes[x])});
+  }
+}
+
 namespace {
-/// One forward call on `in`, dense or varlen as `in` says.
+/// One forward call on `in`, dense or varlen as `in` says, with its float
+/// inputs when it has some.
 attnc_status runForward(const attnc_kernel *kernel, RandomInputs &in, attnc_tensor *lse,
                         const attnc_run_options &options) {
+  if (!in.inputs.empty()) {
+    attnc_call call;
+    attnc_call_init(&call);
+    call.q = &in.tq;
+    call.k = &in.tk;
+    call.v = &in.tv;
+    call.o = &in.to;
+    call.lse = lse;
+    call.varlen = in.varlen;
+    call.inputs = in.inputs.data();
+    call.num_inputs = static_cast<int64_t>(in.inputs.size());
+    call.options = &options;
+    return attnc_forward(kernel, &call);
+  }
   if (in.varlen)
     return attnc_run_varlen(kernel, &in.tq, &in.tk, &in.tv, &in.to, lse, in.varlen, &options);
   return lse ? attnc_run_forward(kernel, &in.tq, &in.tk, &in.tv, &in.to, lse, &options)
@@ -136,7 +182,27 @@ attnc_status medianStepMs(const attnc_kernel *kernel, RandomInputs &in, Backward
     auto t0 = std::chrono::steady_clock::now();
     attnc_status status = runForward(kernel, in, &grad.tlse, options);
     auto t1 = std::chrono::steady_clock::now();
-    if (status == ATTNC_OK && in.varlen)
+    if (status == ATTNC_OK && !in.inputs.empty()) {
+      // With the float inputs, whose gradients the backward writes too.
+      attnc_call call;
+      attnc_call_init(&call);
+      call.q = &in.tq;
+      call.k = &in.tk;
+      call.v = &in.tv;
+      call.o = &in.to;
+      call.lse = &grad.tlse;
+      call.d_o = &grad.tdO;
+      call.d_q = &grad.tdq;
+      call.d_k = &grad.tdk;
+      call.d_v = &grad.tdv;
+      call.varlen = in.varlen;
+      call.inputs = in.inputs.data();
+      call.num_inputs = static_cast<int64_t>(in.inputs.size());
+      call.d_inputs = in.dInputs.data();
+      call.num_d_inputs = static_cast<int64_t>(in.dInputs.size());
+      call.options = &options;
+      status = attnc_backward(kernel, &call);
+    } else if (status == ATTNC_OK && in.varlen)
       status = attnc_run_backward_varlen(kernel, &in.tq, &in.tk, &in.tv, &in.to, &grad.tdO, &grad.tlse, &grad.tdq,
                                          &grad.tdk, &grad.tdv, in.varlen, &options);
     else if (status == ATTNC_OK)

@@ -26,11 +26,22 @@ struct RandomInputs {
   /// sequences of these lengths, each its own queries and keys; their sum
   /// must be the tensors' n, and the batch 1.
   void setVarlen(const std::vector<int64_t> &lengths);
+  /// Draws the float inputs of `kernel`'s pattern (a score modifier's
+  /// `input NAME : float[DIMS]`, at these shapes: normal with standard
+  /// deviation 0.5, the same for every kernel of one pattern) that every
+  /// run then passes (attnc_forward), and buffers for their gradients that
+  /// the backward writes (attnc_call::d_inputs), as a training step has
+  /// them computed. Int inputs are not drawn (bench and tune refuse
+  /// patterns that read data). Call it for each kernel before its runs.
+  void setFloatInputs(const attnc_kernel *kernel);
   std::vector<float> q, k, v, o;
   std::vector<uint16_t> qb, kb, vb, ob; ///< the bf16 tensors' elements
   attnc_tensor tq, tk, tv, to;
   std::vector<int32_t> cuSeqlens;  ///< setVarlen's offsets
   const attnc_varlen *varlen = nullptr; ///< null: a dense batch
+  std::vector<std::string> inputNames;        ///< setFloatInputs' inputs
+  std::vector<std::vector<float>> inputValues, inputGrads;
+  std::vector<attnc_input> inputs, dInputs;   ///< empty: none
 
 private:
   attnc_varlen varlenArgs{};

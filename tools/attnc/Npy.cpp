@@ -1,9 +1,11 @@
-//===- Npy.cpp - Reading and writing NumPy .npy files (float32) -----------===//
+//===- Npy.cpp - Reading and writing NumPy .npy files (floats, ints) ------===//
 #include "Npy.h"
 
 #include "attnc/support/Files.h"
 
 #include <cctype>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -143,6 +145,7 @@ bool isDescr(const std::string &descr, const char *type) {
   return descr == std::string("'") + type + "'" || descr == std::string("\"") + type + "\"";
 }
 size_t floatSize(const std::string &descr) { return isDescr(descr, "<f4") ? 4 : 0; }
+size_t realSize(const std::string &descr) { return isDescr(descr, "<f4") ? 4 : isDescr(descr, "<f8") ? 8 : 0; }
 size_t intSize(const std::string &descr) { return isDescr(descr, "<i4") ? 4 : isDescr(descr, "<i8") ? 8 : 0; }
 
 } // namespace
@@ -174,6 +177,52 @@ bool parseNpyInts(const std::string &bytes, NpyIntArray &out, std::string &error
     } else {
       std::memcpy(&out.data[k], payload + 8 * k, 8);
     }
+  }
+  return true;
+}
+
+bool parseNpyFloats(const std::string &bytes, NpyArray &out, std::string &error) {
+  std::string descr;
+  size_t start = 0, count = 0;
+  if (!parseHeader(bytes, descr, out.shape, start, count, realSize, "float32 ('<f4') or float64 ('<f8') here",
+                   error))
+    return false;
+  out.data.resize(count);
+  const char *payload = bytes.data() + start;
+  const bool wide = realSize(descr) == 8;
+  for (size_t k = 0; k < count; ++k) {
+    double v;
+    if (wide) {
+      std::memcpy(&v, payload + 8 * k, 8);
+    } else {
+      float f;
+      std::memcpy(&f, payload + 4 * k, 4);
+      v = f;
+    }
+    if (!std::isfinite(v)) {
+      error = "entry " + std::to_string(k) + " (in C order) is " + (std::isnan(v) ? "NaN" : "infinite") +
+              "; a float input must hold finite values";
+      return false;
+    }
+    if (std::fabs(v) > static_cast<double>(std::numeric_limits<float>::max())) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", v);
+      error = "entry " + std::to_string(k) + " (in C order) is " + text +
+              ", outside float32's range (attnc reads float inputs as float32)";
+      return false;
+    }
+    out.data[k] = static_cast<float>(v);
+  }
+  return true;
+}
+
+bool readNpyFloats(const std::string &path, NpyArray &out, std::string &error) {
+  std::string bytes;
+  if (!support::readFileBytes(path, bytes, error))
+    return false;
+  if (!parseNpyFloats(bytes, out, error)) {
+    error = path + ": " + error;
+    return false;
   }
   return true;
 }

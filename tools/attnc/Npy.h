@@ -1,4 +1,4 @@
-//===- Npy.h - Reading and writing NumPy .npy files (float32, ints) -------===//
+//===- Npy.h - Reading and writing NumPy .npy files (floats, ints) --------===//
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,14 @@ struct NpyIntArray {
 /// int64), C order, with the same checks as readNpy.
 bool readNpyInts(const std::string &path, NpyIntArray &out, std::string &error);
 bool parseNpyInts(const std::string &bytes, NpyIntArray &out, std::string &error);
+
+/// Parses a .npy file of dtype '<f4' or '<f8' (little-endian float32 or
+/// float64, the latter converted to float32), C order, with the same checks
+/// as readNpy: the float inputs of patterns with a score modifier. A value
+/// that is NaN, infinite or (float64) outside float32's range is refused,
+/// naming its index.
+bool readNpyFloats(const std::string &path, NpyArray &out, std::string &error);
+bool parseNpyFloats(const std::string &bytes, NpyArray &out, std::string &error);
 
 /// Writes a format 1.0 float32 C-order file.
 bool writeNpy(const std::string &path, const NpyArray &array, std::string &error);

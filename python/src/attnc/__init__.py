@@ -9,7 +9,9 @@
     svg = attnc.show("patterns/fixed.attn", n=512, l=64, c=8)
 
 A pattern that reads data (``input b0 : int[n]``) takes it by name with every call:
-``b0, b1 = attnc.lsh_buckets(qk, 64, 2, seed=0)``, ``kernel(qk, qk, v, b0=b0, b1=b1)``.
+``b0, b1 = attnc.lsh_buckets(qk, 64, 2, seed=0)``, ``kernel(qk, qk, v, b0=b0, b1=b1)``. So does
+one whose ``score`` or ``sink`` reads float inputs (``input slope : float[heads]``):
+``kernel(q, k, v, slope=slope)``, and a float input that requires grad gets its gradient.
 
 :mod:`attnc.torch` (imported on first use with a tensor) holds the PyTorch
 integration; numpy arrays work without torch. :mod:`attnc.distributed` (imported

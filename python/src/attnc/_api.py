@@ -101,11 +101,16 @@ class Kernel:
         # The sparsifier backend writes no log-sum-exp (docs/runtime.md).
         self._has_lse = handle.metadata("backend") != "sparsifier"
         self._pattern = handle.metadata("pattern") or name
-        # The pattern's inputs in declaration order: ((name, rank), ...); empty for a positional
-        # pattern. Their dimensions depend on n: _input_dims(n) asks the runtime (cached).
-        self._inputs: Tuple[Tuple[str, int], ...] = tuple(
-            (entry[0], entry[1]) for entry in (handle.input(x, 1) for x in range(handle.num_inputs)))
-        self._dims: Dict[int, Tuple[Tuple[int, int, int], ...]] = {}
+        # The pattern's inputs in declaration order: ((name, rank), ...), int and float alike; empty
+        # for a positional pattern. _float[x]: whether input x is a float input (`input NAME :
+        # float[DIMS]`, read by `score` / `sink`). Their dimensions depend on n (and a float input's on
+        # the query heads): _input_dims(n, heads) asks the runtime (cached).
+        infos = [handle.input_info(x, 1, 1) for x in range(handle.num_inputs)]
+        self._inputs: Tuple[Tuple[str, int], ...] = tuple((info[0], info[1]) for info in infos)
+        self._float: Tuple[bool, ...] = tuple(bool(info[2]) for info in infos)
+        # ATTNC_MODIFIER_SCORE (1) | ATTNC_MODIFIER_SINK (2): the pattern's `score` and `sink`.
+        self._modifiers = int(handle.modifiers)
+        self._dims: Dict[Tuple[int, int], Tuple[Tuple[int, int, int, int], ...]] = {}
         with _LOCK:
             self.id = next(_NEXT_ID)
             _KERNELS[self.id] = self
@@ -133,28 +138,65 @@ class Kernel:
 
     @property
     def inputs(self) -> Dict[str, int]:
-        """The data the pattern reads (``input NAME : int[...]``), in declaration order: each
-        input's name and rank (1 or 2). Empty for a pattern of positions only. Every call passes
-        each as a keyword argument: ``kernel(q, k, v, b0=b0, b1=b1)``."""
+        """The inputs the pattern declares, in declaration order: each input's name and rank (1
+        or 2 for an int input, ``input NAME : int[...]``, read by the sets; 1 to 3 for a float
+        input, ``input NAME : float[...]``, read by ``score`` and ``sink``). Empty for a pattern
+        of positions only. Every call passes each as a keyword argument: ``kernel(q, k, v, b0=b0,
+        b1=b1)``, ``kernel(q, k, v, slope=slope)``. :meth:`input_info` tells them apart and gives
+        their shapes."""
         return dict(self._inputs)
 
-    def input_shape(self, name: str, n: int) -> Tuple[int, ...]:
+    @property
+    def float_inputs(self) -> Tuple[str, ...]:
+        """The names of the pattern's float inputs (``input NAME : float[...]``), in declaration
+        order: tensors that ``score`` and ``sink`` read, and that get gradients."""
+        return tuple(name for (name, _), f in zip(self._inputs, self._float) if f)
+
+    @property
+    def modifiers(self) -> Tuple[str, ...]:
+        """The pattern's score modifiers: ``"score"`` (it rewrites each allowed pair's logit) and
+        ``"sink"`` (it adds ``exp(EXPR)`` to every row's softmax denominator), or ``()``."""
+        return tuple(name for bit, name in ((1, "score"), (2, "sink")) if self._modifiers & bit)
+
+    def input_info(self, n: int, heads: Optional[int] = None) -> Dict[str, Dict[str, Any]]:
+        """Every input at key length ``n`` and ``heads`` query heads (default: the pattern's
+        declared head count, else 1), in declaration order: ``{name: {"is_float": bool, "rank": r,
+        "shape": (...), "id_limit": int or None}}``. An int input's ``shape`` is its declared
+        dimensions (a call may add ``[batch]`` or ``[batch, heads]`` in front); a float input's
+        is exactly what a call gives (the whole call shares it: no batch or head dimensions)."""
+        _check_range("n", n, 1, 1 << 62)
+        heads = self._heads_for(heads)
+        dims = self._input_dims(int(n), heads)
+        return {name: {"is_float": self._float[x], "rank": rank, "shape": tuple(dims[x][:rank]),
+                       "id_limit": dims[x][3] if dims[x][3] > 0 else None}
+                for x, (name, rank) in enumerate(self._inputs)}
+
+    def input_shape(self, name: str, n: int, heads: Optional[int] = None) -> Tuple[int, ...]:
         """The declared dimensions of input ``name`` at key length ``n`` (``(n,)`` for
         ``int[n]``, ``(ceil(n / B), k)`` for ``int[(n + B - 1) / B, k]``); a call may add
-        ``[batch]`` or ``[batch, heads]`` in front."""
+        ``[batch]`` or ``[batch, heads]`` in front of an int input. A float input's dimensions
+        may use the call's query heads (``float[heads]``): ``heads`` (default: the pattern's
+        declared head count, else 1) gives them."""
         x = self._input_index(name)
         _check_range("n", n, 1, 1 << 62)
-        d1, d2, _ = self._input_dims(int(n))[x]
-        return (d1,) if self._inputs[x][1] == 1 else (d1, d2)
+        heads = self._heads_for(heads) if self._float[x] else 1
+        return tuple(self._input_dims(int(n), heads)[x][:self._inputs[x][1]])
 
     def input_id_limit(self, name: str, n: int) -> Optional[int]:
         """When the pattern reads input ``name`` as block or token ids (``j / B in sel[...]``,
         ``j in top[i]``), the bound on them at key length ``n``: each entry must lie in
-        ``[-1, limit)`` (-1: none). None when any integer will do (bucket or document ids)."""
+        ``[-1, limit)`` (-1: none). None when any integer will do (bucket or document ids, float
+        inputs)."""
         x = self._input_index(name)
         _check_range("n", n, 1, 1 << 62)
-        limit = self._input_dims(int(n))[x][2]
+        limit = self._input_dims(int(n))[x][3]
         return limit if limit > 0 else None
+
+    def _heads_for(self, heads: Optional[int]) -> int:
+        if heads is None:
+            return self.heads or 1
+        _check_range("heads", heads, 1, 1 << 31)
+        return int(heads)
 
     def _input_index(self, name: str) -> int:
         for x, (declared, _) in enumerate(self._inputs):
@@ -164,14 +206,19 @@ class Kernel:
                                       + (f" (it declares {_names(self._inputs)})" if self._inputs
                                          else " (it reads no data)"))
 
-    def _input_dims(self, n: int) -> Tuple[Tuple[int, int, int], ...]:
-        """(D1, D2, id limit) of each input at key length n (n >= 1), from attnc_kernel_input."""
-        dims = self._dims.get(n)
+    def _input_dims(self, n: int, heads: int = 1) -> Tuple[Tuple[int, int, int, int], ...]:
+        """(D0, D1, D2, id limit) of each input at key length n (n >= 1) and `heads` query heads
+        (what `heads` stands for in a float input's dimensions), from attnc_kernel_input_info;
+        1 past an input's rank."""
+        if not any(self._float):
+            heads = 1  # (int inputs' dimensions never use it)
+        dims = self._dims.get((n, heads))
         if dims is None:
-            dims = tuple(tuple(self._handle.input(x, n)[2:]) for x in range(len(self._inputs)))
+            infos = (self._handle.input_info(x, n, heads) for x in range(len(self._inputs)))
+            dims = tuple((*info[3], info[4]) for info in infos)
             if len(self._dims) >= 1024:
                 self._dims.clear()
-            self._dims[n] = dims
+            self._dims[(n, heads)] = dims
         return dims
 
     def __call__(self, q: Any, k: Any, v: Any, scale: Optional[float] = None, *, out: Any = None,
@@ -181,10 +228,14 @@ class Kernel:
 
         ``scale`` defaults to ``1/sqrt(d)``. ``out``: an array of q's shape and dtype that O is
         written into (and returned), as in torch's ``out=``; nothing is allocated then.
-        ``inputs``: the data a pattern that reads it declares (:attr:`inputs`), each by its name,
-        int32 or int64 (torch tensors with tensors, numpy arrays with arrays), of its declared
-        shape at nk (``[D]`` or ``[D1, D2]``) with ``[batch]`` or ``[batch, heads]`` (query
-        heads) in front, or not, to share it across what is missing.
+        ``inputs``: the inputs the pattern declares (:attr:`inputs`), each by its name (torch
+        tensors with tensors, numpy arrays with arrays). An int input (data the sets read) is
+        int32 or int64 of its declared shape at nk (``[D]`` or ``[D1, D2]``) with ``[batch]`` or
+        ``[batch, heads]`` (query heads) in front, or not, to share it across what is missing. A
+        float input (what ``score`` and ``sink`` read: slopes, sink logits, bias tables) is
+        float32 (or bfloat16 as a tensor) of exactly its declared shape at nk and the query heads
+        (``kernel.input_shape(name, nk, heads)``), shared by the whole call; tensors that require
+        grad get their gradient.
         """
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(q, torch.Tensor):
@@ -213,8 +264,8 @@ class Kernel:
     ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         """O (q's shape) and each row's log-sum-exp ([batch, Hq, nq], float32; -inf for a row with
         no keys; None with ``lse=False`` or a sparsifier kernel, which has none) for numpy float32
-        arrays (or any DLPack array, viewed through numpy). ``inputs``: the pattern's data, as for
-        ``__call__`` (numpy int32 or int64 arrays)."""
+        arrays (or any DLPack array, viewed through numpy). ``inputs``: the pattern's inputs, as for
+        ``__call__`` (numpy int32 or int64 arrays for int inputs, float32 for float inputs)."""
         q, k, v = (_numpy_input(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
         _check_shapes(q.shape, k.shape, v.shape)
         data = _numpy_inputs(self, inputs, q.shape, k.shape)
@@ -225,10 +276,11 @@ class Kernel:
 
     def backward(
         self, q: Any, k: Any, v: Any, o: Any, lse: Any, d_o: Any, scale: Optional[float] = None, **inputs: Any
-    ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> Tuple[Any, ...]:
         """dQ, dK, dV of ``sum(O * d_o)`` for numpy float32 arrays, from forward()'s O and lse;
         dK and dV have k's shape (with grouped heads, summed over each group's query heads).
-        ``inputs``: the same data as the forward call's."""
+        ``inputs``: the same inputs as the forward call's. For a pattern with float inputs a
+        fourth item follows: ``{name: gradient}`` of each float input (float32, its shape)."""
         q, k, v, o, d_o = (
             _numpy_input(x, name) for x, name in ((q, "q"), (k, "k"), (v, "v"), (o, "o"), (d_o, "d_o"))
         )
@@ -237,13 +289,22 @@ class Kernel:
         lse = np.asarray(lse, dtype=np.float32)
         grads = (np.empty(q.shape, dtype=np.float32), np.empty(k.shape, dtype=np.float32),
                  np.empty(k.shape, dtype=np.float32))
-        self._backward(q, k, v, o, d_o, lse, *grads, _scale(scale), data)
-        return grads
+        if not any(self._float):
+            self._backward(q, k, v, o, d_o, lse, *grads, _scale(scale), data)
+            return grads
+        # The float inputs' gradients: float32 of each input's shape, written by the runtime.
+        shapes = {name: value.shape for name, value in data if self._float[self._input_index(name)]}
+        d_inputs = {name: np.empty(shape[:self._inputs[self._input_index(name)][1]], dtype=np.float32)
+                    for name, shape in shapes.items()}
+        d_pairs = [(name, g.reshape(shapes[name])) for name, g in d_inputs.items()]
+        self._backward(q, k, v, o, d_o, lse, *grads, _scale(scale), data, d_pairs)
+        return (*grads, d_inputs)
 
     # -- the calls into the extension (attnc.torch has its own, on DLPack capsules)
 
     def _forward(self, q: Any, k: Any, v: Any, o: Any, lse: Any, scale: float, data: Optional[list] = None) -> None:
-        """`data`: the pattern's inputs as (name, [B, H, D1, D2] array) pairs (None: it reads none)."""
+        """`data`: the pattern's inputs as (name, 4-D array) pairs (None: it reads none): int inputs
+        [B, H, D1, D2], float inputs their dimensions then 1s."""
         for attempt in (0, 1):
             try:
                 if data is None:
@@ -257,13 +318,14 @@ class Kernel:
                 q, k, v = (_contiguous(x) for x in (q, k, v))
 
     def _backward(self, q: Any, k: Any, v: Any, o: Any, d_o: Any, lse: Any, d_q: Any, d_k: Any, d_v: Any,
-                  scale: float, data: Optional[list] = None) -> None:
+                  scale: float, data: Optional[list] = None, d_data: Optional[list] = None) -> None:
+        """`d_data`: (name, float32 4-D array) pairs the float inputs' gradients are written to."""
         for attempt in (0, 1):
             try:
                 if data is None:
                     _attnc.run_backward(self._handle, q, k, v, o, d_o, lse, d_q, d_k, d_v, scale, self.num_threads)
                 else:
-                    _attnc.backward(self._handle, q, k, v, o, d_o, lse, d_q, d_k, d_v, data, scale,
+                    _attnc.backward(self._handle, q, k, v, o, d_o, lse, d_q, d_k, d_v, data, d_data, scale,
                                     self.num_threads)
                 return
             except (AttncError, TypeError, BufferError) as e:
@@ -333,15 +395,17 @@ def _names(inputs: Tuple[Tuple[str, int], ...]) -> str:
     return ", ".join(f"'{name}'" for name, _ in inputs)
 
 
-def _match_inputs(kernel: Kernel, given: Mapping[str, Any]) -> list:
+def _match_inputs(kernel: Kernel, given: Mapping[str, Any], n: Any = None, heads: Any = None) -> list:
     """The values given for the kernel's inputs, in declaration order: each declared input once,
-    nothing else (an unknown keyword is reported as an input the pattern lacks)."""
+    nothing else (an unknown keyword is reported as an input the pattern lacks). `n` and `heads`
+    (when known) let the message of a missing float input say its shape."""
     declared = kernel._inputs
     if not declared:
         if given:
             raise error(INVALID_ARGUMENT, f"pattern '{kernel._pattern}' reads no data, but the call gives "
                                           f"{', '.join(repr(name) for name in given)}: only a pattern that "
-                                          "declares inputs ('input NAME : int[...]') takes them")
+                                          "declares inputs ('input NAME : int[...]' or 'input NAME : float[...]') "
+                                          "takes them")
         return []
     for name in given:
         if not any(name == d for d, _ in declared):
@@ -350,11 +414,46 @@ def _match_inputs(kernel: Kernel, given: Mapping[str, Any]) -> list:
     missing = [d for d, _ in declared if d not in given]
     if missing:
         call = ", ".join(f"{d}=..." for d, _ in declared)
+        floats = [_describe_float(kernel, x, n, heads) for x, (d, _) in enumerate(declared)
+                  if d in missing and kernel._float[x]]
         raise error(INVALID_ARGUMENT, f"pattern '{kernel._pattern}' reads the input"
                                       f"{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)}, "
                                       f"missing from the call: pass {'them' if len(missing) > 1 else 'it'} as "
-                                      f"kernel(q, k, v, {call})")
+                                      f"kernel(q, k, v, {call})" + ("; " + "; ".join(floats) if floats else ""))
     return [given[d] for d, _ in declared]
+
+
+def _known(x: Any) -> bool:
+    """Whether a size is a plain integer (not a symbolic one of a traced graph)."""
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _describe_float(kernel: Kernel, x: int, n: Any, heads: Any) -> str:
+    """"'slope' is a float input of shape [4] at n = 20 with 4 query heads" (its rank alone when n
+    or heads is not known)."""
+    name, rank = kernel._inputs[x]
+    if _known(n) and _known(heads) and n >= 1 and heads >= 1:
+        shape = list(kernel._input_dims(int(n), int(heads))[x][:rank])
+        return f"'{name}' is a float input of shape {shape} at n = {n} with {heads} query heads"
+    return f"'{name}' is a float input of {rank} dimension{'s' if rank > 1 else ''}"
+
+
+def _float_shape(kernel: Kernel, x: int, shape: Tuple[Any, ...], n: Any, heads: Any) -> Tuple[Any, ...]:
+    """The 4-D shape attnc takes for float input x given with `shape` (its declared dimensions at
+    key length n and `heads` query heads, exactly: the whole call shares it), its dimensions then
+    1s. Checked against the declaration when n and heads are known, for the rank otherwise."""
+    name, rank = kernel._inputs[x]
+    if _known(n) and _known(heads) and n >= 1 and heads >= 1:
+        want = tuple(kernel._input_dims(int(n), int(heads))[x][:rank])
+        fits = tuple(shape) == want
+    else:
+        want, fits = None, len(shape) == rank
+    if not fits:
+        expected = (f"at n = {n} with {heads} query heads it must be {list(want)}" if want is not None
+                    else f"it has {rank} dimension{'s' if rank > 1 else ''}")
+        raise error(SHAPE, f"input '{name}' has shape {list(shape)}; it is a float input, which the whole call "
+                           f"shares (no batch or head dimensions in front): {expected}")
+    return tuple(shape) + (1,) * (4 - rank)
 
 
 def _input_shape4(name: str, rank: int, shape: Tuple[Any, ...], q: Tuple[Any, ...], n: Any,
@@ -382,9 +481,10 @@ def _input_shape4(name: str, rank: int, shape: Tuple[Any, ...], q: Tuple[Any, ..
 
 
 def _numpy_inputs(kernel: Kernel, given: Mapping[str, Any], q: Tuple[int, ...], k: Tuple[int, ...]) -> Optional[list]:
-    """The inputs of a numpy call as the extension takes them: (name, int32/int64 [B, H, D1, D2]
-    array) pairs in declaration order; None for a pattern that reads no data."""
-    values = _match_inputs(kernel, given)
+    """The inputs of a numpy call as the extension takes them: (name, array) pairs in declaration
+    order, int32/int64 [B, H, D1, D2] for int inputs and float32 (its dimensions then 1s) for float
+    inputs; None for a pattern that declares no input."""
+    values = _match_inputs(kernel, given, k[2], q[1])
     if not values:
         return None
     n = k[2]
@@ -393,8 +493,18 @@ def _numpy_inputs(kernel: Kernel, given: Mapping[str, Any], q: Tuple[int, ...], 
     for x, ((name, rank), value) in enumerate(zip(kernel._inputs, values)):
         if not isinstance(value, np.ndarray):
             value = np.from_dlpack(value) if hasattr(value, "__dlpack__") else np.asarray(value)
+        if kernel._float[x]:
+            if value.dtype != np.float32:
+                raise error(DTYPE, f"input '{name}' is a {value.dtype} array; it is a float input (read by the "
+                                   "pattern's score or sink): a float32 array")
+            value = value.reshape(_float_shape(kernel, x, value.shape, n, q[1]))
+            if any(s <= 0 for s, e in zip(value.strides, value.shape) if e > 1):
+                value = np.ascontiguousarray(value)
+            out.append((name, value))
+            continue
         if value.dtype not in (np.int32, np.int64):
-            raise error(DTYPE, f"input '{name}' is a {value.dtype} array; inputs are int32 or int64")
+            raise error(DTYPE, f"input '{name}' is a {value.dtype} array; it is an int input (read by the "
+                               "pattern's sets): int32 or int64")
         shape = _input_shape4(name, rank, value.shape, q, n, dims[x][:2] if dims else None)
         value = value.reshape(shape)
         if any(s <= 0 for s, e in zip(value.strides, value.shape) if e > 1):

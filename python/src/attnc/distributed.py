@@ -206,6 +206,12 @@ def _kernel_key(kernel: "_api.Kernel") -> str:
 
 
 def _refuse_data(kernel: "_api.Kernel") -> None:
+    if kernel._modifiers:
+        # (A float input is shared by every rank's rows: its gradient would need a sum across the ranks,
+        # and the ranks' calls at an offset have not been checked with scores and sinks.)
+        raise error(UNSUPPORTED, f"pattern '{kernel._pattern}' has a score modifier "
+                                 f"({' and '.join(repr(m) for m in kernel.modifiers)}), which attnc.distributed does "
+                                 "not support yet: run it on one device (kernel(q, k, v, ...))")
     if kernel._inputs:
         raise error(UNSUPPORTED, f"pattern '{kernel._pattern}' reads data (its inputs {_api._names(kernel._inputs)}), "
                                  "which is not supported by attnc.distributed yet: its shards are planned from the "

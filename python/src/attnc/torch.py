@@ -27,6 +27,20 @@ Two more for patterns that read data (``input NAME : int[...]``; CPU tensors onl
 - ``attnc::attention_data_backward(d_o, q, k, v, o, lse, inputs, kernel_id, scale) ->
   (d_q, d_k, d_v)``: attnc_backward with the same inputs (integers: no gradient).
 
+And two for patterns with float inputs (``input NAME : float[...]``, read by ``score`` and
+``sink``; CPU tensors only), whose gradients flow back:
+
+- ``attnc::attention_scored(q, k, v, inputs, float_inputs, kernel_id, scale) -> (o, lse)``:
+  attnc_forward with the int inputs as for attention_data (in declaration order among the
+  int inputs) and the float inputs (float32 or bfloat16, each exactly its declared shape at
+  nk and the query heads, in declaration order among the float inputs).
+- ``attnc::attention_scored_backward(d_o, q, k, v, o, lse, inputs, float_inputs, kernel_id,
+  scale) -> (d_q, d_k, d_v, d_float_inputs)``: attnc_backward with attnc_call::d_inputs, the
+  float inputs' gradients in their shapes and dtypes.
+
+A pattern with a score or sink but no float input (``score cap * tanh(s / cap)``) runs
+through the ops above like any other: the modifier is compiled into the kernel.
+
 Each has a fake (meta) implementation that gives the outputs' shapes, so
 ``torch.compile(fullgraph=True)`` traces through them without a graph break,
 and each forward has its backward op as its autograd formula (q, k, v, o and
@@ -63,6 +77,7 @@ _DTYPES = (torch.float32, torch.bfloat16)
 _CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _OFFSET_DTYPES = (torch.int32, torch.int64)
 _INPUT_DTYPES = (torch.int32, torch.int64)
+_FLOAT_INPUT_DTYPES = (torch.float32, torch.bfloat16)
 _INT32_MAX = 2**31 - 1
 _CONTIGUOUS = torch.contiguous_format
 
@@ -318,11 +333,21 @@ _attention_varlen_op.register_autograd(_attention_varlen_op_backward, setup_cont
 # ---- patterns that read data ---------------------------------------------------
 
 
-def _data_pairs(kernel: "_api.Kernel", inputs: Sequence[Tensor]) -> list:
-    """(name, tensor) pairs for the extension: a broadcast's 0 strides (which attnc does not take on
-    a dimension longer than 1) copied away."""
+def _data_pairs(kernel: "_api.Kernel", inputs: Sequence[Tensor], floats: Sequence[Tensor] = ()) -> list:
+    """(name, tensor) pairs for the extension, in declaration order: the int inputs `inputs` ([B,
+    H, D1, D2]) and the float inputs `floats` (their declared shapes, seen as 4-D: the dimensions
+    then 1s); a broadcast's 0 strides (which attnc does not take on a dimension longer than 1)
+    copied away."""
+    if len(inputs) + len(floats) != len(kernel._inputs) or len(floats) != sum(kernel._float):
+        raise error(INVALID_ARGUMENT, f"pattern '{kernel._pattern}' declares {len(kernel._inputs)} inputs "
+                                      f"({sum(kernel._float)} float) but the call gives {len(inputs)} int and "
+                                      f"{len(floats)} float ones")
     pairs = []
-    for (name, _), x in zip(kernel._inputs, inputs):
+    ints, reals = iter(inputs), iter(floats)
+    for (name, rank), is_float in zip(kernel._inputs, kernel._float):
+        x = next(reals) if is_float else next(ints)
+        if is_float:
+            x = x.reshape(tuple(x.shape) + (1,) * (4 - x.dim()))
         if any(st == 0 and e > 1 for st, e in zip(x.stride(), x.shape)):
             x = x.contiguous()
         pairs.append((name, x))
@@ -330,7 +355,8 @@ def _data_pairs(kernel: "_api.Kernel", inputs: Sequence[Tensor]) -> list:
 
 
 def _data_cpu_only(kernel: "_api.Kernel") -> str:
-    return f"pattern '{kernel._pattern}' reads data (its inputs), which runs on CPU tensors only for now"
+    what = "reads data (its inputs)" if not any(kernel._float) else "takes inputs (its 'input' declarations)"
+    return f"pattern '{kernel._pattern}' {what}, which runs on CPU tensors only for now"
 
 
 def _data_forward(q: Tensor, k: Tensor, v: Tensor, inputs: Sequence[Tensor], kernel: "_api.Kernel", scale: float,
@@ -353,27 +379,76 @@ def _data_backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse:
     if d_o.dtype != o.dtype:
         d_o = d_o.to(o.dtype)
     d_q, d_k, d_v = _new(q), _new(k), _new(v)
-    _run(_attnc.backward, kernel, [q, k, v, o, d_o, lse, d_q, d_k, d_v], 6, scale, (_data_pairs(kernel, inputs),))
+    _run(_attnc.backward, kernel, [q, k, v, o, d_o, lse, d_q, d_k, d_v], 6, scale,
+         (_data_pairs(kernel, inputs), None))
     return d_q, d_k, d_v
 
 
-def _check_data(kernel: "_api.Kernel", inputs: Sequence[Tensor], q: Tensor, k: Tensor) -> None:
-    """The ops' inputs: one [B, H, D1, D2] int32 or int64 tensor per declared input, in order (the
-    dimensions checked when n is known: not for a symbolic n, which the runtime checks)."""
-    if len(inputs) != len(kernel._inputs):
-        raise error(INVALID_ARGUMENT, f"pattern '{kernel._pattern}' reads {len(kernel._inputs)} input"
-                                      f"{'s' if len(kernel._inputs) != 1 else ''} ({_api._names(kernel._inputs)}) "
-                                      f"but the call gives {len(inputs)}")
+def _int_inputs(kernel: "_api.Kernel") -> List[Tuple[int, Tuple[str, int]]]:
+    """(index, (name, rank)) of the kernel's int inputs, in declaration order."""
+    return [(x, entry) for x, entry in enumerate(kernel._inputs) if not kernel._float[x]]
+
+
+def _float_inputs(kernel: "_api.Kernel") -> List[Tuple[int, Tuple[str, int]]]:
+    """(index, (name, rank)) of the kernel's float inputs, in declaration order."""
+    return [(x, entry) for x, entry in enumerate(kernel._inputs) if kernel._float[x]]
+
+
+def _check_data(kernel: "_api.Kernel", inputs: Sequence[Tensor], q: Tensor, k: Tensor,
+                floats: Optional[Sequence[Tensor]] = None) -> None:
+    """The ops' inputs: one [B, H, D1, D2] int32 or int64 tensor per declared int input, in order,
+    and (attention_scored: `floats` given) one float32 or bfloat16 tensor of its declared shape
+    per float input (the dimensions checked when n and the heads are known: not for symbolic ones,
+    which the runtime checks)."""
+    declared = _int_inputs(kernel)
+    if len(inputs) != len(declared):
+        names = tuple(entry for _, entry in declared)
+        raise error(INVALID_ARGUMENT, f"pattern '{kernel._pattern}' reads {len(declared)} int input"
+                                      f"{'s' if len(declared) != 1 else ''}"
+                                      f"{' (' + _api._names(names) + ')' if names else ''} but the call gives "
+                                      f"{len(inputs)}")
+    if floats is not None or any(kernel._float):
+        reals = _float_inputs(kernel)
+        given = len(floats) if floats is not None else 0
+        if given != len(reals):
+            names = tuple(entry for _, entry in reals)
+            raise error(INVALID_ARGUMENT, f"pattern '{kernel._pattern}' reads {len(reals)} float input"
+                                          f"{'s' if len(reals) != 1 else ''}"
+                                          f"{' (' + _api._names(names) + ')' if names else ''} but the call gives "
+                                          f"{given}" + ("" if floats is not None else
+                                                        ": call attnc::attention_scored"))
+        for (x, (name, rank)), value in zip(reals, floats):
+            _check_float_input(kernel, x, value, q, k)
     n = k.shape[2]
     dims = kernel._input_dims(n) if isinstance(n, int) and n >= 1 else None
-    for x, ((name, rank), value) in enumerate(zip(kernel._inputs, inputs)):
+    for (x, (name, rank)), value in zip(declared, inputs):
         if value.dtype not in _INPUT_DTYPES:
-            raise error(DTYPE, f"input '{name}' has dtype {value.dtype}; inputs are int32 or int64")
+            raise error(DTYPE, f"input '{name}' has dtype {value.dtype}; it is an int input (read by the "
+                               "pattern's sets): int32 or int64")
         if value.dim() != 4 or (rank == 1 and value.shape[3] != 1):
             raise error(SHAPE, f"input '{name}' has shape {list(value.shape)}; attnc::attention_data takes "
                                "[B, H, D1, D2] (D2 = 1 for a 1-D input)")
         shape = tuple(value.shape) if rank == 2 else tuple(value.shape[:3])
         _api._input_shape4(name, rank, shape, tuple(q.shape), n, dims[x][:2] if dims else None)
+
+
+def _check_float_input(kernel: "_api.Kernel", x: int, value: Any, q: Tensor, k: Tensor) -> Tensor:
+    """Float input x as a call gives it: a float32 or bfloat16 tensor (a numpy array is wrapped)
+    on q's device of exactly its declared shape at nk and the query heads."""
+    name, _ = kernel._inputs[x]
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(value)
+    if not isinstance(value, Tensor):
+        raise TypeError(f"input '{name}' is a {type(value).__name__}; it is a float input (read by the pattern's "
+                        "score or sink): a float32 or bfloat16 tensor")
+    if value.dtype not in _FLOAT_INPUT_DTYPES:
+        raise error(DTYPE, f"input '{name}' has dtype {value.dtype}; it is a float input (read by the pattern's "
+                           "score or sink): float32 or bfloat16")
+    if value.device != q.device:
+        raise error(INVALID_ARGUMENT, f"input '{name}' is on device '{value.device}' but 'q' is on "
+                                      f"'{q.device}'; inputs live with the tensors")
+    _api._float_shape(kernel, x, tuple(value.shape), k.shape[2], q.shape[1])
+    return value
 
 
 @torch.library.custom_op("attnc::attention_data", mutates_args=(), device_types=("cpu", "cuda"))
@@ -422,6 +497,99 @@ def _attention_data_op_backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
 
 
 _attention_data_op.register_autograd(_attention_data_op_backward, setup_context=_setup_data_context)
+
+
+# ---- patterns with float inputs (score modifiers) -------------------------------
+
+
+def _scored_forward(q: Tensor, k: Tensor, v: Tensor, inputs: Sequence[Tensor], floats: Sequence[Tensor],
+                    kernel: "_api.Kernel", scale: float, with_lse: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
+    """O and lse (None unless `with_lse`) of a call with float inputs: attnc::attention_scored's
+    implementation, and the eager path's."""
+    if q.is_cuda:
+        raise error(UNSUPPORTED, _data_cpu_only(kernel))
+    o = _new(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32) if with_lse else None
+    _run(_attnc.forward, kernel, [q, k, v, o, lse], 3, scale, (_data_pairs(kernel, inputs, floats),))
+    return o, lse
+
+
+def _scored_backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, inputs: Sequence[Tensor],
+                     floats: Sequence[Tensor], kernel: "_api.Kernel", scale: float,
+                     wanted: Optional[Sequence[bool]] = None) -> Tuple[Tensor, Tensor, Tensor, List[Optional[Tensor]]]:
+    """dQ, dK, dV and the float inputs' gradients (each in its input's shape and dtype; None where
+    `wanted` says it is not needed, when given) of a call with float inputs:
+    attnc::attention_scored_backward's implementation. The runtime writes them as float32
+    (attnc_call::d_inputs)."""
+    if q.is_cuda:
+        raise error(UNSUPPORTED, _data_cpu_only(kernel))
+    if d_o.dtype != o.dtype:
+        d_o = d_o.to(o.dtype)
+    d_q, d_k, d_v = _new(q), _new(k), _new(v)
+    names = [name for _, (name, _) in _float_inputs(kernel)]
+    wanted = [True] * len(floats) if wanted is None else list(wanted)
+    d_floats: List[Optional[Tensor]] = [
+        torch.empty(x.shape, dtype=torch.float32) if want else None for x, want in zip(floats, wanted)]
+    d_pairs = [(name, g.reshape(tuple(g.shape) + (1,) * (4 - g.dim())))
+               for name, g in zip(names, d_floats) if g is not None]
+    _run(_attnc.backward, kernel, [q, k, v, o, d_o, lse, d_q, d_k, d_v], 6, scale,
+         (_data_pairs(kernel, inputs, floats), d_pairs))
+    d_floats = [g if g is None or g.dtype == x.dtype else g.to(x.dtype) for g, x in zip(d_floats, floats)]
+    return d_q, d_k, d_v, d_floats
+
+
+@torch.library.custom_op("attnc::attention_scored", mutates_args=(), device_types=("cpu", "cuda"))
+def _attention_scored_op(q: Tensor, k: Tensor, v: Tensor, inputs: List[Tensor], float_inputs: List[Tensor],
+                         kernel_id: int, scale: float) -> Tuple[Tensor, Tensor]:
+    return _scored_forward(q, k, v, inputs, float_inputs, _api._kernel_by_id(kernel_id), scale)
+
+
+@_attention_scored_op.register_fake
+def _attention_scored_fake(q: Tensor, k: Tensor, v: Tensor, inputs: List[Tensor], float_inputs: List[Tensor],
+                           kernel_id: int, scale: float) -> Tuple[Tensor, Tensor]:
+    _api._check_shapes(q.shape, k.shape, v.shape)
+    _check_data(_api._kernel_by_id(kernel_id), inputs, q, k, float_inputs)
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("attnc::attention_scored_backward", mutates_args=(), device_types=("cpu", "cuda"))
+def _attention_scored_backward_op(
+    d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, inputs: List[Tensor],
+    float_inputs: List[Tensor], kernel_id: int, scale: float
+) -> Tuple[Tensor, Tensor, Tensor, List[Tensor]]:
+    d_q, d_k, d_v, d_floats = _scored_backward(d_o, q, k, v, o, lse, inputs, float_inputs,
+                                               _api._kernel_by_id(kernel_id), scale)
+    return d_q, d_k, d_v, d_floats
+
+
+@_attention_scored_backward_op.register_fake
+def _attention_scored_backward_fake(
+    d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, inputs: List[Tensor],
+    float_inputs: List[Tensor], kernel_id: int, scale: float
+) -> Tuple[Tensor, Tensor, Tensor, List[Tensor]]:
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), [x.new_empty(x.shape)
+                                                                               for x in float_inputs]
+
+
+def _setup_scored_context(ctx, inputs, output) -> None:
+    q, k, v, data, floats, kernel_id, scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, *data, *floats)
+    ctx.mark_non_differentiable(lse)
+    ctx.num_data = len(data)
+    ctx.kernel_id = kernel_id
+    ctx.scale = scale
+
+
+def _attention_scored_op_backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
+    q, k, v, o, lse, *rest = ctx.saved_tensors
+    data, floats = rest[:ctx.num_data], rest[ctx.num_data:]
+    d_q, d_k, d_v, d_floats = torch.ops.attnc.attention_scored_backward(d_o, q, k, v, o, lse, data, floats,
+                                                                         ctx.kernel_id, ctx.scale)
+    return d_q, d_k, d_v, [None] * len(data), list(d_floats), None, None
+
+
+_attention_scored_op.register_autograd(_attention_scored_op_backward, setup_context=_setup_scored_context)
 
 
 # ---- the eager path -----------------------------------------------------------
@@ -516,6 +684,37 @@ class _EagerDataAttention(torch.autograd.Function):
         return (*grads, None, None, *(None for _ in inputs))
 
 
+class _EagerScoredAttention(torch.autograd.Function):
+    """attnc::attention_scored's forward and backward without the dispatcher (the same
+    implementations); the int inputs (`num_data` of them), then the float inputs, follow."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: float, num_data: int,
+                *tensors: Tensor):
+        data, floats = tensors[:num_data], tensors[num_data:]
+        o, lse = _scored_forward(q, k, v, data, floats, kernel, scale)
+        ctx.save_for_backward(q, k, v, o, lse, *tensors)
+        ctx.mark_non_differentiable(lse)
+        ctx.kernel = kernel
+        ctx.scale = scale
+        ctx.num_data = num_data
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_o: Tensor, d_lse: Optional[Tensor]):
+        q, k, v, o, lse, *tensors = ctx.saved_tensors
+        kernel, scale, num_data = ctx.kernel, ctx.scale, ctx.num_data
+        data, floats = tensors[:num_data], tensors[num_data:]
+        if _grad_enabled() or not _eager(d_o, q, k):
+            d_q, d_k, d_v, d_floats = torch.ops.attnc.attention_scored_backward(d_o, q, k, v, o, lse, data, floats,
+                                                                                 kernel.id, scale)
+        else:
+            # Only the float inputs that need one get a gradient computed.
+            wanted = ctx.needs_input_grad[6 + num_data:]
+            d_q, d_k, d_v, d_floats = _scored_backward(d_o, q, k, v, o, lse, data, floats, kernel, scale, wanted)
+        return (d_q, d_k, d_v, None, None, None, *(None for _ in data), *d_floats)
+
+
 def _eager_attention(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float], lse: bool):
     """(O, lse), or O alone when `lse` is false, without the dispatcher; None when the call fails:
     the op path then repeats it with the checks that say what is wrong (the runtime checks
@@ -602,27 +801,41 @@ def _as_offsets(cu: Optional[Offsets], name: str) -> Optional[Tensor]:
     raise TypeError(f"'{name}' is a {type(cu).__name__}; cu_seqlens are an int32 tensor or a list of ints")
 
 
-def _data_inputs(kernel: "_api.Kernel", given: Dict[str, Any], q: Tensor, k: Tensor) -> List[Tensor]:
-    """The pattern's inputs of a call given as keywords, checked (names, dtype, device, shape) and
-    viewed as [B, H, D1, D2] in declaration order. The declared dimensions are checked here in
-    eager mode and by the op's fake implementation when compiling."""
-    values = _api._match_inputs(kernel, given)
+def _data_inputs(kernel: "_api.Kernel", given: Dict[str, Any], q: Tensor,
+                 k: Tensor) -> Tuple[List[Tensor], List[Tensor]]:
+    """The pattern's inputs of a call given as keywords, checked (names, dtype, device, shape): the
+    int inputs viewed as [B, H, D1, D2] and the float inputs as given (their declared shapes), each
+    in declaration order. The declared dimensions are checked here in eager mode and by the op's
+    fake implementation when compiling (where they are symbolic, by the runtime)."""
+    compiling = _is_compiling()
     n = k.shape[2]
-    dims = None if _is_compiling() or not isinstance(n, int) or n < 1 else kernel._input_dims(n)
-    out = []
+    values = _api._match_inputs(kernel, given, None if compiling else n, None if compiling else q.shape[1])
+    dims = None if compiling or not isinstance(n, int) or n < 1 else kernel._input_dims(n)
+    out, floats = [], []
     for x, ((name, rank), value) in enumerate(zip(kernel._inputs, values)):
+        if kernel._float[x]:
+            if compiling:  # (the fake implementation checks the shape, with what it knows)
+                if not isinstance(value, Tensor):
+                    raise TypeError(f"input '{name}' is a {type(value).__name__}; it is a float input: a float32 "
+                                    "or bfloat16 tensor")
+                floats.append(value)
+            else:
+                floats.append(_check_float_input(kernel, x, value, q, k))
+            continue
         if isinstance(value, np.ndarray):
             value = torch.from_numpy(value)
         if not isinstance(value, Tensor):
-            raise TypeError(f"input '{name}' is a {type(value).__name__}; inputs are int32 or int64 tensors")
+            raise TypeError(f"input '{name}' is a {type(value).__name__}; it is an int input (read by the "
+                            "pattern's sets): an int32 or int64 tensor")
         if value.dtype not in _INPUT_DTYPES:
-            raise error(DTYPE, f"input '{name}' has dtype {value.dtype}; inputs are int32 or int64")
+            raise error(DTYPE, f"input '{name}' has dtype {value.dtype}; it is an int input (read by the "
+                               "pattern's sets): int32 or int64")
         if value.device != q.device:
             raise error(INVALID_ARGUMENT, f"input '{name}' is on device '{value.device}' but 'q' is on "
                                           f"'{q.device}'; inputs live with the tensors")
         shape = _api._input_shape4(name, rank, tuple(value.shape), tuple(q.shape), n, dims[x][:2] if dims else None)
         out.append(value.reshape(shape))
-    return out
+    return out, floats
 
 
 def _attention_data(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float],
@@ -631,8 +844,10 @@ def _attention_data(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scal
     inputs): every check in Python before the call, then the eager path or attnc::attention_data."""
     _check_tensors(q, k, v, cuda=False, cpu_only=_data_cpu_only(kernel))
     _api._check_shapes(q.shape, k.shape, v.shape)
-    inputs = _data_inputs(kernel, given, q, k)
+    inputs, floats = _data_inputs(kernel, given, q, k)
     scale = _api._scale(scale)
+    if any(kernel._float):
+        return _attention_scored(q, k, v, kernel, scale, inputs, floats, with_lse)
     if _eager(q, k, v) and all(type(x) is _Tensor for x in inputs):
         if _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             o, lse = _EagerDataAttention.apply(q, k, v, kernel, scale, *inputs)
@@ -640,6 +855,20 @@ def _attention_data(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scal
             o, lse = _data_forward(q, k, v, inputs, kernel, scale, with_lse)
     else:
         o, lse = torch.ops.attnc.attention_data(q, k, v, inputs, kernel.id, scale)
+    return (o, lse) if with_lse else o
+
+
+def _attention_scored(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: float, inputs: List[Tensor],
+                      floats: List[Tensor], with_lse: bool):
+    """_attention_data's call of a pattern with float inputs: the eager path (autograd when q, k, v
+    or a float input requires grad) or attnc::attention_scored."""
+    if _eager(q, k, v) and all(type(x) is _Tensor for x in (*inputs, *floats)):
+        if _grad_enabled() and any(x.requires_grad for x in (q, k, v, *floats)):
+            o, lse = _EagerScoredAttention.apply(q, k, v, kernel, scale, len(inputs), *inputs, *floats)
+        else:
+            o, lse = _scored_forward(q, k, v, inputs, floats, kernel, scale, with_lse)
+    else:
+        o, lse = torch.ops.attnc.attention_scored(q, k, v, inputs, floats, kernel.id, scale)
     return (o, lse) if with_lse else o
 
 
@@ -665,11 +894,15 @@ def attention(
     dtype; or, with ``out`` (a tensor of q's shape and dtype, any strides), writes O into it
     and returns it, allocating nothing in eager mode (as torch's ``out=``: not differentiable).
 
-    ``inputs``: a pattern that reads data (``kernel.inputs``) takes each of its inputs by name,
-    an int32 or int64 tensor of its declared shape at nk (``[D]`` or ``[D1, D2]``, see
-    ``kernel.input_shape(name, n)``) with ``[batch]`` or ``[batch, heads]`` (query heads) in
-    front, or not, to share it across the batch or the heads (CPU tensors only for now; no
-    gradient flows into them). attnc::attention_data is then the op.
+    ``inputs``: a pattern that declares inputs (``kernel.inputs``) takes each by name. An int
+    input (data the sets read) is an int32 or int64 tensor of its declared shape at nk (``[D]``
+    or ``[D1, D2]``, see ``kernel.input_shape(name, n)``) with ``[batch]`` or ``[batch, heads]``
+    (query heads) in front, or not, to share it across the batch or the heads; no gradient flows
+    into it. A float input (``input NAME : float[...]``, read by ``score`` and ``sink``) is a
+    float32 or bfloat16 tensor of exactly its declared shape at nk and the query heads
+    (``kernel.input_shape(name, n, heads)``), shared by the whole call, and gets its gradient
+    when it requires one. CPU tensors only for now. attnc::attention_data (int inputs only) or
+    attnc::attention_scored (float inputs) is then the op.
     """
     if out is not None:
         return _attention_out(q, k, v, kernel, scale, out, inputs)
@@ -735,7 +968,8 @@ def attention_varlen_with_lse(
     if kernel is None:
         raise TypeError("attention_varlen needs a kernel: attention_varlen(q, k, v, cu_seqlens_q, kernel=...)")
     if kernel._inputs:
-        raise error(UNSUPPORTED, f"pattern '{kernel._pattern}' reads data (its inputs), which varlen calls do not "
+        what = "float inputs" if any(kernel._float) else "data (its inputs)"
+        raise error(UNSUPPORTED, f"pattern '{kernel._pattern}' reads {what}, which varlen calls do not "
                                  "take yet: call each sequence with its own inputs")
     _check_tensors(q, k, v)
     cu_q, cu_k = _as_offsets(cu_seqlens_q, "cu_seqlens_q"), _as_offsets(cu_seqlens_k, "cu_seqlens_k")
