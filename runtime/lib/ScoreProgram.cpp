@@ -455,7 +455,7 @@ bool relative(const Dag &dag, int x, int &ops) {
 /// computed here by the runner on 2n - 1 lanes: per pair, a subtraction and
 /// a gather instead of the whole expression.
 int tabulate(Dag &dag, int x, int64_t n, const ir::PatternIR &ir, const std::vector<FloatInput> &inputs,
-             std::vector<std::vector<float>> &tables, std::map<int, int> &done) {
+             ScoreRunner runner, std::vector<std::vector<float>> &tables, std::map<int, int> &done) {
   if (auto at = done.find(x); at != done.end())
     return at->second;
   const Node nd = dag.nodes[static_cast<size_t>(x)];
@@ -481,7 +481,7 @@ int tabulate(Dag &dag, int x, int64_t n, const ir::PatternIR &ir, const std::vec
       run.rowPos = rows.data();
       run.keyPos = &key;
       run.width = M;
-      scoreRunner()(sub, run);
+      runner(sub, run);
       std::copy_n(run.slot(sub.value), lanes, table.data() + t0);
     }
     tables.push_back(std::move(table));
@@ -492,7 +492,7 @@ int tabulate(Dag &dag, int x, int64_t n, const ir::PatternIR &ir, const std::vec
     bool changed = false;
     for (int &y : args)
       if (y >= 0) {
-        const int z = tabulate(dag, y, n, ir, inputs, tables, done);
+        const int z = tabulate(dag, y, n, ir, inputs, runner, tables, done);
         changed = changed || z != y;
         y = z;
       }
@@ -507,14 +507,14 @@ int tabulate(Dag &dag, int x, int64_t n, const ir::PatternIR &ir, const std::vec
 } // namespace
 
 ScoreCode compileScore(const ScoreExpr &expr, const ir::PatternIR &ir, int64_t h, int64_t n,
-                       const std::vector<FloatInput> &inputs, bool backward, bool tables) {
+                       const std::vector<FloatInput> &inputs, bool backward, ScoreRunner tables) {
   Dag dag;
   Lowering lowering{dag, ir, h, n, inputs};
   int value = lowering.lower(expr);
   std::vector<std::vector<float>> made;
   if (tables && n <= (int64_t{1} << 22)) {
     std::map<int, int> done;
-    value = tabulate(dag, value, n, ir, inputs, made, done);
+    value = tabulate(dag, value, n, ir, inputs, tables, made, done);
   }
   // The roots: the value, then (backward) d/ds and d/d(every entry read).
   int dValue = -1;

@@ -85,12 +85,14 @@ int64_t floatOffsets(const std::vector<FloatInput> &inputs, std::vector<int64_t>
 
 /// Compiles `expr` for head h at length n (reads bound to `inputs`, indexed
 /// like the pattern's declarations). With `backward`, the derivatives too.
-/// With `tables`, integer subexpressions of the distance i - j alone are
-/// tabulated over the 2n - 1 distances (worth it when the call computes
-/// many more pairs than that: not for a few decoding rows). Reads at
-/// constant places outside an input throw InputError.
+/// With a `tables` runner (scoreRunner()), integer subexpressions of the
+/// distance i - j alone are tabulated over the 2n - 1 distances, computed by
+/// it (worth it when the call computes many more pairs than that: not for a
+/// few decoding rows). Reads at constant places outside an input throw
+/// InputError.
+using ScoreRunner = void (*)(const struct ScoreCode &, const struct ScoreLanes &);
 ScoreCode compileScore(const ScoreExpr &expr, const ir::PatternIR &ir, int64_t h, int64_t n,
-                       const std::vector<FloatInput> &inputs, bool backward, bool tables = false);
+                       const std::vector<FloatInput> &inputs, bool backward, ScoreRunner tables = nullptr);
 
 /// A readable listing of the compiled code (`attnc emit`).
 std::string scoreListing(const ScoreCode &code);
@@ -124,7 +126,6 @@ void prepareScoreSlots(const ScoreCode &code, std::vector<float> &slots);
 /// Runs the code on the lanes (the best instruction set of this CPU, as
 /// the tile kernels choose it). A live lane reading outside an input
 /// throws InputError naming it.
-using ScoreRunner = void (*)(const ScoreCode &, const ScoreLanes &);
 ScoreRunner scoreRunner();
 
 /// Throws the InputError of a read outside input `read` of `code` at index

@@ -19,7 +19,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -35,6 +37,8 @@ struct Model {
   std::function<bool(int64_t i, int64_t j)> mask;
   std::function<double(double s, int64_t i, int64_t j, int64_t h, const std::vector<double> &p)> score;
   std::function<double(int64_t i, int64_t h, const std::vector<double> &p)> sink;
+  /// Where set, the mask of head h (per-head patterns), instead of `mask`.
+  std::function<bool(int64_t i, int64_t j, int64_t h)> headMask = nullptr;
 };
 
 struct Reference {
@@ -68,7 +72,7 @@ Reference reference(const Model &m, const std::vector<double> &params, const std
         double mx = m.sink ? m.sink(i, h, params) : ninf;
         for (int64_t j = 0; j < n; ++j) {
           p[static_cast<size_t>(j)] = ninf;
-          if (!m.mask(i, j))
+          if (m.headMask ? !m.headMask(i, j, h) : !m.mask(i, j))
             continue;
           double dot = 0;
           for (int64_t x = 0; x < d; ++x)
@@ -642,6 +646,60 @@ pattern lsh_alibi {
   const Reference r = reference(m, run.params(), run.q, run.k, run.v, run.dO, 1, 2, 2, n, n, 16, false);
   EXPECT_LT(maxError(run.o, r.o), 3e-5);
 }
+
+/// Every positional pattern of patterns/ with each modifier added: a soft
+/// cap, ALiBi and a sink, against the oracle's masks.
+class LibraryScores : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(LibraryScores, EachModifierOnThePatternMatchesTheReference) {
+  std::ifstream file(patternPath(GetParam()));
+  ASSERT_TRUE(file) << patternPath(GetParam());
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind('}');
+  ASSERT_NE(close, std::string::npos);
+  const ir::PatternIR ir = patternIr(GetParam(), {});
+  const int64_t n = 200, heads = ir.headsDeclared ? ir.numHeads : 2;
+  const std::vector<std::vector<char>> masks = masksFromOracle(text, true, {}, heads, n);
+  ASSERT_EQ(masks.size(), static_cast<size_t>(heads));
+  auto headMask = [&](int64_t i, int64_t j, int64_t h) {
+    return masks[static_cast<size_t>(h)][static_cast<size_t>(i * n + j)] != 0;
+  };
+  struct Modifier {
+    const char *name, *text;
+    Model model;
+    std::vector<FloatArg> floats;
+  };
+  const std::vector<Modifier> modifiers{
+      {"soft cap", "  score 7 * tanh(s / 7)\n",
+       {nullptr, nullptr, nullptr},
+       {}},
+      {"alibi", "  input zslope : float[heads]\n  score s + zslope[h] * (j - i)\n",
+       {nullptr, [](double s, int64_t i, int64_t j, int64_t h, const std::vector<double> &p) {
+          return s + p[static_cast<size_t>(h)] * double(j - i);
+        }, nullptr},
+       {{"zslope", {heads}, randomFloats(static_cast<size_t>(heads), 7, 0.2f), {}}}},
+      {"sink", "  input zsink : float[heads]\n  sink zsink[h]\n",
+       {nullptr, nullptr, [](int64_t, int64_t h, const std::vector<double> &p) { return p[static_cast<size_t>(h)]; }},
+       {{"zsink", {heads}, randomFloats(static_cast<size_t>(heads), 8, 1.5f), {}}}},
+  };
+  for (const Modifier &mod : modifiers) {
+    const std::string source = text.substr(0, close) + mod.text + text.substr(close);
+    KernelPtr kernel = compileSource(source);
+    ASSERT_TRUE(kernel) << source;
+    Model m = mod.model;
+    m.headMask = headMask;
+    if (std::string(mod.name) == "soft cap")
+      m.score = [](double s, int64_t, int64_t, int64_t, const std::vector<double> &) { return 7 * std::tanh(s / 7); };
+    ScoreRun run(1, heads, heads, n, n, 16, 111, 3.0f);
+    run.floats = mod.floats;
+    run.check(kernel.get(), m, std::string(GetParam()) + " + " + mod.name, 5e-5);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Library, LibraryScores,
+                         ::testing::Values("axial", "bigbird", "causal", "dilated", "fixed", "fixed_multihead",
+                                           "fixed_subblocks", "full", "local", "longformer", "strided",
+                                           "strided_multihead"));
 
 TEST(ScoreModifiers, OtherBackendsRefuseScoresClearly) {
   std::string error;

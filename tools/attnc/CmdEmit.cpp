@@ -21,17 +21,6 @@ namespace attnc::tool {
 extern const char *const kCudaSource;
 } // namespace attnc::tool
 
-namespace attnc::rt {
-/// The score code's runner lives with the tile kernels in libattnc (and is
-/// hidden there). `emit` compiles score code only to list it, without the
-/// distance tables whose building runs it (compileScore's `tables` false):
-/// this stands in for the linker and is never called.
-ScoreRunner scoreRunner() {
-  ATTNC_CHECK(false, "attnc emit does not run score code");
-  return nullptr;
-}
-} // namespace attnc::rt
-
 namespace attnc::tool {
 
 namespace {

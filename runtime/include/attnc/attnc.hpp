@@ -95,7 +95,9 @@ inline attnc_tensor tensorView(const void *data, std::array<int64_t, 4> shape,
 }
 
 /// A pattern input's values as a view: `values` int32 (ATTNC_DTYPE_I32) or
-/// int64 (ATTNC_DTYPE_I64), [B, H, D1, D2] (see attnc_input).
+/// int64 (ATTNC_DTYPE_I64), [B, H, D1, D2] (see attnc_input); a float input
+/// (or its gradient, attnc_call::d_inputs) f32 or bf16 of its dimensions
+/// then 1s: inputView("slope", slope, {heads, 1, 1, 1}, ATTNC_DTYPE_F32).
 inline attnc_input inputView(const char *name, const void *values, std::array<int64_t, 4> shape,
                              attnc_dtype dtype = ATTNC_DTYPE_I32) {
   return attnc_input{name, tensorView(values, shape, dtype)};
@@ -187,8 +189,17 @@ public:
   void forward(const attnc_call &call) const { check(attnc_forward(handle_, &call)); }
   /// The backward pass of a call description (attnc_backward).
   void backward(const attnc_call &call) const { check(attnc_backward(handle_, &call)); }
-  /// The inputs the pattern declares (0: it reads no data).
+  /// The inputs the pattern declares, int and float (0: none).
   int64_t numInputs() const { return attnc_kernel_num_inputs(handle_); }
+  /// Input `index` at key length n with `heads` query heads (ABI 9).
+  attnc_input_info inputInfo(int64_t index, int64_t n, int64_t heads = 1) const {
+    attnc_input_info info{};
+    info.size = sizeof info;
+    check(attnc_kernel_input_info(handle_, index, n, heads, &info));
+    return info;
+  }
+  /// ATTNC_MODIFIER_SCORE / ATTNC_MODIFIER_SINK bits of the pattern (ABI 9).
+  int32_t modifiers() const { return attnc_kernel_modifiers(handle_); }
 
   attnc_kernel *get() const { return handle_; }
 

@@ -185,7 +185,8 @@ public:
     }
     std::optional<ScoreCode> code;
     if (ir_.score)
-      code = compileScore(*ir_.score, ir_, s.head, s.n, floatsOf(s.floats), false, s.firstRow == 0);
+      code = compileScore(*ir_.score, ir_, s.head, s.n, floatsOf(s.floats), false,
+                          s.firstRow == 0 ? scoreRunner() : nullptr);
     runSliceOf(state, s, scratch, threads, code ? &*code : nullptr);
     if (ir_.sink)
       applySink(s);
@@ -239,7 +240,8 @@ public:
     std::optional<ScoreCode> code;
     ScoreRun run;
     if (ir_.score) {
-      code = compileScore(*ir_.score, ir_, s.head, s.n, floatsOf(s.floats), true, s.firstRow == 0);
+      code = compileScore(*ir_.score, ir_, s.head, s.n, floatsOf(s.floats), true,
+                          s.firstRow == 0 ? scoreRunner() : nullptr);
       if (!s.inputGrad)
         code->grads.clear();
       run.code = &*code;
