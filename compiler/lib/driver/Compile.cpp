@@ -78,6 +78,13 @@ std::string backendUnavailable(Backend backend) {
 }
 
 std::string dataRefusal(const ir::PatternIR &ir, Backend backend) {
+  // Score modifiers are compiled into the fused kernels (the dense baseline
+  // is the same code); the sparsifier's and halide's code has no place for
+  // them yet.
+  if ((ir.score || ir.sink) && (backend == Backend::Halide || backend == Backend::Sparsifier))
+    return "pattern '" + ir.name + "' has a " + (ir.score ? "score" : "sink") + " modifier, which the " +
+           (backend == Backend::Halide ? "halide" : "sparsifier") +
+           " backend does not take yet: use --backend fused (or dense, the baseline)";
   if (!ir.readsData() || backend != Backend::Halide)
     return "";
   const auto read = std::find_if(ir.inputs.begin(), ir.inputs.end(), [](const InputDecl &in) { return !in.isFloat; });

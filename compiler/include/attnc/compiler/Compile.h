@@ -35,7 +35,8 @@ std::string paramString(const Pattern &pattern);
 std::string backendUnavailable(codegen::Backend backend);
 
 /// "" when `backend` takes the pattern, else why not: a pattern that reads
-/// data runs on the fused, dense and sparsifier backends (prepare refuses halide).
+/// data runs on the fused, dense and sparsifier backends (prepare refuses
+/// halide); one with a score or sink on the fused and dense backends.
 std::string dataRefusal(const ir::PatternIR &ir, codegen::Backend backend);
 
 /// What to compile besides the source.
