@@ -66,10 +66,11 @@ asan=$build-asan
 configure "$asan" address,undefined
 ninja -C "$asan" -j"$jobs" attnc_unit_tests attnc_frontend_tests attnc_support_tests attnc_kernel_tests \
   attnc_jit_worker attnc_cli_tests attnc jit_fixed FuzzPattern FuzzKernelFile FuzzNpy FuzzRunArgs FuzzCallInputs \
-  attnc_data_pattern_tests
+  attnc_data_pattern_tests attnc_score_modifier_tests
 status=0
 for bin in tests/attnc_unit_tests tests/attnc_support_tests tests/attnc_frontend_tests \
-  tests/runtime/attnc_kernel_tests tests/runtime/attnc_data_pattern_tests tests/attnc_cli_tests; do
+  tests/runtime/attnc_kernel_tests tests/runtime/attnc_data_pattern_tests tests/runtime/attnc_score_modifier_tests \
+  tests/attnc_cli_tests; do
   (cd "$(dirname "$asan/$bin")" && run_gtest "./$(basename "$bin")") || status=1
 done
 (cd "$asan" && ctest --output-on-failure -j"$jobs" \
