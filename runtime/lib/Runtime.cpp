@@ -1106,8 +1106,26 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
     return fail(ATTNC_ERROR_UNSUPPORTED, std::string("the ") + kernel->backend->name() +
                                              " backend computes the forward pass only; compile the pattern "
                                              "with --backend fused (or dense) for gradients");
-  if (shape.batch == 0 || shape.hkv == 0 || shape.nk == 0 || shape.d == 0)
+  if (shape.batch == 0 || shape.hkv == 0 || shape.nk == 0 || shape.d == 0) {
+    // No pair: the float inputs' gradients asked for are zeros.
+    for (int64_t g = 0; dInputs && g < numDInputs; ++g) {
+      const attnc_tensor &t = dInputs[g].values;
+      bool ok = t.dtype == ATTNC_DTYPE_F32 && t.data;
+      for (int a = 0; a < 4; ++a)
+        ok = ok && t.shape[a] >= 0 && t.strides[a] >= 0;
+      if (!ok)
+        return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("d_inputs[") + std::to_string(g) +
+                                                      "] is not an f32 tensor with data and non-negative strides");
+      attnc::FloatInput f;
+      f.dims.assign(t.shape, t.shape + 4);
+      int64_t total = 1;
+      for (int64_t dim : f.dims)
+        total *= dim;
+      const std::vector<double> zeros(static_cast<size_t>(total), 0.0);
+      writeInputGrad(t, f, zeros.data());
+    }
     return ATTNC_OK; // no gradient has an element
+  }
   std::vector<Seq> seqs;
   if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
     return s;

@@ -535,6 +535,15 @@ TEST(ScoreModifiers, BadFloatInputsAreRefusedNamingThem) {
   EXPECT_EQ(attnc_forward(kernel.get(), &c), ATTNC_OK) << attnc_last_error();
 }
 
+TEST(ScoreModifiers, AnEmptyBackwardCallZeroesTheInputsGradients) {
+  KernelPtr kernel = compileSource(kAlibiLocal);
+  ASSERT_TRUE(kernel);
+  ScoreRun run(0, 2, 2, 16, 16, 16, 97); // batch 0: no pair
+  run.floats.push_back({"slope", {2}, values({0.5f, 0.25f}), {}});
+  ASSERT_EQ(run.backward(kernel.get()), ATTNC_OK) << attnc_last_error();
+  EXPECT_EQ(run.floats[0].grad, std::vector<float>({0.0f, 0.0f}));
+}
+
 TEST(ScoreModifiers, AReadOutsideAFloatInputFailsNamingIt) {
   // rel has 8 entries; pairs up to 12 apart read past them.
   const char *source = R"(
