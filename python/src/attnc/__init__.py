@@ -16,9 +16,12 @@ one whose ``score`` or ``sink`` reads float inputs (``input slope : float[heads]
 :mod:`attnc.torch` (imported on first use with a tensor) holds the PyTorch
 integration; numpy arrays work without torch. :mod:`attnc.distributed` (imported
 on first use of ``attnc.distributed``) shares one sequence's attention across the
-ranks of a torch.distributed group.
+ranks of a torch.distributed group. :mod:`attnc.transformers` (``import attnc.transformers``;
+needs Hugging Face transformers) registers attnc as a transformers attention implementation:
+``attnc.transformers.register()``, then ``model.set_attn_implementation("attnc")``.
 """
 
+from . import _api
 from ._api import Kernel, analyze, cache_stats, compile, cpu_isa, load, show
 from ._attnc import ABI_VERSION
 from ._errors import AttncError, AttncWarning
@@ -27,9 +30,20 @@ from ._lsh import lsh_buckets
 __version__ = "0.1.0"
 
 
+def _load_torch():
+    # Kernel.__call__'s first torch tensor: attnc.torch installs its attention() in attnc._api.
+    import importlib
+
+    return importlib.import_module(f"{__name__}.torch")
+
+
+_api._load_torch = _load_torch
+
+
 def __getattr__(name: str):
-    # attnc.distributed and attnc.torch import torch: only when asked for.
-    if name in ("distributed", "torch"):
+    # attnc.distributed, attnc.torch and attnc.transformers import torch (and transformers): only
+    # when asked for.
+    if name in ("distributed", "torch", "transformers"):
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")

@@ -42,17 +42,20 @@ _NEXT_ID = itertools.count(1)
 _LOCK = threading.Lock()
 
 
-# attnc.torch.attention once attnc.torch is imported (an import statement per call costs a
-# lookup through the import machinery).
+# How Kernel.__call__ runs torch tensors. This module never imports attnc.torch (which imports it):
+# attnc.torch sets _torch_attention to its attention() when it is imported, and the package
+# (attnc/__init__.py) sets _load_torch to a function that imports attnc.torch and returns it. The
+# modules so import one way: attnc.torch -> attnc._api, never back.
 _torch_attention = None
+_load_torch = None
 
 
 def _import_torch_attention():
-    global _torch_attention
-    from .torch import attention
-
-    _torch_attention = attention
-    return attention
+    if _torch_attention is None:
+        if _load_torch is None:
+            raise ImportError("attnc._api: torch tensors need attnc.torch; import attnc (the package) or attnc.torch")
+        _load_torch()
+    return _torch_attention
 
 
 def _kernel_by_id(kernel_id: int) -> "Kernel":

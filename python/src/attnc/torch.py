@@ -1009,3 +1009,7 @@ def attention_varlen(
     """
     o, _ = attention_varlen_with_lse(q, k, v, cu_seqlens_q, cu_seqlens_k, kernel, scale)
     return o
+
+
+# Kernel.__call__ on tensors runs attention() (attnc._api never imports this module; it imports attnc._api).
+_api._torch_attention = attention
