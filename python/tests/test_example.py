@@ -39,7 +39,7 @@ def test_kv_cache_decoding_steps_equal_full_passes(capsys):
 
 
 def test_context_parallel_example_runs_two_ranks():
-    # Run as a script, as the README shows: its ranks are processes it spawns, which import it by path.
+    # Run as a script, as docs/tutorial.md shows: its ranks are processes it spawns, which import it by path.
     import subprocess
     import sys
 
@@ -47,3 +47,34 @@ def test_context_parallel_example_runs_two_ranks():
     out = subprocess.run([sys.executable, str(path), "--n", "3000"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "2 ranks" in out.stdout and "rank 1:" in out.stdout, out.stdout
+
+
+def test_hf_sparse_finetune_example_runs(tmp_path):
+    # The transformers examples with small sizes (the full runs take a minute): training runs on the
+    # pattern, the PNG is written, generation prints. The loss's fall needs the full run (a plateau of
+    # ~200 steps first), so it is not asserted here.
+    import pytest
+
+    pytest.importorskip("transformers")
+    png = tmp_path / "loss.png"
+    out = load_example("hf_sparse_finetune").main(
+        ["--steps", "12", "--batch", "4", "--n", "48", "--new-tokens", "6", "--png", str(png)])
+    losses = out["losses"]
+    assert len(losses) == 12 and all(0 < x < 10 for x in losses)
+    data = png.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and data[12:16] == b"IHDR"
+    assert len(out["generation"]["generated"]) == 6
+
+
+def test_hf_long_generate_example_runs(capsys):
+    # A short context and a small window, so that the pattern leaves keys out; with --dense, attnc's
+    # causal attention generates SDPA's tokens.
+    import pytest
+
+    pytest.importorskip("transformers")
+    pattern = "pattern p { param w = 16  param g = 2  attend { j : i - j < w } | { j : j < g } }"
+    results = load_example("hf_long_generate").main(
+        ["--n", "200", "--new-tokens", "5", "--dense", "--pattern", pattern])
+    assert results["attnc"]["tokens"] == results["sdpa"]["tokens"]
+    assert len(results["attnc_local_global"]["token_s"]) == 4
+    assert "per generated token" in capsys.readouterr().out
