@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Tokens per second of a Hugging Face transformers model, prefill and decode, with its attention
+run by attnc (``attnc.transformers``) and by transformers' own ``sdpa`` and ``flex_attention``, on the
+CPU. The model is examples/python/hf_long_generate.py's (a Llama built in code with random weights:
+hidden 128, 4 layers, 4 query heads over 2 key/value heads of 32, vocabulary 256), batch 1, float32.
+
+    build-d-venv/bin/python bench/hf_tokens.py [--n 4096 16384] [--decode 32] [--threads 2]
+        [--impls attnc,attnc_local_global,sdpa,flex_attention] [--repeats 2]
+
+Implementations (``attn_implementation``):
+  attnc               the model's own attention (causal) through attnc.transformers.register()
+  attnc_local_global  a sparse model: attnc.transformers.register(name, pattern=...) with the w = 512
+                      most recent keys plus 8 global tokens (hf_long_generate.py's pattern)
+  sdpa                torch's scaled_dot_product_attention (dense causal)
+  flex_attention      torch's flex_attention (compiled by torch.compile; causal BlockMask)
+
+For each n: prefill = one forward of an n-token prompt with a cache (``logits_to_keep=1``); decode =
+`--decode` further tokens generated greedily, one forward each over transformers' DynamicCache.
+prefill tok/s = n / the prefill's seconds; decode tok/s = decode tokens / their seconds. Each cell is
+the best of `--repeats` runs (the first compiles flex_attention's kernels for the shape, and attnc's
+pattern if it is not in its cache). `same tokens` compares the generated tokens with sdpa's (the
+sparse model computes another function, so it has none to compare). A failure is written into the
+table, not skipped. torch runs on `--threads` threads and so does attnc (ATTNC_NUM_THREADS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import pathlib
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_example():
+    path = REPO / "examples" / "python" / "hf_long_generate.py"
+    spec = importlib.util.spec_from_file_location("hf_long_generate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def machine() -> str:
+    try:
+        lines = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("Model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def commit() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return head + (" (+ uncommitted changes)" if dirty else "")
+
+
+def measure(example, torch, impl: str, n: int, decode: int, repeats: int) -> Dict[str, object]:
+    model = example.tiny_llama(max_positions=n + decode + 1)
+    model.set_attn_implementation(impl)
+    ids = torch.randint(example.VOCAB, (1, n), generator=torch.Generator().manual_seed(0))
+    best_prefill = best_decode = float("inf")
+    tokens: Optional[List[int]] = None
+    first = None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        r = example.greedy(model, ids, decode + 1)  # the first token comes from the prefill's logits
+        if first is None:
+            first = time.perf_counter() - start
+        best_prefill = min(best_prefill, r["prefill_s"])
+        best_decode = min(best_decode, sum(r["token_s"]))
+        tokens = r["tokens"]
+    return {"prefill_s": best_prefill, "decode_s": best_decode, "tokens": tokens, "first_run_s": first}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[4096, 16384])
+    parser.add_argument("--decode", type=int, default=32, help="tokens generated after the prompt")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--impls", default="attnc,attnc_local_global,sdpa,flex_attention")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per cell; the best is reported")
+    args = parser.parse_args()
+
+    os.environ["ATTNC_NUM_THREADS"] = str(args.threads)
+    import torch
+    import transformers
+
+    import attnc.transformers
+
+    torch.set_num_threads(args.threads)
+    example = load_example()
+    impls = [s.strip() for s in args.impls.split(",") if s.strip()]
+    attention = {"attnc": "causal (attnc)", "attnc_local_global": "local w=512 + 8 global (attnc)",
+                 "sdpa": "causal (SDPA)", "flex_attention": "causal (flex_attention, compiled)"}
+    if "attnc" in impls:
+        attnc.transformers.register("attnc")
+    if "attnc_local_global" in impls:
+        attnc.transformers.register("attnc_local_global", pattern=example.LOCAL_GLOBAL)
+
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    results: Dict[tuple, Dict[str, object]] = {}
+    for n in args.n:
+        for impl in impls:
+            start = time.perf_counter()
+            try:
+                results[impl, n] = measure(example, torch, impl, n, args.decode, args.repeats)
+            except Exception as e:  # written into the table
+                results[impl, n] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
+            r = results[impl, n]
+            took = time.perf_counter() - start
+            if "error" in r:
+                print(f"# {impl} n={n}: {r['error']} ({took:.1f} s)", file=sys.stderr, flush=True)
+            else:
+                print(f"# {impl} n={n}: prefill {r['prefill_s']:.3f} s, decode {r['decode_s'] / args.decode * 1e3:.2f} "
+                      f"ms/token, first run {r['first_run_s']:.1f} s ({took:.1f} s in all)", file=sys.stderr,
+                      flush=True)
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"Machine: {machine()}, {os.cpu_count()} CPUs; torch {torch.__version__}, transformers "
+          f"{transformers.__version__}, Python {platform.python_version()}; attnc commit {commit()}; "
+          f"torch and attnc threads {args.threads}; load average {load_before:.1f} at the start, {load:.1f} at the end")
+    print()
+    print("Command: `" + " ".join(shlex.quote(a) for a in [sys.executable.replace(str(REPO) + "/", "")] +
+                                  [os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]) + "`")
+    print()
+    print(f"Llama (hidden 128, 4 layers, 4 query / 2 key-value heads of 32, vocabulary 256, random weights), "
+          f"batch 1, float32; decode = {args.decode} tokens after the n-token prompt (DynamicCache); "
+          f"best of {args.repeats} runs.")
+    print()
+    print("| attn_implementation | attention | n | prefill tok/s | vs sdpa | decode tok/s | ms/token | vs sdpa "
+          "| same tokens as sdpa |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for n in args.n:
+        ref = results.get(("sdpa", n), {})
+        for impl in impls:
+            r = results[impl, n]
+            what = attention.get(impl, impl)
+            if "error" in r:
+                print(f"| `{impl}` | {what} | {n} | failed: {r['error']} | | | | | |")
+                continue
+            prefill = n / r["prefill_s"]
+            decode = args.decode / r["decode_s"]
+            ms = r["decode_s"] / args.decode * 1e3
+            if "error" not in ref and ref and impl != "sdpa":
+                vs_p = f"{prefill / (n / ref['prefill_s']):.2f}x"
+                vs_d = f"{decode / (args.decode / ref['decode_s']):.2f}x"
+            else:
+                vs_p = vs_d = ""
+            if impl == "sdpa" or not ref or "error" in ref:
+                same = ""
+            elif impl == "attnc_local_global":
+                same = "(another function)"
+            else:
+                same = "yes" if r["tokens"] == ref["tokens"] else "no"
+            print(f"| `{impl}` | {what} | {n} | {prefill:,.0f} | {vs_p} | {decode:,.1f} | {ms:.2f} | {vs_d} | {same} |")
+
+
+if __name__ == "__main__":
+    main()
