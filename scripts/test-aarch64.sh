@@ -13,10 +13,13 @@ bash scripts/bootstrap.sh g++-aarch64-linux-gnu qemu-user libgtest-dev
 build=${ATTNC_BUILD_DIR:-build}-aarch64
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/aarch64-linux-gnu.cmake" \
   -DATTNC_WITH_MLIR=OFF -DATTNC_WITH_HALIDE=OFF -DATTNC_WITH_CLI=OFF -DATTNC_WITH_CUDA=OFF >/dev/null
-ninja -C "$build" attnc_kernel_tests attnc_jit_worker
+ninja -C "$build" attnc_kernel_tests attnc_jit_worker attnc_score_math_tests
 readelf -h "$build/tests/runtime/attnc_kernel_tests" | grep -q "AArch64"
 # The fused and dense backends' forward and backward cases (every library
 # pattern, ragged n, GQA, decoding, bf16) against the reference.
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
 qemu-aarch64 "$build/tests/runtime/attnc_kernel_tests" --gtest_brief=1 \
   --gtest_filter='LibraryPatterns/CpuKernel.*/fused_*:LibraryPatterns/CpuKernel.*/dense_*:Backends/CpuKernelRows.*/fused:GradientPatterns/GradientBackward.*/fused_*:GradientPatterns/GradientForward.*/fused_*'
+# The score code's functions (tanh, exp, log, integer division) within their
+# bounds on NEON.
+qemu-aarch64 "$build/tests/runtime/attnc_score_math_tests" --gtest_brief=1
