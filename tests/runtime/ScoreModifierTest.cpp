@@ -185,6 +185,7 @@ struct ScoreRun {
   int64_t batch = 1, hq = 2, hkv = 2, nq = 0, n = 0, d = 16;
   std::vector<float> q, k, v, dO, o, lse, dq, dk, dv;
   std::vector<FloatArg> floats;
+  std::vector<attnc_input> intInputs; ///< a data pattern's, as they are
   attnc_dtype dtype = ATTNC_DTYPE_F32;
 
   ScoreRun(int64_t batch, int64_t hq, int64_t hkv, int64_t nq, int64_t n, int64_t d, uint32_t seed, float qScale = 1)
@@ -202,8 +203,10 @@ struct ScoreRun {
     return p;
   }
 
-  /// The call's float inputs (and their gradients' tensors with `grads`).
+  /// The call's inputs: intInputs, then the float ones (and their
+  /// gradients' tensors).
   void describe(std::vector<attnc_input> &inputs, std::vector<attnc_input> &gradInputs) {
+    inputs = intInputs;
     for (FloatArg &f : floats) {
       inputs.push_back({f.name.c_str(), floatTensor(f.values, f.dims)});
       f.grad.assign(f.values.size(), -7.0f);
@@ -626,8 +629,7 @@ pattern lsh_alibi {
             return s + p[static_cast<size_t>(h)] * double(j - i);
           },
           nullptr};
-  // The int input goes with the float one.
-  std::vector<attnc_input> extra;
+  // The int input goes with the float one: both passes, the slope's gradient too.
   attnc_input b{};
   b.name = "b0";
   b.values.data = buckets.data();
@@ -636,24 +638,8 @@ pattern lsh_alibi {
   b.values.shape[2] = n;
   b.values.strides[0] = b.values.strides[1] = n;
   b.values.strides[2] = b.values.strides[3] = 1;
-  // (ScoreRun passes float inputs only: run this one by hand.)
-  std::vector<attnc_input> inputs{b, {"slope", floatTensor(run.floats[0].values, {2})}};
-  run.o.assign(run.q.size(), -7.0f);
-  run.lse.assign(static_cast<size_t>(2 * n), -7.0f);
-  attnc_tensor tq = view(run.q, 1, 2, n, 16), tk = view(run.k, 1, 2, n, 16), tv = view(run.v, 1, 2, n, 16),
-               to = view(run.o, 1, 2, n, 16), tl = view(run.lse, 1, 2, n, 1);
-  attnc_call c;
-  attnc_call_init(&c);
-  c.q = &tq;
-  c.k = &tk;
-  c.v = &tv;
-  c.o = &to;
-  c.lse = &tl;
-  c.inputs = inputs.data();
-  c.num_inputs = 2;
-  ASSERT_EQ(attnc_forward(kernel.get(), &c), ATTNC_OK) << attnc_last_error();
-  const Reference r = reference(m, run.params(), run.q, run.k, run.v, run.dO, 1, 2, 2, n, n, 16, false);
-  EXPECT_LT(maxError(run.o, r.o), 3e-5);
+  run.intInputs.push_back(b);
+  run.check(kernel.get(), m, "lsh classes + ALiBi");
 }
 
 /// Every positional pattern of patterns/ with each modifier added: a soft
