@@ -16,9 +16,10 @@ Implementations (``attn_implementation``):
 
 For each n: prefill = one forward of an n-token prompt with a cache (``logits_to_keep=1``); decode =
 `--decode` further tokens generated greedily, one forward each over transformers' DynamicCache.
-prefill tok/s = n / the prefill's seconds; decode tok/s = decode tokens / their seconds. Each cell is
-the best of `--repeats` runs (the first compiles flex_attention's kernels for the shape, and attnc's
-pattern if it is not in its cache). `same tokens` compares the generated tokens with sdpa's (the
+prefill tok/s = n / the prefill's seconds; decode tok/s = 1 / the median seconds of a token. Each cell
+is the best of `--repeats` rounds, each round running every implementation once in turn, so that
+other processes' load falls on all alike (the first round compiles flex_attention's kernels for the
+shape, and attnc's pattern if it is not in its cache). `same tokens` compares the generated tokens with sdpa's (the
 sparse model computes another function, so it has none to compare). A failure is written into the
 table, not skipped. torch runs on `--threads` threads and so does attnc (ATTNC_NUM_THREADS).
 """
@@ -31,6 +32,7 @@ import os
 import pathlib
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -64,22 +66,33 @@ def commit() -> str:
     return head + (" (+ uncommitted changes)" if dirty else "")
 
 
-def measure(example, torch, impl: str, n: int, decode: int, repeats: int) -> Dict[str, object]:
-    model = example.tiny_llama(max_positions=n + decode + 1)
-    model.set_attn_implementation(impl)
+def measure(example, torch, impls: List[str], n: int, decode: int, repeats: int) -> Dict[str, Dict[str, object]]:
+    """{impl: {"prefill_s", "token_s", "tokens", "first_run_s"} or {"error"}} at n: `repeats` rounds, each
+    running every implementation once in turn (so that other processes' load falls on all of them
+    alike), the best round of each kept: its fastest prefill, and its fastest median time per token."""
     ids = torch.randint(example.VOCAB, (1, n), generator=torch.Generator().manual_seed(0))
-    best_prefill = best_decode = float("inf")
-    tokens: Optional[List[int]] = None
-    first = None
+    models, out = {}, {}
+    for impl in impls:
+        models[impl] = example.tiny_llama(max_positions=n + decode + 1)  # the same weights (seeded)
+        models[impl].set_attn_implementation(impl)
+        out[impl] = {"prefill_s": float("inf"), "token_s": float("inf"), "tokens": None, "first_run_s": None}
     for _ in range(repeats):
-        start = time.perf_counter()
-        r = example.greedy(model, ids, decode + 1)  # the first token comes from the prefill's logits
-        if first is None:
-            first = time.perf_counter() - start
-        best_prefill = min(best_prefill, r["prefill_s"])
-        best_decode = min(best_decode, sum(r["token_s"]))
-        tokens = r["tokens"]
-    return {"prefill_s": best_prefill, "decode_s": best_decode, "tokens": tokens, "first_run_s": first}
+        for impl in impls:
+            r = out[impl]
+            if "error" in r:
+                continue
+            start = time.perf_counter()
+            try:
+                g = example.greedy(models[impl], ids, decode + 1)  # the first token comes from the prefill
+            except Exception as e:  # written into the table
+                out[impl] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
+                continue
+            if r["first_run_s"] is None:
+                r["first_run_s"] = time.perf_counter() - start
+            r["prefill_s"] = min(r["prefill_s"], g["prefill_s"])
+            r["token_s"] = min(r["token_s"], statistics.median(g["token_s"]))
+            r["tokens"] = g["tokens"]
+    return out
 
 
 def main() -> None:
@@ -110,20 +123,15 @@ def main() -> None:
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     results: Dict[tuple, Dict[str, object]] = {}
     for n in args.n:
-        for impl in impls:
-            start = time.perf_counter()
-            try:
-                results[impl, n] = measure(example, torch, impl, n, args.decode, args.repeats)
-            except Exception as e:  # written into the table
-                results[impl, n] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
-            r = results[impl, n]
-            took = time.perf_counter() - start
+        start = time.perf_counter()
+        for impl, r in measure(example, torch, impls, n, args.decode, args.repeats).items():
+            results[impl, n] = r
             if "error" in r:
-                print(f"# {impl} n={n}: {r['error']} ({took:.1f} s)", file=sys.stderr, flush=True)
+                print(f"# {impl} n={n}: {r['error']}", file=sys.stderr, flush=True)
             else:
-                print(f"# {impl} n={n}: prefill {r['prefill_s']:.3f} s, decode {r['decode_s'] / args.decode * 1e3:.2f} "
-                      f"ms/token, first run {r['first_run_s']:.1f} s ({took:.1f} s in all)", file=sys.stderr,
-                      flush=True)
+                print(f"# {impl} n={n}: prefill {r['prefill_s']:.3f} s, decode {r['token_s'] * 1e3:.2f} ms/token, "
+                      f"first run {r['first_run_s']:.1f} s", file=sys.stderr, flush=True)
+        print(f"# n={n}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"Machine: {machine()}, {os.cpu_count()} CPUs; torch {torch.__version__}, transformers "
@@ -134,8 +142,9 @@ def main() -> None:
                                   [os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]) + "`")
     print()
     print(f"Llama (hidden 128, 4 layers, 4 query / 2 key-value heads of 32, vocabulary 256, random weights), "
-          f"batch 1, float32; decode = {args.decode} tokens after the n-token prompt (DynamicCache); "
-          f"best of {args.repeats} runs.")
+          f"batch 1, float32; decode = {args.decode} tokens after the n-token prompt (DynamicCache), "
+          f"tok/s = 1 / the median time per token; best of {args.repeats} rounds (every implementation once a "
+          f"round, in turn).")
     print()
     print("| attn_implementation | attention | n | prefill tok/s | vs sdpa | decode tok/s | ms/token | vs sdpa "
           "| same tokens as sdpa |")
@@ -149,11 +158,11 @@ def main() -> None:
                 print(f"| `{impl}` | {what} | {n} | failed: {r['error']} | | | | | |")
                 continue
             prefill = n / r["prefill_s"]
-            decode = args.decode / r["decode_s"]
-            ms = r["decode_s"] / args.decode * 1e3
+            decode = 1 / r["token_s"]
+            ms = r["token_s"] * 1e3
             if "error" not in ref and ref and impl != "sdpa":
-                vs_p = f"{prefill / (n / ref['prefill_s']):.2f}x"
-                vs_d = f"{decode / (args.decode / ref['decode_s']):.2f}x"
+                vs_p = f"{ref['prefill_s'] / r['prefill_s']:.2f}x"
+                vs_d = f"{ref['token_s'] / r['token_s']:.2f}x"
             else:
                 vs_p = vs_d = ""
             if impl == "sdpa" or not ref or "error" in ref:
