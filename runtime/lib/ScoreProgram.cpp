@@ -746,6 +746,53 @@ void throwScoreRead(const ScoreCode &code, int read, const int64_t *idx, int64_t
                    ", outside its dimensions [" + dims + "]");
 }
 
+namespace {
+
+/// to[entry read by lane l] += weight[l] deriv[l] for a rank-R read: the
+/// products and entries in a pass the compiler vectorises, then the sums
+/// added a run of lanes on one entry at a time (T5's far buckets: many
+/// consecutive lanes). A lane that did not evaluate the read (derivative
+/// 0, its index anywhere) adds nothing.
+template <int R>
+void scatterReadGrads(const ScoreCode::ReadOf &r, const float *const *idx, const float *weight, const float *deriv,
+                      int lanes, double *to) {
+  constexpr int M = ScoreCode::kMaxLanes;
+  float dims[3] = {1.0f, 1.0f, 1.0f};
+  for (int k = 0; k < R; ++k)
+    dims[k] = static_cast<float>(r.dims[static_cast<size_t>(k)]);
+  int32_t flat[M];
+  float part[M];
+  for (int l = 0; l < lanes; ++l) {
+    const float w = weight[l] * deriv[l];
+    bool inside = w != 0.0f;
+    float at = 0.0f;
+    for (int k = 0; k < R; ++k) {
+      const float v = idx[k][l];
+      inside = inside & (v >= 0.0f) & (v < dims[k]);
+      at = at * dims[k] + v;
+    }
+    flat[l] = inside ? static_cast<int32_t>(at) : -1;
+    part[l] = w;
+  }
+  int32_t run = -1;
+  double sum = 0;
+  for (int l = 0; l < lanes; ++l) {
+    if (flat[l] < 0)
+      continue;
+    if (flat[l] != run) {
+      if (run >= 0)
+        to[run] += sum;
+      run = flat[l];
+      sum = 0;
+    }
+    sum += part[l];
+  }
+  if (run >= 0)
+    to[run] += sum;
+}
+
+} // namespace
+
 void accumulateScoreGrads(const ScoreCode &code, const ScoreLanes &lanes, const float *weight,
                           const std::vector<int64_t> &offsets, double *grad) {
   for (const ScoreCode::Grad &g : code.grads) {
@@ -772,19 +819,12 @@ void accumulateScoreGrads(const ScoreCode &code, const ScoreLanes &lanes, const 
         read = &in;
     ATTNC_CHECK(read, "a score gradient without its read");
     const ScoreCode::ReadOf &r = code.reads[static_cast<size_t>(g.read)];
-    const int16_t idx[3] = {read->a, read->b, read->c};
-    for (int l = 0; l < lanes.lanes; ++l) {
-      if (weight[l] == 0 || deriv[l] == 0)
-        continue;
-      int64_t flat = 0;
-      bool inside = true; // (a lane that did not evaluate the read: derivative 0, index anywhere)
-      for (size_t k = 0; k < r.dims.size(); ++k) {
-        const float v = lanes.slot(idx[k])[l];
-        inside = inside && v >= 0 && v < static_cast<float>(r.dims[k]);
-        flat = flat * r.dims[k] + (inside ? static_cast<int64_t>(v) : 0);
-      }
-      if (inside)
-        to[flat] += static_cast<double>(weight[l]) * deriv[l];
+    const float *idx[3] = {lanes.slot(read->a), read->b >= 0 ? lanes.slot(read->b) : nullptr,
+                           read->c >= 0 ? lanes.slot(read->c) : nullptr};
+    switch (r.dims.size()) {
+    case 1: scatterReadGrads<1>(r, idx, weight, deriv, lanes.lanes, to); break;
+    case 2: scatterReadGrads<2>(r, idx, weight, deriv, lanes.lanes, to); break;
+    default: scatterReadGrads<3>(r, idx, weight, deriv, lanes.lanes, to); break;
     }
   }
 }
