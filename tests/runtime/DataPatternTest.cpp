@@ -30,74 +30,15 @@ namespace {
 /// mask(slice, i, j): whether query i of slice (b * hq + h) attends key j.
 using Mask = std::function<bool(int64_t slice, int64_t i, int64_t j)>;
 
-struct Reference {
-  std::vector<double> o, lse, dq, dk, dv;
-};
+using Reference = AttentionInDouble;
 
-/// Softmax attention in double, forward and backward, over `mask`; GQA:
-/// query head h reads key/value head h / (hq / hkv).
+/// Softmax attention in double, forward and backward, over `mask`
+/// (TestSupport's attentionInDouble); GQA: query head h reads key/value head
+/// h / (hq / hkv).
 Reference reference(const Mask &mask, const std::vector<float> &q, const std::vector<float> &k,
                     const std::vector<float> &v, const std::vector<float> &dO, int64_t batch, int64_t hq,
                     int64_t hkv, int64_t n, int64_t d) {
-  Reference r;
-  const size_t qs = static_cast<size_t>(batch * hq * n * d), ks = static_cast<size_t>(batch * hkv * n * d);
-  r.o.assign(qs, 0);
-  r.dq.assign(qs, 0);
-  r.dk.assign(ks, 0);
-  r.dv.assign(ks, 0);
-  r.lse.assign(static_cast<size_t>(batch * hq * n), -std::numeric_limits<double>::infinity());
-  const double scale = 1 / std::sqrt(double(d));
-  std::vector<double> p(static_cast<size_t>(n));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < hq; ++h) {
-      const int64_t slice = b * hq + h, g = h / (hq / hkv);
-      auto Q = [&](int64_t i, int64_t x) { return double(q[static_cast<size_t>((slice * n + i) * d + x)]); };
-      auto K = [&](int64_t j, int64_t x) { return double(k[static_cast<size_t>(((b * hkv + g) * n + j) * d + x)]); };
-      auto V = [&](int64_t j, int64_t x) { return double(v[static_cast<size_t>(((b * hkv + g) * n + j) * d + x)]); };
-      for (int64_t i = 0; i < n; ++i) {
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j < n; ++j) {
-          p[static_cast<size_t>(j)] = -std::numeric_limits<double>::infinity();
-          if (!mask(slice, i, j))
-            continue;
-          double s = 0;
-          for (int64_t x = 0; x < d; ++x)
-            s += Q(i, x) * K(j, x);
-          p[static_cast<size_t>(j)] = s * scale;
-          mx = std::max(mx, s * scale);
-        }
-        if (mx == -std::numeric_limits<double>::infinity())
-          continue; // no key: zeros
-        double sum = 0;
-        for (double &x : p)
-          sum += (x = std::exp(x - mx));
-        r.lse[static_cast<size_t>(slice * n + i)] = mx + std::log(sum);
-        const size_t row = static_cast<size_t>((slice * n + i) * d);
-        for (int64_t j = 0; j < n; ++j)
-          for (int64_t x = 0; x < d; ++x)
-            r.o[row + static_cast<size_t>(x)] += p[static_cast<size_t>(j)] / sum * V(j, x);
-        // dP = dO V^T, dS = P (dP - rowsum(dO o O)).
-        double delta = 0;
-        for (int64_t x = 0; x < d; ++x)
-          delta += double(dO[row + static_cast<size_t>(x)]) * r.o[row + static_cast<size_t>(x)];
-        for (int64_t j = 0; j < n; ++j) {
-          const double pj = p[static_cast<size_t>(j)] / sum;
-          if (pj == 0)
-            continue;
-          double dp = 0;
-          for (int64_t x = 0; x < d; ++x)
-            dp += double(dO[row + static_cast<size_t>(x)]) * V(j, x);
-          const double ds = pj * (dp - delta) * scale;
-          const size_t key = static_cast<size_t>(((b * hkv + g) * n + j) * d);
-          for (int64_t x = 0; x < d; ++x) {
-            r.dq[row + static_cast<size_t>(x)] += ds * K(j, x);
-            r.dk[key + static_cast<size_t>(x)] += ds * Q(i, x);
-            r.dv[key + static_cast<size_t>(x)] += pj * double(dO[row + static_cast<size_t>(x)]);
-          }
-        }
-      }
-    }
-  return r;
+  return attentionInDouble({mask}, q, k, v, dO, batch, hq, hkv, n, n, d);
 }
 
 double maxError(const std::vector<float> &got, const std::vector<double> &want) {

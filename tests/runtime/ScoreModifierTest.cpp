@@ -42,85 +42,20 @@ struct Model {
   std::function<bool(int64_t i, int64_t j, int64_t h)> headMask = nullptr;
 };
 
-struct Reference {
-  std::vector<double> o, lse, dq, dk, dv;
-  double loss = 0; ///< sum(O * dO)
-};
+using Reference = AttentionInDouble;
 
-/// Attention in double over one problem: [batch, hq, n, d] queries with the
-/// queries at the last nq of n positions (nq = n unless decoding).
+/// Attention in double over one problem (TestSupport's attentionInDouble)
+/// with the model's modifiers at the float inputs' values `params`.
 Reference reference(const Model &m, const std::vector<double> &params, const std::vector<float> &q,
                     const std::vector<float> &k, const std::vector<float> &v, const std::vector<float> &dO,
                     int64_t batch, int64_t hq, int64_t hkv, int64_t nq, int64_t n, int64_t d, bool grads) {
-  Reference r;
-  const size_t qs = static_cast<size_t>(batch * hq * nq * d), ks = static_cast<size_t>(batch * hkv * n * d);
-  r.o.assign(qs, 0);
-  r.dq.assign(qs, 0);
-  r.dk.assign(ks, 0);
-  r.dv.assign(ks, 0);
-  const double ninf = -std::numeric_limits<double>::infinity();
-  r.lse.assign(static_cast<size_t>(batch * hq * nq), ninf);
-  const double scale = 1 / std::sqrt(double(d));
-  std::vector<double> s(static_cast<size_t>(n)), p(static_cast<size_t>(n));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < hq; ++h) {
-      const int64_t slice = b * hq + h, g = h / (hq / hkv);
-      auto Q = [&](int64_t r0, int64_t x) { return double(q[static_cast<size_t>((slice * nq + r0) * d + x)]); };
-      auto K = [&](int64_t j, int64_t x) { return double(k[static_cast<size_t>(((b * hkv + g) * n + j) * d + x)]); };
-      auto V = [&](int64_t j, int64_t x) { return double(v[static_cast<size_t>(((b * hkv + g) * n + j) * d + x)]); };
-      for (int64_t r0 = 0; r0 < nq; ++r0) {
-        const int64_t i = n - nq + r0;
-        double mx = m.sink ? m.sink(i, h, params) : ninf;
-        for (int64_t j = 0; j < n; ++j) {
-          p[static_cast<size_t>(j)] = ninf;
-          if (m.headMask ? !m.headMask(i, j, h) : !m.mask(i, j))
-            continue;
-          double dot = 0;
-          for (int64_t x = 0; x < d; ++x)
-            dot += Q(r0, x) * K(j, x);
-          s[static_cast<size_t>(j)] = dot * scale;
-          p[static_cast<size_t>(j)] = m.score ? m.score(dot * scale, i, j, h, params) : dot * scale;
-          mx = std::max(mx, p[static_cast<size_t>(j)]);
-        }
-        if (mx == ninf)
-          continue;
-        double sum = m.sink ? std::exp(m.sink(i, h, params) - mx) : 0;
-        for (double &x : p)
-          sum += (x = std::exp(x - mx));
-        const size_t row = static_cast<size_t>((slice * nq + r0) * d);
-        r.lse[static_cast<size_t>(slice * nq + r0)] = mx + std::log(sum);
-        for (int64_t j = 0; j < n; ++j)
-          for (int64_t x = 0; x < d; ++x)
-            r.o[row + static_cast<size_t>(x)] += p[static_cast<size_t>(j)] / sum * V(j, x);
-        double delta = 0;
-        for (int64_t x = 0; x < d; ++x) {
-          delta += double(dO[row + static_cast<size_t>(x)]) * r.o[row + static_cast<size_t>(x)];
-          r.loss += double(dO[row + static_cast<size_t>(x)]) * r.o[row + static_cast<size_t>(x)];
-        }
-        if (!grads)
-          continue;
-        for (int64_t j = 0; j < n; ++j) {
-          const double pj = p[static_cast<size_t>(j)] / sum;
-          if (pj == 0)
-            continue;
-          double dp = 0;
-          for (int64_t x = 0; x < d; ++x)
-            dp += double(dO[row + static_cast<size_t>(x)]) * V(j, x);
-          // d score / d s, numerically.
-          const double sj = s[static_cast<size_t>(j)], e = 1e-6 * std::max(1.0, std::abs(sj));
-          const double slope =
-              m.score ? (m.score(sj + e, i, j, h, params) - m.score(sj - e, i, j, h, params)) / (2 * e) : 1.0;
-          const double ds = pj * (dp - delta) * slope * scale;
-          const size_t key = static_cast<size_t>(((b * hkv + g) * n + j) * d);
-          for (int64_t x = 0; x < d; ++x) {
-            r.dq[row + static_cast<size_t>(x)] += ds * K(j, x);
-            r.dk[key + static_cast<size_t>(x)] += ds * Q(r0, x);
-            r.dv[key + static_cast<size_t>(x)] += pj * double(dO[row + static_cast<size_t>(x)]);
-          }
-        }
-      }
-    }
-  return r;
+  ScoredAttention a;
+  a.mask = [&](int64_t slice, int64_t i, int64_t j) { return m.headMask ? m.headMask(i, j, slice % hq) : m.mask(i, j); };
+  if (m.score)
+    a.score = [&](double s, int64_t i, int64_t j, int64_t h) { return m.score(s, i, j, h, params); };
+  if (m.sink)
+    a.sink = [&](int64_t i, int64_t h) { return m.sink(i, h, params); };
+  return attentionInDouble(a, q, k, v, dO, batch, hq, hkv, nq, n, d, grads);
 }
 
 double maxError(const std::vector<float> &got, const std::vector<double> &want) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -125,6 +126,30 @@ ir::PatternIR patternIr(const std::string &name, const std::vector<std::string> 
 /// Throws std::runtime_error when it does not build.
 std::string fusedKernelBytes(const std::string &name, const std::vector<std::string> &defines, int64_t rows,
                              int64_t cols);
+
+/// Softmax attention in double over a mask, a score and a sink written by a
+/// test (independently of attnc's evaluators): mask(slice, i, j) with
+/// slice = b * hq + h; score(s, i, j, h) the modified scaled logit (null:
+/// s); sink(i, h) a logit added to each row's denominator (null: none).
+struct ScoredAttention {
+  std::function<bool(int64_t slice, int64_t i, int64_t j)> mask;
+  std::function<double(double s, int64_t i, int64_t j, int64_t h)> score = nullptr;
+  std::function<double(int64_t i, int64_t h)> sink = nullptr;
+};
+
+/// O, each row's log-sum-exp (-inf without a key), dQ, dK, dV of sum(O * dO)
+/// (with `grads`) and that sum. q, o, dO [batch, hq, nq, d], the queries the
+/// last nq of n positions; k, v [batch, hkv, n, d], query head h reading
+/// key/value head h / (hq / hkv). dS goes through the score's derivative,
+/// taken numerically.
+struct AttentionInDouble {
+  std::vector<double> o, lse, dq, dk, dv;
+  double loss = 0;
+};
+AttentionInDouble attentionInDouble(const ScoredAttention &model, const std::vector<float> &q,
+                                    const std::vector<float> &k, const std::vector<float> &v,
+                                    const std::vector<float> &dO, int64_t batch, int64_t hq, int64_t hkv, int64_t nq,
+                                    int64_t n, int64_t d, bool grads = true);
 
 /// The backends of `all` that this build has (ATTNC_WITH_MLIR / _HALIDE):
 /// the suites run every backend the build can run, and no other.
