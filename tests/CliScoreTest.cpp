@@ -128,6 +128,15 @@ TEST(CliScore, RunDrawsFloatInputsAndChecksGradientsAgainstTheScoredReference) {
   }
 }
 
+TEST(CliScore, CheckNamesTheInputsAndModifiers) {
+  ScratchDir dir;
+  CommandResult r = attnc("check " + patternFile(dir, "alibi", kAlibi));
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find(", input slope (float), score\n"), std::string::npos) << r.out;
+  r = attnc("check " + patternFile(dir, "sink", kSink));
+  EXPECT_NE(r.out.find(", input z (float), sink\n"), std::string::npos) << r.out;
+}
+
 TEST(CliScore, RunReadsFloatInputFilesOfExactlyTheirShape) {
   ScratchDir dir;
   const std::string cache = "ATTNC_CACHE_DIR=" + dir.path();

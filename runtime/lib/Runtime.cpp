@@ -1024,7 +1024,7 @@ attnc_status checkInputGrads(const attnc_kernel &kernel, const attnc::rt::CallIn
 }
 
 /// Writes a float input's gradient sums into its (checked) tensor.
-void writeInputGrad(const attnc_tensor &t, const attnc::FloatInput &f, const double *sums) {
+void writeInputGrad(const attnc_tensor &t, const double *sums) {
   int64_t e = 0;
   for (int64_t a = 0; a < t.shape[0]; ++a)
     for (int64_t b = 0; b < t.shape[1]; ++b)
@@ -1032,7 +1032,6 @@ void writeInputGrad(const attnc_tensor &t, const attnc::FloatInput &f, const dou
         for (int64_t d = 0; d < t.shape[3]; ++d, ++e)
           static_cast<float *>(t.data)[a * t.strides[0] + b * t.strides[1] + c * t.strides[2] + d * t.strides[3]] =
               static_cast<float>(sums[e]);
-  (void)f;
 }
 
 /// attnc_run_backward, attnc_run_backward_varlen and their _on and _at forms.
@@ -1116,13 +1115,8 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
       if (!ok)
         return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("d_inputs[") + std::to_string(g) +
                                                       "] is not an f32 tensor with data and non-negative strides");
-      attnc::FloatInput f;
-      f.dims.assign(t.shape, t.shape + 4);
-      int64_t total = 1;
-      for (int64_t dim : f.dims)
-        total *= dim;
-      const std::vector<double> zeros(static_cast<size_t>(total), 0.0);
-      writeInputGrad(t, f, zeros.data());
+      const std::vector<double> zeros(static_cast<size_t>(t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]), 0.0);
+      writeInputGrad(t, zeros.data());
     }
     return ATTNC_OK; // no gradient has an element
   }
@@ -1157,7 +1151,7 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
                numDInputs > 0 ? &inputGrad : nullptr);
     for (size_t x = 0; x < gradOut.size(); ++x)
       if (gradOut[x])
-        writeInputGrad(*gradOut[x], data.floats()[x], inputGrad.data() + offsets[x]);
+        writeInputGrad(*gradOut[x], inputGrad.data() + offsets[x]);
   });
 }
 

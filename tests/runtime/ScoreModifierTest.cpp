@@ -474,6 +474,62 @@ TEST(ScoreModifiers, BadFloatInputsAreRefusedNamingThem) {
   EXPECT_EQ(attnc_forward(kernel.get(), &c), ATTNC_OK) << attnc_last_error();
 }
 
+TEST(ScoreModifiers, BadGradientTensorsAndInfoQueriesAreRefused) {
+  KernelPtr kernel = compileSource(kAlibiLocal);
+  ASSERT_TRUE(kernel);
+  ScoreRun run(1, 2, 2, 40, 40, 16, 99);
+  run.floats.push_back({"slope", {2}, values({0.5f, 0.25f}), {}});
+  ASSERT_EQ(run.forward(kernel.get()), ATTNC_OK) << attnc_last_error();
+  // Each bad d_inputs, with the gradients left as they were (nothing computed).
+  std::vector<float> grad(2, -7.0f), wrongShape(3, -7.0f);
+  std::vector<uint16_t> bf16(2);
+  attnc_tensor bfTensor = floatTensor(grad, {2});
+  bfTensor.data = bf16.data();
+  bfTensor.dtype = ATTNC_DTYPE_BF16;
+  attnc_tensor negative = floatTensor(grad, {2});
+  negative.strides[0] = -1;
+  const struct {
+    std::vector<attnc_input> grads;
+    attnc_status status;
+    const char *says;
+  } cases[] = {
+      {{{"nope", floatTensor(grad, {2})}}, ATTNC_ERROR_INVALID_ARGUMENT, "not a float input"},
+      {{{"slope", floatTensor(grad, {2})}, {"slope", floatTensor(grad, {2})}}, ATTNC_ERROR_INVALID_ARGUMENT, "twice"},
+      {{{"slope", floatTensor(wrongShape, {3})}}, ATTNC_ERROR_SHAPE, "the input's shape [2, 1, 1, 1]"},
+      {{{"slope", bfTensor}}, ATTNC_ERROR_DTYPE, "must be f32"},
+      {{{"slope", negative}}, ATTNC_ERROR_STRIDE, "stride"},
+      {{{nullptr, floatTensor(grad, {2})}}, ATTNC_ERROR_INVALID_ARGUMENT, "no name"},
+  };
+  for (const auto &c : cases) {
+    std::vector<attnc_input> inputs{{"slope", floatTensor(run.floats[0].values, {2})}};
+    attnc_tensor tq = view(run.q, 1, 2, 40, 16), tk = view(run.k, 1, 2, 40, 16), tv = view(run.v, 1, 2, 40, 16),
+                 to = view(run.o, 1, 2, 40, 16), tl = view(run.lse, 1, 2, 40, 1), tdo = view(run.dO, 1, 2, 40, 16);
+    std::vector<float> dq(run.q.size()), dk(run.k.size()), dv(run.v.size());
+    attnc_tensor tdq = view(dq, 1, 2, 40, 16), tdk = view(dk, 1, 2, 40, 16), tdv = view(dv, 1, 2, 40, 16);
+    attnc_call call;
+    attnc_call_init(&call);
+    call.q = &tq, call.k = &tk, call.v = &tv, call.o = &to, call.lse = &tl, call.d_o = &tdo;
+    call.d_q = &tdq, call.d_k = &tdk, call.d_v = &tdv;
+    call.inputs = inputs.data();
+    call.num_inputs = 1;
+    call.d_inputs = c.grads.data();
+    call.num_d_inputs = static_cast<int64_t>(c.grads.size());
+    EXPECT_EQ(attnc_backward(kernel.get(), &call), c.status) << c.says << ": " << attnc_last_error();
+    EXPECT_NE(std::string(attnc_last_error()).find(c.says), std::string::npos) << attnc_last_error();
+    EXPECT_EQ(grad, std::vector<float>(2, -7.0f)) << c.says;
+  }
+  // attnc_kernel_input_info refuses what it cannot answer.
+  attnc_input_info info{};
+  info.size = sizeof info;
+  EXPECT_EQ(attnc_kernel_input_info(kernel.get(), 1, 100, 2, &info), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attnc_kernel_input_info(kernel.get(), 0, 100, 0, &info), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attnc_kernel_input_info(kernel.get(), 0, 0, 2, &info), ATTNC_ERROR_INVALID_ARGUMENT);
+  info.size = sizeof info - 1;
+  EXPECT_EQ(attnc_kernel_input_info(kernel.get(), 0, 100, 2, &info), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attnc_kernel_input_info(kernel.get(), 0, 100, 2, nullptr), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(attnc_kernel_modifiers(nullptr), 0);
+}
+
 TEST(ScoreModifiers, AnEmptyBackwardCallZeroesTheInputsGradients) {
   KernelPtr kernel = compileSource(kAlibiLocal);
   ASSERT_TRUE(kernel);

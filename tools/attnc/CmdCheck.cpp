@@ -23,6 +23,13 @@ int runCheck(const CheckOptions &opts) {
               << (p.numHeads() == 1 ? " head" : " heads") << (p.causal ? ", causal" : "");
     for (const ParamValue &v : p.params)
       std::cout << ", " << v.name << "=" << v.value;
+    // What a call must give, and the modifiers (only where the pattern has them).
+    for (const InputDecl &in : p.inputs)
+      std::cout << ", input " << in.name << (in.isFloat ? " (float)" : " (int)");
+    if (p.score)
+      std::cout << ", score";
+    if (p.sink)
+      std::cout << ", sink";
     std::cout << "\n";
   }
   return kExitOk;
