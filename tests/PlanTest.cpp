@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <random>
 
 namespace attnc {
 namespace {
@@ -293,6 +295,117 @@ TEST(Plan, BackwardRowsPerBlockFollowTheExecutedPairs) {
     EXPECT_EQ(plan::gradTileRows(ir, plan::buildPlan(ir).options), 64) << file;
   }
 }
+
+/// A pattern that reads data, bound to random buckets: each piece run as
+/// the fused backend runs it (in its classes' order when it has one,
+/// permutePiece, with other inputs' classes dropped per pair by
+/// dropSameTags) covers exactly its pairs, and the pieces together the
+/// pattern's, against a mask computed from the data here. `tested`: how
+/// many pieces must drop pairs by tags (LSH's later rounds), so the fast
+/// path cannot silently turn into the per-row one, nor be taken where the
+/// subtracted class has a band that does not hold the piece.
+struct DataPlanCase {
+  const char *name;
+  const char *source;
+  int64_t n;
+  size_t tested; ///< pieces with Piece::distinctTags
+  std::function<bool(const std::vector<std::vector<int64_t>> &b, int64_t i, int64_t j)> mask;
+};
+
+void PrintTo(const DataPlanCase &c, std::ostream *os) { *os << c.name; }
+
+class DataPlanCoverage : public ::testing::TestWithParam<DataPlanCase> {};
+
+TEST_P(DataPlanCoverage, PiecesInClassOrderCoverEachPairOnce) {
+  const DataPlanCase &pc = GetParam();
+  Frontend fe;
+  ASSERT_TRUE(fe.parseString(std::string(pc.name) + ".attn", pc.source));
+  ASSERT_TRUE(fe.analyze({}));
+  ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
+  const int64_t n = pc.n;
+  std::mt19937 rng(7);
+  for (int64_t buckets : {int64_t{1}, int64_t{5}, int64_t{40}, n}) { // one bucket for all, a few, many, (about) one per position
+    std::uniform_int_distribution<int64_t> draw(0, buckets - 1);
+    InputArrays arrays;
+    std::vector<std::vector<int64_t>> values;
+    for (const InputDecl &decl : ir.inputs) {
+      auto a = std::make_shared<InputArray>();
+      a->name = decl.name;
+      a->bound = true;
+      a->rows = n;
+      for (int64_t x = 0; x < n; ++x)
+        a->values.push_back(draw(rng));
+      a->indexClasses();
+      values.push_back(a->values);
+      arrays.push_back(a);
+    }
+    plan::Plan plan = plan::bindPlan(plan::buildPlan(ir, {32, 16}), 0, arrays);
+    std::vector<int> covered(static_cast<size_t>(n * n), 0);
+    size_t tested = 0;
+    for (const plan::Piece &unordered : plan.heads[0].pieces) {
+      std::shared_ptr<const InputArray> classes = plan::pieceClasses(unordered);
+      const plan::Piece piece = classes ? plan::permutePiece(unordered, classes) : unordered;
+      tested += !piece.distinctTags.empty();
+      plan::BlockSource src(plan, piece, n);
+      plan::BlockShape shape;
+      plan::BlockTiles b;
+      for (int64_t k = 0; k < src.numBlocks(); ++k) {
+        src.build(k, shape);
+        b.expand(shape);
+        src.dropSameTags(b);
+        for (size_t key = 0; key < b.keys.size(); ++key)
+          for (int32_t r = 0; r < b.rows; ++r)
+            if (b.masks[key] >> r & 1) {
+              const int64_t t = b.firstRow + r, u = b.keys[key];
+              const int64_t i = classes ? classes->order[static_cast<size_t>(t)] : t;
+              const int64_t j = classes ? classes->order[static_cast<size_t>(u)] : u;
+              ++covered[static_cast<size_t>(i * n + j)];
+            }
+      }
+    }
+    EXPECT_EQ(tested, pc.tested) << buckets << " buckets";
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(covered[static_cast<size_t>(i * n + j)], pc.mask(values, i, j) ? 1 : 0)
+            << "pair (" << i << ", " << j << "), " << buckets << " buckets";
+  }
+}
+
+bool sameIn(const std::vector<int64_t> &b, int64_t i, int64_t j) {
+  return b[static_cast<size_t>(i)] == b[static_cast<size_t>(j)];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rounds, DataPlanCoverage,
+    ::testing::Values(
+        DataPlanCase{"lsh_self",
+                     "pattern lsh { input b0 : int[n] input b1 : int[n] causal "
+                     "attend ({ j : b0[j] == b0[i] } | { j : b1[j] == b1[i] }) - { i } else { i } }",
+                     150, 1,
+                     [](const auto &b, int64_t i, int64_t j) {
+                       auto other = [&](int64_t x) { return x < i && (sameIn(b[0], i, x) || sameIn(b[1], i, x)); };
+                       bool alone = true;
+                       for (int64_t x = 0; x < i && alone; ++x)
+                         alone = !other(x);
+                       return alone ? j == i : other(j);
+                     }},
+        DataPlanCase{"three_rounds",
+                     "pattern r3 { input b0 : int[n] input b1 : int[n] input b2 : int[n] causal "
+                     "attend { j : b0[j] == b0[i] } | { j : b1[j] == b1[i] } | { j : b2[j] == b2[i] } }",
+                     130, 2,
+                     [](const auto &b, int64_t i, int64_t j) {
+                       return j <= i && (sameIn(b[0], i, j) || sameIn(b[1], i, j) || sameIn(b[2], i, j));
+                     }},
+        // The first round only within a window: the second round's pairs
+        // outside it that share a b0 bucket stay, so no tag may drop them.
+        DataPlanCase{"windowed_round",
+                     "pattern w { input b0 : int[n] input b1 : int[n] "
+                     "attend ({ j : b0[j] == b0[i] } & { j : abs(i - j) < 6 }) | { j : b1[j] == b1[i] } }",
+                     110, 0,
+                     [](const auto &b, int64_t i, int64_t j) {
+                       return (sameIn(b[0], i, j) && std::abs(i - j) < 6) || sameIn(b[1], i, j);
+                     }}),
+    [](const ::testing::TestParamInfo<DataPlanCase> &info) { return std::string(info.param.name); });
 
 } // namespace
 } // namespace attnc

@@ -432,10 +432,73 @@ std::shared_ptr<const InputArray> pieceClasses(const Piece &piece) {
   return classes && classes->bound && classes->hasClasses() ? classes : nullptr;
 }
 
+namespace {
+/// Whether every pair of `s` lies in band `b`: `s` is a band inside it, or
+/// an intersection with such a child.
+bool insideBand(const ir::SetNode &s, const ir::SetNode &b) {
+  auto within = [&](const ir::SetNode &x) {
+    return x.kind == ir::Gen::Band && (b.lo == ir::kUnbounded || (x.lo != ir::kUnbounded && x.lo >= b.lo)) &&
+           (b.hi == ir::kUnbounded || (x.hi != ir::kUnbounded && x.hi <= b.hi));
+  };
+  if (within(s))
+    return true;
+  if (s.kind == ir::Gen::Intersect)
+    for (const ir::SetRef &c : s.children)
+      if (within(*c))
+        return true;
+  return false;
+}
+
+/// The input whose class `y` is, when `x - y` is `x` less the pairs whose
+/// row and key share that input's class: `y` is the class, or the class
+/// intersected with bands that hold all of `x`. The input must be another
+/// one than `classes`, indexed over the same positions (a tag per row and key).
+std::shared_ptr<const InputArray> pairTestClass(const ir::SetNode &x, const ir::SetNode &y,
+                                                const InputArray &classes) {
+  const ir::SetNode *cls = y.kind == ir::Gen::Class ? &y : nullptr;
+  if (y.kind == ir::Gen::Intersect)
+    for (const ir::SetRef &c : y.children) {
+      if (c->kind == ir::Gen::Class && !cls)
+        cls = c.get();
+      else if (c->kind != ir::Gen::Band || !insideBand(x, *c))
+        return nullptr;
+    }
+  if (!cls || cls->data.get() == &classes || !cls->data->bound || cls->data->rows != classes.rows ||
+      !cls->data->hasClasses())
+    return nullptr;
+  return cls->data;
+}
+
+/// Each position of `classes`' order tagged with its class in `other`
+/// (where that class starts in other's order: equal values, equal tags).
+std::shared_ptr<const std::vector<int32_t>> tagsInOrder(const InputArray &other, const InputArray &classes) {
+  auto tags = std::make_shared<std::vector<int32_t>>(classes.order.size());
+  for (size_t t = 0; t < tags->size(); ++t)
+    (*tags)[t] = other.classBegin[static_cast<size_t>(classes.order[t])];
+  return tags;
+}
+} // namespace
+
 Piece permutePiece(const Piece &piece, const std::shared_ptr<const InputArray> &classes) {
   ATTNC_CHECK(piece.strategy == Strategy::RowTiles, "only row-tiles pieces are permuted");
   Piece out = piece;
-  out.set = pushPermutation(piece.set, classes);
+  ir::SetRef set = piece.set;
+  // X - (Y | class(c) & band): X - Y with the pairs that share c's class
+  // dropped per pair (X inside the band), not subtracted row by row.
+  if (set->kind == ir::Gen::Difference) {
+    const ir::SetRef &x = set->children[0], &y = set->children[1];
+    const std::vector<ir::SetRef> parts = y->kind == ir::Gen::Union ? y->children : std::vector<ir::SetRef>{y};
+    std::vector<ir::SetRef> kept;
+    for (const ir::SetRef &part : parts) {
+      if (std::shared_ptr<const InputArray> other = pairTestClass(*x, *part, *classes))
+        out.distinctTags.push_back(tagsInOrder(*other, *classes));
+      else
+        kept.push_back(part);
+    }
+    if (!out.distinctTags.empty())
+      set = kept.empty() ? x : ir::SetNode::difference(x, ir::SetNode::unite(std::move(kept), set->loc), set->loc);
+  }
+  out.set = pushPermutation(set, classes);
   out.period = 0;
   return out;
 }
@@ -647,6 +710,7 @@ BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
 BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass,
                          bool translates)
     : BlockSource(piece.set, n, plan.options.tileRows) {
+  distinct_ = piece.distinctTags;
   if (piece.strategy == Strategy::ResidueRelayout) {
     const int64_t m = piece.modulus, c = residueClass;
     ATTNC_CHECK(0 <= c && c < numClasses(piece, n), "residue class out of range");
@@ -874,6 +938,20 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
   if (bd.exact)
     bd.lower = std::move(bd.upper);
   fillShape(std::move(bd.lower), own, out);
+}
+
+void BlockSource::dropSameTags(BlockTiles &block) const {
+  for (const auto &tags : distinct_) {
+    const int32_t *tag = tags->data(), *rowTag = tag + block.firstRow;
+    const int32_t rows = block.rows;
+    for (size_t c = 0; c < block.keys.size(); ++c) {
+      const int32_t key = tag[block.keys[c]];
+      uint64_t same = 0;
+      for (int32_t r = 0; r < rows; ++r)
+        same |= uint64_t{rowTag[r] == key} << r;
+      block.masks[c] &= ~same;
+    }
+  }
 }
 
 size_t BlockShape::bytes() const {

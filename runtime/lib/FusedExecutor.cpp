@@ -443,6 +443,7 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
     } else {
       src.build(b, ws.shape);
       out.expand(ws.shape, classLocal);
+      src.dropSameTags(out);
     }
   };
   // The row-tiles pieces (or the dense baseline's one).
@@ -691,6 +692,7 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
     } else {
       src.build(b, ws.shape);
       ws.tiles.expand(ws.shape, classLocal);
+      src.dropSameTags(ws.tiles);
     }
   };
   // Row block b of the row-tiles pieces `pieces` (or of the dense

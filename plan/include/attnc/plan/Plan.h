@@ -48,6 +48,12 @@ struct Piece {
   /// predicate). A band has p = 1, a block-diagonal or stripe its size:
   /// blocks of such a piece are translates of one another away from 0 and n.
   int64_t period = 0;
+  /// A piece run in an input's class order (permutePiece) with equality
+  /// classes of other inputs taken out as a test per pair, not as per-row
+  /// key sets: rows t and keys u of the order pair up only where
+  /// tags[t] != tags[u] for each of these (a tag per position of the order:
+  /// its class in the other input). Empty otherwise.
+  std::vector<std::shared_ptr<const std::vector<int32_t>>> distinctTags;
 };
 
 struct HeadPlan {
@@ -90,7 +96,12 @@ std::shared_ptr<const InputArray> pieceClasses(const Piece &piece);
 /// The piece renumbered by `classes`' order (SetNode::permuted, pushed
 /// through unions, differences and fallbacks, so that each class factor
 /// meets its permutation): run on Q, K and V gathered in that order, its
-/// outputs scattered back.
+/// outputs scattered back. Another input's class taken out of the whole
+/// piece (LSH's second round minus its first: `X - (class(b0) & band)`
+/// with X inside the band) becomes Piece::distinctTags, which BlockSource
+/// applies to each block's masks: the rest stays closed form in the order
+/// (a segment, bands, the diagonal) instead of a per-row set difference
+/// with keys scattered by the other permutation.
 Piece permutePiece(const Piece &piece, const std::shared_ptr<const InputArray> &classes);
 
 /// The plan with `options` (resolved by resolveOptions).
@@ -197,6 +208,11 @@ public:
   int64_t keyClass() const { return keyClass_; }
   int64_t keyRows() const { return (n_ - keyClass_ + modulus_ - 1) / modulus_; }
   void build(int64_t block, BlockShape &out) const;
+  /// Clears the mask bits of a block's pairs whose rows and keys share a
+  /// tag of Piece::distinctTags (nothing for other pieces): applied to the
+  /// expanded blocks of build(). O(keys x rows) compares per block.
+  void dropSameTags(BlockTiles &block) const;
+  bool testsPairs() const { return !distinct_.empty(); }
   /// How many references build() moves blocks from (0: it builds each block).
   int64_t references() const;
   /// A reference block (defined in Plan.cpp, whose helpers move it).
@@ -218,6 +234,7 @@ private:
   bool dense_ = false;
   bool perKeyWork_ = false; ///< the set has a predicate: its rows cost their window, not their keys
   bool rowsOnce_ = false;   ///< the set reads data: each row evaluated once, no block bounds
+  std::vector<std::shared_ptr<const std::vector<int32_t>>> distinct_; ///< Piece::distinctTags
   /// Unsure intervals past which a row is evaluated once over their span.
   static constexpr size_t kManyUnsure = 4;
 };
