@@ -36,7 +36,8 @@ void PrintTo(const Source &s, std::ostream *os) { *os << s.label; }
 
 const char *const kLibrary[] = {"axial", "bigbird",         "causal",          "dilated",
                                 "fixed", "fixed_multihead", "fixed_subblocks", "full",
-                                "local", "longformer",      "strided",         "strided_multihead"};
+                                "local", "longformer",      "strided",         "strided_multihead",
+                                "natten2d", "sta3d", "swin"};
 
 /// Every library pattern with its defaults, then with small parameters so
 /// that the structure shows at small n, then at the edges of its `require`s.
@@ -64,6 +65,18 @@ std::vector<Source> librarySources() {
       {"strided_l8", "strided", "", {{"l", 8}}, {}},
       {"strided_l1", "strided", "", {{"l", 1}}, {}},
       {"strided_multihead_l5", "strided_multihead", "", {{"l", 5}}, {}},
+      // Canvases of a few rows, so that n reaches past them: clamped centres
+      // at every edge, a canvas that is not square, windows cut by the shift.
+      {"natten2d_8x8_K3", "natten2d", "", {{"H", 8}, {"W", 8}, {"K", 3}}, {}},
+      {"natten2d_5x7_K3", "natten2d", "", {{"H", 5}, {"W", 7}, {"K", 3}}, {}},
+      {"natten2d_9x11_K5", "natten2d", "", {{"H", 9}, {"W", 11}, {"K", 5}}, {}},
+      {"sta3d_4x4x4", "sta3d", "",
+       {{"T", 4}, {"H", 4}, {"W", 4}, {"KT", 2}, {"KH", 2}, {"KW", 2}, {"TT", 1}, {"TH", 1}, {"TW", 1}}, {}},
+      {"sta3d_4x4x6_tiles", "sta3d", "",
+       {{"T", 4}, {"H", 4}, {"W", 6}, {"KT", 2}, {"KH", 4}, {"KW", 4}, {"TT", 2}, {"TH", 1}, {"TW", 2}}, {}},
+      {"swin_6x6_M3_S1", "swin", "", {{"H", 6}, {"W", 6}, {"M", 3}, {"S", 1}}, {}},
+      {"swin_7x9_M3_S2", "swin", "", {{"H", 7}, {"W", 9}, {"M", 3}, {"S", 2}}, {}},
+      {"swin_6x8_M4_S0", "swin", "", {{"H", 6}, {"W", 8}, {"M", 4}, {"S", 0}}, {}},
   };
   out.insert(out.end(), small.begin(), small.end());
   return out;
@@ -177,6 +190,30 @@ std::vector<Source> handWrittenSources() {
       inlineSource("nested_boolean",
                    "pattern p { attend { j : (j < 3 || j > i) && !(j % 2 == 0) } }",
                    {G::Intersect}),
+      inlineSource("coord_column_window", "pattern p { attend { j : abs(j % 8 - i % 8) <= 1 } }",
+                   {G::CoordRange}),
+      inlineSource("coord_row_and_column",
+                   "pattern p { attend { j : abs(i / 6 - j / 6) <= 1 && abs(i % 6 - j % 6) <= 2 } }",
+                   {G::KeyRange, G::CoordRange}),
+      inlineSource("coord_clamped_centre",
+                   "pattern p { attend { j : abs(max(1, min(i % 7, 5)) - j % 7) <= 1 && "
+                   "abs(max(1, min(i / 7, 3)) - j / 7) <= 1 } }",
+                   {G::KeyRange, G::CoordRange}),
+      inlineSource("coord_middle_axis", "pattern p { attend { j : j / 4 % 3 == i / 4 % 3 } }",
+                   {G::CoordRange}),
+      inlineSource("coord_nested_divisions", "pattern p { attend { j : j / 2 / 3 % 2 <= i % 2 } }",
+                   {G::CoordRange}),
+      inlineSource("coord_constant_is_stripe", "pattern p { attend { j : j / 4 % 3 == 1 } }",
+                   {G::Stripe}),
+      inlineSource("coord_window_of_blocks",
+                   "pattern p { attend { j : (j % 10 + 2) / 4 == (i % 10 + 2) / 4 } }", {G::CoordRange}),
+      inlineSource("coord_negated", "pattern p { attend { j : -(j % 7) > -(i % 7) - 2 } }",
+                   {G::CoordRange}),
+      inlineSource("coord_ne", "pattern p { attend { j : j % 5 != i % 5 + 1 } }",
+                   {G::Difference, G::CoordRange}),
+      inlineSource("coord_row_below", "pattern p { attend { j : 2 - j / 5 < i / 5 } }", {G::KeyRange}),
+      inlineSource("coord_two_occurrences", "pattern p { attend { j : j % 4 + j / 4 <= i % 5 } }",
+                   {G::Predicate}),
       inlineSource("all", "pattern p { attend { j : true } }", {G::All}),
       inlineSource("none", "pattern p { attend {} }", {G::None}),
       inlineSource(

@@ -118,7 +118,17 @@ INSTANTIATE_TEST_SUITE_P(
                       PlanCase{"longformer", {{"w", 4}, {"g", 2}}, 100},
                       PlanCase{"bigbird", {{"b", 8}, {"g", 1}, {"r", 2}}, 90},
                       PlanCase{"axial", {{"W", 8}}, 77}, PlanCase{"causal", {}, 40},
-                      PlanCase{"full", {}, 33}),
+                      PlanCase{"full", {}, 33},
+                      PlanCase{"natten2d", {{"H", 8}, {"W", 8}, {"K", 3}}, 64},
+                      PlanCase{"natten2d", {{"H", 5}, {"W", 7}, {"K", 3}}, 35},
+                      PlanCase{"natten2d", {{"H", 5}, {"W", 7}, {"K", 3}}, 50},
+                      PlanCase{"natten2d", {{"H", 12}, {"W", 11}, {"K", 5}}, 132},
+                      PlanCase{"sta3d", {{"T", 4}, {"H", 4}, {"W", 4}, {"KT", 2}, {"KH", 2}, {"KW", 2},
+                                         {"TT", 1}, {"TH", 1}, {"TW", 1}}, 64},
+                      PlanCase{"sta3d", {{"T", 4}, {"H", 4}, {"W", 6}, {"KT", 2}, {"KH", 4}, {"KW", 4},
+                                         {"TT", 2}, {"TH", 1}, {"TW", 2}}, 100},
+                      PlanCase{"swin", {{"H", 6}, {"W", 6}, {"M", 3}, {"S", 1}}, 36},
+                      PlanCase{"swin", {{"H", 7}, {"W", 9}, {"M", 3}, {"S", 2}}, 70}),
     [](const ::testing::TestParamInfo<PlanCase> &info) {
       return std::string(info.param.file) + "_n" + std::to_string(info.param.n) + "_" +
              std::to_string(info.index);

@@ -64,6 +64,34 @@ void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &h
   }
 }
 
+void appendCoordKeys(int64_t s, int64_t m, int64_t first, int64_t last, int64_t lo, int64_t hi,
+                     IntervalSet &out) {
+  first = std::max<int64_t>(first, 0);
+  last = std::min(last, m - 1);
+  if (first > last || lo >= hi)
+    return;
+  // s * m does not overflow (SetNode::coordRange), and neither do the
+  // periods' starts, which lie within [lo - s m, hi).
+  const int64_t period = s * m, begin = first * s, end = (last + 1) * s;
+  for (int64_t base = floorDiv(lo, period) * period; base < hi; base += period) {
+    const int64_t a = std::max(lo, base + begin), b = std::min(hi, base + end);
+    if (a < b) {
+      if (!out.empty() && out.back().hi == a) // a coordinate range that wraps into the next period
+        out.back().hi = b;
+      else
+        out.push_back({a, b});
+    }
+    if (hi - base <= period)
+      break;
+  }
+}
+
+void coordBoundsAt(const SetNode &s, int64_t i, int64_t n, int64_t &first, int64_t &last) {
+  const Env env{i, 0, n, 0};
+  first = s.loTerm ? evalInt(*s.loTerm, env) : 0;
+  last = s.hiTerm ? evalInt(*s.hiTerm, env) : s.modulus - 1;
+}
+
 bool sameKeysOnRows(const SetNode &s, int64_t a, int64_t b) {
   switch (traits(s.kind).sameKeys) {
   case SameKeys::EveryRow:

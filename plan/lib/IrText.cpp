@@ -91,6 +91,16 @@ void writeSet(const SetNode &s, std::ostringstream &os) {
     break;
   case Gen::Stripe: os << ' ' << s.modulus << ' ' << s.lo << ' ' << s.hi; break;
   case Gen::Residue: os << ' ' << s.modulus << ' ' << s.residue; break;
+  case Gen::CoordRange:
+    os << ' ' << s.keyBlock << ' ' << s.modulus;
+    for (const TermRef &b : {s.loTerm, s.hiTerm}) {
+      os << ' ';
+      if (b)
+        writeTerm(*b, os);
+      else
+        os << '_';
+    }
+    break;
   case Gen::RowIf:
   case Gen::Predicate:
     os << ' ';
@@ -291,7 +301,12 @@ struct Parser {
         return fail("block-diag needs a size >= 1"), nullptr;
       out = SetNode::blockDiag(a, {});
       break;
-    case Gen::KeyRange: {
+    case Gen::KeyRange:
+    case Gen::CoordRange: {
+      const bool coord = *kind == Gen::CoordRange;
+      int64_t period = 0;
+      if (coord && (!in.integer(a) || !in.integer(b) || a < 1 || b < 1 || __builtin_mul_overflow(a, b, &period)))
+        return fail("a coord-range needs s >= 1 and m >= 1 with s * m within int64"), nullptr;
       TermRef bounds[2];
       for (TermRef &t : bounds) {
         if (!in.peekOpen() && !in.peekClose()) {
@@ -301,10 +316,11 @@ struct Parser {
             continue;
           in = save;
         }
-        if (!(t = rowTerm(depth + 1, "a key-range bound")))
+        if (!(t = rowTerm(depth + 1, coord ? "a coord-range bound" : "a key-range bound")))
           return nullptr;
       }
-      out = SetNode::keyRange(bounds[0], bounds[1], {});
+      out = coord ? SetNode::coordRange(a, b, bounds[0], bounds[1], {})
+                  : SetNode::keyRange(bounds[0], bounds[1], {});
       break;
     }
     case Gen::Stripe:

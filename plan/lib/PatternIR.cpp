@@ -75,6 +75,36 @@ SetRef SetNode::residueClass(int64_t m, int64_t r, SourceRange loc) {
   return SetRef(s);
 }
 
+SetRef SetNode::coordRange(int64_t step, int64_t m, TermRef lo, TermRef hi, SourceRange loc) {
+  int64_t period;
+  ATTNC_CHECK(step >= 1 && m >= 1 && !__builtin_mul_overflow(step, m, &period),
+              "coord-range needs s, m >= 1 and s * m within int64");
+  ATTNC_CHECK((!lo || lo->type() == Type::Int) && (!hi || hi->type() == Type::Int),
+              "coord-range bounds must be integers");
+  ATTNC_CHECK((!lo || !lo->uses(kUsesJ)) && (!hi || !hi->uses(kUsesJ)),
+              "coord-range bounds must not use j");
+  // The coordinate lies in [0, m): a bound outside it says nothing more.
+  if (lo && lo->op() == Op::Const && lo->value() <= 0)
+    lo = nullptr;
+  if (hi && hi->op() == Op::Const && hi->value() >= m - 1)
+    hi = nullptr;
+  if (!lo && !hi)
+    return all(loc);
+  if ((!lo || lo->op() == Op::Const) && (!hi || hi->op() == Op::Const)) {
+    // (j / s) % m in [a, b] is j % (s m) in [a s, b s + s - 1].
+    const int64_t a = lo ? lo->value() : 0, b = hi ? hi->value() : m - 1;
+    if (b < a || b < 0 || a >= m)
+      return none(loc);
+    return stripe(period, a * step, (b + 1) * step - 1, loc);
+  }
+  auto s = new SetNode(Gen::CoordRange, loc);
+  s->keyBlock = step;
+  s->modulus = m;
+  s->loTerm = std::move(lo);
+  s->hiTerm = std::move(hi);
+  return SetRef(s);
+}
+
 SetRef SetNode::rowIf(TermRef cond, SourceRange loc) {
   ATTNC_CHECK(cond->type() == Type::Bool && !cond->uses(kUsesJ), "row-if needs a j-free condition");
   if (cond->op() == Op::BoolConst)
@@ -196,7 +226,8 @@ static int64_t tighterHi(int64_t a, int64_t b) {
 }
 
 /// Inside an intersection: stripes of one modulus intersect into one stripe,
-/// and a key range bounded only below meets one bounded only above.
+/// and a key range (or a coordinate range of one axis) bounded only below
+/// meets one bounded only above.
 static std::vector<SetRef> mergeStripesAndRanges(std::vector<SetRef> in) {
   std::vector<SetRef> out;
   for (SetRef &c : in) {
@@ -210,6 +241,12 @@ static std::vector<SetRef> mergeStripesAndRanges(std::vector<SetRef> in) {
                  (!c->loTerm || !prev->loTerm) && (!c->hiTerm || !prev->hiTerm)) {
         prev = SetNode::keyRange(c->loTerm ? c->loTerm : prev->loTerm,
                                  c->hiTerm ? c->hiTerm : prev->hiTerm, prev->loc);
+        merged = true;
+      } else if (c->kind == Gen::CoordRange && prev->kind == Gen::CoordRange &&
+                 c->keyBlock == prev->keyBlock && c->modulus == prev->modulus &&
+                 (!c->loTerm || !prev->loTerm) && (!c->hiTerm || !prev->hiTerm)) {
+        prev = SetNode::coordRange(c->keyBlock, c->modulus, c->loTerm ? c->loTerm : prev->loTerm,
+                                   c->hiTerm ? c->hiTerm : prev->hiTerm, prev->loc);
         merged = true;
       }
       if (merged)
@@ -368,6 +405,11 @@ std::string printSet(const SetNode &s, const LocationPrinter &where, int indent)
     break;
   case Gen::Stripe:
     os << " j % " << s.modulus << " in [" << s.lo << ", " << s.hi << "]";
+    break;
+  case Gen::CoordRange:
+    os << " " << (s.loTerm ? printTerm(*s.loTerm) : "-inf") << " <= "
+       << (s.keyBlock == 1 ? "j" : "(j / " + std::to_string(s.keyBlock) + ")") << " % " << s.modulus
+       << " <= " << (s.hiTerm ? printTerm(*s.hiTerm) : "inf");
     break;
   case Gen::Residue:
     os << " (i - j) % " << s.modulus << " == " << s.residue;

@@ -92,6 +92,23 @@ public:
       out.exact = out.upper == out.lower;
       return out;
     }
+    case ir::Gen::CoordRange: {
+      // A coordinate in [lo(i), hi(i)]: some row may have the coordinates
+      // from the least lo to the greatest hi, every row those from the
+      // greatest lo to the least hi.
+      const int64_t m = s->modulus;
+      std::optional<ValueRange> first = ValueRange{0, 0}, last = ValueRange{m - 1, m - 1};
+      if (s->loTerm)
+        first = rangeOverRows(*s->loTerm, a, b, n_);
+      if (s->hiTerm)
+        last = rangeOverRows(*s->hiTerm, a, b, n_);
+      if (!first || !last)
+        return perRow(s, a, b, lo, hi);
+      ir::appendCoordKeys(s->keyBlock, m, first->lo, last->hi, lo, hi, out.upper);
+      ir::appendCoordKeys(s->keyBlock, m, first->hi, last->lo, lo, hi, out.lower);
+      out.exact = out.upper == out.lower;
+      return out;
+    }
     case ir::Gen::RowIf: {
       bool any = false, every = true;
       if (ir::monotoneInRow(*s->cond)) { // true on a prefix or a suffix of the rows: look at the ends

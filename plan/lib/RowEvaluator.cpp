@@ -319,6 +319,12 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
     }
     break;
   }
+  case Gen::CoordRange: {
+    int64_t first, last;
+    coordBoundsAt(s, i, n_, first, last);
+    appendCoordKeys(s.keyBlock, s.modulus, first, last, lo, hi, out);
+    break;
+  }
   case Gen::Residue: {
     // j = i - r (mod m)
     int64_t m = s.modulus;

@@ -354,6 +354,15 @@ bool SegmentEvaluator::eval(const SetNode &s, int64_t i, Segments &out, size_t d
     return true;
   case Gen::Stripe:
     return periodic(table_.interval(s.modulus, s.lo, s.hi + 1));
+  case Gen::CoordRange: { // a stripe of period s m whose ends move with the row
+    int64_t first, last;
+    coordBoundsAt(s, i, n_, first, last);
+    first = std::max<int64_t>(first, 0);
+    last = std::min(last, s.modulus - 1);
+    if (first > last)
+      return true;
+    return periodic(table_.interval(s.keyBlock * s.modulus, first * s.keyBlock, (last + 1) * s.keyBlock));
+  }
   case Gen::Residue: {
     const int64_t phase = floorMod(i - s.residue, s.modulus);
     return periodic(table_.interval(s.modulus, phase, phase + 1));

@@ -2,7 +2,9 @@
 //
 // Order of attempts for a comparison that mentions j: abs() splitting, then
 // `X % m` forms (stripe / residue), then `X / l` forms (block ranges), then
-// linear forms c*j + R (bands / key ranges), then the predicate fallback.
+// linear forms c*j + R (bands / key ranges), then grid coordinates (j, or
+// `(j / s) % m`, under sums and divisions by constants: key ranges and
+// coordinate ranges), then the predicate fallback.
 //
 // The coefficients and constants of those forms are int64 and the user's
 // constants can be anywhere in that range: every sum, product and negation
@@ -381,6 +383,105 @@ std::optional<SetRef> tryDivision(Op op, const T &divTerm, const T &other, Sourc
 
 SetRef canonCompareForm(const T &p);
 
+/// Whether t is a grid coordinate of j, `(j / s) % m` with constants s and
+/// m (nested divisions multiply: `j / 64 / 6 % 6` is s = 384, m = 6): the
+/// column `j % W` of a row-major canvas, the row `j / W % H` of a video's
+/// frame. The row `j / W` itself needs no modulus: it is a key range.
+bool gridCoordinate(const T &t, int64_t &s, int64_t &m) {
+  if (t->op() != Op::Mod || t->arg(1)->op() != Op::Const)
+    return false;
+  m = t->arg(1)->value();
+  s = 1;
+  for (const Term *x = t->arg(0).get(); x->op() != Op::VarJ; x = x->arg(0).get()) {
+    if (x->op() != Op::Div || x->arg(1)->op() != Op::Const)
+      return false;
+    s = mul(s, x->arg(1)->value());
+  }
+  mul(s, m); // the period must be an int64 too
+  return true;
+}
+
+/// `coordinate OP bound` as a coordinate range (`!=` as its complement).
+SetRef coordBound(int64_t s, int64_t m, Op op, const T &bound, SourceRange loc) {
+  T b = tidy(bound);
+  switch (op) {
+  case Op::Le: return SetNode::coordRange(s, m, nullptr, b, loc);
+  case Op::Lt: return SetNode::coordRange(s, m, nullptr, tidy(mk(Op::Sub, {b, cst(1)})), loc);
+  case Op::Ge: return SetNode::coordRange(s, m, b, nullptr, loc);
+  case Op::Gt: return SetNode::coordRange(s, m, tidy(mk(Op::Add, {b, cst(1)})), nullptr, loc);
+  case Op::Eq: return SetNode::coordRange(s, m, b, b, loc);
+  case Op::Ne: return SetNode::difference(SetNode::all(loc), SetNode::coordRange(s, m, b, b, loc), loc);
+  default: ATTNC_CHECK(false, "not a comparison");
+  }
+  return nullptr;
+}
+
+/// `x OP bound` (bound j-free) with the one j of x inside sums, negations
+/// and floor divisions by constants around j itself or a grid coordinate:
+/// the operations are undone one at a time on the bound, so
+/// `max(3, min(i / 64, 60)) - j / 64 <= 3` becomes `j >= 64 * (... - 3)`
+/// and `(j % 56 + 4) / 7 == F` becomes `7 F - 4 <= j % 56 <= 7 F + 2`.
+/// These are NATTEN's, Swin's and STA's windows on a canvas flattened row
+/// by row: key ranges and coordinate ranges, one interval per canvas row in
+/// the window, instead of a predicate over every key. nullopt for any other
+/// form.
+std::optional<SetRef> isolateCoordinate(const T &x, Op op, const T &bound, SourceRange loc) {
+  // a + c and a - c with a constant c < 0 print as a - |c| and a + |c|.
+  auto plus = [](const T &a, const T &c) {
+    return c->op() == Op::Const && c->value() < 0 ? mk(Op::Sub, {a, cst(neg(c->value()))}) : mk(Op::Add, {a, c});
+  };
+  auto minus = [](const T &a, const T &c) {
+    return c->op() == Op::Const && c->value() < 0 ? mk(Op::Add, {a, cst(neg(c->value()))}) : mk(Op::Sub, {a, c});
+  };
+  if (x->op() == Op::VarJ)
+    return classifyRange(keyBound(op, bound, loc));
+  int64_t s = 0, m = 0;
+  if (gridCoordinate(x, s, m))
+    return coordBound(s, m, op, bound, loc);
+  auto free = [](const T &t) { return !t->uses(kUsesJ); };
+  switch (x->op()) {
+  case Op::Add:
+    for (int k = 0; k < 2; ++k)
+      if (free(x->arg(1 - k)))
+        return isolateCoordinate(x->arg(k), op, minus(bound, x->arg(1 - k)), loc);
+    return std::nullopt;
+  case Op::Sub:
+    if (free(x->arg(1)))
+      return isolateCoordinate(x->arg(0), op, plus(bound, x->arg(1)), loc);
+    if (free(x->arg(0)))
+      return isolateCoordinate(x->arg(1), flip(op), minus(x->arg(0), bound), loc);
+    return std::nullopt;
+  case Op::Neg:
+    return isolateCoordinate(x->arg(0), flip(op), mk(Op::Neg, {bound}), loc);
+  case Op::Div: {
+    // X / l OP F with floor division: X in [l F, l F + l - 1] for ==.
+    const T &l = x->arg(1);
+    if (l->op() != Op::Const)
+      return std::nullopt;
+    const T first = mk(Op::Mul, {l, bound});
+    const T last = plus(first, cst(sub(l->value(), 1)));
+    switch (op) {
+    case Op::Eq:
+    case Op::Ne: {
+      auto from = isolateCoordinate(x->arg(0), Op::Ge, first, loc);
+      auto to = isolateCoordinate(x->arg(0), Op::Le, last, loc);
+      if (!from || !to)
+        return std::nullopt;
+      SetRef at = SetNode::intersect({*from, *to}, loc);
+      return op == Op::Eq ? at : SetNode::difference(SetNode::all(loc), at, loc);
+    }
+    case Op::Le: return isolateCoordinate(x->arg(0), Op::Le, last, loc);
+    case Op::Lt: return isolateCoordinate(x->arg(0), Op::Lt, first, loc);
+    case Op::Ge: return isolateCoordinate(x->arg(0), Op::Ge, first, loc);
+    case Op::Gt: return isolateCoordinate(x->arg(0), Op::Gt, last, loc);
+    default: return std::nullopt;
+    }
+  }
+  default:
+    return std::nullopt;
+  }
+}
+
 /// Whether t is x[v] for a 1-D input x and the variable v (i or j).
 bool isInputAt(const T &t, Op v) {
   return t->op() == Op::Input && t->args().size() == 1 && t->arg(0)->op() == v;
@@ -462,6 +563,9 @@ SetRef canonCompareForm(const T &p) {
   }
   if (auto lin = linearize(mk(Op::Sub, {a, b})); lin && lin->cj != 0)
     return solveLinear(op, *lin, loc);
+  if (!b->uses(kUsesJ))
+    if (auto s = isolateCoordinate(a, op, b, loc))
+      return *s;
   return SetNode::predicate(p, loc);
 }
 

@@ -52,8 +52,10 @@ struct GenTraits {
   /// block-diag): the rows [a, b] together cover [lo(a), hi(b)) and all have
   /// [lo(b), hi(a)).
   bool sliding;
-  /// Evaluated key by key: inside an intersection, only on the keys its
-  /// siblings leave.
+  /// Evaluated inside an intersection only on the intervals its siblings
+  /// leave, one by one: a predicate key by key, a coordinate range with one
+  /// interval per period it crosses there (on the siblings' hull it would
+  /// cost a period for every canvas row between the window's first and last).
   bool perKey;
   SameKeys sameKeys;
   PeriodRule period;
@@ -75,6 +77,7 @@ inline constexpr std::array<GenTraits, static_cast<size_t>(Gen::Segment) + 1> kG
     {Gen::Predicate,  "predicate",  5,    false,     false,  true,  SameKeys::Unknown,     PeriodRule::Unknown},
     {Gen::Class,      "class",      2,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Unknown},
     {Gen::Select,     "select",     2,    false,     false,  false, SameKeys::BlockOfRows, PeriodRule::Unknown},
+    {Gen::CoordRange, "coord-range", 3,   false,     false,  true,  SameKeys::Unknown,     PeriodRule::Unknown},
     {Gen::Union,      "union",      4,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Children},
     {Gen::Intersect,  "intersect",  4,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Children},
     {Gen::Difference, "difference", 4,    false,     false,  false, SameKeys::Unknown,     PeriodRule::Children},
@@ -94,6 +97,18 @@ bool oneIntervalPerRow(const SetNode &s);
 /// Narrows [lo, hi) to row i of a set that oneIntervalPerRow accepts, at
 /// length n (it may become empty): no interval list, no allocation.
 void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi);
+
+/// Appends to `out` the keys of [lo, hi) whose coordinate (j / s) % m lies
+/// in [first, last] (clipped to [0, m)): one interval per period s * m that
+/// [lo, hi) crosses, ascending, after the keys already in `out` (which must
+/// end before lo). The keys of a coordinate range (Gen::CoordRange) for
+/// bounds evaluated at a row, or over a block of rows.
+void appendCoordKeys(int64_t s, int64_t m, int64_t first, int64_t last, int64_t lo, int64_t hi,
+                     IntervalSet &out);
+
+/// The coordinate bounds [first, last] of a coordinate range at row i and
+/// length n (unbounded sides as 0 and m - 1).
+void coordBoundsAt(const SetNode &s, int64_t i, int64_t n, int64_t &first, int64_t &last);
 
 /// Whether the rows a <= i <= b of `s` have the same keys, by its own
 /// generator's SameKeys (false for a combinator: its children know).

@@ -22,7 +22,8 @@
 //
 // Terms: integers, #t / #f, the variables i j n h, and (OP ARGS...) with the
 // operator names of Term.h (add, div, lt, in, builder...). A band's '-' is an
-// unbounded side; a key-range's '_' a missing bound. Source locations and
+// unbounded side; a key-range's '_' a missing bound, and so a coord-range's,
+// which reads `(coord-range s m LO HI)` for LO <= (j / s) % m <= HI. Source locations and
 // Sema's terms (the test oracle's input) are not kept.
 //
 // readIr checks everything it reads (names, arities, types, nesting depth,

@@ -7,6 +7,9 @@
 //   block-diag    j / l == i / l
 //   key-range     lo(i, n) <= j <= hi(i, n)       (any j-free bounds)
 //   stripe        j % m in [lo, hi]               (0 <= lo <= hi < m)
+//   coord-range   lo(i, n) <= (j / s) % m <= hi(i, n)   (a grid coordinate
+//                 of j: s = 1 is j % m, the column of a row-major canvas of
+//                 width m; any j-free bounds, one interval per period s * m)
 //   residue       (i - j) % m == r
 //   row-if        cond(i, n) ? every key : none   (global rows: i < g)
 //   list          explicit keys e(i, n)
@@ -44,7 +47,7 @@ constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::min();
 
 enum class Gen {
   All, None, Band, BlockDiag, KeyRange, Stripe, Residue, RowIf, List, Random, Predicate,
-  Class, Select,
+  Class, Select, CoordRange,
   Union, Intersect, Difference, Fallback,
   Permuted,   ///< run time only: its child with rows and keys renumbered by an input's class order
   WhereEmpty, ///< plan only: B's keys on the rows where A has none (a fallback's last piece)
@@ -67,13 +70,13 @@ public:
   int64_t residue = 0;     ///< Residue r
   int64_t count = 0;       ///< Random: blocks per query block
   int64_t seed = 0;        ///< Random
-  int64_t keyBlock = 0;    ///< Select: B, keys per listed block
+  int64_t keyBlock = 0;    ///< Select: B, keys per listed block; CoordRange: s, keys per coordinate step
   int64_t input = -1;      ///< Class, Select: the input's index in PatternIR::inputs
   std::shared_ptr<const InputArray> data; ///< Class, Select: the input (bound or not); Permuted, Segment: the order
   /// Permuted around another input's class: that input's values in this
   /// node's order (values[order[u]]), scanned contiguously for a row's keys.
   std::shared_ptr<const std::vector<int32_t>> valuesInOrder;
-  TermRef loTerm, hiTerm;  ///< KeyRange bounds (inclusive; null = unbounded)
+  TermRef loTerm, hiTerm;  ///< KeyRange, CoordRange bounds (inclusive; null = unbounded)
   TermRef cond;            ///< RowIf (uses i, n), Predicate (uses i, j, n)
   std::vector<TermRef> elems;    ///< List
   std::vector<SetRef> children;  ///< Union, Intersect (>= 2), Difference (2)
@@ -87,6 +90,11 @@ public:
   /// or widened, so this may return a union, All or None.
   static SetRef stripe(int64_t m, int64_t lo, int64_t hi, SourceRange loc);
   static SetRef residueClass(int64_t m, int64_t r, SourceRange loc);
+  /// lo <= (j / s) % m <= hi (s, m >= 1; null bound: none on that side):
+  /// the keys whose coordinate at stride s on an axis of m values lies in
+  /// [lo, hi]. Constant bounds give a stripe of modulus s * m (or All,
+  /// None); a coordinate that takes every value gives All.
+  static SetRef coordRange(int64_t s, int64_t m, TermRef lo, TermRef hi, SourceRange loc);
   static SetRef rowIf(TermRef cond, SourceRange loc);
   static SetRef list(std::vector<TermRef> elems, SourceRange loc);
   static SetRef random(int64_t block, int64_t count, int64_t seed, SourceRange loc);
