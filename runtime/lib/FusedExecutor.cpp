@@ -77,7 +77,7 @@ struct TileArgsOf {
   float scale;
   int64_t tileRows;       // R: rows per block (at most 64)
   int64_t tileCols;       // C: keys per tile
-  int64_t rowBase, rowStride; // block row t is query rowBase + t * rowStride
+  int64_t rowBase, rowStride; // block row t is query rowBase + t * rowStride, or
   float *rowMax, *rowSum, *acc; // the online-softmax state; acc is the output slice
   bool init = false;      // the first pass: start every row's state instead of loading it
   bool finalize = false;  // the only pass: normalise each row when its block ends
@@ -85,6 +85,10 @@ struct TileArgsOf {
   /// A score modifier, else null: key t of k is stored key keyBase + t keyStride of the slice.
   const ScoreRun *score = nullptr;
   int64_t keyBase = 0, keyStride = 1;
+  /// Where not null, block row t is query rowMap[t] instead (PassOrder), and
+  /// the blocks' keys are positions in no particular order.
+  const int32_t *rowMap = nullptr;
+  int64_t query(int64_t t) const { return rowMap ? rowMap[t] : rowBase + t * rowStride; }
 };
 using TileArgs = TileArgsOf<float>;
 using TileArgsBf16 = TileArgsOf<uint16_t>;
@@ -110,6 +114,8 @@ struct GradArgs {
   /// rowStride of the slice, key t of k stored key keyBase + t keyStride.
   const ScoreRun *score = nullptr;
   int64_t rowBase = 0, rowStride = 1, keyBase = 0, keyStride = 1;
+  /// Where not null, block row t is query rowMap[t] of the arrays (PassOrder).
+  const int32_t *rowMap = nullptr;
 };
 
 constexpr int kGradTile = 48; // keys per tile of the backward pass (a multiple of every key group, 24 / H)
@@ -291,7 +297,8 @@ void fetchAhead(FusedScratch &ws, const TileArgsOf<T> &a, int64_t t0, int64_t ro
   ws.aheadNext = 0;
   const void **out = ws.ahead.data();
   for (int64_t t = t0; t < t0 + count; ++t) {
-    const int64_t at = (a.rowBase + t * a.rowStride) * a.d, key = (keyFirst + t * keyStride) * a.d;
+    // (In a class order, a row's own position is the guess for a key.)
+    const int64_t at = a.query(t) * a.d, key = (a.rowMap ? a.rowMap[t] : keyFirst + t * keyStride) * a.d;
     for (int64_t x = 0; x < a.d; x += 16) {
       const bool inputLine = x % kLine == 0; // (bf16 rows have half the lines)
       if (inputLine)
@@ -417,13 +424,15 @@ std::vector<uint16_t> &classValues(FusedScratch &s, uint16_t) { return s.classVB
 template <typename T>
 void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached, int64_t n,
              int64_t d, const T *q, const T *k, const T *v, float *o, float scale, FusedScratch &s, int threads,
-             RunBlockOf<T> kernel, int64_t skipRows, int64_t endRows, const ScoreRun *score) {
+             RunBlockOf<T> kernel, int64_t skipRows, int64_t endRows, const ScoreRun *score,
+             const PassOrder &pass) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   std::vector<size_t> relayouts; // the residue-relayout pieces (the dense baseline has none)
   if (!dense)
     for (size_t p = 0; p < head.pieces.size(); ++p)
       if (head.pieces[p].strategy == plan::Strategy::ResidueRelayout)
         relayouts.push_back(p);
+  ATTNC_CHECK(!pass.order || relayouts.empty(), "a residue relayout runs in raster order only");
   // The output slice is the accumulator: rows are started by the first pass
   // over them and normalised, while in cache, by the last. Blocks of one
   // pass (and residue classes) own disjoint rows, so several threads share
@@ -434,6 +443,7 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
                      s.rowMax.data(), s.rowSum.data(), o};
   args.everyPair = dense;
   args.score = score && score->code ? score : nullptr;
+  args.rowMap = pass.order;
   // Block b of piece p, class c: from the cache, or generated now; a class's
   // keys as rows of its class-major copy.
   auto blockOf = [&](const plan::BlockSource &src, size_t p, size_t c, int64_t b, FusedScratch &ws,
@@ -445,6 +455,9 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
       out.expand(ws.shape, classLocal);
       src.dropSameTags(out);
     }
+    if (pass.order) // (the keys of a class order, as positions)
+      for (int32_t &key : out.keys)
+        key = pass.order[key];
   };
   // The row-tiles pieces (or the dense baseline's one).
   std::vector<plan::BlockSource> sources;
@@ -459,7 +472,7 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
         pieceOf.push_back(p);
       }
   }
-  if (sources.empty()) {
+  if (sources.empty() && pass.first) {
     std::fill(s.rowMax.begin(), s.rowMax.end(), -std::numeric_limits<float>::infinity());
     std::fill(s.rowSum.begin(), s.rowSum.end(), 0.0f);
     std::memset(o, 0, static_cast<size_t>(n * d) * sizeof(float));
@@ -474,7 +487,7 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
   auto rowBlocks = [&](int64_t numBlocks, bool finalize) {
     constexpr int64_t kStretch = 16, kMaxWaiting = 4;
     TileArgsOf<T> blockArgs = args;
-    blockArgs.init = true;
+    blockArgs.init = pass.first;
     blockArgs.finalize = finalize;
     const int64_t sharing = std::min<int64_t>(threads, numBlocks);
     const int64_t R = args.tileRows;
@@ -518,7 +531,7 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
         ws.built[p] = &ws.blocks[p];
       }
       TileArgsOf<T> thisArgs = blockArgs;
-      if (sharing == 1 && !dense && static_cast<int64_t>(waiting.size()) < kMaxWaiting) {
+      if (sharing == 1 && !dense && !pass.order && static_cast<int64_t>(waiting.size()) < kMaxWaiting) {
         Waiting *w = nullptr;
         const int32_t bound = static_cast<int32_t>(std::min<int64_t>(n, (b + 1) * R));
         for (plan::BlockTiles &t : ws.blocks) {
@@ -609,18 +622,18 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
   // the output rows in cache but read every class's keys again per round:
   // 17% slower for strided at n = 65,536.)
   if (numBlocks > 0)
-    rowBlocks(numBlocks, relayouts.empty());
+    rowBlocks(numBlocks, relayouts.empty() && pass.last);
   for (size_t r = 0; r < relayouts.size(); ++r)
-    classBlocks(relayouts[r], r + 1 == relayouts.size());
+    classBlocks(relayouts[r], r + 1 == relayouts.size() && pass.last);
 }
 
 } // namespace
 
 void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached, int64_t n,
                   int64_t d, const float *q, const float *k, const float *v, float *o, float scale, FusedScratch &s,
-                  int threads, int64_t skipRows, int64_t endRows, const ScoreRun *score) {
+                  int threads, int64_t skipRows, int64_t endRows, const ScoreRun *score, const PassOrder &pass) {
   runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, blockKernel(), skipRows, endRows,
-          score);
+          score, pass);
 }
 
 bool fusedBf16Available(int64_t d) { return d >= 1 && blockKernelBf16() != nullptr; }
@@ -639,26 +652,31 @@ void runFusedHeadBf16(const plan::Plan &plan, size_t headIndex, bool dense, cons
   const RunBlockOf<uint16_t> kernel = blockKernelBf16();
   ATTNC_CHECK(kernel && d >= 1, "runFusedHeadBf16 called where fusedBf16Available(" + std::to_string(d) + ") is false");
   runHead(plan, headIndex, dense, cached, n, d, q, k, v, o, scale, s, threads, kernel, skipRows, endRows,
-          static_cast<const ScoreRun *>(nullptr));
+          static_cast<const ScoreRun *>(nullptr), PassOrder{});
 }
 
 void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, const plan::HeadShapes *cached,
                       int64_t n, int64_t d, const float *q, const float *k, const float *v, const float *o,
                       const float *dO, const float *lse, float *dq, float *dk, float *dv, float scale,
                       FusedGradScratch &s, int threads, int64_t skipRows, int64_t endRows, const ScoreRun *score,
-                      double *inputGrad) {
+                      double *inputGrad, const PassOrder &pass) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   const size_t nd = static_cast<size_t>(n * d);
   s.delta.resize(static_cast<size_t>(n));
   rowDots(dO, o, n, d, s.delta.data());
-  s.dqFresh.assign(static_cast<size_t>(n), 1);
-  s.kvFresh.assign(static_cast<size_t>(n), 1);
+  if (pass.first) {
+    s.dqFresh.assign(static_cast<size_t>(n), 1);
+    s.kvFresh.assign(static_cast<size_t>(n), 1);
+  }
+  ATTNC_CHECK(s.dqFresh.size() == static_cast<size_t>(n) && s.kvFresh.size() == static_cast<size_t>(n),
+              "a later backward pass without the first one's flags");
   threads = std::max(1, threads);
   if (s.workers.size() < static_cast<size_t>(threads))
     s.workers.resize(static_cast<size_t>(threads));
   const GradBlock kernel = gradKernel();
   GradArgs args{q, k, v, dO, lse, s.delta.data(), dq, dk, dv, d, scale, plan.options.tileRows, s.dqFresh.data(),
                 s.kvFresh.data(), dense};
+  args.rowMap = pass.order;
   if (score && score->code) {
     args.score = score;
     for (int w = 0; w < threads; ++w) // (each worker sums the float inputs' gradients apart)
@@ -685,8 +703,8 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
   };
   // Block b of one source (a row-tiles piece, the dense baseline, or one
   // residue class) into ws.tiles, from the cache or generated now.
-  auto loadBlock = [](const plan::BlockSource &src, const std::vector<plan::BlockShape> *blocks, int64_t b,
-                      GradScratch &ws, bool classLocal) {
+  auto loadBlock = [&pass](const plan::BlockSource &src, const std::vector<plan::BlockShape> *blocks, int64_t b,
+                           GradScratch &ws, bool classLocal) {
     if (blocks) {
       ws.tiles.expand((*blocks)[static_cast<size_t>(b)], classLocal);
     } else {
@@ -694,6 +712,9 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
       ws.tiles.expand(ws.shape, classLocal);
       src.dropSameTags(ws.tiles);
     }
+    if (pass.order) // (the keys of a class order, as positions)
+      for (int32_t &key : ws.tiles.keys)
+        key = pass.order[key];
   };
   // Row block b of the row-tiles pieces `pieces` (or of the dense
   // baseline: pieces empty): its rows are queries, in place. The pieces'
@@ -724,7 +745,7 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
     for (const float *array : {q, dO, k, v})
       for (int64_t t = next; t < next + rows; ++t)
         for (int64_t x = 0; x < d; x += 16)
-          *line++ = array + t * d + x;
+          *line++ = array + (pass.order ? pass.order[t] : t) * d + x;
     kernel(ws.tiles, argsFor(worker), ws);
     ws.ahead.clear();
   };
@@ -752,6 +773,7 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
     for (size_t p = 0; p < head.pieces.size(); ++p) {
       const plan::Piece &piece = head.pieces[p];
       if (piece.strategy == plan::Strategy::ResidueRelayout) {
+        ATTNC_CHECK(!pass.order, "a residue relayout runs in raster order only");
         // Residue classes own disjoint rows and disjoint key classes: a
         // class per item. Its rows and keys are m rows apart in place (at
         // m d = 8192 floats every one maps to the same few L1 sets, as in
@@ -806,10 +828,6 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
       }
     }
   }
-  // Rows without keys and keys nobody attends were never written.
-  clearFresh(dq, s.dqFresh.data(), n, d);
-  clearFresh(dk, s.kvFresh.data(), n, d);
-  clearFresh(dv, s.kvFresh.data(), n, d);
   if (args.score && inputGrad)
     for (int w = 0; w < threads; ++w)
       for (int64_t e = 0; e < score->gradSize; ++e)
@@ -818,12 +836,29 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
     GradScratch &ws = s.workers[static_cast<size_t>(w)];
     if (ws.dk.size() != nd) // (this worker took no block: it has no sums of this shape)
       continue;
-    for (size_t x = 0; x < nd; ++x) {
-      dk[x] += ws.dk[x];
-      dv[x] += ws.dv[x];
+    // A key row nothing has been written to yet takes the helper's sums
+    // as they are (a later pass adds to them).
+    for (int64_t key = 0; key < n; ++key) {
+      const size_t at = static_cast<size_t>(key * d);
+      if (s.kvFresh[static_cast<size_t>(key)]) {
+        std::copy_n(ws.dk.data() + at, d, dk + at);
+        std::copy_n(ws.dv.data() + at, d, dv + at);
+        s.kvFresh[static_cast<size_t>(key)] = 0;
+      } else {
+        for (int64_t x = 0; x < d; ++x) {
+          dk[at + x] += ws.dk[at + x];
+          dv[at + x] += ws.dv[at + x];
+        }
+      }
     }
     std::fill(ws.dk.begin(), ws.dk.end(), 0.0f);
     std::fill(ws.dv.begin(), ws.dv.end(), 0.0f);
+  }
+  // Rows without keys and keys nobody attends were never written.
+  if (pass.last) {
+    clearFresh(dq, s.dqFresh.data(), n, d);
+    clearFresh(dk, s.kvFresh.data(), n, d);
+    clearFresh(dv, s.kvFresh.data(), n, d);
   }
 }
 

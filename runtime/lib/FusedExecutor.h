@@ -27,16 +27,30 @@
 namespace attnc::rt {
 
 /// A score modifier as the tile kernels run it: the slice's compiled code
-/// and where its rows sit. Stored row (and key) t of the slice is position
-/// order[t] where `order` is set (a data group's rows and keys, gathered in
-/// an input's class order), else t.
+/// (its rows and keys are the slice's positions: a residue class's copies
+/// say where theirs sit through the kernels' rowBase / keyBase and strides).
 struct ScoreRun {
   const ScoreCode *code = nullptr;
-  const int32_t *order = nullptr;
   /// Backward: where each float input's entries start in the gradient sums.
   std::vector<int64_t> gradOffsets;
   int64_t gradSize = 0;
-  int64_t position(int64_t t) const { return order ? order[t] : t; }
+};
+
+/// One of several passes over a slice's rows (a pattern that reads data
+/// runs its pieces in groups, one order each: FusedBackend), in place:
+/// no pass copies Q, K, V or its outputs into its order.
+struct PassOrder {
+  /// The rows' and keys' order (an input's equality classes, sorted): block
+  /// row t is query order[t] and a block's key u is key order[u]; null:
+  /// positions in raster order.
+  const int32_t *order = nullptr;
+  /// Forward: starts every row's online-softmax state (else continues the
+  /// state left in the scratch and the output by the passes before).
+  /// Backward: nothing is in dq, dk, dv yet (else they hold the sums of the
+  /// passes before, and the scratch's fresh flags say what is unwritten).
+  bool first = true;
+  /// Forward: normalises the rows. Backward: clears what no pass wrote.
+  bool last = true;
 };
 
 /// A row block's keys that run later than the block (see runFusedHead).
@@ -87,7 +101,8 @@ void runFusedHead(const plan::Plan &plan, size_t headIndex, bool dense,
                   const plan::HeadShapes *cached, int64_t n, int64_t d, const float *q,
                   const float *k, const float *v, float *o, float scale, FusedScratch &scratch,
                   int threads = 1, int64_t skipRows = 0,
-                  int64_t endRows = std::numeric_limits<int64_t>::max(), const ScoreRun *score = nullptr);
+                  int64_t endRows = std::numeric_limits<int64_t>::max(), const ScoreRun *score = nullptr,
+                  const PassOrder &pass = {});
 
 /// The tile kernels' instruction set: "avx512", "avx2" or "portable".
 const char *fusedIsa();
@@ -169,6 +184,6 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
                       const float *dO, const float *lse, float *dq, float *dk, float *dv, float scale,
                       FusedGradScratch &scratch, int threads = 1, int64_t skipRows = 0,
                       int64_t endRows = std::numeric_limits<int64_t>::max(), const ScoreRun *score = nullptr,
-                      double *inputGrad = nullptr);
+                      double *inputGrad = nullptr, const PassOrder &pass = {});
 
 } // namespace attnc::rt

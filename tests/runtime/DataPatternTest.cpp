@@ -259,6 +259,26 @@ TEST_P(DataPatternLengths, SelectedTokensWithoutCausalityIncludeEmptyRows) {
             "topk n=" + std::to_string(n));
 }
 
+/// Three groups in one call: selected tokens (row by row), a window (raster
+/// row blocks) and documents (row blocks in the ids' order), each continuing
+/// the rows' softmax and gradient sums in place after the one before.
+TEST_P(DataPatternLengths, TokensWindowAndDocumentsRunAsThreeGroups) {
+  const int64_t n = GetParam(), slots = 2;
+  KernelPtr kernel = compileSource("pattern mixed { param k = 2  input top : int[n, k]  input doc : int[n]  causal "
+                                   "attend { j : j in top[i] } | { j : i - j < 4 } | { j : doc[j] == doc[i] } }");
+  ASSERT_TRUE(kernel);
+  std::vector<int32_t> top = randomInts(static_cast<size_t>(2 * n * slots), -1, static_cast<int32_t>(n - 1), 51),
+                       doc = randomInts(static_cast<size_t>(2 * n), 0, 9, 52);
+  std::vector<attnc_input> inputs{intInput("top", top, 1, 2, n, slots), intInput("doc", doc, 1, 2, n, 1)};
+  DataRun run(1, 2, 2, n, 16, 53);
+  run.check(kernel.get(), inputs,
+            [&](int64_t s, int64_t i, int64_t j) {
+              const int32_t *t = top.data() + (s * n + i) * slots, *id = doc.data() + s * n;
+              return j <= i && (t[0] == j || t[1] == j || i - j < 4 || id[j] == id[i]);
+            },
+            "tokens, window and documents n=" + std::to_string(n));
+}
+
 INSTANTIATE_TEST_SUITE_P(Ragged, DataPatternLengths, ::testing::Values(1, 2, 63, 777, 4097),
                          [](const auto &info) { return "n" + std::to_string(info.param); });
 

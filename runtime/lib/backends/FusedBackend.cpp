@@ -47,22 +47,15 @@ struct FusedState : LengthState {
   }
 };
 
-/// A slice that reads data, run in groups (runDataForward): Q, K, V, O
-/// and dO widened or gathered into a group's order, a group's O and row
-/// log-sum-exp, the merged ones, and the gradients before they are
-/// scattered back. Per thread and kept across calls (a worker's scratch
-/// lives for one call, and these are n x d each: allocating and clearing
-/// them at every call cost more than the gathers), up to kKeptBytes.
+/// A slice that reads data and has bf16 rows: Q, K and V widened to f32
+/// (its groups run the f32 kernels), and the log-sum-exp when the call
+/// asks for none. Per thread and kept across calls (these are n x d each:
+/// allocating them at every call costs page faults), up to kKeptBytes.
 struct DataBuffers {
-  std::vector<float> wide[3], gathered[5], groupO, groupLse, lse, grads[3];
+  std::vector<float> wide[3], lse;
   static constexpr size_t kKeptBytes = size_t{256} << 20;
   size_t bytes() const {
-    size_t total = groupO.capacity() + groupLse.capacity() + lse.capacity();
-    for (const auto *set : {&wide[0], &wide[1], &wide[2], &grads[0], &grads[1], &grads[2]})
-      total += set->capacity();
-    for (const auto &g : gathered)
-      total += g.capacity();
-    return total * sizeof(float);
+    return (wide[0].capacity() + wide[1].capacity() + wide[2].capacity() + lse.capacity()) * sizeof(float);
   }
   /// Drops them past kKeptBytes (a very long sequence's), after a slice.
   void trim() {
@@ -121,13 +114,6 @@ void lseFromState(const FusedScratch &f, int64_t n, float *lse) {
     const float sum = f.rowSum[static_cast<size_t>(i)];
     lse[i] = sum == 0 ? -std::numeric_limits<float>::infinity() : f.rowMax[static_cast<size_t>(i)] + std::log(sum);
   }
-}
-
-/// Rows of `src` ([rows, d]) in the order `order` gives: out[t] = src[order[t]].
-void gather(const float *src, const std::vector<int32_t> &order, int64_t d, std::vector<float> &out) {
-  out.resize(order.size() * static_cast<size_t>(d));
-  for (size_t t = 0; t < order.size(); ++t)
-    std::copy_n(src + order[t] * d, d, out.data() + t * static_cast<size_t>(d));
 }
 
 class FusedBackend final : public Backend {
@@ -386,7 +372,8 @@ private:
     return plan::bindPlan(plan, set, *checked(inputs));
   }
   /// The bound plan's pieces of head set `set` at length n, grouped by the
-  /// order they run in, raster order first.
+  /// order they run in: rows one by one first, then raster order, then each
+  /// input's class order.
   static std::vector<DataGroup> dataGroups(const plan::Plan &bound, size_t set, int64_t n) {
     std::vector<DataGroup> groups;
     for (const plan::Piece &piece : bound.heads[set].pieces) {
@@ -403,7 +390,9 @@ private:
       }
       at->plan.heads[set].pieces.push_back(classes ? plan::permutePiece(piece, classes) : piece);
     }
-    std::stable_partition(groups.begin(), groups.end(), [](const DataGroup &g) { return !g.classes && !g.rows; });
+    // Rows run one by one first (they write their rows whole), then raster order, then the classes' orders.
+    std::stable_partition(groups.begin(), groups.end(), [](const DataGroup &g) { return !g.classes; });
+    std::stable_partition(groups.begin(), groups.end(), [](const DataGroup &g) { return g.rows; });
     return groups;
   }
 
@@ -422,142 +411,78 @@ private:
     return {w.wide[0].data(), w.wide[1].data(), w.wide[2].data()};
   }
 
-  /// A data slice's forward, group by group: each group's pieces run with
-  /// one online-softmax state in the group's order, their rows' O and
-  /// log-sum-exp scattered back and merged with the other groups' (the
-  /// pieces are disjoint, so the merge is exact).
+  /// A data slice's forward, group by group, in place: a group of rows
+  /// run one by one (selected tokens) first, straight into O and the
+  /// log-sum-exp; then each group of row blocks, in its order, continues
+  /// one online-softmax state per row (the pieces are disjoint, so the
+  /// state sums each pair once). A finished row (O, lse) is the state
+  /// (acc O, max lse, sum 1) that later groups continue.
   void runDataForward(const std::vector<DataGroup> &groups, size_t set, const Slice &s, FusedWorker &worker,
                       int threads, const ScoreCode *code) const {
     const int64_t n = s.n, d = s.d;
     DataBuffers &w = dataBuffers();
     const std::array<const float *, 3> qkv = f32Rows(s, w);
-    w.lse.resize(static_cast<size_t>(n));
+    float *lse = s.lse;
+    if (!lse) {
+      w.lse.resize(static_cast<size_t>(n));
+      lse = w.lse.data();
+    }
+    FusedScratch &state = worker.fused;
+    bool started = false, inState = false; // rows written; their state in `state` (else in O and lse)
     for (const DataGroup &g : groups) {
-      // The first group writes every row (zeros and -inf where it has no key): in raster order straight
-      // into O, else scattered there; the others merge into it.
-      const bool first = &g == &groups.front(), direct = first && !g.classes;
-      const float *q = qkv[0], *k = qkv[1], *v = qkv[2];
-      if (g.classes) {
-        for (int x = 0; x < 3; ++x)
-          gather(qkv[x], g.classes->order, d, w.gathered[x]);
-        q = w.gathered[0].data();
-        k = w.gathered[1].data();
-        v = w.gathered[2].data();
-      }
-      w.groupO.resize(static_cast<size_t>(n * d));
-      w.groupLse.resize(static_cast<size_t>(n));
-      float *o = direct ? s.o : w.groupO.data(), *lse = direct ? w.lse.data() : w.groupLse.data();
       if (g.rows) {
-        runRows(g.rowSet(), n, 0, d, q, k, v, o, lse, s.scale, threads, code);
-      } else {
-        ScoreRun run; // (a class group's rows and keys sit in its order)
-        run.code = code;
-        run.order = g.classes ? g.classes->order.data() : nullptr;
-        runFusedHead(g.plan, set, false, nullptr, n, d, q, k, v, o, s.scale, worker.fused, threads, 0,
-                     std::numeric_limits<int64_t>::max(), code ? &run : nullptr);
-        lseFromState(worker.fused, n, lse);
-      }
-      if (direct)
+        runRows(g.rowSet(), n, 0, d, qkv[0], qkv[1], qkv[2], s.o, lse, s.scale, threads, code);
+        started = true;
         continue;
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t i = g.classes ? g.classes->order[static_cast<size_t>(t)] : t;
-        if (first) {
-          w.lse[static_cast<size_t>(i)] = w.groupLse[static_cast<size_t>(t)];
-          std::copy_n(w.groupO.data() + t * d, d, s.o + i * d);
-        } else {
-          mergeRow(w.groupLse[static_cast<size_t>(t)], w.groupO.data() + t * d, w.lse[static_cast<size_t>(i)],
-                   s.o + i * d, d);
+      }
+      if (started && !inState) {
+        state.rowMax.resize(static_cast<size_t>(n));
+        state.rowSum.resize(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+          const float l = lse[i]; // (-inf: no key yet, O = 0; NaN stays NaN through the sum)
+          state.rowMax[static_cast<size_t>(i)] = l;
+          state.rowSum[static_cast<size_t>(i)] = l == -std::numeric_limits<float>::infinity() ? 0.0f : l != l ? l : 1.0f;
         }
       }
+      ScoreRun run;
+      run.code = code;
+      const PassOrder pass{g.classes ? g.classes->order.data() : nullptr, !started, &g == &groups.back()};
+      runFusedHead(g.plan, set, false, nullptr, n, d, qkv[0], qkv[1], qkv[2], s.o, s.scale, state, threads, 0,
+                   std::numeric_limits<int64_t>::max(), code ? &run : nullptr, pass);
+      started = inState = true;
     }
-    if (s.lse)
-      std::copy(w.lse.begin(), w.lse.end(), s.lse);
+    if (inState)
+      lseFromState(state, n, lse);
     w.trim();
   }
 
-  /// Adds a group's row (O `part`, log-sum-exp `partLse`) into the merged
-  /// row (`o`, `lse`) of the groups before it.
-  static void mergeRow(float partLse, const float *part, float &lse, float *o, int64_t d) {
-    if (std::isnan(partLse) || std::isnan(lse)) {
-      lse = std::numeric_limits<float>::quiet_NaN();
-      std::fill(o, o + d, std::numeric_limits<float>::quiet_NaN());
-      return;
-    }
-    if (partLse == -std::numeric_limits<float>::infinity())
-      return;
-    if (lse == -std::numeric_limits<float>::infinity()) {
-      lse = partLse;
-      std::copy(part, part + d, o);
-      return;
-    }
-    const float top = std::max(lse, partLse), a = std::exp(lse - top), b = std::exp(partLse - top);
-    const float inv = 1.0f / (a + b);
-    for (int64_t x = 0; x < d; ++x)
-      o[x] = (a * o[x] + b * part[x]) * inv;
-    lse = top + std::log(a + b);
-  }
-
-  /// A data slice's backward, group by group: each group's pieces on Q, K,
-  /// V, O, dO and the merged log-sum-exp in its order (P of a pair is
-  /// exp(score - lse) whatever group has it), their gradients scattered
-  /// back and summed.
+  /// A data slice's backward, group by group, in place: a group of rows
+  /// run one by one first (it writes dQ and adds to dK and dV, cleared
+  /// for it), then each group of row blocks in its order, adding to what
+  /// the groups before wrote (P of a pair is exp(score - lse) whatever group
+  /// has it).
   void runDataBackward(const std::vector<DataGroup> &groups, size_t set, const GradSlice &s, FusedWorker &worker,
                        int threads, const ScoreRun *score) const {
     const int64_t n = s.n, d = s.d;
-    DataBuffers &w = dataBuffers();
     const size_t size = static_cast<size_t>(n * d);
-    float *out[3] = {s.dq, s.dk, s.dv};
-    for (std::vector<float> &x : w.grads)
-      x.resize(size);
+    bool started = false;
     for (const DataGroup &g : groups) {
-      // The first group writes every gradient row: in raster order straight into dQ, dK, dV, else
-      // scattered there; the others add to them.
-      const bool first = &g == &groups.front(), direct = first && !g.classes;
-      float *grads[3] = {w.grads[0].data(), w.grads[1].data(), w.grads[2].data()};
-      if (direct)
-        std::copy(out, out + 3, grads);
-      const float *rows[5] = {s.q, s.k, s.v, s.o, s.dO};
-      const float *lse = s.lse;
-      if (g.classes) {
-        for (int x = 0; x < 5; ++x) {
-          gather(rows[x], g.classes->order, d, w.gathered[x]);
-          rows[x] = w.gathered[x].data();
-        }
-        w.groupLse.resize(static_cast<size_t>(n));
-        for (int64_t t = 0; t < n; ++t)
-          w.groupLse[static_cast<size_t>(t)] = s.lse[g.classes->order[static_cast<size_t>(t)]];
-        lse = w.groupLse.data();
-      }
-      if (g.rows) { // dQ written, dK and dV added to: start them at zero
-        std::fill(grads[1], grads[1] + size, 0.0f);
-        std::fill(grads[2], grads[2] + size, 0.0f);
-        runRowsBackward(g.rowSet(), n, 0, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse, grads[0], grads[1],
-                        grads[2], s.scale, worker.rowsGrad, threads, score, s.inputGrad);
-      } else {
-        ScoreRun run; // (a class group's rows and keys sit in its order)
-        if (score) {
-          run = *score;
-          run.order = g.classes ? g.classes->order.data() : nullptr;
-        }
-        runFusedBackward(g.plan, set, false, nullptr, n, d, rows[0], rows[1], rows[2], rows[3], rows[4], lse,
-                         grads[0], grads[1], grads[2], s.scale, worker.grad, threads, 0,
-                         std::numeric_limits<int64_t>::max(), score ? &run : nullptr, s.inputGrad);
-      }
-      if (direct)
+      if (g.rows) {
+        std::fill(s.dk, s.dk + size, 0.0f);
+        std::fill(s.dv, s.dv + size, 0.0f);
+        runRowsBackward(g.rowSet(), n, 0, d, s.q, s.k, s.v, s.o, s.dO, s.lse, s.dq, s.dk, s.dv, s.scale,
+                        worker.rowsGrad, threads, score, s.inputGrad);
+        worker.grad.dqFresh.assign(static_cast<size_t>(n), 0); // (every row and key holds a sum now)
+        worker.grad.kvFresh.assign(static_cast<size_t>(n), 0);
+        started = true;
         continue;
-      for (int x = 0; x < 3; ++x)
-        for (int64_t t = 0; t < n; ++t) {
-          const int64_t i = g.classes ? g.classes->order[static_cast<size_t>(t)] : t;
-          const float *from = grads[x] + t * d;
-          float *to = out[x] + i * d;
-          if (first)
-            std::copy_n(from, d, to);
-          else
-            for (int64_t e = 0; e < d; ++e)
-              to[e] += from[e];
-        }
+      }
+      const PassOrder pass{g.classes ? g.classes->order.data() : nullptr, !started, &g == &groups.back()};
+      runFusedBackward(g.plan, set, false, nullptr, n, d, s.q, s.k, s.v, s.o, s.dO, s.lse, s.dq, s.dk, s.dv,
+                       s.scale, worker.grad, threads, 0, std::numeric_limits<int64_t>::max(), score, s.inputGrad,
+                       pass);
+      started = true;
     }
-    w.trim();
   }
 
   static const InputArrays *checked(const InputArrays *inputs) {
