@@ -29,9 +29,25 @@ void InputArray::indexClasses() {
   ATTNC_CHECK(rank == 1 && rows < (int64_t{1} << 31), "equality classes of a 1-D input below 2^31 entries");
   const auto count = static_cast<size_t>(rows);
   order.resize(count);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t x, int32_t y) { return values[static_cast<size_t>(x)] < values[static_cast<size_t>(y)]; });
+  // Values in a range of at most 4 per entry (buckets, document ids): a
+  // counting sort, O(n + range) and stable; else a stable comparison sort.
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  const uint64_t range = count ? static_cast<uint64_t>(*hi) - static_cast<uint64_t>(*lo) : 0;
+  if (count && range < 4 * uint64_t{count}) {
+    const int64_t base = *lo;
+    std::vector<int32_t> start(static_cast<size_t>(range) + 2, 0);
+    for (int64_t v : values)
+      ++start[static_cast<size_t>(v - base) + 1];
+    for (size_t x = 1; x < start.size(); ++x)
+      start[x] += start[x - 1];
+    for (size_t p = 0; p < count; ++p)
+      order[static_cast<size_t>(start[static_cast<size_t>(values[p] - base)]++)] = static_cast<int32_t>(p);
+  } else {
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+      return values[static_cast<size_t>(x)] < values[static_cast<size_t>(y)];
+    });
+  }
   classBegin.resize(count);
   classEnd.resize(count);
   placeOf.resize(count);

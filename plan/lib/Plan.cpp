@@ -958,16 +958,20 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
 }
 
 void BlockSource::dropSameTags(BlockTiles &block) const {
+  // The rows' mask of each tag, indexed by the tag (a position of the other
+  // input's order, so below n): one lookup per key instead of a compare per
+  // row; cleared again for the next block.
+  thread_local std::vector<uint64_t> rowsOf;
   for (const auto &tags : distinct_) {
     const int32_t *tag = tags->data(), *rowTag = tag + block.firstRow;
-    const int32_t rows = block.rows;
-    for (size_t c = 0; c < block.keys.size(); ++c) {
-      const int32_t key = tag[block.keys[c]];
-      uint64_t same = 0;
-      for (int32_t r = 0; r < rows; ++r)
-        same |= uint64_t{rowTag[r] == key} << r;
-      block.masks[c] &= ~same;
-    }
+    if (rowsOf.size() < tags->size())
+      rowsOf.resize(tags->size(), 0);
+    for (int32_t r = 0; r < block.rows; ++r)
+      rowsOf[static_cast<size_t>(rowTag[r])] |= uint64_t{1} << r;
+    for (size_t c = 0; c < block.keys.size(); ++c)
+      block.masks[c] &= ~rowsOf[static_cast<size_t>(tag[block.keys[c]])];
+    for (int32_t r = 0; r < block.rows; ++r)
+      rowsOf[static_cast<size_t>(rowTag[r])] = 0;
   }
 }
 

@@ -210,9 +210,8 @@ public:
   void build(int64_t block, BlockShape &out) const;
   /// Clears the mask bits of a block's pairs whose rows and keys share a
   /// tag of Piece::distinctTags (nothing for other pieces): applied to the
-  /// expanded blocks of build(). O(keys x rows) compares per block.
+  /// expanded blocks of build(). O(keys + rows) per block.
   void dropSameTags(BlockTiles &block) const;
-  bool testsPairs() const { return !distinct_.empty(); }
   /// How many references build() moves blocks from (0: it builds each block).
   int64_t references() const;
   /// A reference block (defined in Plan.cpp, whose helpers move it).
