@@ -244,7 +244,7 @@ ATTNC_ROWS_CLONES void gradRow(const IntervalSet &keys, int64_t d, const float *
           rs.weight[t] = dsp;
           updatePair(d, p, scale * dsp * df[t], q, dO, k + (j0 + t) * d, dq, dk + (j0 + t) * d, dv + (j0 + t) * d);
         }
-        if (!rs.code->grads.empty())
+        if (rs.code->hasInputGrads())
           accumulateScoreGrads(*rs.code, rs.lanes, rs.weight, score->gradOffsets, inputGrad);
       }
       continue;

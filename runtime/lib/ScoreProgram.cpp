@@ -15,6 +15,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -66,13 +67,14 @@ public:
     n.flat = guard;
     return add(n);
   }
-  /// tables[table][index - offset] (ScoreCode::Lookup).
-  int lookup(int index, int64_t table) {
+  /// tables[table][index - offset] (ScoreCode::Lookup): an integer table,
+  /// or a float one (a table that reads float inputs).
+  int lookup(int index, int64_t table, bool isInt = true) {
     Node n{N::Op};
     n.kind = K::Lookup;
     n.a = index;
     n.input = table;
-    n.isInt = true;
+    n.isInt = isInt;
     return add(n);
   }
   bool isOp(int x, K k) const {
@@ -418,21 +420,30 @@ std::array<int, 4> operands(const Node &nd) {
 struct Root {
   int node;
   int64_t input = -1, flat = -1;
-  int read = -1; ///< a Read node
+  int read = -1;   ///< a Read node
+  int lookup = -1; ///< a float table's Lookup node (its derivative goes by distance)
 };
 
 ScoreCode emit(Dag &dag, int value, int dValue, const std::vector<Root> &gradRoots, const ir::PatternIR &ir,
                const std::vector<FloatInput> &inputs, std::vector<std::vector<float>> tables);
 
-/// Whether x (int-valued, no s, no input) reads i and j only as i - j or
-/// j - i, and how many operations it has: such a node is a function of the
-/// distance alone.
-bool relative(const Dag &dag, int x, int &ops) {
+/// Whether x (no s) reads i and j only as i - j or j - i, and how many
+/// operations and reads of float inputs it has: such a node is a function
+/// of the distance alone (an input's entries are fixed for a slice).
+bool relative(const Dag &dag, int x, int &ops, int &reads) {
   const Node &nd = dag.nodes[static_cast<size_t>(x)];
   switch (nd.what) {
-  case N::Const: return true;
+  case N::Const:
+  case N::Param: return true;
   case N::Op: break;
-  default: return false; // s, a bare i or j, an input
+  case N::Read:
+    ++reads;
+    ++ops;
+    for (int y : operands(nd))
+      if (y >= 0 && !relative(dag, y, ops, reads))
+        return false;
+    return true;
+  default: return false; // s, a bare i or j
   }
   if (nd.kind == K::Rel) {
     ++ops;
@@ -444,64 +455,139 @@ bool relative(const Dag &dag, int x, int &ops) {
     return false;
   ++ops;
   for (int y : {nd.a, nd.b, nd.c})
-    if (y >= 0 && !relative(dag, y, ops))
+    if (y >= 0 && !relative(dag, y, ops, reads))
       return false;
   return true;
 }
 
-/// Replaces the largest integer-valued subexpressions of the distance
-/// i - j alone (T5's bucket of a relative position: a log, a division, a
-/// floor, a min) by a lookup in a table over every distance of length n,
-/// computed here by the runner on 2n - 1 lanes: per pair, a subtraction and
-/// a gather instead of the whole expression.
+/// A code of the distance alone run on the 2n - 1 distances i - j =
+/// t - (n - 1) (lanes are the rows i of the key j = 0): its value per
+/// distance, with `run` called on each chunk of lanes as well
+/// (foldTableGrads). A read outside its input marks its distance in
+/// `outside` (when given) and reads 0: no error is thrown here.
+std::vector<float> overDistances(const ScoreCode &sub, int64_t n, ScoreRunner runner,
+                                 std::vector<uint8_t> *outside = nullptr,
+                                 const std::function<void(const ScoreLanes &, int64_t t0)> &run = {}) {
+  const int64_t size = 2 * n - 1;
+  std::vector<float> table(static_cast<size_t>(size)), slots;
+  prepareScoreSlots(sub, slots);
+  constexpr int M = ScoreCode::kMaxLanes;
+  std::vector<float> rows(static_cast<size_t>(M));
+  const float key = 0.0f;
+  std::fill_n(slots.data() + ScoreCode::kJ * M, M, 0.0f);
+  uint8_t marks[M];
+  if (outside)
+    outside->assign(static_cast<size_t>(size), 0);
+  for (int64_t t0 = 0; t0 < size; t0 += M) {
+    const int lanes = static_cast<int>(std::min<int64_t>(M, size - t0));
+    for (int l = 0; l < M; ++l)
+      rows[static_cast<size_t>(l)] = slots[static_cast<size_t>(ScoreCode::kI * M + l)] =
+          static_cast<float>(t0 + l - (n - 1));
+    ScoreLanes lanesOf{slots.data(), lanes};
+    lanesOf.rowPos = rows.data();
+    lanesOf.keyPos = &key;
+    lanesOf.width = M;
+    std::fill_n(marks, M, uint8_t{0});
+    lanesOf.outside = marks;
+    runner(sub, lanesOf);
+    std::copy_n(lanesOf.slot(sub.value), lanes, table.data() + t0);
+    if (outside)
+      std::copy_n(marks, lanes, outside->data() + t0);
+    if (run)
+      run(lanesOf, t0);
+  }
+  return table;
+}
+
+/// The backward code of node x alone: its derivatives by every input entry
+/// it reads (a float table's, for foldTableGrads).
+std::shared_ptr<const ScoreCode> tableGradCode(Dag &dag, int x, const ir::PatternIR &ir,
+                                               const std::vector<FloatInput> &inputs);
+
+/// Replaces the largest subexpressions of the distance i - j alone by a
+/// lookup in a table over every distance of length n, computed here by the
+/// runner on 2n - 1 lanes: integer ones (T5's bucket of a relative
+/// position: a log, a division, a floor, a min) and float ones that read
+/// inputs (T5's whole bias rel[h, bucket(j - i)]). Per pair, a subtraction
+/// and a load (consecutive rows: a copy) instead of the whole expression
+/// and its gathers. The distances at which a float table reads outside its
+/// input (j > i, for a causal T5 bias) are marked (`bad`): a pair of the
+/// pattern at one of them fails as its own read would. With `backward`,
+/// each float table's own backward code is kept in `subs`.
 int tabulate(Dag &dag, int x, int64_t n, const ir::PatternIR &ir, const std::vector<FloatInput> &inputs,
-             ScoreRunner runner, std::vector<std::vector<float>> &tables, std::map<int, int> &done) {
+             ScoreRunner runner, std::vector<std::vector<float>> &tables, std::map<int, int> &done,
+             bool backward, std::map<int64_t, std::shared_ptr<const ScoreCode>> &subs,
+             std::vector<std::vector<uint8_t>> &bad, std::vector<std::shared_ptr<const ScoreCode>> &codes) {
   if (auto at = done.find(x); at != done.end())
     return at->second;
   const Node nd = dag.nodes[static_cast<size_t>(x)];
-  int out = x;
-  int ops = 0;
-  if (nd.what == N::Op && nd.isInt && relative(dag, x, ops) && ops >= 3) {
-    // The table: the node at i = t - (n - 1), j = 0 for t in [0, 2n - 1).
-    const int64_t size = 2 * n - 1;
-    ScoreCode sub = emit(dag, x, -1, {}, ir, inputs, {});
-    std::vector<float> table(static_cast<size_t>(size)), slots;
-    prepareScoreSlots(sub, slots);
-    constexpr int M = ScoreCode::kMaxLanes;
-    // (Lanes are rows i = the distances of one key j = 0, for Rel.)
-    std::vector<float> rows(static_cast<size_t>(M));
-    const float key = 0.0f;
-    std::fill_n(slots.data() + ScoreCode::kJ * M, M, 0.0f);
-    for (int64_t t0 = 0; t0 < size; t0 += M) {
-      const int lanes = static_cast<int>(std::min<int64_t>(M, size - t0));
-      for (int l = 0; l < M; ++l)
-        rows[static_cast<size_t>(l)] = slots[static_cast<size_t>(ScoreCode::kI * M + l)] =
-            static_cast<float>(t0 + l - (n - 1));
-      ScoreLanes run{slots.data(), lanes};
-      run.rowPos = rows.data();
-      run.keyPos = &key;
-      run.width = M;
-      runner(sub, run);
-      std::copy_n(run.slot(sub.value), lanes, table.data() + t0);
+  int out = -1;
+  int ops = 0, reads = 0;
+  if ((nd.what == N::Op || nd.what == N::Read) && relative(dag, x, ops, reads) &&
+      (nd.isInt ? ops >= 3 && reads == 0 : reads > 0)) {
+    auto sub = std::make_shared<const ScoreCode>(emit(dag, x, -1, {}, ir, inputs, {}));
+    std::vector<uint8_t> outside;
+    std::vector<float> values = overDistances(*sub, n, runner, &outside);
+    if (std::find(outside.begin(), outside.end(), uint8_t{0}) != outside.end()) { // (some distance reads inside)
+      tables.push_back(std::move(values));
+      const bool any = std::find(outside.begin(), outside.end(), uint8_t{1}) != outside.end();
+      bad.push_back(any ? std::move(outside) : std::vector<uint8_t>{});
+      codes.push_back(any ? sub : nullptr);
+      const int distance = dag.op(K::Sub, dag.leaf(N::I), dag.leaf(N::J), -1, true);
+      const auto table = static_cast<int64_t>(tables.size() - 1);
+      out = dag.lookup(distance, table, nd.isInt);
+      if (backward && !nd.isInt)
+        subs.emplace(table, tableGradCode(dag, x, ir, inputs));
     }
-    tables.push_back(std::move(table));
-    const int distance = dag.op(K::Sub, dag.leaf(N::I), dag.leaf(N::J), -1, true);
-    out = dag.lookup(distance, static_cast<int64_t>(tables.size() - 1));
-  } else if (nd.what == N::Op || nd.what == N::Read) {
-    int args[3] = {nd.a, nd.b, nd.c};
-    bool changed = false;
-    for (int &y : args)
-      if (y >= 0) {
-        const int z = tabulate(dag, y, n, ir, inputs, runner, tables, done);
-        changed = changed || z != y;
-        y = z;
-      }
-    if (changed)
-      out = nd.what == N::Read ? dag.read(nd.input, args[0], args[1], args[2], static_cast<int>(nd.flat))
-                               : dag.op(nd.kind, args[0], args[1], args[2], nd.isInt);
+  }
+  if (out < 0) {
+    out = x;
+    if (nd.what == N::Op || nd.what == N::Read) {
+      int args[3] = {nd.a, nd.b, nd.c};
+      bool changed = false;
+      for (int &y : args)
+        if (y >= 0) {
+          const int z = tabulate(dag, y, n, ir, inputs, runner, tables, done, backward, subs, bad, codes);
+          changed = changed || z != y;
+          y = z;
+        }
+      if (changed)
+        out = nd.what == N::Read ? dag.read(nd.input, args[0], args[1], args[2], static_cast<int>(nd.flat))
+                                 : dag.op(nd.kind, args[0], args[1], args[2], nd.isInt);
+    }
   }
   done.emplace(x, out);
   return out;
+}
+
+/// The roots of the backward code of `value`: d/ds, and d/d(every input
+/// entry it reads and every float table it looks up).
+int gradientRoots(Dag &dag, int value, std::vector<Root> &roots) {
+  const size_t before = dag.nodes.size();
+  const int dValue = Derivative{dag, dag.leaf(N::S), {}}.of(value);
+  for (size_t x = 0; x < before; ++x) {
+    const Node nd = dag.nodes[x];
+    const bool table = nd.what == N::Op && nd.kind == K::Lookup && !nd.isInt;
+    if (nd.what != N::Param && nd.what != N::Read && !table)
+      continue;
+    const int deriv = Derivative{dag, static_cast<int>(x), {}}.of(value);
+    if (dag.isConst(deriv, 0))
+      continue;
+    Root r{deriv, nd.input, nd.what == N::Param ? nd.flat : -1, nd.what == N::Read ? static_cast<int>(x) : -1};
+    if (table) {
+      r.input = -1;
+      r.lookup = static_cast<int>(x);
+    }
+    roots.push_back(r);
+  }
+  return dValue;
+}
+
+std::shared_ptr<const ScoreCode> tableGradCode(Dag &dag, int x, const ir::PatternIR &ir,
+                                               const std::vector<FloatInput> &inputs) {
+  std::vector<Root> roots;
+  const int dValue = gradientRoots(dag, x, roots);
+  return std::make_shared<const ScoreCode>(emit(dag, x, dValue, roots, ir, inputs, {}));
 }
 
 } // namespace
@@ -512,28 +598,41 @@ ScoreCode compileScore(const ScoreExpr &expr, const ir::PatternIR &ir, int64_t h
   Lowering lowering{dag, ir, h, n, inputs};
   int value = lowering.lower(expr);
   std::vector<std::vector<float>> made;
+  std::map<int64_t, std::shared_ptr<const ScoreCode>> subs;
+  std::vector<std::vector<uint8_t>> bad;
+  std::vector<std::shared_ptr<const ScoreCode>> codes;
   if (tables && n <= (int64_t{1} << 22)) {
     std::map<int, int> done;
-    value = tabulate(dag, value, n, ir, inputs, tables, made, done);
+    value = tabulate(dag, value, n, ir, inputs, tables, made, done, backward, subs, bad, codes);
   }
   // The roots: the value, then (backward) d/ds and d/d(every entry read).
   int dValue = -1;
   std::vector<Root> gradRoots;
-  if (backward) {
-    const size_t before = dag.nodes.size();
-    dValue = Derivative{dag, dag.leaf(N::S), {}}.of(value);
-    for (size_t x = 0; x < before; ++x) {
-      const Node nd = dag.nodes[x];
-      if (nd.what != N::Param && nd.what != N::Read)
-        continue;
-      const int deriv = Derivative{dag, static_cast<int>(x), {}}.of(value);
-      if (dag.isConst(deriv, 0))
-        continue;
-      gradRoots.push_back({deriv, nd.input, nd.what == N::Param ? nd.flat : -1,
-                           nd.what == N::Read ? static_cast<int>(x) : -1});
+  if (backward)
+    dValue = gradientRoots(dag, value, gradRoots);
+  ScoreCode code = emit(dag, value, dValue, gradRoots, ir, inputs, std::move(made));
+  code.tableBad = std::move(bad);
+  code.tableCode = std::move(codes);
+  for (const std::vector<uint8_t> &marks : code.tableBad) {
+    ScoreCode::Good good;
+    if (!marks.empty()) {
+      const auto first = std::find(marks.begin(), marks.end(), uint8_t{0});
+      const auto last = std::find(marks.rbegin(), marks.rend(), uint8_t{0});
+      good.first = static_cast<int32_t>(first - marks.begin());
+      good.second = static_cast<int32_t>(marks.rend() - last - 1);
+      good.holes = std::find(first, last.base(), uint8_t{1}) != last.base();
     }
+    code.tableGood.push_back(good);
   }
-  return emit(dag, value, dValue, gradRoots, ir, inputs, std::move(made));
+  // The tables' sums by distance, past the inputs' entries.
+  std::vector<int64_t> offsets;
+  int64_t at = floatOffsets(inputs, offsets);
+  for (ScoreCode::TableGrad &t : code.tableGrads) {
+    t.at = at;
+    t.sub = subs.at(t.table);
+    at += 2 * n - 1;
+  }
+  return code;
 }
 
 namespace {
@@ -555,6 +654,8 @@ ScoreCode emit(Dag &dag, int value, int dValue, const std::vector<Root> &gradRoo
     all.push_back(dValue);
     for (const Root &r : gradRoots) {
       all.push_back(r.node);
+      if (r.lookup >= 0) // (its distance stays in its slot: accumulateScoreGrads reads it)
+        all.push_back(dag.nodes[static_cast<size_t>(r.lookup)].a);
       if (r.read < 0)
         continue;
       all.push_back(r.read); // (its indices stay in their slots: accumulateScoreGrads reads them)
@@ -664,6 +765,14 @@ ScoreCode emit(Dag &dag, int value, int dValue, const std::vector<Root> &gradRoo
   if (backward) {
     code.dValue = slotOf[static_cast<size_t>(dValue)];
     for (const Root &r : gradRoots) {
+      if (r.lookup >= 0) {
+        ScoreCode::TableGrad t;
+        t.table = static_cast<int16_t>(dag.nodes[static_cast<size_t>(r.lookup)].input);
+        t.index = slotOf[static_cast<size_t>(dag.nodes[static_cast<size_t>(r.lookup)].a)];
+        t.deriv = slotOf[static_cast<size_t>(r.node)];
+        code.tableGrads.push_back(t);
+        continue;
+      }
       ScoreCode::Grad g;
       g.input = r.input;
       g.flat = r.flat;
@@ -715,6 +824,8 @@ std::string scoreListing(const ScoreCode &code) {
   for (const ScoreCode::Grad &g : code.grads)
     os << "  d/d" << code.names[static_cast<size_t>(g.input)]
        << (g.flat >= 0 ? "[" + std::to_string(g.flat) + "]" : "[read]") << " " << slot(g.deriv) << "\n";
+  for (const ScoreCode::TableGrad &t : code.tableGrads)
+    os << "  d/dtable" << t.table << "[" << slot(t.index) << "] " << slot(t.deriv) << "\n";
   return os.str();
 }
 
@@ -795,6 +906,18 @@ void scatterReadGrads(const ScoreCode::ReadOf &r, const float *const *idx, const
 
 void accumulateScoreGrads(const ScoreCode &code, const ScoreLanes &lanes, const float *weight,
                           const std::vector<int64_t> &offsets, double *grad) {
+  for (const ScoreCode::TableGrad &t : code.tableGrads) {
+    const float *deriv = lanes.slot(t.deriv), *distance = lanes.slot(t.index);
+    const int32_t last = static_cast<int32_t>(code.tables[static_cast<size_t>(t.table)].size()) - 1;
+    double *to = grad + t.at;
+    for (int l = 0; l < lanes.lanes; ++l) {
+      if (weight[l] == 0.0f) // (no pair here: its distance may be anything)
+        continue;
+      int32_t at = static_cast<int32_t>(distance[l]) + last / 2;
+      at = at < 0 ? 0 : at > last ? last : at;
+      to[at] += weight[l] * deriv[l];
+    }
+  }
   for (const ScoreCode::Grad &g : code.grads) {
     const float *deriv = lanes.slot(g.deriv);
     double *to = grad + offsets[static_cast<size_t>(g.input)];
@@ -826,6 +949,27 @@ void accumulateScoreGrads(const ScoreCode &code, const ScoreLanes &lanes, const 
     case 2: scatterReadGrads<2>(r, idx, weight, deriv, lanes.lanes, to); break;
     default: scatterReadGrads<3>(r, idx, weight, deriv, lanes.lanes, to); break;
     }
+  }
+}
+
+int64_t scoreGradSize(const ScoreCode &code, const std::vector<FloatInput> &inputs) {
+  std::vector<int64_t> offsets;
+  int64_t total = floatOffsets(inputs, offsets);
+  for (const ScoreCode::TableGrad &t : code.tableGrads)
+    total += static_cast<int64_t>(code.tables[static_cast<size_t>(t.table)].size());
+  return total;
+}
+
+void foldTableGrads(const ScoreCode &code, const std::vector<int64_t> &offsets, double *grad, ScoreRunner runner) {
+  std::vector<float> weight(ScoreCode::kMaxLanes);
+  for (const ScoreCode::TableGrad &t : code.tableGrads) {
+    const int64_t n = (static_cast<int64_t>(code.tables[static_cast<size_t>(t.table)].size()) + 1) / 2;
+    const double *sums = grad + t.at;
+    overDistances(*t.sub, n, runner, nullptr, [&](const ScoreLanes &lanes, int64_t t0) {
+      for (int l = 0; l < lanes.lanes; ++l)
+        weight[static_cast<size_t>(l)] = static_cast<float>(sums[t0 + l]);
+      accumulateScoreGrads(*t.sub, lanes, weight.data(), offsets, grad);
+    });
   }
 }
 

@@ -19,6 +19,7 @@
 #include "attnc/plan/Score.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,8 @@ struct ScoreCode {
   enum Kind : uint8_t {
     Add, Sub, Mul, Div, Neg, Abs, Min, Max, Tanh, Exp, Log, Floor, IDiv, Mod, Where,
     Lt, Le, Gt, Ge, Eq, Ne, And, Or, Not, Read,
-    Lookup, ///< tables[read][a + offset]: a subexpression of the distance i - j, tabulated (a = i - j)
+    Lookup, ///< tables[read][a + offset]: a subexpression of the distance i - j, tabulated (a = i - j, also
+            ///< rowPos - keyPos of ScoreLanes where those are set)
     Rel,    ///< i - j (a = +1) or j - i (a = -1) from ScoreLanes' row and key positions
     Fma,    ///< a * b + c
     CapTanh, ///< c * tanh(b * a) (b, c constants: soft-capping's cap * tanh(s / cap))
@@ -63,6 +65,43 @@ struct ScoreCode {
   std::vector<Grad> grads;   ///< backward only
   /// Lookup's tables: entry t is the value at distance i - j = t - (n - 1).
   std::vector<std::vector<float>> tables;
+  /// Backward: a table that reads float inputs (T5's rel[h, bucket(j - i)])
+  /// has no reads left in the code, so its gradient goes by distance: each
+  /// lane adds d(value)/d(entry) (slot `deriv`) times its weight at
+  /// grad[at + (i - j) + n - 1] (the distance in slot `index`), and
+  /// foldTableGrads turns those 2n - 1 sums into the inputs' gradients once
+  /// per slice, through `sub` (the table's own code, with its derivatives).
+  struct TableGrad {
+    int16_t table = -1, index = -1, deriv = -1;
+    int64_t at = 0;
+    std::shared_ptr<const ScoreCode> sub;
+  };
+  std::vector<TableGrad> tableGrads;
+  /// Per table, the distances at which it reads outside an input (empty:
+  /// none), and its own code: a live pair at such a distance runs that code
+  /// on its own lane, which throws the read's InputError naming the pair.
+  std::vector<std::vector<uint8_t>> tableBad;
+  std::vector<std::shared_ptr<const ScoreCode>> tableCode;
+  /// Per table with such distances: the first and last good entry, and
+  /// whether bad ones lie between them too (else a distance is good exactly
+  /// inside [first, last]: one compare per key of a row block).
+  struct Good {
+    int32_t first = 0, second = 0;
+    bool holes = false;
+  };
+  std::vector<Good> tableGood;
+  /// Whether the backward pass has input gradients to sum (accumulateScoreGrads).
+  bool hasInputGrads() const { return !grads.empty() || !tableGrads.empty(); }
+  /// Whether the kernels must say which lanes are pairs (ScoreLanes::live):
+  /// reads, or tables with distances outside an input.
+  bool checksLanes() const {
+    if (!reads.empty())
+      return true;
+    for (const auto &bad : tableBad)
+      if (!bad.empty())
+        return true;
+    return false;
+  }
   int numSlots = kFirstConst;
   int16_t value = kS;        ///< slot of the expression's value
   int16_t dValue = -1;       ///< backward: slot of d(value) / ds
@@ -116,6 +155,9 @@ struct ScoreLanes {
   /// Where not null and the code's valueLast, the value goes here (not to
   /// its slot); it may be `s` itself.
   float *out = nullptr;
+  /// Where not null, a read outside its input sets its lane's byte here
+  /// (and reads 0) instead of throwing, live or not: tabulating a table.
+  uint8_t *outside = nullptr;
   /// Slot k's lanes, as the code reads them.
   const float *slot(int16_t k) const { return k == ScoreCode::kS && s ? s : slots + k * ScoreCode::kMaxLanes; }
 };
@@ -134,8 +176,18 @@ ScoreRunner scoreRunner();
 
 /// Adds sum over lanes of weight[l] * d(value)/d(entry) into grad (the
 /// float inputs' entries, flat, each input at offsets[input]) for every
-/// Grad of the code; lanes with weight 0 add nothing.
+/// Grad of the code, and into its tables' per-distance sums (TableGrad::at,
+/// past the inputs' entries); lanes with weight 0 add nothing.
 void accumulateScoreGrads(const ScoreCode &code, const ScoreLanes &lanes, const float *weight,
                           const std::vector<int64_t> &offsets, double *grad);
+
+/// How many doubles the gradient sums of `code` take: the float inputs'
+/// entries (floatOffsets), then each TableGrad's 2n - 1 distances.
+int64_t scoreGradSize(const ScoreCode &code, const std::vector<FloatInput> &inputs);
+
+/// Adds the tables' per-distance sums in grad into the float inputs'
+/// entries of grad (once per slice, after every pair has added its share),
+/// running each table's code on the distances with `runner`.
+void foldTableGrads(const ScoreCode &code, const std::vector<int64_t> &offsets, double *grad, ScoreRunner runner);
 
 } // namespace attnc::rt

@@ -361,6 +361,42 @@ pattern rel_bias {
   run.check(kernel.get(), m, "relative bias");
 }
 
+TEST(ScoreModifiers, ABiasTableWithDistancesOutsideItsInput) {
+  // The bias of a distance alone is tabulated per slice over every distance
+  // (ScoreProgram's float tables); here the distances 2 mod 3 (and many
+  // past the window) read rel[20], outside it: holes in the table that no
+  // pair of the pattern may reach, and one that does fails naming its read.
+  const char *source = R"(
+pattern holes {
+  input rel : float[15]
+  causal
+  attend { j : i - j < 30 } - { j : (i - j) % 3 == 2 }
+  score s + rel[(i - j) % 3 * 10]
+}
+)";
+  KernelPtr kernel = compileSource(source);
+  ASSERT_TRUE(kernel);
+  Model m{[](int64_t i, int64_t j) { return j <= i && i - j < 30 && (i - j) % 3 != 2; },
+          [](double s, int64_t i, int64_t j, int64_t, const std::vector<double> &p) {
+            return s + p[static_cast<size_t>((i - j) % 3 * 10)];
+          },
+          nullptr};
+  ScoreRun run(1, 2, 2, 150, 150, 16, 61);
+  run.floats.push_back({"rel", {15}, randomFloats(15, 62, 1.0f), {}});
+  run.check(kernel.get(), m, "a bias table with holes");
+  KernelPtr reaches = compileSource(R"(
+pattern reaches {
+  input rel : float[15]
+  causal
+  attend { j : i - j < 30 }
+  score s + rel[(i - j) % 3 * 10]
+}
+)");
+  ASSERT_TRUE(reaches);
+  EXPECT_EQ(run.forward(reaches.get()), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnc_last_error()).find("rel[20] at query i = "), std::string::npos) << attnc_last_error();
+}
+
 TEST(ScoreModifiers, GqaBatchAndBf16) {
   KernelPtr kernel = compileSource(kAlibiLocal);
   ASSERT_TRUE(kernel);

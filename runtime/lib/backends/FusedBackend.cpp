@@ -228,10 +228,28 @@ public:
     if (ir_.score) {
       code = compileScore(*ir_.score, ir_, s.head, s.n, floatsOf(s.floats), true,
                           s.firstRow == 0 ? scoreRunner() : nullptr);
-      if (!s.inputGrad)
+      if (!s.inputGrad) {
         code->grads.clear();
+        code->tableGrads.clear();
+      }
       run.code = &*code;
-      run.gradSize = floatOffsets(floatsOf(s.floats), run.gradOffsets);
+      const int64_t entries = floatOffsets(floatsOf(s.floats), run.gradOffsets);
+      run.gradSize = scoreGradSize(*code, floatsOf(s.floats));
+      if (run.gradSize > entries) {
+        // Tables that read float inputs: their sums by distance after the
+        // entries, folded into the entries once every pair has run.
+        thread_local std::vector<double> sums;
+        sums.assign(static_cast<size_t>(run.gradSize), 0.0);
+        GradSlice withTables = s;
+        withTables.inputGrad = sums.data();
+        runBackwardOf(state, withTables, scratch, threads, &run);
+        foldTableGrads(*code, run.gradOffsets, sums.data(), scoreRunner());
+        for (int64_t e = 0; e < entries; ++e)
+          s.inputGrad[e] += sums[static_cast<size_t>(e)];
+        if (ir_.sink)
+          sinkBackward(s);
+        return;
+      }
     }
     const ScoreRun *score = code ? &run : nullptr;
     runBackwardOf(state, s, scratch, threads, score);
