@@ -910,6 +910,24 @@ void accumulateScoreGrads(const ScoreCode &code, const ScoreLanes &lanes, const 
     const float *deriv = lanes.slot(t.deriv), *distance = lanes.slot(t.index);
     const int32_t last = static_cast<int32_t>(code.tables[static_cast<size_t>(t.table)].size()) - 1;
     double *to = grad + t.at;
+    // A row block's lanes: a key's rows are consecutive distances, added
+    // as a run (a lane without a pair adds 0, whatever its derivative).
+    const int width = lanes.width;
+    bool consecutive = lanes.rowPos && lanes.keyPos && width >= 16 && lanes.lanes % width == 0;
+    for (int r = 1; consecutive && r < width; ++r)
+      consecutive = lanes.rowPos[r] == lanes.rowPos[0] + static_cast<float>(r);
+    for (int k = 0; consecutive && k * width < lanes.lanes; ++k)
+      consecutive = lanes.rowPos[0] - lanes.keyPos[k] + static_cast<float>(last / 2) >= 0.0f &&
+                    lanes.rowPos[0] - lanes.keyPos[k] + static_cast<float>(last / 2 + width - 1) <= static_cast<float>(last);
+    if (consecutive) {
+      for (int k = 0; k * width < lanes.lanes; ++k) {
+        double *run = to + static_cast<int32_t>(lanes.rowPos[0] - lanes.keyPos[k]) + last / 2;
+        const float *w = weight + k * width, *dv = deriv + k * width;
+        for (int r = 0; r < width; ++r)
+          run[r] += w[r] == 0.0f ? 0.0f : w[r] * dv[r];
+      }
+      continue;
+    }
     for (int l = 0; l < lanes.lanes; ++l) {
       if (weight[l] == 0.0f) // (no pair here: its distance may be anything)
         continue;
