@@ -135,7 +135,9 @@ bool RowEvaluator::anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, in
     a.at(i);
     const int32_t *begin = a.order.data() + a.classBegin[static_cast<size_t>(i)];
     const int32_t *end = a.order.data() + a.classEnd[static_cast<size_t>(i)];
-    const int32_t *first = std::lower_bound(begin, end, lo);
+    // (From the class's first position on, the usual window of a causal
+    // row, no search: its first key decides.)
+    const int32_t *first = *begin >= lo ? begin : std::lower_bound(begin, end, lo);
     return first != end && *first < hi;
   }
   case Gen::Union:
@@ -371,7 +373,7 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
     a.at(i); // i must have a value
     const int32_t *begin = a.order.data() + a.classBegin[static_cast<size_t>(i)];
     const int32_t *end = a.order.data() + a.classEnd[static_cast<size_t>(i)];
-    for (const int32_t *p = std::lower_bound(begin, end, lo); p != end && *p < hi; ++p) {
+    for (const int32_t *p = *begin >= lo ? begin : std::lower_bound(begin, end, lo); p != end && *p < hi; ++p) {
       appendKey(out, *p);
     }
     break;
