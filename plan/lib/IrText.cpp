@@ -70,6 +70,17 @@ void writeBound(int64_t v, std::ostringstream &os) {
     os << v;
 }
 
+/// A key range's or coordinate range's two bound terms, `_` for none.
+void writeTermBounds(const SetNode &s, std::ostringstream &os) {
+  for (const TermRef &b : {s.loTerm, s.hiTerm}) {
+    os << ' ';
+    if (b)
+      writeTerm(*b, os);
+    else
+      os << '_';
+  }
+}
+
 void writeSet(const SetNode &s, std::ostringstream &os) {
   os << '(' << genName(s.kind);
   switch (s.kind) {
@@ -80,26 +91,12 @@ void writeSet(const SetNode &s, std::ostringstream &os) {
     writeBound(s.hi, os);
     break;
   case Gen::BlockDiag: os << ' ' << s.modulus; break;
-  case Gen::KeyRange:
-    for (const TermRef &b : {s.loTerm, s.hiTerm}) {
-      os << ' ';
-      if (b)
-        writeTerm(*b, os);
-      else
-        os << '_';
-    }
-    break;
+  case Gen::KeyRange: writeTermBounds(s, os); break;
   case Gen::Stripe: os << ' ' << s.modulus << ' ' << s.lo << ' ' << s.hi; break;
   case Gen::Residue: os << ' ' << s.modulus << ' ' << s.residue; break;
   case Gen::CoordRange:
     os << ' ' << s.keyBlock << ' ' << s.modulus;
-    for (const TermRef &b : {s.loTerm, s.hiTerm}) {
-      os << ' ';
-      if (b)
-        writeTerm(*b, os);
-      else
-        os << '_';
-    }
+    writeTermBounds(s, os);
     break;
   case Gen::RowIf:
   case Gen::Predicate:

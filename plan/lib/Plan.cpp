@@ -77,11 +77,7 @@ public:
     case ir::Gen::KeyRange: {
       // [lo(i), hi(i)]: from the ranges of the two terms over the rows.
       std::optional<ValueRange> first = ValueRange{lo, lo}, last = ValueRange{hi - 1, hi - 1};
-      if (s->loTerm)
-        first = rangeOverRows(*s->loTerm, a, b, n_);
-      if (s->hiTerm)
-        last = rangeOverRows(*s->hiTerm, a, b, n_);
-      if (!first || !last)
+      if (!boundsOverRows(*s, a, b, first, last))
         return perRow(s, a, b, lo, hi);
       auto span = [&](int64_t from, int64_t to) { // keys [from, to], clipped (no overflow)
         int64_t x = std::max(lo, from), y = to >= hi ? hi : std::max(lo, to + 1);
@@ -98,11 +94,7 @@ public:
       // greatest lo to the least hi.
       const int64_t m = s->modulus;
       std::optional<ValueRange> first = ValueRange{0, 0}, last = ValueRange{m - 1, m - 1};
-      if (s->loTerm)
-        first = rangeOverRows(*s->loTerm, a, b, n_);
-      if (s->hiTerm)
-        last = rangeOverRows(*s->hiTerm, a, b, n_);
-      if (!first || !last)
+      if (!boundsOverRows(*s, a, b, first, last))
         return perRow(s, a, b, lo, hi);
       ir::appendCoordKeys(s->keyBlock, m, first->lo, last->hi, lo, hi, out.upper);
       ir::appendCoordKeys(s->keyBlock, m, first->hi, last->lo, lo, hi, out.lower);
@@ -194,6 +186,18 @@ public:
   }
 
 private:
+  /// The ranges of a key or coordinate range's bound terms over the rows
+  /// [a, b] into first and last (kept where a bound has no term); false
+  /// where interval arithmetic cannot bound one.
+  bool boundsOverRows(const ir::SetNode &s, int64_t a, int64_t b, std::optional<ValueRange> &first,
+                      std::optional<ValueRange> &last) const {
+    if (s.loTerm)
+      first = rangeOverRows(*s.loTerm, a, b, n_);
+    if (s.hiTerm)
+      last = rangeOverRows(*s.hiTerm, a, b, n_);
+    return first && last;
+  }
+
   /// Exact: the union and the intersection of the rows.
   Bounds perRow(const ir::SetRef &s, int64_t a, int64_t b, int64_t lo, int64_t hi) const {
     ir::RowEvaluator eval(s, n_);
