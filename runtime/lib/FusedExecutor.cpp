@@ -662,8 +662,12 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
                       double *inputGrad, const PassOrder &pass) {
   const plan::HeadPlan &head = plan.heads[headIndex];
   const size_t nd = static_cast<size_t>(n * d);
-  s.delta.resize(static_cast<size_t>(n));
-  rowDots(dO, o, n, d, s.delta.data());
+  // (A later pass of the same call reuses the rows' delta; a pass after a
+  // row-by-row group finds it cleared: FusedBackend.)
+  if (pass.first || s.delta.size() != static_cast<size_t>(n)) {
+    s.delta.resize(static_cast<size_t>(n));
+    rowDots(dO, o, n, d, s.delta.data());
+  }
   if (pass.first) {
     s.dqFresh.assign(static_cast<size_t>(n), 1);
     s.kvFresh.assign(static_cast<size_t>(n), 1);

@@ -492,6 +492,7 @@ private:
                         worker.rowsGrad, threads, score, s.inputGrad);
         worker.grad.dqFresh.assign(static_cast<size_t>(n), 0); // (every row and key holds a sum now)
         worker.grad.kvFresh.assign(static_cast<size_t>(n), 0);
+        worker.grad.delta.clear(); // (the next pass computes it)
         started = true;
         continue;
       }
