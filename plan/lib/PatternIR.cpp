@@ -360,6 +360,21 @@ bool readsData(const SetNode &set) {
   return false;
 }
 
+static bool termReadsLength(const TermRef &t) { return t && t->uses(kUsesN); }
+
+bool dependsOnLength(const SetNode &set) {
+  if (set.kind == Gen::Random || termReadsLength(set.cond) || termReadsLength(set.loTerm) ||
+      termReadsLength(set.hiTerm))
+    return true;
+  for (const TermRef &e : set.elems)
+    if (termReadsLength(e))
+      return true;
+  for (const SetRef &c : set.children)
+    if (dependsOnLength(*c))
+      return true;
+  return false;
+}
+
 SetRef bindSet(const SetRef &set, const InputArrays &arrays) {
   if (!readsData(*set))
     return set;

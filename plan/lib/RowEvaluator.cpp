@@ -443,4 +443,27 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
   }
 }
 
+std::vector<int64_t> lastReaders(const std::vector<SetRef> &sets, int64_t n) {
+  std::vector<int64_t> last(static_cast<size_t>(std::max<int64_t>(n, 0)), -1);
+  if (n <= 0)
+    return last;
+  std::vector<RowEvaluator> rows;
+  for (const SetRef &set : sets)
+    rows.emplace_back(set, n);
+  IntervalSet open{{0, n}}, keys, met, rest;
+  for (int64_t i = n - 1; i >= 0 && !open.empty(); --i) {
+    for (const RowEvaluator &r : rows) {
+      r.row(i, 0, n, keys);
+      intersectInto(keys, open, met);
+      if (met.empty())
+        continue;
+      for (const Interval &iv : met)
+        std::fill(last.begin() + iv.lo, last.begin() + iv.hi, i);
+      subtractInto(open, met, rest);
+      open.swap(rest);
+    }
+  }
+  return last;
+}
+
 } // namespace attnc::ir

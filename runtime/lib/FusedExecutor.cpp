@@ -27,6 +27,8 @@
 //===----------------------------------------------------------------------===//
 #include "FusedExecutor.h"
 
+#include "ExpPoly.h"
+
 #include "attnc/support/Check.h"
 #include "attnc/support/ThreadPool.h"
 

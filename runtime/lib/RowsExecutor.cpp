@@ -20,6 +20,9 @@
 //===----------------------------------------------------------------------===//
 #include "RowsExecutor.h"
 
+#include "ExpPoly.h"
+#include "backends/Backend.h"
+
 #include "attnc/attnc.hpp"
 #include "attnc/plan/RowEvaluator.h"
 #include "attnc/support/ThreadPool.h"
@@ -55,6 +58,19 @@ template <typename T> void prefetchRows(const T *base, int64_t first, int64_t ro
   const char *p = reinterpret_cast<const char *>(base + first * d);
   for (int64_t at = 0; at < bytes; at += 64)
     __builtin_prefetch(p + at, 0, 3);
+}
+
+/// A dot product over d in eight partial sums: a
+/// reduction the compiler keeps in vector lanes without reassociating.
+template <typename T> inline float dotRow(const float *a, const T *b, int64_t d) {
+  float part[8] = {};
+  int64_t c = 0;
+  for (; c + 8 <= d; c += 8)
+    for (int x = 0; x < 8; ++x)
+      part[x] += a[c + x] * widen(b[c + x]);
+  for (; c < d; ++c)
+    part[c % 8] += a[c] * widen(b[c]);
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
 /// One row: keys `keys` of k and v, output row o, its log-sum-exp.
@@ -101,43 +117,48 @@ RowScore &rowScore(const ScoreCode *code) {
 
 template <typename T>
 ATTNC_ROWS_CLONES void runRow(const IntervalSet &keys, int64_t d, const float *q, const T *k, const T *v, float *o,
-                              float *lse, float scale, int64_t row, const ScoreCode *code) {
+                              float *lse, float scale, int64_t row, const ScoreCode *code,
+                              const int64_t *shift = nullptr) {
+  // Interval `at`'s key j is row j - shift[at] of k and v (held keys), else row j.
+  auto rowOf = [shift](size_t at, int64_t j) { return shift ? j - shift[at] : j; };
   float m = -std::numeric_limits<float>::infinity(), sum = 0.0f;
   bool nan = false;
-  float scores[kChunk];
+  float scores[kChunk + 16];
   std::fill(o, o + d, 0.0f);
   for (size_t at = 0; at < keys.size(); ++at) {
     for (size_t ahead = at + 1; ahead <= at + kAheadIntervals && ahead < keys.size(); ++ahead) {
       const int64_t rows = std::min(kAheadRows, keys[ahead].size());
-      prefetchRows(k, keys[ahead].lo, rows, d);
-      prefetchRows(v, keys[ahead].lo, rows, d);
+      prefetchRows(k, rowOf(ahead, keys[ahead].lo), rows, d);
+      prefetchRows(v, rowOf(ahead, keys[ahead].lo), rows, d);
     }
     const Interval &iv = keys[at];
     for (int64_t j0 = iv.lo; j0 < iv.hi; j0 += kChunk) {
       const int64_t count = std::min(kChunk, iv.hi - j0);
       float chunkMax = -std::numeric_limits<float>::infinity();
-      for (int64_t t = 0; t < count; ++t) {
-        const T *key = k + (j0 + t) * d;
-        // Eight partial sums: a reduction the compiler can keep in vector
-        // lanes without reassociating one sum.
-        float part[8] = {};
-        int64_t c = 0;
-        for (; c + 8 <= d; c += 8)
-          for (int x = 0; x < 8; ++x)
-            part[x] += q[c + x] * widen(key[c + x]);
-        for (; c < d; ++c)
-          part[c % 8] += q[c] * widen(key[c]);
-        const float s =
-            scale * (((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7])));
-        scores[t] = s;
-      }
+      const T *chunkKeys = k + rowOf(at, j0) * d; // (a chunk's keys are consecutive rows)
+      for (int64_t t = 0; t < count; ++t)
+        scores[t] = scale * dotRow(q, chunkKeys + t * d, d);
       if (code) {
         const float *f = rowScore(code).run(row, j0, count, scores);
         std::copy_n(f, count, scores);
       }
-      for (int64_t t = 0; t < count; ++t) {
-        nan |= scores[t] != scores[t];
-        chunkMax = std::max(chunkMax, scores[t]);
+      // The chunk's max and whether it holds a NaN, in 16 lanes (a loop the
+      // compiler vectorises: each lane its own max, no reassociation); the
+      // lanes past `count` hold -inf.
+      const int64_t padded = (count + 15) / 16 * 16;
+      std::fill(scores + count, scores + padded, -std::numeric_limits<float>::infinity());
+      float laneMax[16];
+      int32_t laneNan[16] = {};
+      std::fill_n(laneMax, 16, -std::numeric_limits<float>::infinity());
+      for (int64_t t0 = 0; t0 < padded; t0 += 16)
+        for (int l = 0; l < 16; ++l) {
+          const float x = scores[t0 + l];
+          laneNan[l] |= x != x;
+          laneMax[l] = x > laneMax[l] ? x : laneMax[l];
+        }
+      for (int l = 0; l < 16; ++l) {
+        nan |= laneNan[l] != 0;
+        chunkMax = std::max(chunkMax, laneMax[l]);
       }
       if (chunkMax > m) {
         const float correction = std::exp(m - chunkMax);
@@ -146,10 +167,24 @@ ATTNC_ROWS_CLONES void runRow(const IntervalSet &keys, int64_t d, const float *q
           o[c] *= correction;
         m = chunkMax;
       }
-      for (int64_t t = 0; t < count; ++t) {
-        const float p = std::exp(scores[t] - m);
+      // (A loop of its own: e^x in vector lanes, not a libm call per key.)
+      float weights[kChunk];
+      for (int64_t t = 0; t < count; ++t)
+        weights[t] = expPoly(scores[t] - m);
+      // P V four keys at a time: o stays in memory (d is not known here), so
+      // one store and load of o per four keys rather than per key.
+      int64_t t = 0;
+      for (; t + 4 <= count; t += 4) {
+        const float p0 = weights[t], p1 = weights[t + 1], p2 = weights[t + 2], p3 = weights[t + 3];
+        sum += (p0 + p1) + (p2 + p3);
+        const T *v0 = v + rowOf(at, j0 + t) * d, *v1 = v0 + d, *v2 = v1 + d, *v3 = v2 + d;
+        for (int64_t c = 0; c < d; ++c)
+          o[c] += (p0 * widen(v0[c]) + p1 * widen(v1[c])) + (p2 * widen(v2[c]) + p3 * widen(v3[c]));
+      }
+      for (; t < count; ++t) {
+        const float p = weights[t];
         sum += p;
-        const T *value = v + (j0 + t) * d;
+        const T *value = v + rowOf(at, j0 + t) * d;
         for (int64_t c = 0; c < d; ++c)
           o[c] += p * widen(value[c]);
       }
@@ -168,10 +203,67 @@ ATTNC_ROWS_CLONES void runRow(const IntervalSet &keys, int64_t d, const float *q
     *lse = sum > 0 ? m + std::log(sum) : -std::numeric_limits<float>::infinity();
 }
 
+/// Each query's keys as intervals of positions and, per interval, the
+/// shift from a position to its row among the held keys; throws RunError
+/// for a query that reads a position the call does not hold.
+struct HeldRows {
+  std::vector<IntervalSet> keys;
+  std::vector<std::vector<int64_t>> shifts;
+};
+
+HeldRows heldRows(const ir::RowEvaluator &rows, int64_t firstRow, const HeldKeys &held) {
+  HeldRows out;
+  out.keys.resize(static_cast<size_t>(held.queries));
+  out.shifts.resize(static_cast<size_t>(held.queries));
+  const int64_t *begin = held.at, *end = held.at + held.count;
+  for (int64_t r = 0; r < held.queries; ++r) {
+    IntervalSet &keys = out.keys[static_cast<size_t>(r)];
+    rows.row(firstRow + r, 0, rows.n(), keys);
+    for (const Interval &iv : keys) {
+      // Positions ascend strictly, so [lo, hi) is held exactly when its
+      // first position's row plus the length lands on hi - 1.
+      const int64_t *at = std::lower_bound(begin, end, iv.lo);
+      const int64_t idx = at - begin;
+      if (at == end || *at != iv.lo || idx + iv.size() > held.count || begin[idx + iv.size() - 1] != iv.hi - 1) {
+        const int64_t *gap = at;
+        int64_t want = iv.lo;
+        while (gap != end && *gap == want && want < iv.hi)
+          ++gap, ++want;
+        throw RunError{ATTNC_ERROR_INVALID_ARGUMENT,
+                       "the query at position " + std::to_string(firstRow + r) + " reads the key at position " +
+                           std::to_string(want) + ", which the call's key_positions do not hold (a cache dropped "
+                           "a key the pattern still reads)"};
+      }
+      out.shifts[static_cast<size_t>(r)].push_back(iv.lo - idx);
+    }
+  }
+  return out;
+}
+
 template <typename T>
 void runRowsOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const T *q, const T *k, const T *v,
-               float *o, float *lse, float scale, int threads, const ScoreCode *code) {
+               float *o, float *lse, float scale, int threads, const ScoreCode *code, const HeldKeys &held) {
   const ir::RowEvaluator rows(set, n);
+  if (held.at) {
+    const HeldRows mapped = heldRows(rows, firstRow, held);
+    support::parallelFor(held.queries, static_cast<int>(std::min<int64_t>(threads, held.queries)),
+                         [&](int, int64_t r) {
+      thread_local std::vector<float> query;
+      const float *qr;
+      if constexpr (std::is_same_v<T, float>) {
+        qr = q + r * d;
+      } else {
+        query.resize(static_cast<size_t>(d));
+        for (int64_t c = 0; c < d; ++c)
+          query[static_cast<size_t>(c)] = widen(q[r * d + c]);
+        qr = query.data();
+      }
+      const size_t x = static_cast<size_t>(r);
+      runRow(mapped.keys[x], d, qr, k, v, o + r * d, lse ? lse + r : nullptr, scale, firstRow + r, code,
+             mapped.shifts[x].data());
+    });
+    return;
+  }
   const int64_t count = n - firstRow;
   support::parallelFor(count, static_cast<int>(std::min<int64_t>(threads, count)), [&](int, int64_t r) {
     thread_local IntervalSet keys;
@@ -190,18 +282,6 @@ void runRowsOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, co
   });
 }
 
-/// A dot product over d in eight partial sums (as runRow's scores): a
-/// reduction the compiler keeps in vector lanes without reassociating.
-template <typename T> inline float dotRow(const float *a, const T *b, int64_t d) {
-  float part[8] = {};
-  int64_t c = 0;
-  for (; c + 8 <= d; c += 8)
-    for (int x = 0; x < 8; ++x)
-      part[x] += a[c + x] * widen(b[c + x]);
-  for (; c < d; ++c)
-    part[c % 8] += a[c] * widen(b[c]);
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-}
 
 /// One pair's updates along d: dV_j += p dO_i, dK_j += ds q_i, dQ_i += ds k_j.
 template <typename T>
@@ -405,13 +485,14 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
 } // namespace
 
 void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const float *k,
-             const float *v, float *o, float *lse, float scale, int threads, const ScoreCode *score) {
-  runRowsOf(set, n, firstRow, d, q, k, v, o, lse, scale, threads, score);
+             const float *v, float *o, float *lse, float scale, int threads, const ScoreCode *score, HeldKeys held) {
+  runRowsOf(set, n, firstRow, d, q, k, v, o, lse, scale, threads, score, held);
 }
 
 void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const uint16_t *q, const uint16_t *k,
-             const uint16_t *v, float *o, float *lse, float scale, int threads, const ScoreCode *score) {
-  runRowsOf(set, n, firstRow, d, q, k, v, o, lse, scale, threads, score);
+             const uint16_t *v, float *o, float *lse, float scale, int threads, const ScoreCode *score,
+             HeldKeys held) {
+  runRowsOf(set, n, firstRow, d, q, k, v, o, lse, scale, threads, score, held);
 }
 
 void runRowsBackward(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const float *k,

@@ -26,12 +26,26 @@ namespace attnc::rt {
 /// threads of the shared pool share the rows.
 /// With `score`, each pair's score goes through that code first (rows are
 /// positions firstRow.., keys 0.., never gathered).
+///
+/// With `held` (attnc_call::key_positions), the keys are not positions
+/// 0 .. n - 1 but held.count rows at the ascending positions held.at, and
+/// the queries are the held.queries positions from firstRow on (q, o and
+/// lse that many rows): a cache that dropped the keys no query reads any
+/// more. A query whose keys include a position not held is refused
+/// (RunError naming both positions), before anything is written.
+struct HeldKeys {
+  const int64_t *at = nullptr; ///< null: the keys are positions 0 .. n - 1
+  int64_t count = 0;
+  int64_t queries = 0;
+};
 void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q, const float *k,
-             const float *v, float *o, float *lse, float scale, int threads, const ScoreCode *score = nullptr);
+             const float *v, float *o, float *lse, float scale, int threads, const ScoreCode *score = nullptr,
+             HeldKeys held = {});
 /// The same on bf16 q, k and v (uint16_t), widened as they are read, so
 /// that only the named rows are touched.
 void runRows(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const uint16_t *q, const uint16_t *k,
-             const uint16_t *v, float *o, float *lse, float scale, int threads, const ScoreCode *score = nullptr);
+             const uint16_t *v, float *o, float *lse, float scale, int threads, const ScoreCode *score = nullptr,
+             HeldKeys held = {});
 
 /// runRowsBackward's scratch, reused across the slices and calls of a worker.
 struct RowsGradScratch {

@@ -18,6 +18,7 @@
 
 #include "attnc/format/KernelFile.h"
 #include "attnc/plan/IrText.h"
+#include "attnc/plan/RowEvaluator.h"
 #include "attnc/runtime/Internal.h"
 #include "attnc/support/Check.h"
 #include "attnc/support/Files.h"
@@ -332,6 +333,11 @@ struct Seq {
   /// aligned) unless a call names another (attnc_run_forward_at).
   int64_t first = -1;
   int64_t firstQuery() const { return first >= 0 ? first : nk - nq; }
+  /// Keys held at positions (attnc_call::key_positions): nk ascending
+  /// positions, the pattern's length `length` (first is then set); null:
+  /// the keys are positions 0 .. nk - 1.
+  const int64_t *held = nullptr;
+  int64_t length = 0;
 };
 
 /// Reads and checks one cu_seqlens array: `count` + 1 offsets from 0 up to `rows`.
@@ -559,6 +565,8 @@ struct Call {
   /// Whether the backend computes sequence `s`'s queries itself, without
   /// the zero rows before them (and without a per-n state), in either pass.
   bool rowRange(const Seq &s) const {
+    if (s.held)
+      return true;
     return s.nq < s.nk && s.firstQuery() + s.nq == s.nk && backend.takesRowRange(s.nq, s.nk);
   }
 };
@@ -658,7 +666,7 @@ void runSlices(const attnc_kernel &kernel, attnc::rt::Pass pass, const Shape &sh
                const attnc_run_options *options, Body &&body) {
   const attnc::rt::Backend &backend = *kernel.backend;
   const int64_t heads = pass == attnc::rt::Pass::Forward ? shape.hq : shape.hkv;
-  const int threads = attnc::support::resolveThreads(options ? options->num_threads : 0);
+  int threads = attnc::support::resolveThreads(options ? options->num_threads : 0);
   const float scale = callScale(options, shape.d);
   std::vector<size_t> order;
   for (size_t s = 0; s < seqs.size(); ++s)
@@ -666,6 +674,15 @@ void runSlices(const attnc_kernel &kernel, attnc::rt::Pass pass, const Shape &sh
       order.push_back(s);
   if (order.empty())
     return;
+  // A decoding step over a cache that holds few keys: waking another thread
+  // costs more than the work (measured: 4 heads of one query over 609 keys
+  // at d = 32 took 43 us on one thread, 71 us on two).
+  constexpr int64_t kSerialWork = int64_t{1} << 20; // multiply-adds
+  int64_t work = 0;
+  for (size_t s : order)
+    work = seqs[s].held ? work + seqs[s].nq * seqs[s].nk * heads * shape.d : kSerialWork;
+  if (work < kSerialWork)
+    threads = 1;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return seqs[a].nk > seqs[b].nk; });
   const int64_t tasks = static_cast<int64_t>(order.size()) * heads;
   const bool inside = backend.threading() == attnc::rt::Threading::Inside;
@@ -708,10 +725,13 @@ void forward(const attnc_kernel &kernel, const Shape &shape, const std::vector<S
               // puts them earlier), and their output for those is dropped.
               const int64_t pad = rowRange ? 0 : s.firstQuery(), tail = rowRange ? 0 : s.nk - pad - s.nq,
                             rows = pad + s.nq + tail;
-              attnc::rt::Slice slice{nullptr, nullptr, nullptr, nullptr, s.nk, d, c.set(h), c.scale};
-              slice.firstRow = rowRange ? s.nk - s.nq : 0;
+              attnc::rt::Slice slice{nullptr, nullptr, nullptr, nullptr, s.held ? s.length : s.nk, d, c.set(h),
+                                     c.scale};
+              slice.firstRow = s.held ? s.firstQuery() : rowRange ? s.nk - s.nq : 0;
               slice.skipRows = pad;
-              slice.endRows = rowRange ? s.nk : pad + s.nq; // (a row range has no padding)
+              slice.endRows = s.held ? s.firstQuery() + s.nq : rowRange ? s.nk : pad + s.nq; // (no padding)
+              slice.heldKeys = s.held;
+              slice.heldCount = s.held ? s.nk : 0;
               slice.inputs = inputs.slice(s.b, h);
               slice.head = h;
               slice.floats = inputs.floats().empty() ? nullptr : &inputs.floats();
@@ -909,18 +929,56 @@ attnc_status checkDataCall(const attnc_kernel &kernel, int64_t numInputs, bool g
 /// The call's inputs, checked and copied per slice (none for a pattern
 /// that reads no data). Throws RunError.
 attnc::rt::CallInputs callInputs(const attnc_kernel &kernel, const Shape &shape, const attnc_input *inputs,
-                                 int64_t numInputs, const attnc_run_options *options) {
+                                 int64_t numInputs, const attnc_run_options *options, int64_t length = -1) {
   if (kernel.ir.inputs.empty())
     return {};
-  return attnc::rt::CallInputs(kernel.ir, inputs, numInputs, shape.batch, shape.hq, shape.nk,
+  return attnc::rt::CallInputs(kernel.ir, inputs, numInputs, shape.batch, shape.hq, length >= 0 ? length : shape.nk,
                                attnc::support::resolveThreads(options ? options->num_threads : 0));
+}
+
+/// Checks a call's key_positions (attnc_call, ABI 10) and sets `firstQuery`
+/// to the queries' first position and `length` to the pattern's: the
+/// positions are nk ascending values >= 0; the queries sit at [firstQuery,
+/// firstQuery + nq), by default ending at the last key; length covers both.
+attnc_status checkKeyPositions(const attnc_kernel &kernel, const int64_t *positions, const Shape &shape, bool gpu,
+                               bool varlen, int64_t &firstQuery, int64_t &length) {
+  const std::string what = "a call with key_positions (keys a cache kept at their positions)";
+  if (gpu)
+    return fail(ATTNC_ERROR_UNSUPPORTED, what + " runs on the CPU only: the CUDA kernels take keys at positions 0 .. "
+                                                "nk - 1");
+  if (varlen)
+    return fail(ATTNC_ERROR_UNSUPPORTED, what + " cannot be a varlen call: call each sequence with its positions");
+  if (kernel.ir.readsData())
+    return fail(ATTNC_ERROR_UNSUPPORTED, what + " cannot run pattern '" + kernel.ir.name +
+                                             "', which reads data: its inputs are indexed by position 0 .. n - 1");
+  if (!kernel.backend->takesRowRange(1, std::numeric_limits<int64_t>::max()))
+    return fail(ATTNC_ERROR_UNSUPPORTED, what + " runs on the fused backend's rows, and this kernel's backend is " +
+                                             kernel.backend->name() + ": compile it with --backend fused");
+  for (int64_t x = 0; x < shape.nk; ++x) {
+    if (positions[x] < 0 || positions[x] > (int64_t{1} << 40))
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT, "key_positions[" + std::to_string(x) + "] is " +
+                                                    std::to_string(positions[x]) + "; positions lie in [0, 2^40]");
+    if (x > 0 && positions[x] <= positions[x - 1])
+      return fail(ATTNC_ERROR_INVALID_ARGUMENT,
+                  "key_positions must ascend strictly, but entry " + std::to_string(x) + " is " +
+                      std::to_string(positions[x]) + " after " + std::to_string(positions[x - 1]));
+  }
+  if (firstQuery < 0) {
+    firstQuery = shape.nk ? positions[shape.nk - 1] + 1 - shape.nq : 0; // (no keys: nq is 0 too)
+    if (firstQuery < 0)
+      return fail(ATTNC_ERROR_SHAPE, "the " + std::to_string(shape.nq) + " queries end at the last key position " +
+                                         std::to_string(positions[shape.nk - 1]) + ", so they would start before 0");
+  }
+  length = std::max(firstQuery + shape.nq, shape.nk ? positions[shape.nk - 1] + 1 : 0);
+  return ATTNC_OK;
 }
 
 /// attnc_run_forward, attnc_run_varlen and their _on and _at forms.
 attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const attnc_tensor *k,
                         const attnc_tensor *v, attnc_tensor *o, attnc_tensor *lse, const attnc_varlen *varlen,
                         const attnc_run_options *options, const attnc_device *device = nullptr,
-                        int64_t firstQuery = -1, const attnc_input *inputs = nullptr, int64_t numInputs = 0) {
+                        int64_t firstQuery = -1, const attnc_input *inputs = nullptr, int64_t numInputs = 0,
+                        const int64_t *keyPositions = nullptr) {
   if (!kernel)
     return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_run: kernel is null");
   bool gpu = false;
@@ -945,9 +1003,15 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
                                                " backend does not give the rows' log-sum-exp (the backward "
                                                "pass needs it): compile the pattern with --backend fused");
   }
-  if (firstQuery >= 0)
+  int64_t length = -1;
+  if (keyPositions) {
+    if (attnc_status s = checkKeyPositions(*kernel, keyPositions, shape, gpu, varlen != nullptr, firstQuery, length);
+        s != ATTNC_OK)
+      return s;
+  } else if (firstQuery >= 0) {
     if (attnc_status s = checkFirstQuery(firstQuery, shape); s != ATTNC_OK)
       return s;
+  }
   if (shape.empty())
     return ATTNC_OK;
   if (gpu && !varlen)
@@ -957,8 +1021,14 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
   std::vector<Seq> seqs;
   if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
     return s;
+  for (Seq &s : seqs)
+    if (keyPositions) {
+      s.held = keyPositions;
+      s.length = length;
+    }
   attnc::rt::CallInputs data;
-  if (attnc_status s = guarded([&] { data = callInputs(*kernel, shape, inputs, numInputs, options); }); s != ATTNC_OK)
+  if (attnc_status s = guarded([&] { data = callInputs(*kernel, shape, inputs, numInputs, options, length); });
+      s != ATTNC_OK)
     return s;
   if (gpu) // a varlen batch: each sequence a call of its own on the device
     return guarded([&] {
@@ -1355,13 +1425,16 @@ attnc_status attnc_forward(const attnc_kernel *kernel, const attnc_call *call) {
     return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_forward: d_inputs are gradients, which attnc_backward writes; "
                                               "leave them null in a forward call");
   return runForward(kernel, c.q, c.k, c.v, c.o, c.lse, c.varlen, c.options, c.device, c.first_query, c.inputs,
-                    c.num_inputs);
+                    c.num_inputs, c.key_positions);
 }
 
 attnc_status attnc_backward(const attnc_kernel *kernel, const attnc_call *call) {
   attnc_call c;
   if (attnc_status s = readCall(call, "attnc_backward", c); s != ATTNC_OK)
     return s;
+  if (c.key_positions)
+    return fail(ATTNC_ERROR_UNSUPPORTED, "attnc_backward: a call with key_positions (keys a generation cache kept) "
+                                         "has no backward pass; train on whole sequences");
   return runBackward(kernel, c.q, c.k, c.v, c.o, c.d_o, c.lse, c.d_q, c.d_k, c.d_v, c.varlen, c.options, c.device,
                      c.first_query, c.inputs, c.num_inputs, c.d_inputs, c.num_d_inputs);
 }
@@ -1420,6 +1493,30 @@ int32_t attnc_kernel_modifiers(const attnc_kernel *kernel) {
   if (!kernel)
     return 0;
   return (kernel->ir.score ? ATTNC_MODIFIER_SCORE : 0) | (kernel->ir.sink ? ATTNC_MODIFIER_SINK : 0);
+}
+
+attnc_status attnc_kernel_last_readers(const attnc_kernel *kernel, int64_t n, int64_t *last) {
+  if (!kernel || !last)
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT, "attnc_kernel_last_readers: kernel or last is null");
+  if (n < 1 || n > (int64_t{1} << 31))
+    return fail(ATTNC_ERROR_INVALID_ARGUMENT,
+                "attnc_kernel_last_readers: n is " + std::to_string(n) + "; it must lie in [1, 2^31]");
+  const attnc::ir::PatternIR &ir = kernel->ir;
+  if (ir.readsData())
+    return fail(ATTNC_ERROR_UNSUPPORTED, "pattern '" + ir.name + "' reads data (its inputs), so which queries read "
+                                             "a key is known only with each call's data");
+  std::vector<attnc::ir::SetRef> sets;
+  for (const auto &head : ir.heads) {
+    if (attnc::ir::dependsOnLength(*head.set))
+      return fail(ATTNC_ERROR_UNSUPPORTED,
+                  "pattern '" + ir.name + "' has rows that depend on the sequence length n (a term in n, or random "
+                  "blocks), so a row's keys at one length say nothing of the next: a cache must keep every key");
+    sets.push_back(head.set);
+  }
+  return guarded([&] {
+    const std::vector<int64_t> out = attnc::ir::lastReaders(sets, n);
+    std::copy(out.begin(), out.end(), last);
+  });
 }
 
 const char *attnc_last_error(void) { return lastError.c_str(); }

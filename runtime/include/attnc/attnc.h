@@ -47,7 +47,9 @@
  * (attnc_call, attnc_call_init, attnc_forward, attnc_backward), the integer
  * dtypes and the named inputs of patterns that read data (attnc_input);
  * version 9 score modifiers: float inputs, their gradients
- * (attnc_call::d_inputs), attnc_kernel_input_info and attnc_kernel_modifiers.
+ * (attnc_call::d_inputs), attnc_kernel_input_info and attnc_kernel_modifiers;
+ * version 10 keys held at positions (attnc_call::key_positions: a cache
+ * that dropped keys) and attnc_kernel_last_readers.
  * Every older call and kernel file works unchanged: the attnc_run_* calls
  * are wrappers of attnc_forward and attnc_backward.
  *
@@ -62,7 +64,7 @@
 extern "C" {
 #endif
 
-#define ATTNC_ABI_VERSION 9
+#define ATTNC_ABI_VERSION 10
 #define ATTNC_OLDEST_ABI_VERSION 1
 
 #if defined(__GNUC__)
@@ -414,6 +416,20 @@ typedef struct attnc_call {
    */
   const attnc_input *d_inputs;
   int64_t num_d_inputs;
+  /**
+   * Forward, CPU, fused backend (ABI 10): null, or nk strictly ascending
+   * positions >= 0, the position of each key row (k and v hold only those
+   * keys: a generation cache that dropped the keys no later query reads,
+   * see attnc_kernel_last_readers). The queries are then at positions
+   * [first_query, first_query + nq), by default (ATTNC_LAST_QUERIES)
+   * ending at the last key's position, and the pattern is evaluated at
+   * length max(last key position, last query position) + 1. A query whose
+   * keys include a position not held fails with
+   * ATTNC_ERROR_INVALID_ARGUMENT naming both positions, before any output
+   * is written. Not for varlen calls, patterns that read int inputs, the
+   * backward pass or CUDA devices (ATTNC_ERROR_UNSUPPORTED).
+   */
+  const int64_t *key_positions;
 } attnc_call;
 
 /** Sets every field to its default (no tensors, the CPU, the last queries, no inputs) and `size`. */
@@ -463,6 +479,21 @@ ATTNC_API attnc_status attnc_kernel_input_info(const attnc_kernel *kernel, int64
 #define ATTNC_MODIFIER_SINK 2
 /** Which score modifiers the kernel's pattern has (ABI 9): ATTNC_MODIFIER_* bits, 0 for none. */
 ATTNC_API int32_t attnc_kernel_modifiers(const attnc_kernel *kernel);
+
+/**
+ * Which keys a generation cache may drop (ABI 10): last[j] (n entries) is
+ * the last query position i < n whose keys, in any head's set at length n,
+ * include position j; -1 when no query reads j. A cache whose next query
+ * is at position p < n can drop every key j with last[j] < p: no query from
+ * p on reads it (attnc_call::key_positions runs queries over the keys
+ * kept). Keys read by the last position, n - 1, may be read past n: ask
+ * again with a larger n before generating past it. O(n) memory; time
+ * O(n + the rows' intervals that meet keys not yet claimed).
+ * ATTNC_ERROR_UNSUPPORTED for a pattern that reads int inputs or whose
+ * rows depend on n (a term in n, random blocks); INVALID_ARGUMENT for n
+ * outside [1, 2^31] or null pointers.
+ */
+ATTNC_API attnc_status attnc_kernel_last_readers(const attnc_kernel *kernel, int64_t n, int64_t *last);
 
 ATTNC_API const char *attnc_last_error(void);
 

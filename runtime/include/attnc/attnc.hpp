@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace attnc {
 
@@ -200,6 +201,13 @@ public:
   }
   /// ATTNC_MODIFIER_SCORE / ATTNC_MODIFIER_SINK bits of the pattern (ABI 9).
   int32_t modifiers() const { return attnc_kernel_modifiers(handle_); }
+  /// Per key position j < n, the last query position that reads it (-1:
+  /// none), what a generation cache may drop (attnc_kernel_last_readers, ABI 10).
+  std::vector<int64_t> lastReaders(int64_t n) const {
+    std::vector<int64_t> last(static_cast<size_t>(n > 0 ? n : 0));
+    check(attnc_kernel_last_readers(handle_, n, last.data()));
+    return last;
+  }
 
   attnc_kernel *get() const { return handle_; }
 

@@ -87,6 +87,13 @@ struct Slice {
   /// (indexed like the pattern's inputs; null when it has none).
   int64_t head = 0;
   const std::vector<FloatInput> *floats = nullptr;
+  /// Keys held at positions (attnc_call::key_positions; null: the keys are
+  /// positions 0 .. n - 1): heldCount ascending positions below n, k and v
+  /// heldCount rows, and the queries positions [firstRow, endRows), q, o
+  /// and lse endRows - firstRow rows. Only backends that take row ranges
+  /// get such slices.
+  const int64_t *heldKeys = nullptr;
+  int64_t heldCount = 0;
 };
 
 /// One slice of a backward pass: the forward's inputs, O, dO and lse in;

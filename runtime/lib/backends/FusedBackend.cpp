@@ -172,7 +172,7 @@ public:
     std::optional<ScoreCode> code;
     if (ir_.score)
       code = compileScore(*ir_.score, ir_, s.head, s.n, floatsOf(s.floats), false,
-                          s.firstRow == 0 ? scoreRunner() : nullptr);
+                          s.firstRow == 0 && !s.heldKeys ? scoreRunner() : nullptr);
     runSliceOf(state, s, scratch, threads, code ? &*code : nullptr);
     if (ir_.sink)
       applySink(s);
@@ -182,12 +182,13 @@ public:
                   const ScoreCode *code) const {
     ScoreRun run;
     run.code = code;
-    if (s.firstRow > 0) {
+    if (s.firstRow > 0 || s.heldKeys) {
       const ir::SetRef rows = boundSet(s.set, s.inputs);
+      const HeldKeys held{s.heldKeys, s.heldCount, s.heldKeys ? s.endRows - s.firstRow : 0};
       if (s.qb)
-        runRows(rows, s.n, s.firstRow, s.d, s.qb, s.kb, s.vb, s.o, s.lse, s.scale, threads, code);
+        runRows(rows, s.n, s.firstRow, s.d, s.qb, s.kb, s.vb, s.o, s.lse, s.scale, threads, code, held);
       else
-        runRows(rows, s.n, s.firstRow, s.d, s.q, s.k, s.v, s.o, s.lse, s.scale, threads, code);
+        runRows(rows, s.n, s.firstRow, s.d, s.q, s.k, s.v, s.o, s.lse, s.scale, threads, code, held);
       return;
     }
     const auto &fused = static_cast<const FusedState &>(state);
@@ -291,12 +292,14 @@ private:
     return floats ? *floats : none;
   }
 
+  static bool heldOf(const Slice &s) { return s.heldKeys != nullptr; }
+  static bool heldOf(const GradSlice &) { return false; }
   /// The stored rows of a slice that are queries, and row t's position.
   template <typename S>
   static void queryRows(const S &s, int64_t &first, int64_t &end, int64_t &offset) {
-    if (s.firstRow > 0) { // a row range: stored row t is position firstRow + t
+    if (s.firstRow > 0 || heldOf(s)) { // a row range: stored row t is position firstRow + t
       first = 0;
-      end = s.n - s.firstRow;
+      end = (heldOf(s) ? s.endRows : s.n) - s.firstRow;
       offset = s.firstRow;
     } else {
       first = s.skipRows;

@@ -31,7 +31,7 @@ constexpr uint32_t kOldestKernelFormatVersion = 1;
 
 /// The runtime ABI (attnc.h's ATTNC_ABI_VERSION) that kernels are built for,
 /// here so that the compiler stamps files without the runtime's headers.
-constexpr uint32_t kAbiVersion = 9;
+constexpr uint32_t kAbiVersion = 10;
 /// The oldest ABI whose kernel files the runtime still loads (versions 2 to
 /// 7 only added functions, shapes and devices to attnc.h; kernel code and
 /// files are unchanged).

@@ -186,6 +186,12 @@ bool hasPredicate(const SetNode &set);
 /// reads one).
 bool readsData(const SetNode &set);
 
+/// Whether a row's keys may depend on the sequence length n beyond the
+/// clipping to [0, n): a term that reads n, or random blocks (drawn among
+/// the blocks of n). Row i of such a tree at one length need not be row i
+/// at another.
+bool dependsOnLength(const SetNode &set);
+
 /// The tree with every input read bound to `arrays` (index: the input's in
 /// PatternIR::inputs), classes indexed; `set` itself when it reads none.
 /// O(tree size); the arrays are shared, not copied.

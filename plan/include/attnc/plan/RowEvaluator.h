@@ -10,6 +10,8 @@
 
 #include "attnc/plan/PatternIR.h"
 
+#include <vector>
+
 namespace attnc::ir {
 
 class RowEvaluator {
@@ -49,5 +51,13 @@ private:
   /// another; General evaluates the tree.
   enum class Form { General, OneInterval, IntervalMinusInterval } form_ = Form::General;
 };
+
+/// For each key position j < n, the last query row i < n whose keys (in
+/// any of `sets`, each evaluated at length n) include j, or -1 when none
+/// does: a generation cache whose next query is at position p never needs
+/// a key j with last[j] < p again, as long as p < n and the sets do not
+/// depend on n (dependsOnLength). One sweep from the last row down, each
+/// row's keys met against the keys not yet claimed: O(n + intervals met).
+std::vector<int64_t> lastReaders(const std::vector<SetRef> &sets, int64_t n);
 
 } // namespace attnc::ir
