@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
 """Tokens per second of a Hugging Face transformers model, prefill and decode, with its attention
 run by attnc (``attnc.transformers``) and by transformers' own ``sdpa`` and ``flex_attention``, on the
-CPU. The model is examples/python/hf_long_generate.py's (a Llama built in code with random weights:
-hidden 128, 4 layers, 4 query heads over 2 key/value heads of 32, vocabulary 256), batch 1, float32.
+CPU. The model (`--size`): ``tiny``, examples/python/hf_long_generate.py's (a Llama built in code with
+random weights: hidden 128, 4 layers, 4 query heads over 2 key/value heads of 32, vocabulary 256), or
+``wide``, the same built wider (hidden 1024, 4 layers, 8 query heads over 2 key/value heads of 128, MLP
+2816: the heads of a 1B-parameter model); batch 1, float32.
 
     build-d-venv/bin/python bench/hf_tokens.py [--n 4096 16384] [--decode 32] [--threads 2]
-        [--impls attnc,attnc_local_global,sdpa,flex_attention] [--repeats 2]
+        [--impls attnc,attnc_local_global,attnc_local_global_cache,sdpa,flex_attention] [--repeats 2]
+        [--size tiny|wide]
 
-Implementations (``attn_implementation``):
-  attnc               the model's own attention (causal) through attnc.transformers.register()
-  attnc_local_global  a sparse model: attnc.transformers.register(name, pattern=...) with the w = 512
-                      most recent keys plus 8 global tokens (hf_long_generate.py's pattern)
-  sdpa                torch's scaled_dot_product_attention (dense causal)
-  flex_attention      torch's flex_attention (compiled by torch.compile; causal BlockMask)
+Implementations (``attn_implementation``, and the cache):
+  attnc                     the model's own attention (causal) through attnc.transformers.register()
+  attnc_local_global        a sparse model: attnc.transformers.register(name, pattern=...) with the
+                            w = 512 most recent keys plus 8 global tokens (hf_long_generate.py's pattern)
+  attnc_local_global_cache  the same model over attnc.transformers.PatternCache (the keys the pattern
+                            still reads) instead of DynamicCache
+  sdpa                      torch's scaled_dot_product_attention (dense causal)
+  flex_attention            torch's flex_attention (compiled by torch.compile; causal BlockMask)
 
 For each n: prefill = one forward of an n-token prompt with a cache (``logits_to_keep=1``); decode =
-`--decode` further tokens generated greedily, one forward each over transformers' DynamicCache.
+`--decode` further tokens generated greedily, one forward each over the cache (transformers'
+DynamicCache but for ``attnc_local_global_cache``).
 prefill tok/s = n / the prefill's seconds; decode tok/s = 1 / the median seconds of a token. Each cell
 is the best of `--repeats` rounds, each round running every implementation once in turn, so that
 other processes' load falls on all alike (the first round compiles flex_attention's kernels for the
@@ -66,15 +72,36 @@ def commit() -> str:
     return head + (" (+ uncommitted changes)" if dirty else "")
 
 
-def measure(example, torch, impls: List[str], n: int, decode: int, repeats: int) -> Dict[str, Dict[str, object]]:
+PATTERN_CACHE = "_cache"  # the suffix of an implementation that generates over a PatternCache
+
+
+def build(example, size: str, max_positions: int):
+    """The model of `--size`, its weights seeded (the same for every implementation)."""
+    if size == "tiny":
+        return example.tiny_llama(max_positions=max_positions)
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=example.VOCAB, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=128, max_position_embeddings=max_positions,
+        attention_dropout=0.0, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).float().eval()
+
+
+def measure(example, torch, impls: List[str], n: int, decode: int, repeats: int,
+            size: str = "tiny") -> Dict[str, Dict[str, object]]:
     """{impl: {"prefill_s", "token_s", "tokens", "first_run_s"} or {"error"}} at n: `repeats` rounds, each
     running every implementation once in turn (so that other processes' load falls on all of them
     alike), the best round of each kept: its fastest prefill, and its fastest median time per token."""
+    import attnc.transformers
+
     ids = torch.randint(example.VOCAB, (1, n), generator=torch.Generator().manual_seed(0))
     models, out = {}, {}
     for impl in impls:
-        models[impl] = example.tiny_llama(max_positions=n + decode + 1)  # the same weights (seeded)
-        models[impl].set_attn_implementation(impl)
+        models[impl] = build(example, size, n + decode + 1)
+        models[impl].set_attn_implementation(impl.removesuffix(PATTERN_CACHE))
         out[impl] = {"prefill_s": float("inf"), "token_s": float("inf"), "tokens": None, "first_run_s": None}
     for _ in range(repeats):
         for impl in impls:
@@ -83,7 +110,9 @@ def measure(example, torch, impls: List[str], n: int, decode: int, repeats: int)
                 continue
             start = time.perf_counter()
             try:
-                g = example.greedy(models[impl], ids, decode + 1)  # the first token comes from the prefill
+                cache = (attnc.transformers.PatternCache(impl.removesuffix(PATTERN_CACHE))
+                         if impl.endswith(PATTERN_CACHE) else None)
+                g = example.greedy(models[impl], ids, decode + 1, cache)  # the first token comes from the prefill
             except Exception as e:  # written into the table
                 out[impl] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
                 continue
@@ -100,7 +129,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, nargs="+", default=[4096, 16384])
     parser.add_argument("--decode", type=int, default=32, help="tokens generated after the prompt")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--impls", default="attnc,attnc_local_global,sdpa,flex_attention")
+    parser.add_argument("--impls", default="attnc,attnc_local_global,attnc_local_global_cache,sdpa,flex_attention")
+    parser.add_argument("--size", choices=["tiny", "wide"], default="tiny", help="the model (see above)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per cell; the best is reported")
     args = parser.parse_args()
 
@@ -114,17 +144,18 @@ def main() -> None:
     example = load_example()
     impls = [s.strip() for s in args.impls.split(",") if s.strip()]
     attention = {"attnc": "causal (attnc)", "attnc_local_global": "local w=512 + 8 global (attnc)",
+                 "attnc_local_global_cache": "local w=512 + 8 global (attnc), PatternCache",
                  "sdpa": "causal (SDPA)", "flex_attention": "causal (flex_attention, compiled)"}
     if "attnc" in impls:
         attnc.transformers.register("attnc")
-    if "attnc_local_global" in impls:
+    if "attnc_local_global" in impls or "attnc_local_global_cache" in impls:
         attnc.transformers.register("attnc_local_global", pattern=example.LOCAL_GLOBAL)
 
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     results: Dict[tuple, Dict[str, object]] = {}
     for n in args.n:
         start = time.perf_counter()
-        for impl, r in measure(example, torch, impls, n, args.decode, args.repeats).items():
+        for impl, r in measure(example, torch, impls, n, args.decode, args.repeats, args.size).items():
             results[impl, n] = r
             if "error" in r:
                 print(f"# {impl} n={n}: {r['error']}", file=sys.stderr, flush=True)
@@ -141,8 +172,11 @@ def main() -> None:
     print("Command: `" + " ".join(shlex.quote(a) for a in [sys.executable.replace(str(REPO) + "/", "")] +
                                   [os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]) + "`")
     print()
-    print(f"Llama (hidden 128, 4 layers, 4 query / 2 key-value heads of 32, vocabulary 256, random weights), "
-          f"batch 1, float32; decode = {args.decode} tokens after the n-token prompt (DynamicCache), "
+    model = ("hidden 128, 4 layers, 4 query / 2 key-value heads of 32" if args.size == "tiny" else
+             "hidden 1024, 4 layers, 8 query / 2 key-value heads of 128, MLP 2816")
+    print(f"Llama ({model}, vocabulary 256, random weights), "
+          f"batch 1, float32; decode = {args.decode} tokens after the n-token prompt (DynamicCache but for "
+          f"`attnc_local_global_cache`, over attnc's PatternCache), "
           f"tok/s = 1 / the median time per token; best of {args.repeats} rounds (every implementation once a "
           f"round, in turn).")
     print()
@@ -169,6 +203,11 @@ def main() -> None:
                 same = ""
             elif impl == "attnc_local_global":
                 same = "(another function)"
+            elif impl == "attnc_local_global_cache":
+                other = results.get(("attnc_local_global", n), {})
+                same = ("(another function; attnc_local_global's tokens: " +
+                        ("yes" if other.get("tokens") == r["tokens"] else "no") + ")") if other.get("tokens") else \
+                    "(another function)"
             else:
                 same = "yes" if r["tokens"] == ref["tokens"] else "no"
             print(f"| `{impl}` | {what} | {n} | {prefill:,.0f} | {vs_p} | {decode:,.1f} | {ms:.2f} | {vs_d} | {same} |")

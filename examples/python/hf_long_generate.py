@@ -13,10 +13,11 @@ whatever the context's length, where SDPA reads all of them:
 
 The two compute different functions (the sparse model sees fewer keys), so their tokens differ; the
 point is the cost. ``--dense`` adds attnc running the model's own (causal) attention,
-``attnc.transformers.register()``, which computes what SDPA does. The cache is transformers'
-``DynamicCache`` for all (each step appends a token to every layer's keys and values: a copy of the
-cache, the same for every implementation). Each implementation runs the prompt once untimed first
-(kernels compiled, memory touched), then timed.
+``attnc.transformers.register()``, which computes what SDPA does. The sparse model generates over
+``attnc.transformers.PatternCache`` (the keys its pattern still reads: at most about 2 · 520 + 80 per layer,
+whatever the context's length); the others over transformers' ``DynamicCache`` (every key, and a copy of
+the whole cache, ``torch.cat``, at every token); ``--dynamic-cache`` puts the sparse model on it too. Each
+implementation runs the prompt once untimed first (kernels compiled, memory touched), then timed.
 """
 
 from __future__ import annotations
@@ -56,13 +57,15 @@ def _cache_names(model: torch.nn.Module) -> tuple:
 
 
 @torch.no_grad()
-def greedy(model: torch.nn.Module, ids: torch.Tensor, new_tokens: int) -> Dict[str, object]:
-    """Prefill `ids` ([1, n]) and generate `new_tokens` greedily over the cache, one forward per
-    token: {"prefill_s", "token_s" (seconds of each generated token's forward), "tokens"}. The first
-    token comes from the prefill's logits; each later one costs one decode step."""
+def greedy(model: torch.nn.Module, ids: torch.Tensor, new_tokens: int, cache: Optional[object] = None
+           ) -> Dict[str, object]:
+    """Prefill `ids` ([1, n]) and generate `new_tokens` greedily over the cache (`cache`, or the one
+    the model makes: DynamicCache), one forward per token: {"prefill_s", "token_s" (seconds of each
+    generated token's forward), "tokens"}. The first token comes from the prefill's logits; each
+    later one costs one decode step."""
     arg, field = _cache_names(model)
     start = time.perf_counter()
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **({arg: cache} if cache is not None else {}))
     prefill_s = time.perf_counter() - start
     cache = getattr(out, field)
     token = out.logits[:, -1:].argmax(-1)
@@ -78,9 +81,9 @@ def greedy(model: torch.nn.Module, ids: torch.Tensor, new_tokens: int) -> Dict[s
 
 
 def run(n: int = 4096, new_tokens: int = 32, dense: bool = False, pattern: str = LOCAL_GLOBAL,
-        seed: int = 0, warmup: bool = True) -> Dict[str, Dict[str, object]]:
-    """{implementation: greedy(...)} for the sparse attnc model, SDPA and (with `dense`) attnc's
-    causal attention, the same weights and prompt."""
+        seed: int = 0, warmup: bool = True, dynamic_cache: bool = False) -> Dict[str, Dict[str, object]]:
+    """{implementation: greedy(...)} for the sparse attnc model (over a PatternCache unless
+    `dynamic_cache`), SDPA and (with `dense`) attnc's causal attention, the same weights and prompt."""
     sparse = attnc.transformers.register("attnc_local_global", pattern=pattern)
     names = [sparse, "sdpa"] + ([attnc.transformers.register("attnc")] if dense else [])
     model = tiny_llama(max_positions=n + new_tokens, seed=seed)
@@ -88,12 +91,16 @@ def run(n: int = 4096, new_tokens: int = 32, dense: bool = False, pattern: str =
     results = {}
     for name in names:
         model.set_attn_implementation(name)
+        fresh = (lambda: attnc.transformers.PatternCache(name)) if name == sparse and not dynamic_cache else \
+            (lambda: None)
         if warmup:
-            greedy(model, ids, min(new_tokens, 4))
-        results[name] = r = greedy(model, ids, new_tokens)
+            greedy(model, ids, min(new_tokens, 4), fresh())
+        cache = fresh()
+        results[name] = r = greedy(model, ids, new_tokens, cache)
         per_token = statistics.median(r["token_s"]) if r["token_s"] else float("nan")
+        held = f", {max(cache.kept())} keys held of {n + new_tokens}" if cache is not None else ""
         print(f"{name:>20}: prefill {n} tokens {r['prefill_s']:7.3f} s, "
-              f"per generated token {per_token * 1e3:7.2f} ms (median of {len(r['token_s'])})", flush=True)
+              f"per generated token {per_token * 1e3:7.2f} ms (median of {len(r['token_s'])}){held}", flush=True)
     return results
 
 
@@ -105,13 +112,15 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, object]]:
     parser.add_argument("--pattern", default=LOCAL_GLOBAL, help="a .attn file or a pattern's text")
     parser.add_argument("--threads", type=int, default=0, help="torch's threads (0: torch's default)")
     parser.add_argument("--no-warmup", action="store_true")
+    parser.add_argument("--dynamic-cache", action="store_true",
+                        help="the sparse model on transformers' DynamicCache instead of attnc's PatternCache")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"Llama (hidden 128, 4 layers, 4/2 heads of 32), a {args.n}-token prompt, {args.new_tokens} tokens "
           f"generated greedily, float32, torch threads {torch.get_num_threads()}")
     results = run(n=args.n, new_tokens=args.new_tokens, dense=args.dense, pattern=args.pattern,
-                  warmup=not args.no_warmup)
+                  warmup=not args.no_warmup, dynamic_cache=args.dynamic_cache)
     sparse = next(iter(results))
     ref = statistics.median(results["sdpa"]["token_s"]) if results["sdpa"]["token_s"] else float("nan")
     mine = statistics.median(results[sparse]["token_s"]) if results[sparse]["token_s"] else float("nan")

@@ -91,6 +91,7 @@ using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
 using OutArray = nb::ndarray<nb::device::cpu>;
 /// FlashAttention's cu_seqlens: int32, one dimension, read where it lies.
 using Offsets = nb::ndarray<const int32_t, nb::ndim<1>, nb::device::cpu, nb::c_contig>;
+using Positions = nb::ndarray<const int64_t, nb::ndim<1>, nb::device::cpu, nb::c_contig>;
 
 constexpr uint8_t kFloatCode = static_cast<uint8_t>(nb::dlpack::dtype_code::Float);
 constexpr uint8_t kBfloatCode = static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat);
@@ -249,7 +250,7 @@ using OutInputs = CallInputs<OutArray>;
 template <class In, class Out>
 void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const Out &o, const std::optional<Out> &lse,
              const attnc_varlen *varlen, float scale, int32_t numThreads, const attnc_device *device = nullptr,
-             int64_t firstQuery = -1, const InInputs *inputs = nullptr) {
+             int64_t firstQuery = -1, const InInputs *inputs = nullptr, const int64_t *keyPositions = nullptr) {
   const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v");
   attnc_tensor to = view4(o, "o");
   std::optional<attnc_tensor> tl;
@@ -271,6 +272,7 @@ void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const 
     call.num_inputs = static_cast<int64_t>(inputs->entries.size());
   }
   call.options = &options;
+  call.key_positions = keyPositions;
   check(timedCall([&] { return attnc_forward(kernel.handle, &call); }));
 }
 
@@ -354,6 +356,35 @@ void backwardInputs(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle
            arrayOf<OutArray>(dq, toDlpack, "d_q"), arrayOf<OutArray>(dk, toDlpack, "d_k"),
            arrayOf<OutArray>(dv, toDlpack, "d_v"), nullptr, scale, numThreads, nullptr, -1, data.get(),
            grads.get());
+}
+
+/// attnc_forward over keys held at positions (attnc_call::key_positions,
+/// ABI 10): int64 [nk] ascending; the queries at first_query (-1: ending at
+/// the last key's position); the pattern's inputs as forwardInputs takes
+/// them (None: none).
+void forwardHeld(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
+                 nb::handle inputs, nb::handle positions, int64_t firstQuery, float scale, int32_t numThreads,
+                 nb::handle toDlpack) {
+  const Positions at = arrayOf<Positions>(positions, toDlpack, "key_positions");
+  const InArray tk = arrayOf<InArray>(k, toDlpack, "k");
+  if (tk.ndim() == 4 && static_cast<int64_t>(at.shape(0)) != static_cast<int64_t>(tk.shape(2)))
+    throw StatusError{ATTNC_ERROR_SHAPE, "key_positions has " + std::to_string(at.shape(0)) +
+                                             " entries but 'k' has " + std::to_string(tk.shape(2)) +
+                                             " key rows; give one position per key"};
+  const std::unique_ptr<InInputs> data = inputs.is_none() ? nullptr : callInputsOf<InArray>(inputs, toDlpack);
+  forward(kernel, arrayOf<InArray>(q, toDlpack, "q"), tk, arrayOf<InArray>(v, toDlpack, "v"),
+          arrayOf<OutArray>(o, toDlpack, "o"), optionalArrayOf<OutArray>(lse, toDlpack, "lse"), nullptr, scale,
+          numThreads, nullptr, firstQuery, data.get(), at.data());
+}
+
+/// attnc_kernel_last_readers at n: int64 [n], each key position's last query (-1: none).
+nb::ndarray<nb::numpy, int64_t, nb::ndim<1>> lastReaders(const Kernel &kernel, int64_t n) {
+  if (n < 1 || n > (int64_t{1} << 31))
+    throw StatusError{ATTNC_ERROR_INVALID_ARGUMENT, "n is " + std::to_string(n) + "; it must lie in [1, 2^31]"};
+  auto *last = new int64_t[static_cast<size_t>(n)];
+  nb::capsule owner(last, [](void *p) noexcept { delete[] static_cast<int64_t *>(p); });
+  check(attnc_kernel_last_readers(kernel.handle, n, last));
+  return nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>(last, {static_cast<size_t>(n)}, owner);
 }
 
 /// Input `index` of the kernel's pattern at key length n: (name, rank, D1,
@@ -696,6 +727,12 @@ NB_MODULE(_attnc, m) {
         "d_v"_a, "inputs"_a, "d_inputs"_a.none(), "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_backward with the pattern's inputs: d_q, d_k, d_v, and the gradients of the float inputs "
         "named in d_inputs ((name, float32 array) pairs, or None)");
+  m.def("forward_held", &forwardHeld, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(), "inputs"_a.none(),
+        "key_positions"_a, "first_query"_a, "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
+        "attnc_forward over keys held at positions (attnc_call::key_positions: int64 [nk], ascending), the "
+        "queries at first_query (-1: ending at the last key's position)");
+  m.def("last_readers", &lastReaders, "kernel"_a, "n"_a,
+        "attnc_kernel_last_readers: per key position below n, the last query position that reads it (-1: none)");
   m.def("run_forward_at", &runForwardAt, "kernel"_a, "first_query"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(),
         "scale"_a, "num_threads"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_forward_at: the queries at positions [first_query, first_query + nq) of the keys");

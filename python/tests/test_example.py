@@ -77,4 +77,9 @@ def test_hf_long_generate_example_runs(capsys):
         ["--n", "200", "--new-tokens", "5", "--dense", "--pattern", pattern])
     assert results["attnc"]["tokens"] == results["sdpa"]["tokens"]
     assert len(results["attnc_local_global"]["token_s"]) == 4
-    assert "per generated token" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "per generated token" in out and "keys held of 205" in out
+    # The sparse model over DynamicCache generates what it generates over its PatternCache.
+    dynamic = load_example("hf_long_generate").main(
+        ["--n", "200", "--new-tokens", "5", "--pattern", pattern, "--dynamic-cache", "--no-warmup"])
+    assert dynamic["attnc_local_global"]["tokens"] == results["attnc_local_global"]["tokens"]

@@ -353,6 +353,85 @@ def test_a_sliding_window_cache_refuses_a_pattern():
             generate(model, "attnc_local", tokens(), new=2)
 
 
+# ---- a cache that keeps only what the pattern still reads ------------------------------------
+
+
+def cache_steps(model, name, ids, prompt, cache):
+    """The logits of ids[:, prompt:] one token at a time over `cache`, after a prefill of `prompt`."""
+    model.set_attn_implementation(name)
+    out = model(ids[:, :prompt], cache=cache, use_cache=True)
+    logits = [out.logits]
+    for t in range(prompt, ids.shape[1]):
+        logits.append(model(ids[:, t:t + 1], cache=cache, use_cache=True).logits)
+    return torch.cat(logits, dim=1)
+
+
+@pytest.mark.parametrize("name", ["attnc_local", "attnc_fixed"])
+def test_pattern_cache_decoding_equals_the_full_forward(name):
+    """Prefill 20 tokens, then 180 one by one over a PatternCache: every logit equals the full
+    forward pass's, while the cache holds far fewer keys than positions (the window's 8, or fixed's
+    blocks of 8 and their last 2 columns, plus what waits to be compacted)."""
+    model = build("llama")
+    ids = tokens(batch=2, n=200, seed=5)
+    cache = attnc.transformers.PatternCache(name)
+    with torch.no_grad():
+        want = run(model, name, ids).logits
+        got = cache_steps(model, name, ids, 20, cache)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+    kept = cache.kept()
+    assert len(kept) == 2 and max(kept) <= (100 if name == "attnc_local" else 200 // 8 * 2 + 100), kept
+    assert cache.get_seq_length() == 200
+
+
+def test_pattern_cache_with_sinks_and_generate():
+    """gpt-oss's sinks on a pattern model, through model.generate over a PatternCache: each
+    generated token's logits equal the full forward pass over the sequence before it."""
+    model = build("gpt_oss", num_hidden_layers=1, layer_types=["sliding_attention"])
+    name = attnc.transformers.register("attnc_window6", pattern="pattern q { attend { j : i - j < 6 } }")
+    ids = tokens(batch=1, n=30)
+    with torch.no_grad():
+        model.set_attn_implementation(name)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=40, do_sample=False,
+                             return_dict_in_generate=True, output_logits=True, pad_token_id=0,
+                             cache=attnc.transformers.PatternCache(name))
+        full = run(model, name, out.sequences[:, :-1]).logits[:, 29:]
+    torch.testing.assert_close(torch.stack(out.logits, dim=1), full, atol=1e-4, rtol=0)
+    assert torch.equal(full.argmax(-1), out.sequences[:, 30:])
+
+
+def test_pattern_cache_refusals():
+    with pytest.raises(attnc.AttncError, match="model's own attention"):
+        attnc.transformers.PatternCache("attnc")
+    with pytest.raises(attnc.AttncError, match="not an attention implementation"):
+        attnc.transformers.PatternCache("no_such_name")
+    name = attnc.transformers.register("attnc_last4", pattern="pattern t { attend { j : j >= n - 4 } }")
+    with pytest.raises(attnc.AttncError, match="depend on the sequence length n"):
+        attnc.transformers.PatternCache(name)
+    model = build("llama")
+    ids, mask = left_padded(pad=(0, 5))
+    with pytest.raises(attnc.AttncError, match="layer 0 .*PatternCache takes unpadded batches"):
+        with torch.no_grad():
+            run(model, "attnc_local", ids, attention_mask=mask, cache=attnc.transformers.PatternCache("attnc_local"),
+                use_cache=True)
+
+
+def test_attention_cached_directly():
+    """attnc.torch.attention_cached: keys at positions, the rows of the whole sequence; a dropped key
+    that a query reads, and a gradient, are refused."""
+    kernel = attnc.compile("pattern g { param w = 5  causal  attend { j : i - j < w } | { j : j < 2 } }")
+    q, k, v = torch.randn(1, 2, 1, 8), torch.randn(1, 2, 40, 8), torch.randn(1, 2, 40, 8)
+    want = kernel(q, k, v)
+    last = kernel.last_readers(40)
+    keep = [j for j in range(40) if last[j] >= 39]
+    assert keep == [0, 1, 35, 36, 37, 38, 39]
+    got = attnc.torch.attention_cached(q, k[:, :, keep], v[:, :, keep], keep, kernel)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    with pytest.raises(attnc.AttncError, match="reads the key at position 1"):
+        attnc.torch.attention_cached(q, k[:, :, [0] + keep[2:]], v[:, :, [0] + keep[2:]], [0] + keep[2:], kernel)
+    with pytest.raises(attnc.AttncError, match="no backward pass"):
+        attnc.torch.attention_cached(q.requires_grad_(), k[:, :, keep], v[:, :, keep], keep, kernel)
+
+
 # ---- refusals ------------------------------------------------------------------------------
 
 

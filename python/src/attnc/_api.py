@@ -161,6 +161,18 @@ class Kernel:
         ``"sink"`` (it adds ``exp(EXPR)`` to every row's softmax denominator), or ``()``."""
         return tuple(name for bit, name in ((1, "score"), (2, "sink")) if self._modifiers & bit)
 
+    def last_readers(self, n: int) -> np.ndarray:
+        """Which keys a generation cache may drop: int64 ``[n]``, entry ``j`` the last query
+        position below ``n`` whose keys (in any head) include position ``j``, or -1 when none
+        does. A cache whose next query is at position ``p < n`` never needs a key ``j`` with
+        ``last[j] < p`` again (``attnc.transformers.PatternCache`` drops them; see
+        ``attnc.torch.attention_cached``). Keys the last position reads may be read past ``n``:
+        ask again with a larger ``n`` before generating past it. A pattern that reads int inputs,
+        or whose rows depend on ``n`` (a term in ``n``, random blocks), raises ``AttncError``
+        (``ATTNC_ERROR_UNSUPPORTED``)."""
+        _check_range("n", n, 1, 2**31)
+        return _attnc.last_readers(self._handle, int(n))
+
     def input_info(self, n: int, heads: Optional[int] = None) -> Dict[str, Dict[str, Any]]:
         """Every input at key length ``n`` and ``heads`` query heads (default: the pattern's
         declared head count, else 1), in declaration order: ``{name: {"is_float": bool, "rank": r,

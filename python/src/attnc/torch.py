@@ -71,7 +71,7 @@ from torch import Tensor
 from . import _api, _attnc
 from ._errors import DTYPE, INVALID_ARGUMENT, SHAPE, UNSUPPORTED, AttncError, error
 
-__all__ = ["attention", "attention_with_lse", "attention_varlen", "attention_varlen_with_lse"]
+__all__ = ["attention", "attention_with_lse", "attention_varlen", "attention_varlen_with_lse", "attention_cached"]
 
 _DTYPES = (torch.float32, torch.bfloat16)
 _CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -915,6 +915,44 @@ def attention(
     _check_tensors(q, k, v)
     _api._check_shapes(q.shape, k.shape, v.shape)
     o, _ = torch.ops.attnc.attention(q, k, v, kernel.id, _api._scale(scale))
+    return o
+
+
+def attention_cached(q: Tensor, k: Tensor, v: Tensor, key_positions: Any, kernel: "_api.Kernel",
+                     scale: Optional[float] = None, *, first_query: Optional[int] = None, **inputs: Tensor) -> Tensor:
+    """Attention over the keys a generation cache kept (attnc_call::key_positions): k, v
+    ``[batch, Hkv, nk, d]`` hold only the keys at ``key_positions`` (``nk`` strictly ascending
+    positions: an int64 tensor, a numpy array or a list), the queries q ``[batch, Hq, nq, d]``
+    sit at positions ``first_query ..`` (default: ending at the last key's position, as a
+    decoding step's do). Each query reads its row of the pattern, evaluated at the positions,
+    among the keys held; the keys no query reads any more (``kernel.last_readers``) may be gone.
+    A query whose row holds a position that is not there raises :class:`attnc.AttncError`
+    (``ATTNC_ERROR_INVALID_ARGUMENT``) naming both positions, rather than computing over fewer
+    keys. Returns O (q's shape and dtype, contiguous).
+
+    CPU tensors, float32 or bfloat16, the fused backend; float inputs (``score``, ``sink``) by
+    name as in :func:`attention`; a pattern that reads int inputs is refused. For generation:
+    no gradient flows (asking for one raises ``ATTNC_ERROR_UNSUPPORTED``).
+    ``attnc.transformers.PatternCache`` is the cache that calls it."""
+    _check_tensors(q, k, v, cuda=False, cpu_only="attention_cached runs on CPU tensors only")
+    _api._check_shapes(q.shape, k.shape, v.shape)
+    given = list(inputs.values())
+    if _grad_enabled() and any(isinstance(x, Tensor) and x.requires_grad for x in [q, k, v] + given):
+        raise error(UNSUPPORTED, "attention_cached has no backward pass (a cache that dropped keys serves "
+                                 "generation): call it under torch.no_grad(), or train on whole sequences")
+    if isinstance(key_positions, Tensor):
+        positions = key_positions.to(device="cpu", dtype=torch.int64).contiguous()
+    else:
+        positions = torch.as_tensor(np.asarray(key_positions, dtype=np.int64))
+    if positions.dim() != 1:
+        raise error(SHAPE, f"key_positions has shape {list(positions.shape)}; it is one position per key, [nk]")
+    data = None
+    if kernel._inputs or inputs:
+        ints, floats = _data_inputs(kernel, inputs, q, k)
+        data = _data_pairs(kernel, ints, floats)
+    o = _new(q)
+    where = -1 if first_query is None else int(first_query)
+    _run(_attnc.forward_held, kernel, [q, k, v, o, None], 3, _api._scale(scale), (data, positions, where))
     return o
 
 

@@ -43,10 +43,12 @@ import re
 import threading
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import AttentionInterface
+from transformers.cache_utils import Cache, CacheLayerMixin
 from transformers.masking_utils import (AttentionMaskInterface, bidirectional_mask_function, causal_mask_function,
                                         prepare_padding_mask)
 
@@ -54,7 +56,7 @@ from . import _api
 from . import torch as _attnc_torch
 from ._errors import INVALID_ARGUMENT, UNSUPPORTED, AttncError, error
 
-__all__ = ["register", "kernel_for", "model_source"]
+__all__ = ["register", "kernel_for", "model_source", "PatternCache"]
 
 # The float input that carries the model's sinks in the patterns built here.
 _SINK_INPUT = "hf_sinks"
@@ -69,11 +71,13 @@ class _MaskInfo:
     the queries and keys and ``end``, the number of keys that exist (fewer than the key tensor's
     length in a static cache, whose last slots are empty)."""
 
-    __slots__ = ("window", "reason", "q_offset", "kv_offset", "end")
+    __slots__ = ("window", "reason", "q_offset", "kv_offset", "end", "padded")
 
-    def __init__(self, window: Optional[int], reason: Optional[str], q_offset: int, kv_offset: int, end: int) -> None:
+    def __init__(self, window: Optional[int], reason: Optional[str], q_offset: int, kv_offset: int, end: int,
+                 padded: bool = False) -> None:
         self.window, self.reason = window, reason
         self.q_offset, self.kv_offset, self.end = q_offset, kv_offset, end
+        self.padded = padded  # whether any key is padding (once per forward, not per layer)
 
 
 def _free(fn: Any, name: str) -> Any:
@@ -126,7 +130,8 @@ def _mask_interface(batch_size: int, q_length: int, kv_length: int, q_offset: An
     else:
         padding = torch.ones((batch_size, kv_length), dtype=torch.bool, device=device)
     end = q_offset + q_length - kv_offset  # the keys that exist: the queries' last position + 1
-    padding._attnc_mask = _MaskInfo(window, reason, q_offset, kv_offset, end)
+    padded = attention_mask is not None and not bool(padding[:, :max(end, 0)].all())
+    padding._attnc_mask = _MaskInfo(window, reason, q_offset, kv_offset, end, padded)
     return padding
 
 
@@ -192,6 +197,8 @@ def _insert_statements(source: str, statements: str, unless: Optional[str] = Non
 
 _LOCK = threading.Lock()
 _MODEL_KERNELS: Dict[Tuple[Any, ...], _api.Kernel] = {}
+# What register() registered under each name: its pattern, or None for the model's own attention.
+_REGISTERED: Dict[str, Optional["_Pattern"]] = {}
 
 
 def kernel_for(window: Optional[int] = None, cap: Optional[float] = None, sink: bool = False,
@@ -225,6 +232,16 @@ class _Pattern:
                                      f"{_api._names(self.base._inputs)}, which a transformers model has no values "
                                      "for: attnc.transformers runs patterns of positions only")
         self._variants: Dict[Tuple[Any, ...], _api.Kernel] = {(None, False): self.base}
+        self._last: Optional[np.ndarray] = None
+
+    def last_readers(self, n: int) -> np.ndarray:
+        """The base kernel's last_readers at a horizon of at least n (computed again, doubled, when
+        n passes the last one): the same for every variant, which only add score modifiers."""
+        with _LOCK:
+            if self._last is None or len(self._last) < n:
+                horizon = max(n, 4096, 2 * len(self._last) if self._last is not None else 0)
+                self._last = self.base.last_readers(horizon)
+            return self._last
 
     def _compile(self, source: str) -> _api.Kernel:
         return _api.compile(source, self.backend, pattern=self.pattern_name, **self.params)
@@ -394,6 +411,20 @@ def _attention(pattern: Optional[_Pattern], backend: str, module: Any, query: Te
                                  "keeps every key (a model config without sliding_window, or DynamicCache)")
         kernel = pattern.kernel(cap, sinks is not None, where)
     inputs = {_SINK_INPUT: sinks.reshape(-1)} if sinks is not None else {}
+    if hasattr(key, "_attnc_positions"):  # a PatternCache's keys: those its pattern still reads
+        if pattern is None:
+            raise _refuse(where, "its cache is an attnc PatternCache, which serves models registered with a pattern "
+                                 "(register(name, pattern=...)) only")
+        if info.padded if info is not None else (isinstance(attention_mask, Tensor) and not bool(attention_mask.all())):
+            raise _refuse(where, "its batch is padded, and a PatternCache takes unpadded batches (the same "
+                                 "length in every row); use DynamicCache for a padded batch")
+    positions = getattr(key, "_attnc_positions", None)
+    if positions is not None:
+        try:
+            o = _attnc_torch.attention_cached(query, key, value, positions, kernel, scale, **inputs)
+        except AttncError as e:
+            raise AttncError(f"{where}: {e}", e.status, e.status_name) from e
+        return o.transpose(1, 2).contiguous(), None
     nq, nk = query.shape[2], key.shape[2]
     # Keys: those that exist (a static cache's empty slots are cut off), and which of them are tokens.
     padding: Optional[Tensor] = None
@@ -416,12 +447,145 @@ def _attention(pattern: Optional[_Pattern], backend: str, module: Any, query: Te
     elif attention_mask is not None:
         raise _refuse(where, f"its attention mask is a {type(attention_mask).__name__} (flex attention's BlockMask?); "
                              "attnc takes no mask object")
-    if padding is None or bool(padding.all()):
+    if padding is None or (not info.padded if info is not None else bool(padding.all())):
         o = _call(kernel, query, key, value, scale, inputs, where)
         return o.transpose(1, 2).contiguous(), None
     if padding.shape[0] != query.shape[0]:
         padding = padding.expand(query.shape[0], nk)
     return _padded(kernel, query, key, value, padding, scale, inputs, where).contiguous(), None
+
+
+# ---- a cache that keeps what the pattern still reads -------------------------------------------
+
+
+class _PatternLayer(CacheLayerMixin):
+    """One layer of a PatternCache: the keys and values kept, in a buffer grown by doubling (no copy
+    of the whole cache per token, as DynamicCache's torch.cat makes), their positions, and the
+    number of tokens seen. Before new tokens are added, the keys no query from the first new
+    position on reads (last reader below it) are dead; every 16 tokens, and when the buffer is
+    full, the buffer is compacted if the dead outnumber the live (and 64), so each token costs O(1)
+    amortised and the buffer stays within about twice what the pattern reads plus 80."""
+
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(self, pattern: "_Pattern") -> None:
+        super().__init__()
+        self.pattern = pattern
+        self.count = 0  # rows of the buffer in use
+        self.seen = 0  # tokens added: the next one's position
+        self.positions = np.zeros(0, dtype=np.int64)
+
+    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
+        b, h, _, d = key_states.shape
+        self.device = key_states.device
+        self.keys = key_states.new_empty((b, h, 64, d))
+        self.values = value_states.new_empty((b, h, 64, value_states.shape[-1]))
+        self.positions = np.zeros(64, dtype=np.int64)
+        self.is_initialized = True
+
+    def _compact(self, first: int) -> None:
+        """Drops the keys no query at position `first` or later reads, when they outnumber the rest."""
+        if self.count == 0 or (first % 16 and self.count < self.keys.shape[2]):
+            return  # (looked at every 16 tokens, or when the buffer is full)
+        last = self.pattern.last_readers(first + 1)
+        live = last[self.positions[:self.count]] >= first
+        dead = self.count - int(live.sum())
+        if dead < max(64, self.count - dead):
+            return
+        keep = torch.from_numpy(np.flatnonzero(live)).to(self.keys.device)
+        kept = len(keep)
+        self.keys[:, :, :kept] = self.keys.index_select(2, keep)
+        self.values[:, :, :kept] = self.values.index_select(2, keep)
+        self.positions[:kept] = self.positions[:self.count][live]
+        self.count = kept
+
+    def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any) -> Tuple[Tensor, Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        m = key_states.shape[2]
+        self._compact(self.seen)
+        need = self.count + m
+        if need > self.keys.shape[2]:
+            size = max(need, 2 * self.keys.shape[2])
+            for attr in ("keys", "values"):
+                old = getattr(self, attr)
+                grown = old.new_empty(old.shape[:2] + (size,) + old.shape[3:])
+                grown[:, :, :self.count] = old[:, :, :self.count]
+                setattr(self, attr, grown)
+            positions = np.zeros(size, dtype=np.int64)
+            positions[:self.count] = self.positions[:self.count]
+            self.positions = positions
+        self.keys[:, :, self.count:need] = key_states
+        self.values[:, :, self.count:need] = value_states
+        self.positions[self.count:need] = np.arange(self.seen, self.seen + m)
+        self.count, self.seen = need, self.seen + m
+        keys, values = self.keys[:, :, :need], self.values[:, :, :need]
+        # The positions of the keys when some were dropped; else they are 0 .. need - 1 (an ordinary call).
+        keys._attnc_positions = torch.from_numpy(self.positions[:need]) if need != self.seen else None
+        return keys, values
+
+    def get_mask_sizes(self, query_length: int) -> Tuple[int, int]:
+        # (The mask covers every position; attnc's mask function reads only whether it is padded.)
+        return self.seen + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.seen
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def reset(self) -> None:
+        self.count = self.seen = 0
+        super().reset()
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.is_initialized:
+            self.keys = self.keys.index_select(0, beam_idx.to(self.keys.device))
+            self.values = self.values.index_select(0, beam_idx.to(self.values.device))
+
+    def kept(self) -> int:
+        """The keys held now (live or not yet dropped)."""
+        return self.count
+
+
+class PatternCache(Cache):
+    """A key/value cache for a model whose attention is a pattern (``register(name,
+    pattern=...)``) that keeps only the keys a later query of the pattern still reads: for the
+    512-key window plus 8 global tokens of examples/python/hf_long_generate.py, at most about
+    2 · 520 + 64 keys per layer at any context length, where transformers' DynamicCache holds
+    every key and copies them all (``torch.cat``) at every generated token.
+
+        name = attnc.transformers.register("attnc_local", pattern="patterns/local.attn", w=512)
+        model.set_attn_implementation(name)
+        out = model(input_ids=prompt, cache=attnc.transformers.PatternCache(name), use_cache=True)
+        model.generate(prompt, past_key_values=attnc.transformers.PatternCache(name), ...)
+
+    Which keys a query can still read comes from the pattern (``Kernel.last_readers``: per key,
+    the last position whose row holds it), so the result is exactly the full cache's: a key is
+    dropped only when no later position's row reads it, and a query that would read a dropped
+    key fails (``AttncError``) instead of computing over less. For generation (no gradients),
+    unpadded batches, CPU tensors; a pattern whose rows depend on ``n`` or that reads inputs is
+    refused here."""
+
+    def __init__(self, name: str) -> None:
+        with _LOCK:
+            known = name in _REGISTERED
+            pattern = _REGISTERED.get(name)
+        if not known:
+            raise error(INVALID_ARGUMENT, f"'{name}' is not an attention implementation attnc.transformers.register() "
+                                          "registered")
+        if pattern is None:
+            raise error(UNSUPPORTED, f"'{name}' runs the model's own attention, whose causal layers read every key; "
+                                     "a PatternCache serves names registered with a pattern (register(name, "
+                                     "pattern=...)); use DynamicCache here")
+        pattern.last_readers(1)  # a pattern the analysis refuses fails here, not in the model
+        self.pattern = pattern
+        super().__init__(layer_class_to_replicate=lambda: _PatternLayer(pattern))
+
+    def kept(self) -> List[int]:
+        """The keys each layer holds now."""
+        return [layer.kept() for layer in self.layers]
 
 
 def register(name: str = "attnc", pattern: Union[str, Any, None] = None, *, backend: str = "fused",
@@ -443,6 +607,8 @@ def register(name: str = "attnc", pattern: Union[str, Any, None] = None, *, back
     if params and pattern is None:
         raise TypeError(f"parameters {', '.join(params)} are a pattern's; pass pattern=... with them")
     spec = None if pattern is None else _Pattern(pattern, backend, pattern_name, params)
+    with _LOCK:
+        _REGISTERED[name] = spec
 
     def attnc_attention(module: Any, query: Tensor, key: Tensor, value: Tensor, attention_mask: Any,
                         scaling: Optional[float] = None, dropout: float = 0.0, sliding_window: Optional[int] = None,
