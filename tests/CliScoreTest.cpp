@@ -266,6 +266,15 @@ TEST(CliScore, EmitPrintsTheExpressionsAtEachStage) {
   CommandResult sinkPlan = attnc("emit " + sink + " --stage plan");
   EXPECT_EQ(sinkPlan.exitCode, 0) << sinkPlan.err;
   EXPECT_NE(sinkPlan.out.find("sink z[h]"), std::string::npos) << sinkPlan.out;
+  // A soft cap alone runs in the tile kernels' registers, and the listing says so.
+  const std::string capped = patternFile(dir, "capped", "pattern c { causal attend { j : i - j < 8 }  "
+                                                        "score 20 * tanh(s / 20) }");
+  CommandResult capPlan = attnc("emit " + capped + " --stage plan --n 64");
+  EXPECT_EQ(capPlan.exitCode, 0) << capPlan.err;
+  EXPECT_NE(capPlan.out.find("captanh s 0.05 20"), std::string::npos) << capPlan.out;
+  EXPECT_NE(capPlan.out.find("the tile kernels apply 20 * tanh(0.05 * s) to the scores in registers"),
+            std::string::npos)
+      << capPlan.out;
   CommandResult cuda = attnc("emit " + sink + " --stage cuda");
   EXPECT_EQ(cuda.exitCode, 0) << cuda.err;
   EXPECT_EQ(cuda.out.rfind("// sink z[h]\n", 0), 0u) << cuda.out.substr(0, 200);

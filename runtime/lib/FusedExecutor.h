@@ -84,6 +84,7 @@ struct FusedScratch {
   std::vector<float> scoreSlots;
   uint64_t slotsFor = 0; ///< the ScoreCode::id they hold constants of
   alignas(64) float rowPos[64];
+  bool rowsConsecutive = false; ///< rowPos[r] = rowPos[0] + r for every lane of the block
   uint8_t live[ScoreCode::kMaxLanes];
 };
 
@@ -163,6 +164,7 @@ struct GradScratch {
   uint8_t live[ScoreCode::kMaxLanes];
   float weight[ScoreCode::kMaxLanes];
   alignas(64) float rowPos[64];
+  bool rowsConsecutive = false; ///< rowPos[r] = rowPos[0] + r for every lane of the block
   std::vector<double> inputGrad;
 };
 

@@ -632,6 +632,34 @@ ScoreCode compileScore(const ScoreExpr &expr, const ir::PatternIR &ir, int64_t h
     t.sub = subs.at(t.table);
     at += 2 * n - 1;
   }
+  // Two forms the tile kernels run in registers instead of the code (which
+  // stays for the row-by-row paths). A soft cap alone, c * tanh(b * s) with
+  // constants b and c:
+  const Node &root = dag.nodes[static_cast<size_t>(value)];
+  if (root.what == N::Op && root.kind == K::CapTanh && dag.nodes[static_cast<size_t>(root.a)].what == N::S &&
+      dag.nodes[static_cast<size_t>(root.b)].what == N::Const && dag.nodes[static_cast<size_t>(root.c)].what == N::Const) {
+    code.inlineCap = true;
+    code.capPre = static_cast<float>(dag.nodes[static_cast<size_t>(root.b)].value);
+    code.capPost = static_cast<float>(dag.nodes[static_cast<size_t>(root.c)].value);
+  }
+  // and s plus a float table of i - j (T5's bias once tabulated), with
+  // nothing else to read or to differentiate.
+  if (root.what == N::Op && root.kind == K::Add && code.reads.empty() && code.grads.empty() &&
+      code.tableGrads.size() <= 1) {
+    for (auto [x, y] : {std::pair{root.a, root.b}, std::pair{root.b, root.a}}) {
+      const Node &t = dag.nodes[static_cast<size_t>(y)];
+      if (dag.nodes[static_cast<size_t>(x)].what != N::S || t.what != N::Op || t.kind != K::Lookup || t.isInt)
+        continue;
+      const Node &distance = dag.nodes[static_cast<size_t>(t.a)];
+      const size_t table = static_cast<size_t>(t.input);
+      if (distance.what != N::Op || distance.kind != K::Rel || distance.value != 1 ||
+          (!code.tableGrads.empty() && static_cast<size_t>(code.tableGrads[0].table) != table))
+        continue;
+      code.inlineBias = static_cast<int16_t>(table);
+      code.biasGradAt = code.tableGrads.empty() ? -1 : code.tableGrads[0].at;
+      break;
+    }
+  }
   return code;
 }
 
@@ -826,6 +854,11 @@ std::string scoreListing(const ScoreCode &code) {
        << (g.flat >= 0 ? "[" + std::to_string(g.flat) + "]" : "[read]") << " " << slot(g.deriv) << "\n";
   for (const ScoreCode::TableGrad &t : code.tableGrads)
     os << "  d/dtable" << t.table << "[" << slot(t.index) << "] " << slot(t.deriv) << "\n";
+  if (code.inlineCap)
+    os << "  (a soft cap alone: the tile kernels apply " << code.capPost << " * tanh(" << code.capPre
+       << " * s) to the scores in registers)\n";
+  if (code.inlineBias >= 0)
+    os << "  (s plus table" << code.inlineBias << " by distance: the tile kernels add it to the scores in registers)\n";
   return os.str();
 }
 

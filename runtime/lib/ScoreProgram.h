@@ -108,6 +108,16 @@ struct ScoreCode {
   bool usesI = false, usesJ = false; ///< the i and j slots (not Rel's positions)
   bool usesRel = false;               ///< ScoreLanes' rowPos and keyPos
   bool valueLast = false;             ///< the last instruction computes the value (ScoreLanes::out may take it)
+  /// The score is soft-capping alone, capPost * tanh(capPre * s) (Gemma 2's cap * tanh(s / cap)): the
+  /// tile kernels apply it (and, backward, its derivative capPre * capPost * (1 - tanh^2)) to the scores
+  /// in registers instead of running the code, which stays for the row-by-row paths.
+  bool inlineCap = false;
+  float capPre = 0, capPost = 0;
+  /// The score is s plus a table of the distance i - j alone (T5's rel[h, bucket(i - j)] once
+  /// tabulated): table `inlineBias` (-1: not this form), added to the scores in registers; backward,
+  /// each pair's dS' is added to the table's sums by distance at `biasGradAt` (-1: none asked for).
+  int16_t inlineBias = -1;
+  int64_t biasGradAt = -1;
   /// The input names, for messages.
   std::vector<std::string> names;
   /// Unique per compiled code: scratch whose constant slots were filled for

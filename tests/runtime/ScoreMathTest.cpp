@@ -76,6 +76,15 @@ TEST(ScoreMath, TanhIsWithinItsAbsoluteBoundEverywhere) {
   for (size_t x = 0; x < xs.size(); ++x)
     worst = std::max(worst, std::abs(double(got[x]) - std::tanh(double(xs[x]))));
   EXPECT_LT(worst, 3e-7) << fusedIsa();
+  // Whole vectors of 16 lanes up to |x| = 1/2, where AVX-512 takes the
+  // series, and just past it, where it does not.
+  std::vector<float> edge;
+  for (float end : {0.5f, -0.5f, 0.5001f, 0.25f})
+    for (int l = 0; l < 16; ++l)
+      edge.push_back(end * (1.0f - l / 256.0f));
+  const std::vector<float> atEdge = run(*ScoreExpr::make(ScoreOp::Tanh, {s()}, false), edge);
+  for (size_t x = 0; x < edge.size(); ++x)
+    EXPECT_LT(std::abs(double(atEdge[x]) - std::tanh(double(edge[x]))), 3e-7) << edge[x] << " " << fusedIsa();
   // The soft cap's one instruction: 20 tanh(s / 20), within 20 x 3e-7.
   const ScoreRef cap = ScoreExpr::make(
       ScoreOp::Mul, {num(20), ScoreExpr::make(ScoreOp::Tanh, {ScoreExpr::make(ScoreOp::Div, {s(), num(20)}, false)}, false)},
