@@ -18,6 +18,9 @@ Implementations (``attn_implementation``, and the cache):
                             still reads) instead of DynamicCache
   sdpa                      torch's scaled_dot_product_attention (dense causal)
   flex_attention            torch's flex_attention (compiled by torch.compile; causal BlockMask)
+  floor                     what the rest of the model costs: an attention function that returns its
+                            queries and a cache that keeps the prompt's keys and copies nothing more
+                            (not attention: a bound on what any attention's decode step can reach)
 
 For each n: prefill = one forward of an n-token prompt with a cache (``logits_to_keep=1``); decode =
 `--decode` further tokens generated greedily, one forward each over the cache (transformers'
@@ -73,6 +76,34 @@ def commit() -> str:
 
 
 PATTERN_CACHE = "_cache"  # the suffix of an implementation that generates over a PatternCache
+FLOOR = "floor"
+
+
+def register_floor() -> None:
+    """The `floor` implementation: attention that returns its queries (no work), no mask."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    def attention(module, query, key, value, attention_mask, **kwargs):
+        return query.transpose(1, 2).contiguous(), None
+
+    AttentionInterface.register(FLOOR, attention)
+    AttentionMaskInterface.register(FLOOR, lambda *args, **kwargs: None)
+
+
+def floor_cache():
+    """A cache that keeps the keys of its first update (the prompt's) and returns them ever after: no
+    copy per token (the `floor` implementation's)."""
+    from transformers.cache_utils import Cache, DynamicLayer
+
+    class Layer(DynamicLayer):
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self.keys, self.values = key_states, value_states
+            return self.keys, self.values
+
+    return Cache(layer_class_to_replicate=Layer)
 
 
 def build(example, size: str, max_positions: int):
@@ -111,7 +142,7 @@ def measure(example, torch, impls: List[str], n: int, decode: int, repeats: int,
             start = time.perf_counter()
             try:
                 cache = (attnc.transformers.PatternCache(impl.removesuffix(PATTERN_CACHE))
-                         if impl.endswith(PATTERN_CACHE) else None)
+                         if impl.endswith(PATTERN_CACHE) else floor_cache() if impl == FLOOR else None)
                 g = example.greedy(models[impl], ids, decode + 1, cache)  # the first token comes from the prefill
             except Exception as e:  # written into the table
                 out[impl] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
@@ -129,7 +160,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, nargs="+", default=[4096, 16384])
     parser.add_argument("--decode", type=int, default=32, help="tokens generated after the prompt")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--impls", default="attnc,attnc_local_global,attnc_local_global_cache,sdpa,flex_attention")
+    parser.add_argument("--impls",
+                        default="attnc,attnc_local_global,attnc_local_global_cache,sdpa,flex_attention,floor")
     parser.add_argument("--size", choices=["tiny", "wide"], default="tiny", help="the model (see above)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per cell; the best is reported")
     args = parser.parse_args()
@@ -145,9 +177,12 @@ def main() -> None:
     impls = [s.strip() for s in args.impls.split(",") if s.strip()]
     attention = {"attnc": "causal (attnc)", "attnc_local_global": "local w=512 + 8 global (attnc)",
                  "attnc_local_global_cache": "local w=512 + 8 global (attnc), PatternCache",
+                 FLOOR: "none (the rest of the model: no attention, no cache copy)",
                  "sdpa": "causal (SDPA)", "flex_attention": "causal (flex_attention, compiled)"}
     if "attnc" in impls:
         attnc.transformers.register("attnc")
+    if FLOOR in impls:
+        register_floor()
     if "attnc_local_global" in impls or "attnc_local_global_cache" in impls:
         attnc.transformers.register("attnc_local_global", pattern=example.LOCAL_GLOBAL)
 
@@ -199,7 +234,7 @@ def main() -> None:
                 vs_d = f"{ref['token_s'] / r['token_s']:.2f}x"
             else:
                 vs_p = vs_d = ""
-            if impl == "sdpa" or not ref or "error" in ref:
+            if impl in ("sdpa", FLOOR) or not ref or "error" in ref:
                 same = ""
             elif impl == "attnc_local_global":
                 same = "(another function)"

@@ -244,31 +244,14 @@ template <typename T>
 void runRowsOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const T *q, const T *k, const T *v,
                float *o, float *lse, float scale, int threads, const ScoreCode *code, const HeldKeys &held) {
   const ir::RowEvaluator rows(set, n);
-  if (held.at) {
-    const HeldRows mapped = heldRows(rows, firstRow, held);
-    support::parallelFor(held.queries, static_cast<int>(std::min<int64_t>(threads, held.queries)),
-                         [&](int, int64_t r) {
-      thread_local std::vector<float> query;
-      const float *qr;
-      if constexpr (std::is_same_v<T, float>) {
-        qr = q + r * d;
-      } else {
-        query.resize(static_cast<size_t>(d));
-        for (int64_t c = 0; c < d; ++c)
-          query[static_cast<size_t>(c)] = widen(q[r * d + c]);
-        qr = query.data();
-      }
-      const size_t x = static_cast<size_t>(r);
-      runRow(mapped.keys[x], d, qr, k, v, o + r * d, lse ? lse + r : nullptr, scale, firstRow + r, code,
-             mapped.shifts[x].data());
-    });
-    return;
-  }
-  const int64_t count = n - firstRow;
+  // Held keys: every row mapped onto them (and refused) before any is computed.
+  const HeldRows mapped = held.at ? heldRows(rows, firstRow, held) : HeldRows{};
+  const int64_t count = held.at ? held.queries : n - firstRow;
   support::parallelFor(count, static_cast<int>(std::min<int64_t>(threads, count)), [&](int, int64_t r) {
     thread_local IntervalSet keys;
     thread_local std::vector<float> query;
-    rows.row(firstRow + r, 0, n, keys);
+    if (!held.at)
+      rows.row(firstRow + r, 0, n, keys);
     const float *qr;
     if constexpr (std::is_same_v<T, float>) {
       qr = q + r * d;
@@ -278,7 +261,9 @@ void runRowsOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, co
         query[static_cast<size_t>(c)] = widen(q[r * d + c]);
       qr = query.data();
     }
-    runRow(keys, d, qr, k, v, o + r * d, lse ? lse + r : nullptr, scale, firstRow + r, code);
+    const size_t x = static_cast<size_t>(r);
+    runRow(held.at ? mapped.keys[x] : keys, d, qr, k, v, o + r * d, lse ? lse + r : nullptr, scale, firstRow + r,
+           code, held.at ? mapped.shifts[x].data() : nullptr);
   });
 }
 

@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -173,18 +174,9 @@ TEST(HeldKeys, QueriesOverHeldKeysEqualTheWholeSequence) {
       call.v = gather(v, batch * hkv, n, d, call.positions);
       // The queries at positions [first, first + nq): the reference's last nq of first + nq keys.
       const int64_t end = first + nq;
-      std::vector<float> kEnd = gather(k, batch * hkv, n, d, [&] {
-        std::vector<int64_t> all;
-        for (int64_t j = 0; j < end; ++j)
-          all.push_back(j);
-        return all;
-      }()),
-                         vEnd = gather(v, batch * hkv, n, d, [&] {
-                           std::vector<int64_t> all;
-                           for (int64_t j = 0; j < end; ++j)
-                             all.push_back(j);
-                           return all;
-                         }());
+      std::vector<int64_t> prefix(static_cast<size_t>(end));
+      std::iota(prefix.begin(), prefix.end(), int64_t{0});
+      const std::vector<float> kEnd = gather(k, batch * hkv, n, d, prefix), vEnd = gather(v, batch * hkv, n, d, prefix);
       ScoredAttention model;
       model.mask = [&](int64_t, int64_t i, int64_t j) { return c.mask(i, j); };
       const AttentionInDouble want =
