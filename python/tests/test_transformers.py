@@ -428,6 +428,14 @@ def test_attention_cached_directly():
     torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
     with pytest.raises(attnc.AttncError, match="reads the key at position 1"):
         attnc.torch.attention_cached(q, k[:, :, [0] + keep[2:]], v[:, :, [0] + keep[2:]], [0] + keep[2:], kernel)
+    with pytest.raises(attnc.AttncError, match="key_positions has 6 entries but 'k' has 7 key rows"):
+        attnc.torch.attention_cached(q, k[:, :, keep], v[:, :, keep], keep[1:], kernel)
+    with pytest.raises(attnc.AttncError, match="one position per key"):
+        attnc.torch.attention_cached(q, k[:, :, keep], v[:, :, keep], [keep], kernel)
+    with pytest.raises(attnc.AttncError, match="ascend strictly"):
+        attnc.torch.attention_cached(q, k[:, :, keep], v[:, :, keep], keep[::-1], kernel)
+    with pytest.raises(ValueError, match=r"n must be an integer in \[1, 2147483648\]"):
+        kernel.last_readers(0)
     with pytest.raises(attnc.AttncError, match="no backward pass"):
         attnc.torch.attention_cached(q.requires_grad_(), k[:, :, keep], v[:, :, keep], keep, kernel)
 
