@@ -18,6 +18,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -427,35 +428,44 @@ struct Root {
 ScoreCode emit(Dag &dag, int value, int dValue, const std::vector<Root> &gradRoots, const ir::PatternIR &ir,
                const std::vector<FloatInput> &inputs, std::vector<std::vector<float>> tables);
 
-/// Whether x (no s) reads i and j only as i - j or j - i, and how many
-/// operations and reads of float inputs it has: such a node is a function
-/// of the distance alone (an input's entries are fixed for a slice).
-bool relative(const Dag &dag, int x, int &ops, int &reads) {
+/// What relative() counts in a subexpression of the distance alone.
+struct RelativeCounts {
+  int ops = 0;    ///< operations, reads and distances
+  int reads = 0;  ///< reads of float inputs at places that vary with the distance
+  int params = 0; ///< input entries at fixed places (ALiBi's slope[h])
+  int rels = 0;   ///< i - j or j - i
+};
+
+/// Whether x (no s) reads i and j only as i - j or j - i, counting what it
+/// has in `c`: such a node is a function of the distance alone (an input's
+/// entries are fixed for a slice).
+bool relative(const Dag &dag, int x, RelativeCounts &c) {
   const Node &nd = dag.nodes[static_cast<size_t>(x)];
   switch (nd.what) {
-  case N::Const:
-  case N::Param: return true;
+  case N::Const: return true;
+  case N::Param: ++c.params; return true;
   case N::Op: break;
   case N::Read:
-    ++reads;
-    ++ops;
+    ++c.reads;
+    ++c.ops;
     for (int y : operands(nd))
-      if (y >= 0 && !relative(dag, y, ops, reads))
+      if (y >= 0 && !relative(dag, y, c))
         return false;
     return true;
   default: return false; // s, a bare i or j
   }
   if (nd.kind == K::Rel) {
-    ++ops;
+    ++c.ops;
+    ++c.rels;
     return true;
   }
   if (!nd.isInt && nd.kind != K::Div && nd.kind != K::Log && nd.kind != K::Mul && nd.kind != K::Add &&
       nd.kind != K::Sub && nd.kind != K::Neg && nd.kind != K::Abs && nd.kind != K::Min && nd.kind != K::Max &&
       nd.kind != K::Exp && nd.kind != K::Tanh && nd.kind != K::Where && nd.kind != K::Fma && nd.kind != K::CapTanh)
     return false;
-  ++ops;
+  ++c.ops;
   for (int y : {nd.a, nd.b, nd.c})
-    if (y >= 0 && !relative(dag, y, ops, reads))
+    if (y >= 0 && !relative(dag, y, c))
       return false;
   return true;
 }
@@ -504,40 +514,69 @@ std::vector<float> overDistances(const ScoreCode &sub, int64_t n, ScoreRunner ru
 std::shared_ptr<const ScoreCode> tableGradCode(Dag &dag, int x, const ir::PatternIR &ir,
                                                const std::vector<FloatInput> &inputs);
 
+/// What tabulate makes: the tables, and per float table what the backward
+/// pass and the checks need.
+struct Tables {
+  ScoreRunner runner;
+  bool backward;
+  std::vector<std::vector<float>> values;
+  std::map<int, int> done; ///< node -> its replacement
+  std::map<int64_t, std::shared_ptr<const ScoreCode>> subs; ///< a float table's own backward code
+  std::vector<std::vector<uint8_t>> bad;                     ///< per table: the distances read outside
+  std::vector<std::shared_ptr<const ScoreCode>> codes;      ///< per table with such: its code
+  std::set<int64_t> linear; ///< tables of X * (i - j) or X * (j - i), X free of the distance
+};
+
 /// Replaces the largest subexpressions of the distance i - j alone by a
 /// lookup in a table over every distance of length n, computed here by the
 /// runner on 2n - 1 lanes: integer ones (T5's bucket of a relative
 /// position: a log, a division, a floor, a min) and float ones that read
-/// inputs (T5's whole bias rel[h, bucket(j - i)]). Per pair, a subtraction
+/// inputs (T5's whole bias rel[h, bucket(j - i)], ALiBi's slope[h] * (j - i):
+/// an entry at a fixed place counts when the distance is read too). Per pair, a subtraction
 /// and a load (consecutive rows: a copy) instead of the whole expression
 /// and its gathers. The distances at which a float table reads outside its
 /// input (j > i, for a causal T5 bias) are marked (`bad`): a pair of the
 /// pattern at one of them fails as its own read would. With `backward`,
 /// each float table's own backward code is kept in `subs`.
-int tabulate(Dag &dag, int x, int64_t n, const ir::PatternIR &ir, const std::vector<FloatInput> &inputs,
-             ScoreRunner runner, std::vector<std::vector<float>> &tables, std::map<int, int> &done,
-             bool backward, std::map<int64_t, std::shared_ptr<const ScoreCode>> &subs,
-             std::vector<std::vector<uint8_t>> &bad, std::vector<std::shared_ptr<const ScoreCode>> &codes) {
-  if (auto at = done.find(x); at != done.end())
+int tabulate(Dag &dag, int x, int64_t n, const ir::PatternIR &ir, const std::vector<FloatInput> &inputs, Tables &t) {
+  if (auto at = t.done.find(x); at != t.done.end())
     return at->second;
   const Node nd = dag.nodes[static_cast<size_t>(x)];
   int out = -1;
-  int ops = 0, reads = 0;
-  if ((nd.what == N::Op || nd.what == N::Read) && relative(dag, x, ops, reads) &&
-      (nd.isInt ? ops >= 3 && reads == 0 : reads > 0)) {
+  RelativeCounts c;
+  if ((nd.what == N::Op || nd.what == N::Read) && relative(dag, x, c) &&
+      (nd.isInt ? c.ops >= 3 && c.reads == 0 : c.reads > 0 || (c.params > 0 && c.rels > 0))) {
     auto sub = std::make_shared<const ScoreCode>(emit(dag, x, -1, {}, ir, inputs, {}));
     std::vector<uint8_t> outside;
-    std::vector<float> values = overDistances(*sub, n, runner, &outside);
+    std::vector<float> values = overDistances(*sub, n, t.runner, &outside);
     if (std::find(outside.begin(), outside.end(), uint8_t{0}) != outside.end()) { // (some distance reads inside)
-      tables.push_back(std::move(values));
+      t.values.push_back(std::move(values));
       const bool any = std::find(outside.begin(), outside.end(), uint8_t{1}) != outside.end();
-      bad.push_back(any ? std::move(outside) : std::vector<uint8_t>{});
-      codes.push_back(any ? sub : nullptr);
+      t.bad.push_back(any ? std::move(outside) : std::vector<uint8_t>{});
+      t.codes.push_back(any ? sub : nullptr);
       const int distance = dag.op(K::Sub, dag.leaf(N::I), dag.leaf(N::J), -1, true);
-      const auto table = static_cast<int64_t>(tables.size() - 1);
+      const auto table = static_cast<int64_t>(t.values.size() - 1);
       out = dag.lookup(distance, table, nd.isInt);
-      if (backward && !nd.isInt)
-        subs.emplace(table, tableGradCode(dag, x, ir, inputs));
+      if (t.backward && !nd.isInt)
+        t.subs.emplace(table, tableGradCode(dag, x, ir, inputs));
+      // X times the distance, X free of it: every derivative of the table
+      // is linear in the distance too.
+      if (nd.what == N::Op && nd.kind == K::Mul && !nd.isInt)
+        for (auto [r, other] : {std::pair{nd.a, nd.b}, std::pair{nd.b, nd.a}}) {
+          RelativeCounts o;
+          if (dag.isOp(r, K::Rel) && relative(dag, other, o) && o.rels == 0)
+            t.linear.insert(table);
+        }
+    }
+  }
+  // x * y + z came as one instruction: a product of the distance alone
+  // (ALiBi's slope[h] * (j - i) + s) is tabulated on its own.
+  if (out < 0 && nd.what == N::Op && nd.kind == K::Fma && !nd.isInt) {
+    RelativeCounts m;
+    if (relative(dag, nd.a, m) && relative(dag, nd.b, m) && (m.reads > 0 || (m.params > 0 && m.rels > 0))) {
+      const int product = tabulate(dag, dag.op(K::Mul, nd.a, nd.b), n, ir, inputs, t);
+      if (dag.isOp(product, K::Lookup))
+        out = dag.op(K::Add, product, tabulate(dag, nd.c, n, ir, inputs, t));
     }
   }
   if (out < 0) {
@@ -547,7 +586,7 @@ int tabulate(Dag &dag, int x, int64_t n, const ir::PatternIR &ir, const std::vec
       bool changed = false;
       for (int &y : args)
         if (y >= 0) {
-          const int z = tabulate(dag, y, n, ir, inputs, runner, tables, done, backward, subs, bad, codes);
+          const int z = tabulate(dag, y, n, ir, inputs, t);
           changed = changed || z != y;
           y = z;
         }
@@ -556,7 +595,7 @@ int tabulate(Dag &dag, int x, int64_t n, const ir::PatternIR &ir, const std::vec
                                  : dag.op(nd.kind, args[0], args[1], args[2], nd.isInt);
     }
   }
-  done.emplace(x, out);
+  t.done.emplace(x, out);
   return out;
 }
 
@@ -597,22 +636,17 @@ ScoreCode compileScore(const ScoreExpr &expr, const ir::PatternIR &ir, int64_t h
   Dag dag;
   Lowering lowering{dag, ir, h, n, inputs};
   int value = lowering.lower(expr);
-  std::vector<std::vector<float>> made;
-  std::map<int64_t, std::shared_ptr<const ScoreCode>> subs;
-  std::vector<std::vector<uint8_t>> bad;
-  std::vector<std::shared_ptr<const ScoreCode>> codes;
-  if (tables && n <= (int64_t{1} << 22)) {
-    std::map<int, int> done;
-    value = tabulate(dag, value, n, ir, inputs, tables, made, done, backward, subs, bad, codes);
-  }
+  Tables t{tables, backward, {}, {}, {}, {}, {}, {}};
+  if (tables && n <= (int64_t{1} << 22))
+    value = tabulate(dag, value, n, ir, inputs, t);
   // The roots: the value, then (backward) d/ds and d/d(every entry read).
   int dValue = -1;
   std::vector<Root> gradRoots;
   if (backward)
     dValue = gradientRoots(dag, value, gradRoots);
-  ScoreCode code = emit(dag, value, dValue, gradRoots, ir, inputs, std::move(made));
-  code.tableBad = std::move(bad);
-  code.tableCode = std::move(codes);
+  ScoreCode code = emit(dag, value, dValue, gradRoots, ir, inputs, std::move(t.values));
+  code.tableBad = std::move(t.bad);
+  code.tableCode = std::move(t.codes);
   for (const std::vector<uint8_t> &marks : code.tableBad) {
     ScoreCode::Good good;
     if (!marks.empty()) {
@@ -627,9 +661,9 @@ ScoreCode compileScore(const ScoreExpr &expr, const ir::PatternIR &ir, int64_t h
   // The tables' sums by distance, past the inputs' entries.
   std::vector<int64_t> offsets;
   int64_t at = floatOffsets(inputs, offsets);
-  for (ScoreCode::TableGrad &t : code.tableGrads) {
-    t.at = at;
-    t.sub = subs.at(t.table);
+  for (ScoreCode::TableGrad &g : code.tableGrads) {
+    g.at = at;
+    g.sub = t.subs.at(g.table);
     at += 2 * n - 1;
   }
   // Two forms the tile kernels run in registers instead of the code (which
@@ -642,21 +676,23 @@ ScoreCode compileScore(const ScoreExpr &expr, const ir::PatternIR &ir, int64_t h
     code.capPre = static_cast<float>(dag.nodes[static_cast<size_t>(root.b)].value);
     code.capPost = static_cast<float>(dag.nodes[static_cast<size_t>(root.c)].value);
   }
-  // and s plus a float table of i - j (T5's bias once tabulated), with
-  // nothing else to read or to differentiate.
+  // and s plus a float table of i - j (T5's bias or ALiBi's once
+  // tabulated), with nothing else to read or to differentiate.
   if (root.what == N::Op && root.kind == K::Add && code.reads.empty() && code.grads.empty() &&
       code.tableGrads.size() <= 1) {
     for (auto [x, y] : {std::pair{root.a, root.b}, std::pair{root.b, root.a}}) {
-      const Node &t = dag.nodes[static_cast<size_t>(y)];
-      if (dag.nodes[static_cast<size_t>(x)].what != N::S || t.what != N::Op || t.kind != K::Lookup || t.isInt)
+      const Node &look = dag.nodes[static_cast<size_t>(y)];
+      if (dag.nodes[static_cast<size_t>(x)].what != N::S || look.what != N::Op || look.kind != K::Lookup ||
+          look.isInt)
         continue;
-      const Node &distance = dag.nodes[static_cast<size_t>(t.a)];
-      const size_t table = static_cast<size_t>(t.input);
+      const Node &distance = dag.nodes[static_cast<size_t>(look.a)];
+      const size_t table = static_cast<size_t>(look.input);
       if (distance.what != N::Op || distance.kind != K::Rel || distance.value != 1 ||
           (!code.tableGrads.empty() && static_cast<size_t>(code.tableGrads[0].table) != table))
         continue;
       code.inlineBias = static_cast<int16_t>(table);
       code.biasGradAt = code.tableGrads.empty() ? -1 : code.tableGrads[0].at;
+      code.biasLinear = t.linear.count(static_cast<int64_t>(table)) > 0;
       break;
     }
   }

@@ -113,11 +113,16 @@ struct ScoreCode {
   /// in registers instead of running the code, which stays for the row-by-row paths.
   bool inlineCap = false;
   float capPre = 0, capPost = 0;
-  /// The score is s plus a table of the distance i - j alone (T5's rel[h, bucket(i - j)] once
-  /// tabulated): table `inlineBias` (-1: not this form), added to the scores in registers; backward,
+  /// The score is s plus a table of the distance i - j alone (T5's rel[h, bucket(i - j)] or ALiBi's
+  /// slope[h] * (j - i) once tabulated): table `inlineBias` (-1: not this form), added to the scores in registers; backward,
   /// each pair's dS' is added to the table's sums by distance at `biasGradAt` (-1: none asked for).
   int16_t inlineBias = -1;
   int64_t biasGradAt = -1;
+  /// The table is X * (i - j) or X * (j - i) with X free of the distance (ALiBi's slope[h] * (j - i)):
+  /// every derivative of it is linear in the distance, so its sums by distance fold to the same
+  /// gradients as their first moment, sum(dS' * (i - j)), alone at distance 1 (the tile kernels sum
+  /// it in registers).
+  bool biasLinear = false;
   /// The input names, for messages.
   std::vector<std::string> names;
   /// Unique per compiled code: scratch whose constant slots were filled for

@@ -123,6 +123,7 @@ struct ScoreRun {
   std::vector<FloatArg> floats;
   std::vector<attnc_input> intInputs; ///< a data pattern's, as they are
   attnc_dtype dtype = ATTNC_DTYPE_F32;
+  bool inputGrads = true; ///< the backward pass asks for the float inputs' gradients
 
   ScoreRun(int64_t batch, int64_t hq, int64_t hkv, int64_t nq, int64_t n, int64_t d, uint32_t seed, float qScale = 1)
       : batch(batch), hq(hq), hkv(hkv), nq(nq), n(n), d(d) {
@@ -200,8 +201,8 @@ struct ScoreRun {
     c.d_v = &tdv;
     c.inputs = inputs.data();
     c.num_inputs = static_cast<int64_t>(inputs.size());
-    c.d_inputs = grads.data();
-    c.num_d_inputs = static_cast<int64_t>(grads.size());
+    c.d_inputs = inputGrads ? grads.data() : nullptr;
+    c.num_d_inputs = inputGrads ? static_cast<int64_t>(grads.size()) : 0;
     return attnc_backward(kernel, &c);
   }
 
@@ -226,7 +227,7 @@ struct ScoreRun {
     EXPECT_LT(maxError(dv, r.dv), 4 * tol) << what << " (dV)";
     size_t at = 0;
     for (const FloatArg &f : floats)
-      for (size_t e = 0; e < f.values.size(); ++e, ++at) {
+      for (size_t e = 0; e < f.values.size() && inputGrads; ++e, ++at) {
         std::vector<double> up = p, down = p;
         const double eps = 1e-4;
         up[at] += eps;
@@ -359,6 +360,35 @@ pattern rel_bias {
   ScoreRun run(1, 2, 2, 90, 90, 16, 31);
   run.floats.push_back({"rel", {2, 6}, randomFloats(12, 77, 1.0f), {}});
   run.check(kernel.get(), m, "relative bias");
+}
+
+TEST(ScoreModifiers, BiasesOfTheDistanceWithoutTheirInputsGradients) {
+  // ALiBi's slope[h] * (j - i) and a T5 table are tabulated by distance and
+  // added in the tile kernels' registers; a backward pass that asks for dQ,
+  // dK and dV alone sums nothing by distance (and writes nowhere for it).
+  KernelPtr alibi = compileSource(kAlibiLocal);
+  ASSERT_TRUE(alibi);
+  ScoreRun run(2, 4, 2, 777, 777, 16, 71);
+  run.floats.push_back({"slope", {4}, values({0.5f, 0.25f, 0.125f, 0.0625f}), {}});
+  run.inputGrads = false;
+  run.check(alibi.get(), alibiModel(96), "alibi_local, no input gradients");
+  for (float g : run.floats[0].grad)
+    EXPECT_EQ(g, -7.0f) << "a gradient not asked for was written";
+  KernelPtr t5 = compileSource(R"(
+pattern rel { input rel : float[heads, 8]  causal  attend { j : i - j < 64 }  score s + rel[h, min(i - j, 7)] }
+)");
+  ASSERT_TRUE(t5);
+  Model m{[](int64_t i, int64_t j) { return j <= i && i - j < 64; },
+          [](double s, int64_t i, int64_t j, int64_t h, const std::vector<double> &p) {
+            return s + p[static_cast<size_t>(h * 8 + std::min<int64_t>(i - j, 7))];
+          },
+          nullptr};
+  ScoreRun t(1, 2, 2, 300, 300, 16, 73);
+  t.floats.push_back({"rel", {2, 8}, randomFloats(16, 74, 1.0f), {}});
+  t.inputGrads = false;
+  t.check(t5.get(), m, "T5 table, no input gradients");
+  t.inputGrads = true;
+  t.check(t5.get(), m, "T5 table, with them");
 }
 
 TEST(ScoreModifiers, ABiasTableWithDistancesOutsideItsInput) {

@@ -229,9 +229,10 @@ public:
     if (ir_.score) {
       code = compileScore(*ir_.score, ir_, s.head, s.n, floatsOf(s.floats), true,
                           s.firstRow == 0 ? scoreRunner() : nullptr);
-      if (!s.inputGrad) {
+      if (!s.inputGrad) { // (no input gradient asked for: none summed, not even by distance)
         code->grads.clear();
         code->tableGrads.clear();
+        code->biasGradAt = -1;
       }
       run.code = &*code;
       const int64_t entries = floatOffsets(floatsOf(s.floats), run.gradOffsets);
