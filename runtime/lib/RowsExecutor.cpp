@@ -73,6 +73,33 @@ template <typename T> inline float dotRow(const float *a, const T *b, int64_t d)
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+/// scale times the dot products of q with `count` consecutive rows of d
+/// (keys), into out: eight rows at a time where d allows, each in its own
+/// 16 partial sums (eight independent chains of FMAs, which the vector
+/// units overlap, where one row's chain waits on each FMA's latency),
+/// summed in a fixed order.
+template <typename T>
+inline void dotRows(const float *q, const T *keys, int64_t count, int64_t d, float scale, float *out) {
+  int64_t t = 0;
+  if (d % 16 == 0)
+    for (; t + 8 <= count; t += 8) {
+      float part[8][16] = {};
+      const T *rows = keys + t * d;
+      for (int64_t c = 0; c < d; c += 16)
+        for (int u = 0; u < 8; ++u)
+          for (int x = 0; x < 16; ++x)
+            part[u][x] += q[c + x] * widen(rows[u * d + c + x]);
+      for (int u = 0; u < 8; ++u) {
+        float half[8];
+        for (int x = 0; x < 8; ++x)
+          half[x] = part[u][x] + part[u][x + 8];
+        out[t + u] = scale * (((half[0] + half[1]) + (half[2] + half[3])) + ((half[4] + half[5]) + (half[6] + half[7])));
+      }
+    }
+  for (; t < count; ++t)
+    out[t] = scale * dotRow(q, keys + t * d, d);
+}
+
 /// One row: keys `keys` of k and v, output row o, its log-sum-exp.
 /// A score modifier on `count` scores of row `row`, keys j0 .. j0 + count
 /// (count <= kChunk): scores[t] = f(scores[t]); with dP (the backward),
@@ -136,8 +163,7 @@ ATTNC_ROWS_CLONES void runRow(const IntervalSet &keys, int64_t d, const float *q
       const int64_t count = std::min(kChunk, iv.hi - j0);
       float chunkMax = -std::numeric_limits<float>::infinity();
       const T *chunkKeys = k + rowOf(at, j0) * d; // (a chunk's keys are consecutive rows)
-      for (int64_t t = 0; t < count; ++t)
-        scores[t] = scale * dotRow(q, chunkKeys + t * d, d);
+      dotRows(q, chunkKeys, count, d, scale, scores);
       if (code) {
         const float *f = rowScore(code).run(row, j0, count, scores);
         std::copy_n(f, count, scores);
