@@ -326,6 +326,19 @@ bool hasGen(const ir::SetNode &s, ir::Gen kind) {
 }
 } // namespace
 
+namespace {
+/// The length at which the plan's choices count executed pairs: `preferred`,
+/// but no more than 512 when a head has a per-pair predicate, whose rows
+/// are evaluated pair by pair (at 4,096 that is 16 M evaluations of its
+/// terms for each option counted: seconds of compile time for tiled NATTEN).
+int64_t referenceLength(const ir::PatternIR &ir, int64_t preferred) {
+  for (const ir::PatternIR::Head &h : ir.heads)
+    if (ir::hasPredicate(*h.set))
+      return std::min<int64_t>(preferred, 512);
+  return preferred;
+}
+} // namespace
+
 int64_t defaultTileRows(const ir::PatternIR &ir) {
   // A pattern that reads data has no rows to count before a call: an
   // equality class in raster order scatters a block's keys (32 rows keep
@@ -336,19 +349,20 @@ int64_t defaultTileRows(const ir::PatternIR &ir) {
         return 32;
     return 64;
   }
-  constexpr int64_t kReferenceN = 1024;
-  return double(executedPairs(ir, {64, 64}, kReferenceN)) <= 1.005 * double(executedPairs(ir, {32, 64}, kReferenceN))
+  const int64_t reference = referenceLength(ir, 1024);
+  return double(executedPairs(ir, {64, 64}, reference)) <= 1.005 * double(executedPairs(ir, {32, 64}, reference))
              ? 64
              : 32;
 }
 
 int64_t gradTileRows(const ir::PatternIR &ir, const PlanOptions &forward) {
   ATTNC_CHECK(forward.tileRows > 0, "gradTileRows takes the forward's resolved options (resolveOptions)");
-  constexpr int64_t kReferenceN = 4096, kTaller = 64;
+  constexpr int64_t kTaller = 64;
   if (forward.tileRows >= kTaller || ir.readsData())
     return forward.tileRows;
-  return double(executedPairs(ir, {kTaller, forward.tileCols}, kReferenceN)) <=
-                 kGradTallerWork * double(executedPairs(ir, forward, kReferenceN))
+  const int64_t reference = referenceLength(ir, 4096);
+  return double(executedPairs(ir, {kTaller, forward.tileCols}, reference)) <=
+                 kGradTallerWork * double(executedPairs(ir, forward, reference))
              ? kTaller
              : forward.tileRows;
 }
