@@ -99,6 +99,20 @@ std::vector<Source> handWrittenSources() {
       inlineSource("predicate_shifted_in",
                    "pattern p { let M = { j : j % 3 == 0 } attend { j : j + 1 in M } }",
                    {G::Predicate}),
+      // Predicates are evaluated over lanes of keys (PredicateLanes): negative floor divisions and
+      // moduli, a three-way min, abs, products, divisors that vary with the key and with the row.
+      inlineSource("predicate_lanes_arithmetic",
+                   "pattern p { attend { j : max(i - 7, min(j - i, 3, i / 2)) * (j - 5) / 3 % 4 == "
+                   "abs(j - 9) * (i + 1) % 4 } }",
+                   {G::Predicate}),
+      inlineSource("predicate_key_divisor", "pattern p { attend { j : i % (j + 1) == 0 || j * j > 3 * i } }",
+                   {G::Predicate}),
+      inlineSource("predicate_past_double_precision", // (quotients of values past 2^53: integer division)
+                   "pattern p { attend { j : (j * 1000000000000007 - i * 3) / 7 % 4 == 1 } }", {G::Predicate}),
+      inlineSource("predicate_divisor_ends_at_n", // (lanes past n divide by 0 or less: not read)
+                   "pattern p { attend { j : (i + 1) % (n - j) == 0 } }", {G::Predicate}),
+      inlineSource("predicate_row_divisor", "pattern p { attend { j : (j * j + i) % (i + 1) == 1 && !(j == 2) } }",
+                   {G::Predicate}),
       // Linear in j: bands and key ranges.
       inlineSource("band_chained", "pattern p { attend { j : i - 2 <= j < i + 2 } }", {G::Band}),
       inlineSource("band_range", "pattern p { attend { i - 2 .. i + 1 } }", {G::Band}),

@@ -1,6 +1,8 @@
 //===- RowEvaluator.cpp - Closed-form key sets for a bound length ---------===//
 #include "attnc/plan/RowEvaluator.h"
 
+#include "PredicateLanes.h"
+
 #include "attnc/plan/Generators.h"
 #include "attnc/plan/Inputs.h"
 
@@ -9,8 +11,24 @@
 
 namespace attnc::ir {
 
+namespace {
+void compilePredicates(const SetNode &s, std::vector<std::pair<const SetNode *, PredicateLanes>> &out) {
+  if (s.kind == Gen::Predicate && s.cond) {
+    PredicateLanes lanes(*s.cond);
+    if (lanes.ok())
+      out.emplace_back(&s, std::move(lanes));
+  }
+  for (const SetRef &c : s.children)
+    compilePredicates(*c, out);
+}
+} // namespace
+
 RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) {
   ATTNC_CHECK(n >= 1, "sequence length must be at least 1");
+  auto predicates = std::make_shared<std::vector<std::pair<const SetNode *, PredicateLanes>>>();
+  compilePredicates(*set_, *predicates);
+  if (!predicates->empty())
+    predicates_ = std::move(predicates);
   if (oneIntervalPerRow(*set_))
     form_ = Form::OneInterval;
   else if (set_->kind == Gen::Difference && oneIntervalPerRow(*set_->children[0]) &&
@@ -99,6 +117,14 @@ void RowEvaluator::evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_
     intersectInto(out, part, next);
     out.swap(next);
   }
+}
+
+const PredicateLanes *RowEvaluator::lanesOf(const SetNode &s) const {
+  if (predicates_)
+    for (const auto &[node, lanes] : *predicates_)
+      if (node == &s)
+        return &lanes;
+  return nullptr;
 }
 
 namespace {
@@ -358,6 +384,10 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
     break;
   }
   case Gen::Predicate:
+    if (const PredicateLanes *lanes = lanesOf(s)) { // (compiled over lanes of keys)
+      lanes->keys(env, lo, hi, out);
+      break;
+    }
     for (int64_t j = lo; j < hi; ++j) {
       env.j = j;
       if (!evalBool(*s.cond, env))

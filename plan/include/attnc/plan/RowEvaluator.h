@@ -10,9 +10,13 @@
 
 #include "attnc/plan/PatternIR.h"
 
+#include <memory>
+#include <utility>
 #include <vector>
 
 namespace attnc::ir {
+
+class PredicateLanes;
 
 class RowEvaluator {
 public:
@@ -44,8 +48,12 @@ private:
   /// Row t of a Permuted node (query order[t] of its child), in key ranks.
   void evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t hi, IntervalSet &out, int depth) const;
 
+  /// The set's predicates compiled over lanes of keys (null: none).
+  const PredicateLanes *lanesOf(const SetNode &s) const;
+
   SetRef set_;
   int64_t n_;
+  std::shared_ptr<const std::vector<std::pair<const SetNode *, PredicateLanes>>> predicates_;
   /// Rows computed in closed form, without interval lists: one interval
   /// (intersections of bands, blocks, key ranges), or one such set minus
   /// another; General evaluates the tree.
