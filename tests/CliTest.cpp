@@ -688,6 +688,91 @@ TEST(CliShow, PngHasTheSignatureAndItsFramedRasterIsThePattern) {
           << "pair (" << i << ", " << j << ")";
 }
 
+/// The last `rows` lines of a picture, each `cols` characters: its grid.
+std::vector<std::string> gridOf(const std::string &out, int64_t rows, int64_t cols) {
+  std::vector<std::string> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  if (int64_t(lines.size()) < rows)
+    return {};
+  std::vector<std::string> grid(lines.end() - rows, lines.end());
+  for (const std::string &row : grid)
+    if (int64_t(row.size()) != cols)
+      return {};
+  return grid;
+}
+
+TEST(CliShow, CanvasDrawsOneQuerysKeysOnTheImage) {
+  // NATTEN on a 9 x 13 canvas (5 more tokens after it), kernel 5: the window
+  // is clamped into the canvas at its edges; the query's own cell is 'o'.
+  const int64_t H = 9, W = 13, r = 2;
+  const std::string natten = libraryPattern("natten2d") + " -D H=9 -D W=13 -D K=5 --n 122 --canvas 9,13";
+  for (int64_t query : {0, 14, 58, 116}) {
+    CommandResult pic = attnc("show " + natten + " --query " + std::to_string(query));
+    ASSERT_EQ(pic.exitCode, 0) << pic.err;
+    const int64_t qy = query / W, qx = query % W;
+    EXPECT_NE(pic.out.find("the keys of the query i = " + std::to_string(query) + " (row " + std::to_string(qy) +
+                           ", column " + std::to_string(qx) + ") on the canvas of 9 x 13 tokens in raster order; 0 "
+                           "of the keys past it (positions 117 .. 121) not drawn"),
+              std::string::npos)
+        << pic.out;
+    EXPECT_NE(pic.out.find("  o  the query i = " + std::to_string(query)), std::string::npos) << pic.out;
+    std::vector<std::string> grid = gridOf(pic.out, H, W);
+    ASSERT_EQ(int64_t(grid.size()), H) << pic.out;
+    const int64_t cy = std::clamp(qy, r, H - 1 - r), cx = std::clamp(qx, r, W - 1 - r);
+    for (int64_t y = 0; y < H; ++y)
+      for (int64_t x = 0; x < W; ++x) {
+        const char want = y == qy && x == qx ? 'o' : std::abs(cy - y) <= r && std::abs(cx - x) <= r ? '#' : '.';
+        EXPECT_EQ(grid[y][x], want) << "query " << query << ", cell (" << y << ", " << x << ")";
+      }
+  }
+  // Without --query, the centre token; as a PNG too.
+  CommandResult centre = attnc("show " + natten);
+  ASSERT_EQ(centre.exitCode, 0) << centre.err;
+  EXPECT_NE(centre.out.find("the query i = 58 (row 4, column 6)"), std::string::npos) << centre.out;
+  ScratchDir dir;
+  std::string file = pngOf(natten, dir);
+  ASSERT_GT(file.size(), 33u);
+  EXPECT_EQ(file.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  Png png = decodePng(file);
+  EXPECT_EQ(png.rgb.size(), size_t(png.width) * png.height * 3);
+}
+
+TEST(CliShow, CanvasTakesTilesAndFrames) {
+  // Two frames of 4 x 4 tokens in tiles of 1 x 2 x 2 (each tile's four
+  // tokens consecutive); the set is the query's own tile.
+  ScratchDir dir;
+  const std::string file = dir.file("tile.attn");
+  writeFile(file, "pattern tile { attend { j : j / 4 == i / 4 } }\n");
+  CommandResult pic = attnc("show " + file + " --n 32 --canvas 2,4,4 --tile 1,2,2 --query 22");
+  ASSERT_EQ(pic.exitCode, 0) << pic.err;
+  // Position 22: tile 5 (frame 1, tile row 0, tile column 1), its third token: row 1, column 2.
+  EXPECT_NE(pic.out.find("the keys of the query i = 22 (frame 1, row 1, column 2) on the canvas of 2 x 4 x 4 "
+                         "tokens laid out in tiles of 1 x 2 x 2"),
+            std::string::npos)
+      << pic.out;
+  std::vector<std::string> grid = gridOf(pic.out, 8, 4);
+  std::vector<std::string> want = {"....", "....", "....", "....", "..##", "..o#", "....", "...."};
+  EXPECT_EQ(grid, want) << pic.out;
+}
+
+TEST(CliShow, CanvasMistakesAreRefused) {
+  const std::string natten = libraryPattern("natten2d") + " -D H=8 -D W=8 -D K=3 --n 64";
+  auto refused = [&](const std::string &args, const std::string &what) {
+    CommandResult r = attnc("show " + natten + " " + args);
+    EXPECT_NE(r.exitCode, 0) << args;
+    EXPECT_NE(r.err.find(what), std::string::npos) << args << ": " << r.err;
+  };
+  refused("--canvas 64", "--canvas: a canvas is H,W or T,H,W (frames, rows, columns), got 1 numbers");
+  refused("--canvas 9,8", "--canvas: the canvas 1x9x8 holds 72 tokens, more than n = 64");
+  refused("--canvas 8,8 --query 64", "--query 64 is not a position of the sequence [0, 64)");
+  refused("--canvas 8,8 --queries 2", "a --canvas picture draws one query's keys");
+  refused("--canvas 8,8 --tile 3,2", "--canvas --tile: each side of a tile must be at least 1 and divide the canvas's");
+  refused("--canvas 8,8 --tile 1,2,2", "a tile has as many sides as the canvas: 2 numbers");
+  refused("--canvas 0,8", "every side of the canvas must be at least 1");
+}
+
 TEST(CliShow, SmallPngCellsAreAtLeastTwoPixels) {
   ScratchDir dir;
   for (int64_t n : {8, 300, 512}) {

@@ -642,7 +642,8 @@ nb::tuple shard(const std::string &source, const std::string &name, const std::v
 std::pair<std::string, std::string> show(const std::string &source, const std::string &name,
                                          const std::vector<std::string> &defines, const std::string &pattern,
                                          int64_t n, int64_t queries, std::optional<int64_t> head, int64_t grid,
-                                         int64_t maxSide, const std::string &format) {
+                                         int64_t maxSide, const std::string &format, const std::vector<int64_t> &canvas,
+                                         const std::vector<int64_t> &tile, std::optional<int64_t> query) {
   std::unique_ptr<Loaded> loaded = load(source, name, defines, pattern);
   const attnc::ir::PatternIR &ir = loaded->ir;
   if (head && (*head < 0 || *head >= ir.numHeads))
@@ -650,13 +651,40 @@ std::pair<std::string, std::string> show(const std::string &source, const std::s
                       "head " + std::to_string(*head) + " is out of range; pattern '" + ir.name + "' has " +
                           std::to_string(ir.numHeads) + (ir.numHeads == 1 ? " head" : " heads") + " (0 to " +
                           std::to_string(ir.numHeads - 1) + ")"};
+  // A canvas: one query's keys on the grid of an image or a video.
+  std::optional<attnc::ir::CanvasShape> shape;
+  if (!canvas.empty()) {
+    std::string error;
+    shape = attnc::ir::canvasShape(canvas, tile, n, error);
+    if (!shape)
+      throw StatusError{ATTNC_ERROR_INVALID_ARGUMENT, error};
+    if (queries != n)
+      throw StatusError{ATTNC_ERROR_INVALID_ARGUMENT,
+                        "queries draws rows of pairs; a canvas picture draws one query's keys (query=)"};
+    if (!query)
+      query = attnc::ir::canvasCentre(*shape);
+    if (*query < 0 || *query >= n)
+      throw StatusError{ATTNC_ERROR_INVALID_ARGUMENT, "query " + std::to_string(*query) +
+                                                          " is not a position of the sequence [0, " +
+                                                          std::to_string(n) + ")"};
+  } else if (!tile.empty() || query) {
+    throw StatusError{ATTNC_ERROR_INVALID_ARGUMENT, "tile= and query= draw on a canvas: give canvas=(H, W) too"};
+  }
   std::string text;
   {
     nb::gil_scoped_release release;
-    const std::vector<attnc::ir::Layer> layers =
+    std::vector<attnc::ir::Layer> layers =
         attnc::ir::layersOf(ir, head, attnc::ir::SetNames(loaded->frontend, loaded->pattern->name));
-    const attnc::ir::Raster raster = attnc::ir::rasterize(layers, n, maxSide, queries);
-    const std::string title = attnc::ir::pictureTitle(ir, n, head, queries);
+    attnc::ir::Raster raster;
+    std::string title;
+    if (shape) {
+      raster = attnc::ir::rasterizeCanvas(layers, n, *shape, *query);
+      layers.push_back({"the query i = " + std::to_string(*query), nullptr});
+      title = attnc::ir::pictureTitle(ir, n, head);
+    } else {
+      raster = attnc::ir::rasterize(layers, n, maxSide, queries);
+      title = attnc::ir::pictureTitle(ir, n, head, queries);
+    }
     text = format == "ascii" ? attnc::ir::renderAscii(raster, layers, title, /*color=*/false)
                              : attnc::ir::renderSvg(raster, layers, title, grid);
   }
@@ -779,7 +807,7 @@ NB_MODULE(_attnc, m) {
         "(ranges, pairs, recv_rows, return_rows, reads, layout, warnings): the positions shared out to `ranks` "
         "ranks with equal pairs (analysis/Shards.h)");
   m.def("show", &show, "source"_a, "name"_a, "defines"_a, "pattern"_a, "n"_a, "queries"_a, "head"_a.none(), "grid"_a,
-        "max_side"_a, "format"_a, "(the picture as SVG or ASCII text, warnings)");
+        "max_side"_a, "format"_a, "canvas"_a, "tile"_a, "query"_a.none(), "(the picture as SVG or ASCII text, warnings)");
   m.def("last_call", [] { return lastCall; },
         "(start, end): when the last run_* call on this thread entered and left the C ABI, in ns of "
         "time.monotonic_ns()'s clock (for bench/python_overhead.py)");

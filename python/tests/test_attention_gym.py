@@ -12,6 +12,7 @@ they are surprising (its NATTEN takes the row of a token as ``x`` and clamps it 
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Dict, NamedTuple
 
 import pytest
@@ -174,3 +175,42 @@ def test_forward_and_backward_equal_the_masked_softmax(name):
     assert (o.double() - want).abs().max().item() < 2e-6, f"{name}: O"
     for what, got, exp in zip(("dQ", "dK", "dV"), grads, want_grads):
         assert (got.double() - exp).abs().max().item() < 1e-5, f"{name}: {what}"
+
+
+def canvas_cell(p: int, sides, tile) -> int:
+    """attnc.show's cell (row-major over frames x rows x columns) of position p on a canvas laid out
+    tile by tile, as attention-gym's tiled masks number their tokens."""
+    t, h, w = (1,) * (3 - len(sides)) + tuple(sides)
+    tt, th, tw = (1,) * (3 - len(tile)) + tuple(tile)
+    k, r = divmod(p, tt * th * tw)
+    across, down = w // tw, h // th
+    frame = k // (down * across) * tt + r // (th * tw)
+    row = k // across % down * th + r // tw % th
+    col = k % across * tw + r % tw
+    return (frame * h + row) * w + col
+
+
+@pytest.mark.parametrize("name, sides, tile, query", [
+    ("natten", (9, 12), (1, 1), 50),
+    ("tiled_natten", (8, 12), (2, 4), 37),
+    ("sta_3d", (4, 6, 6), (1, 2, 2), 77),
+    ("sta_2d_text", (8, 12), (2, 3), 40),
+])
+def test_a_query_drawn_on_the_canvas_is_its_mask_mod_row(name, sides, tile, query):
+    # attnc.show(canvas=..., tile=..., query=...): the query's keys on the image (or video), each
+    # cell where its position lands in the masks' own layout (the query's own glyph is the legend's
+    # last, '.' a key not read, any other glyph a key of one of the sets).
+    case = CASES[name]
+    size = math.prod(sides)
+    text = attnc.show(case.source, case.n, format="ascii", canvas=sides, tile=tile, query=query)
+    rows = text.splitlines()[-(size // sides[-1]):]
+    cells = "".join(rows)
+    assert len(cells) == size, text
+    me = [line[2] for line in text.splitlines() if line.endswith(f"  the query i = {query}")]
+    assert len(me) == 1, text
+    row = gym_mask(case)[query]
+    for p in range(size):
+        c = canvas_cell(p, sides, tile)
+        got = "query" if cells[c] == me[0] else "." if cells[c] == "." else "key"
+        want = "query" if p == query else "key" if row[p] else "."
+        assert got == want, f"{name}: position {p} (cell {c}): {cells[c]!r}, mask_mod {bool(row[p])}\n{text}"

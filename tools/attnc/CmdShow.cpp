@@ -3,7 +3,8 @@
 // With --queries NQ the picture is the last NQ query rows of the n x n
 // square (bottom-right aligned, as the runtime takes fewer queries than
 // keys), its rows labelled with their positions; without it, or with
-// NQ = n, it is the square's.
+// NQ = n, it is the square's. With --canvas H,W (or T,H,W) it is one
+// query's keys on the grid of an image (or a video) instead.
 //
 //===----------------------------------------------------------------------===//
 #include "CallData.h"
@@ -27,7 +28,31 @@ struct ShowOptions {
   int64_t grid = 0;
   int64_t maxSide = 0;
   std::vector<std::string> inputs; ///< --input NAME=FILE.npy
+  std::vector<int64_t> canvas;     ///< --canvas H,W or T,H,W (empty: the square of pairs)
+  std::optional<int64_t> query;    ///< --query: whose keys a canvas shows (default: its centre token)
+  std::vector<int64_t> tile;       ///< --tile TH,TW or TT,TH,TW: the canvas's tokens tile by tile
 };
+
+/// The canvas of --canvas and --tile and the query of --query, checked
+/// against n; nullopt after an error message.
+std::optional<std::pair<ir::CanvasShape, int64_t>> canvasOf(const ShowOptions &opts, int &exitCode) {
+  auto fail = [&](const std::string &what) {
+    std::cerr << "attnc: error: " << what << "\n";
+    exitCode = kExitUsage;
+    return std::nullopt;
+  };
+  if (opts.queries)
+    return fail("--queries draws rows of pairs; a --canvas picture draws one query's keys (--query)");
+  std::string error;
+  std::optional<ir::CanvasShape> shape = ir::canvasShape(opts.canvas, opts.tile, opts.n, error);
+  if (!shape)
+    return fail("--canvas" + std::string(opts.tile.empty() ? "" : " --tile") + ": " + error);
+  const int64_t query = opts.query.value_or(ir::canvasCentre(*shape));
+  if (query < 0 || query >= opts.n)
+    return fail("--query " + std::to_string(query) + " is not a position of the sequence [0, " +
+                std::to_string(opts.n) + ")");
+  return std::pair{*shape, query};
+}
 
 std::string inferFormat(const ShowOptions &opts) {
   if (!opts.format.empty())
@@ -78,8 +103,19 @@ int runShow(const ShowOptions &opts) {
   }
   std::vector<ir::Layer> layers =
       ir::layersOf(lp->ir, opts.head, ir::SetNames(*lp->frontend, p.name));
-  ir::Raster raster = ir::rasterize(layers, opts.n, maxSide, queries);
-  const std::string title = ir::pictureTitle(lp->ir, opts.n, opts.head, queries);
+  ir::Raster raster;
+  std::string title;
+  if (opts.canvas.empty()) {
+    raster = ir::rasterize(layers, opts.n, maxSide, queries);
+    title = ir::pictureTitle(lp->ir, opts.n, opts.head, queries);
+  } else {
+    auto canvas = canvasOf(opts, exitCode);
+    if (!canvas)
+      return exitCode;
+    raster = ir::rasterizeCanvas(layers, opts.n, canvas->first, canvas->second);
+    layers.push_back({"the query i = " + std::to_string(canvas->second), nullptr});
+    title = ir::pictureTitle(lp->ir, opts.n, opts.head);
+  }
 
   std::string text;
   std::vector<uint8_t> bytes;
@@ -139,11 +175,28 @@ void setupShow(CLI::App &app, int &exitCode) {
                   "[B, H, DIMS]; batch entry 0 is drawn, each head with its data). Float inputs (read by score / "
                   "sink) do not change the pairs: not needed, and not read")
       ->type_name("NAME=FILE.npy");
+  cmd->add_option("--canvas", opts->canvas,
+                  "Draw the keys of one query on a grid instead: H,W (rows, columns) or T,H,W (frames too), the "
+                  "first H*W (T*H*W) positions in raster order (position p is row p / W, column p % W), for "
+                  "image and video patterns (NATTEN, Swin, sliding tiles)")
+      ->delimiter(',')
+      ->type_name("[T,]H,W");
+  cmd->add_option("--tile", opts->tile,
+                  "With --canvas: the tokens are laid out tile by tile (each tile's consecutively, the tiles in "
+                  "raster order), as sliding-tile attention and tiled NATTEN take them: the tile's sides, as "
+                  "--canvas gives the canvas's")
+      ->delimiter(',')
+      ->type_name("[TT,]TH,TW");
+  cmd->add_option("--query", opts->query,
+                  "With --canvas: the query whose keys are drawn (default: the canvas's centre token)")
+      ->type_name("I");
   cmd->footer(examplesFooter({"attnc show patterns/fixed.attn --n 64 -D l=16 -D c=4",
                               "attnc show patterns/lsh.attn --n 64 --input b0=b0.npy --input b1=b1.npy",
                               "attnc show patterns/strided.attn --n 256 -D l=16 -o strided.svg --grid 16",
                               "attnc show patterns/fixed_multihead.attn --n 512 -o fixed.png",
-                              "attnc show patterns/longformer.attn --n 128 --queries 8 -D w=16"}));
+                              "attnc show patterns/longformer.attn --n 128 --queries 8 -D w=16",
+                              "attnc show patterns/natten2d.attn --n 4096 --canvas 64,64 --query 200 -o natten.png",
+                              "attnc show patterns/sta3d.attn --n 13824 --canvas 24,24,24 --tile 4,4,4 -o sta.png"}));
   cmd->callback([opts, &exitCode] { exitCode = runShow(*opts); });
 }
 

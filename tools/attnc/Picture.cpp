@@ -189,7 +189,7 @@ std::vector<uint8_t> renderPng(const ir::Raster &r, const std::vector<ir::Layer>
   const int64_t titleScale = textWidth(title, 3) <= plotWidth + plotLeft - kMargin ? 3 : 2;
   // Rows: the title, a rectangle's caption, "key j", the key labels, the
   // ticks, the frame.
-  const std::string caption = r.square() ? std::string() : ir::rowsCaption(r);
+  const std::string caption = r.canvas() ? r.note : r.square() ? std::string() : ir::rowsCaption(r);
   const int64_t titleY = kMargin;
   const int64_t captionY = titleY + kGlyphRows * titleScale + 10;
   const int64_t keyAxisY = caption.empty() ? titleY + kGlyphRows * titleScale + 14 : captionY + lineHeight + 14;
@@ -197,7 +197,7 @@ std::vector<uint8_t> renderPng(const ir::Raster &r, const std::vector<ir::Layer>
   const int64_t plotTop = keyLabelY + capHeight + 4 + kTickLength + 1;
   // "query i →" runs down beside the raster, past it when the raster is
   // shorter than the words.
-  const std::string rowAxis = "query i \u2192";
+  const std::string rowAxis = r.rowAxis + " \u2192";
   const int64_t rowAxisLength = textWidth(rowAxis, kTextScale);
   const int64_t legendY = plotTop + std::max(plotHeight + 1, rowAxisLength) + 22;
 
@@ -222,7 +222,7 @@ std::vector<uint8_t> renderPng(const ir::Raster &r, const std::vector<ir::Layer>
   if (!caption.empty())
     canvas.text(kMargin, captionY, caption, kTextScale, kMuted);
 
-  const std::string keyAxis = "key j \u2192";
+  const std::string keyAxis = r.colAxis + " \u2192";
   canvas.text(plotLeft + (plotWidth - textWidth(keyAxis, kTextScale)) / 2, keyAxisY, keyAxis,
               kTextScale, kMuted);
   // Turned clockwise, the arrow of "query i →" points down the rows.

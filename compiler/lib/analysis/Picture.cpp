@@ -298,10 +298,103 @@ Raster rasterize(const std::vector<Layer> &layers, int64_t n, int64_t maxSide, i
   return r;
 }
 
+std::optional<CanvasShape> canvasShape(const std::vector<int64_t> &sides, const std::vector<int64_t> &tile,
+                                       int64_t n, std::string &error) {
+  auto fail = [&](std::string what) {
+    error = std::move(what);
+    return std::nullopt;
+  };
+  if (sides.size() != 2 && sides.size() != 3)
+    return fail("a canvas is H,W or T,H,W (frames, rows, columns), got " + std::to_string(sides.size()) +
+                " numbers");
+  CanvasShape shape;
+  if (sides.size() == 3)
+    shape.frames = sides[0];
+  shape.height = sides[sides.size() - 2];
+  shape.width = sides.back();
+  if (shape.frames < 1 || shape.height < 1 || shape.width < 1)
+    return fail("every side of the canvas must be at least 1");
+  if (shape.frames > 4096 || shape.frames * shape.height > 4096 || shape.width > 4096)
+    return fail("a canvas of at most 4096 rows (frames x rows) and 4096 columns is drawn");
+  if (!tile.empty()) {
+    if (tile.size() != sides.size())
+      return fail("a tile has as many sides as the canvas: " + std::to_string(sides.size()) + " numbers");
+    if (tile.size() == 3)
+      shape.tileFrames = tile[0];
+    shape.tileHeight = tile[tile.size() - 2];
+    shape.tileWidth = tile.back();
+    if (shape.tileFrames < 1 || shape.tileHeight < 1 || shape.tileWidth < 1 || shape.frames % shape.tileFrames ||
+        shape.height % shape.tileHeight || shape.width % shape.tileWidth)
+      return fail("each side of a tile must be at least 1 and divide the canvas's");
+  }
+  if (shape.size() > n)
+    return fail("the canvas " + std::to_string(shape.frames) + "x" + std::to_string(shape.height) + "x" +
+                std::to_string(shape.width) + " holds " + std::to_string(shape.size()) + " tokens, more than n = " +
+                std::to_string(n));
+  return shape;
+}
+
+int64_t canvasCentre(const CanvasShape &shape) {
+  const int64_t cell = (shape.frames / 2 * shape.height + shape.height / 2) * shape.width + shape.width / 2;
+  for (int64_t p = 0; p < shape.size(); ++p) // (cellOf's inverse: few tokens, once)
+    if (shape.cellOf(p) == cell)
+      return p;
+  return 0;
+}
+
+Raster rasterizeCanvas(const std::vector<Layer> &layers, int64_t n, const CanvasShape &shape, int64_t query) {
+  ATTNC_CHECK(shape.frames >= 1 && shape.height >= 1 && shape.width >= 1 && shape.size() <= n && query >= 0 &&
+                  query < n,
+              "a canvas of at most n tokens and a query in [0, n)");
+  Raster r;
+  r.cols = r.n = shape.width;
+  r.rows = r.queries = shape.frames * shape.height;
+  r.cells.assign(static_cast<size_t>(r.rows * r.cols), 0);
+  const int64_t size = shape.size();
+  int64_t outside = 0; // keys past the canvas
+  for (size_t k = 0; k < layers.size(); ++k) {
+    if (!layers[k].set)
+      continue;
+    for (const Interval &x : RowEvaluator(layers[k].set, n).row(query)) {
+      for (int64_t j = x.lo; j < std::min(x.hi, size); ++j)
+        if (uint8_t &cell = r.cells[static_cast<size_t>(shape.cellOf(j))]; !cell)
+          cell = static_cast<uint8_t>(k + 1);
+      outside += std::max<int64_t>(0, x.hi - std::max(x.lo, size));
+    }
+  }
+  const int64_t cell = query < size ? shape.cellOf(query) : 0;
+  if (query < size)
+    r.cells[static_cast<size_t>(cell)] = static_cast<uint8_t>(layers.size() + 1);
+  const int64_t qt = cell / (shape.height * shape.width), qy = cell / shape.width % shape.height,
+                qx = cell % shape.width;
+  std::ostringstream note;
+  note << "the keys of the query i = " << query;
+  if (query < size)
+    note << " (" << (shape.frames > 1 ? "frame " + std::to_string(qt) + ", " : "") << "row " << qy << ", column "
+         << qx << ")";
+  else
+    note << " (after the canvas)";
+  note << " on the canvas of " << (shape.frames > 1 ? std::to_string(shape.frames) + " x " : "") << shape.height
+       << " x " << shape.width << " tokens";
+  if (shape.tileFrames * shape.tileHeight * shape.tileWidth > 1)
+    note << " laid out in tiles of " << (shape.frames > 1 ? std::to_string(shape.tileFrames) + " x " : "")
+         << shape.tileHeight << " x " << shape.tileWidth;
+  else
+    note << " in raster order";
+  if (size < n)
+    note << "; " << outside << " of the keys past it (positions " << size << " .. " << n - 1 << ") not drawn";
+  r.note = note.str();
+  r.colAxis = "column";
+  r.rowAxis = shape.frames > 1 ? "frame, row" : "row";
+  return r;
+}
+
 std::string renderAscii(const Raster &r, const std::vector<Layer> &layers, const std::string &title,
                         bool color) {
   std::ostringstream os;
   os << title << "\n";
+  if (r.canvas())
+    os << "(" << r.note << ")\n";
   if (!r.square())
     os << "(" << rowsCaption(r) << ")\n";
   if (r.cols < r.n || r.rows < r.queries)
@@ -344,8 +437,10 @@ std::string renderSvg(const Raster &r, const std::vector<Layer> &layers, const s
      << "\" font-family=\"sans-serif\">\n";
   os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   os << "<text x=\"" << margin << "\" y=\"24\" font-size=\"16\">" << xmlEscape(title) << "</text>\n";
-  os << "<text x=\"" << margin << "\" y=\"42\" font-size=\"11\" fill=\"#555\">query i (rows, "
-        "top to bottom) attends to key j (columns, left to right)</text>\n";
+  os << "<text x=\"" << margin << "\" y=\"42\" font-size=\"11\" fill=\"#555\">"
+     << (r.canvas() ? xmlEscape(r.note)
+                    : std::string("query i (rows, top to bottom) attends to key j (columns, left to right)"))
+     << "</text>\n";
   if (!r.square())
     os << "<text x=\"" << margin << "\" y=\"56\" font-size=\"11\" fill=\"#555\">"
        << xmlEscape(rowsCaption(r)) << "</text>\n";

@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import warnings
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -666,6 +666,9 @@ def show(
     max_side: Optional[int] = None,
     format: str = "svg",
     pattern: Optional[str] = None,
+    canvas: Optional[Sequence[int]] = None,
+    tile: Optional[Sequence[int]] = None,
+    query: Optional[int] = None,
     **params: int,
 ) -> str:
     """The pattern drawn at sequence length ``n``, as ``attnc show`` draws it: an SVG document
@@ -673,6 +676,11 @@ def show(
     (or per head when heads differ and ``head`` is None); ``grid`` draws lines every ``grid`` keys;
     above ``max_side`` cells per side (768 for SVG, 128 for text) the picture is downsampled.
     ``queries`` (default ``n``) draws only the last ``queries`` rows (``attnc show --queries``).
+
+    With ``canvas=(H, W)`` (or ``(T, H, W)``) it draws instead the keys of one query, ``query``
+    (default: the canvas's centre token), on the grid of an image (or a video): the first
+    ``H * W`` positions in raster order, or tile by tile with ``tile=(TH, TW)`` (``(TT, TH, TW)``)
+    as sliding-tile attention and tiled NATTEN lay them out (``attnc show --canvas --tile --query``).
     """
     if format not in ("svg", "ascii"):
         raise ValueError(f"format must be 'svg' or 'ascii', got {format!r}")
@@ -684,7 +692,9 @@ def show(
     _check_range("max_side", side, 8, 4096)
     source, name = _pattern_text(path_or_source)
     text, warned = _attnc.show(source, name, _defines(params), pattern or "", int(n), int(queries or n),
-                               None if head is None else int(head), int(grid), int(side), format)
+                               None if head is None else int(head), int(grid), int(side), format,
+                               [int(x) for x in canvas or ()], [int(x) for x in tile or ()],
+                               None if query is None else int(query))
     _warn(warned)
     return text
 

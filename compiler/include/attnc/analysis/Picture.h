@@ -80,14 +80,21 @@ std::vector<Layer> layersOf(const PatternIR &ir, std::optional<int64_t> head,
 /// (1-based) that covers it. Cell row pr covers the query positions
 /// firstRow() + [pr * queries / rows, (pr + 1) * queries / rows), cell
 /// column c the keys [c * n / cols, (c + 1) * n / cols).
+///
+/// A canvas picture (rasterizeCanvas) is the keys of one query laid out on
+/// a grid instead: n is its columns and queries its rows (one per canvas
+/// row, frame after frame), note says so, and the axes have its names.
 struct Raster {
   int64_t n = 0;       ///< keys, and the positions the queries are the last of
   int64_t queries = 0; ///< query rows drawn: positions [n - queries, n)
   int64_t rows = 0, cols = 0;
   std::vector<uint8_t> cells;
+  std::string note;                        ///< a canvas picture's line under the title (empty: the pairs)
+  std::string colAxis = "key j", rowAxis = "query i";
 
-  int64_t firstRow() const { return n - queries; }
-  bool square() const { return queries == n; }
+  bool canvas() const { return !note.empty(); }
+  int64_t firstRow() const { return canvas() ? 0 : n - queries; }
+  bool square() const { return canvas() || queries == n; }
   /// Query rows and keys one cell covers at most (1 x 1 when not downsampled).
   int64_t rowsPerCell() const { return (queries + rows - 1) / rows; }
   int64_t keysPerCell() const { return (n + cols - 1) / cols; }
@@ -100,6 +107,46 @@ Raster rasterize(const std::vector<Layer> &layers, int64_t n, int64_t maxSide);
 /// and as many rows as the same downsampling leaves of `queries`,
 /// ceil(queries * cols / n); O(intervals of those rows + cells).
 Raster rasterize(const std::vector<Layer> &layers, int64_t n, int64_t maxSide, int64_t queries);
+
+/// A grid of `frames` x `height` x `width` tokens, the first tokens of a
+/// sequence of n >= their count, in raster order (position p is frame
+/// p / (height * width), row p / width % height, column p % width), or tile
+/// by tile: tiles of tileFrames x tileHeight x tileWidth tokens (dividing
+/// the sides), each tile's tokens consecutive in raster order within it,
+/// the tiles in raster order over the canvas (sliding-tile attention's and
+/// tiled NATTEN's layout).
+struct CanvasShape {
+  int64_t frames = 1, height = 0, width = 0;
+  int64_t tileFrames = 1, tileHeight = 1, tileWidth = 1;
+  int64_t size() const { return frames * height * width; }
+  /// Position p's cell of the row-major frames x height x width grid.
+  int64_t cellOf(int64_t p) const {
+    const int64_t tile = p / (tileFrames * tileHeight * tileWidth), in = p % (tileFrames * tileHeight * tileWidth);
+    const int64_t across = width / tileWidth, down = height / tileHeight;
+    const int64_t t = tile / (down * across) * tileFrames + in / (tileHeight * tileWidth);
+    const int64_t y = tile / across % down * tileHeight + in / tileWidth % tileHeight;
+    const int64_t x = tile % across * tileWidth + in % tileWidth;
+    return (t * height + y) * width + x;
+  }
+};
+
+/// The canvas of sides H,W or T,H,W, laid out in tiles of sides TH,TW or
+/// TT,TH,TW (`tile` empty: raster order), for a sequence of n positions;
+/// nullopt with `error` set when they make none (a side below 1, a tile
+/// that does not divide the canvas, more tokens than n, more than 4096 rows
+/// of frames or columns to draw).
+std::optional<CanvasShape> canvasShape(const std::vector<int64_t> &sides, const std::vector<int64_t> &tile,
+                                       int64_t n, std::string &error);
+/// The position of the canvas's centre token (frame T / 2, row H / 2,
+/// column W / 2), in its layout.
+int64_t canvasCentre(const CanvasShape &shape);
+
+/// The keys of query `query` (0 <= query < n) on the canvas: frames * height
+/// rows of width cells, row-major (frame after frame); 0 = not attended,
+/// k = the first layer (1-based) with the key, layers.size() + 1 = the
+/// query's own cell (which it may attend too: a legend entry for it goes
+/// after the layers). O(intervals of the row + cells).
+Raster rasterizeCanvas(const std::vector<Layer> &layers, int64_t n, const CanvasShape &shape, int64_t query);
 
 /// How a rectangle's rows are numbered: "rows are the queries i = 4089 ..
 /// 4095, the last 7 of the 4096 key positions" ("the row is the query i =
