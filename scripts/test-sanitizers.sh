@@ -47,6 +47,15 @@ run_gtest() {
   done
   for ((i = 0; i < jobs; ++i)); do
     if ! wait "${pids[i]}"; then
+      # LeakSanitizer's tracer (the thread that stops the others to scan for
+      # leaks at exit) sometimes faults on a loaded machine after every test
+      # passed ("Tracer caught signal 11 ... LeakSanitizer has encountered a
+      # fatal error"): that shard runs once more, and fails if it fails again.
+      if grep -q '^\[  PASSED  \]' "$bin.shard$i.log" && ! grep -q '^\[  FAILED  \]' "$bin.shard$i.log" &&
+        grep -q 'LeakSanitizer has encountered a fatal error' "$bin.shard$i.log"; then
+        echo "$bin shard $i: LeakSanitizer's tracer failed after its tests passed; running the shard again"
+        GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$i "$bin" >"$bin.shard$i.log" 2>&1 && continue
+      fi
       cat "$bin.shard$i.log"
       failed=1
     fi
