@@ -8,18 +8,12 @@
 namespace attnc::ir {
 
 namespace {
-/// The tree evaluator's floor division and modulo, inline; a divisor below
-/// 1 is left to it (it refuses one).
-inline int64_t divFloor(int64_t a, int64_t m) {
-  const int64_t q = a / m;
-  return (a % m != 0 && a < 0) ? q - 1 : q;
-}
 inline int64_t wrap(uint64_t x) { return static_cast<int64_t>(x); }
 constexpr int64_t kExact = int64_t{1} << 53;
 } // namespace
 
-// The lanes compiled for AVX-512 as well (double division, floor and
-// conversions 8 lanes at a time), the CPU choosing; not under TSan, whose
+// The lanes compiled for AVX-512 as well (double division and conversions
+// 8 lanes at a time), the CPU choosing; not under TSan, whose
 // instrumentation of the resolver runs before TSan is up.
 #if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define ATTNC_LANES_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
@@ -27,7 +21,7 @@ constexpr int64_t kExact = int64_t{1} << 53;
 #define ATTNC_LANES_CLONES
 #endif
 
-PredicateLanes::PredicateLanes(const Term &cond) : cond_(&cond) {
+PredicateLanes::PredicateLanes(const Term &cond) {
   result_ = emit(cond);
   if (slots_ > 4096)
     ok_ = false;
@@ -172,7 +166,7 @@ ATTNC_LANES_CLONES bool PredicateLanes::keysByLanes(const Env &row, int64_t lo, 
             }
             return false; // (the tree decides: its && and || may never divide here)
           }
-          const int64_t q = divFloor(a[l], b[l]);
+          const int64_t q = floorDiv(a[l], b[l]);
           o[l] = in.kind == K::Div ? q : wrap(static_cast<uint64_t>(a[l]) - static_cast<uint64_t>(b[l] * q));
         }
         break;
@@ -194,25 +188,15 @@ ATTNC_LANES_CLONES bool PredicateLanes::keysByLanes(const Env &row, int64_t lo, 
   return true;
 }
 
-void PredicateLanes::keys(const Env &row, int64_t lo, int64_t hi, IntervalSet &out) const {
+bool PredicateLanes::keys(const Env &row, int64_t lo, int64_t hi, IntervalSet &out) const {
   const size_t before = out.size();
   const int64_t lastHi = before ? out.back().hi : 0;
   if (ok_ && keysByLanes(row, lo, hi, out))
-    return;
-  // The tree, pair by pair (what was appended goes first).
-  out.resize(before);
+    return true;
+  out.resize(before); // (as it was: the caller's tree decides)
   if (before)
     out.back().hi = lastHi;
-  Env env = row;
-  for (int64_t j = lo; j < hi; ++j) {
-    env.j = j;
-    if (!evalBool(*cond_, env))
-      continue;
-    if (!out.empty() && out.back().hi == j)
-      ++out.back().hi;
-    else
-      out.push_back({j, j + 1});
-  }
+  return false;
 }
 
 } // namespace attnc::ir

@@ -9,9 +9,9 @@
 // (by the tree evaluator, so their meaning is the same), the rest per lane
 // with the tree evaluator's arithmetic (wrapping +, -, *; floor division and
 // a non-negative modulo by a positive divisor). A condition that reads data
-// (an input, `in`) is not compiled: the tree evaluates it. A row whose lanes
-// fail (a division by a non-positive value, which the tree's short-circuit
-// of && and || may avoid) is evaluated by the tree, which decides.
+// (an input, `in`) is not compiled, and a row whose lanes would divide by a
+// value below 1 (which the tree's short-circuit of && and || may avoid) is
+// not answered: the tree evaluates those (RowEvaluator).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -32,8 +32,10 @@ public:
 
   /// Appends the keys j in [lo, hi) where the condition holds at `row`
   /// (its i, n and h; j is set here) to `out` as intervals, after any it
-  /// holds (which end at or before lo).
-  void keys(const Env &row, int64_t lo, int64_t hi, IntervalSet &out) const;
+  /// holds (which end at or before lo). false, with `out` as it was, when
+  /// the condition is not compiled or the row's lanes divide by a value
+  /// below 1: the tree evaluator decides those.
+  bool keys(const Env &row, int64_t lo, int64_t hi, IntervalSet &out) const;
 
   static constexpr int kLanes = 64;
 
@@ -50,7 +52,6 @@ private:
   int16_t emit(const Term &t);
   bool keysByLanes(const Env &row, int64_t lo, int64_t hi, IntervalSet &out) const;
 
-  const Term *cond_;
   std::vector<Instr> code_;
   int16_t result_ = -1;
   int slots_ = 0;

@@ -384,10 +384,8 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
     break;
   }
   case Gen::Predicate:
-    if (const PredicateLanes *lanes = lanesOf(s)) { // (compiled over lanes of keys)
-      lanes->keys(env, lo, hi, out);
-      break;
-    }
+    if (const PredicateLanes *lanes = lanesOf(s); lanes && lanes->keys(env, lo, hi, out))
+      break; // (compiled over lanes of keys)
     for (int64_t j = lo; j < hi; ++j) {
       env.j = j;
       if (!evalBool(*s.cond, env))

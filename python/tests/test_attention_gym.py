@@ -214,3 +214,17 @@ def test_a_query_drawn_on_the_canvas_is_its_mask_mod_row(name, sides, tile, quer
         got = "query" if cells[c] == me[0] else "." if cells[c] == "." else "key"
         want = "query" if p == query else "key" if row[p] else "."
         assert got == want, f"{name}: position {p} (cell {c}): {cells[c]!r}, mask_mod {bool(row[p])}\n{text}"
+
+
+def test_canvas_mistakes_are_refused():
+    src = CASES["natten"].source
+    for kwargs, what in [
+        (dict(canvas=(10, 12)), "holds 120 tokens, more than n = 108"),
+        (dict(canvas=(9,)), "a canvas is H,W or T,H,W"),
+        (dict(canvas=(9, 12), tile=(2, 5)), "divide the canvas's"),
+        (dict(canvas=(9, 12), query=108), "query 108 is not a position of the sequence [0, 108)"),
+        (dict(canvas=(9, 12), queries=4), "a canvas picture draws one query's keys"),
+        (dict(query=3), "give canvas=(H, W) too"),
+    ]:
+        with pytest.raises(attnc.AttncError, match=what.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+            attnc.show(src, 108, format="ascii", **kwargs)
