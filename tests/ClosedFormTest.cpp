@@ -228,6 +228,23 @@ std::vector<Source> handWrittenSources() {
       inlineSource("coord_row_below", "pattern p { attend { j : 2 - j / 5 < i / 5 } }", {G::KeyRange}),
       inlineSource("coord_two_occurrences", "pattern p { attend { j : j % 4 + j / 4 <= i % 5 } }",
                    {G::Predicate}),
+      // Mixed radix: a tile's column times the tile width plus the column in the tile (tiled NATTEN on
+      // a 8 x 6 canvas in tiles of 4 x 2, kernel 3), and each comparison of such a sum.
+      inlineSource("coord_mixed_radix_tiled_natten",
+                   "pattern p { let kx = j / 8 % 2 * 4 + j % 8 % 4  let ky = j / 16 * 2 + j % 8 / 4 "
+                   "let qx = i / 8 % 2 * 4 + i % 8 % 4  let qy = i / 16 * 2 + i % 8 / 4 "
+                   "attend { j : abs(kx - max(1, min(qx, 6))) <= 1 && abs(ky - max(1, min(qy, 4))) <= 1 } }",
+                   {G::CoordRange}),
+      inlineSource("coord_mixed_radix_eq", "pattern p { attend { j : j / 4 % 3 * 4 + j % 4 == i % 12 } }",
+                   {G::CoordRange}),
+      inlineSource("coord_mixed_radix_ne", "pattern p { attend { j : 4 * (j / 4 % 3) + j % 4 != i % 12 } }",
+                   {G::CoordRange}),
+      inlineSource("coord_mixed_radix_lt", "pattern p { attend { j : j % 5 + j / 5 % 4 * 5 < i % 23 } }",
+                   {G::CoordRange}),
+      inlineSource("coord_mixed_radix_ge_negative", "pattern p { attend { j : j / 3 % 2 * 3 + j % 3 >= i - 30 } }",
+                   {G::CoordRange}),
+      inlineSource("coord_mixed_radix_too_wide", // (j % 6 reaches past 4: not a mixed radix)
+                   "pattern p { attend { j : j / 6 % 2 * 4 + j % 6 <= i % 9 } }", {G::Predicate}),
       inlineSource("all", "pattern p { attend { j : true } }", {G::All}),
       inlineSource("none", "pattern p { attend {} }", {G::None}),
       inlineSource(

@@ -24,15 +24,9 @@ Type resultType(Op op) {
   }
 }
 
-int64_t floorDiv(int64_t a, int64_t m) {
-  ATTNC_CHECK(m >= 1, "division by a non-positive value " + std::to_string(m));
-  int64_t q = a / m;
-  if ((a % m) != 0 && a < 0)
-    --q;
-  return q;
+void divisionByNonPositive(int64_t m) {
+  internalError(__FILE__, __LINE__, "division by a non-positive value " + std::to_string(m));
 }
-
-int64_t floorMod(int64_t a, int64_t m) { return a - m * floorDiv(a, m); }
 
 Term::Term(Op op, Type type, int64_t value, std::vector<TermRef> args, SourceRange loc)
     : op_(op), type_(type), value_(value), args_(std::move(args)), loc_(loc) {

@@ -383,6 +383,23 @@ std::optional<SetRef> tryDivision(Op op, const T &divTerm, const T &other, Sourc
 
 SetRef canonCompareForm(const T &p);
 
+/// t with a modulus or a division by a constant around another modulus by
+/// a multiple of it written as a grid coordinate: `x % a % b` is `x % b`
+/// and `x % a / b` is `x / b % (a / b)` when b divides a (a token's column
+/// and row inside its tile, `j % 64 % 8` and `j % 64 / 8`, for tiles of 8 x 8).
+T coordinateForm(const T &t) {
+  if ((t->op() != Op::Mod && t->op() != Op::Div) || t->arg(1)->op() != Op::Const || t->arg(0)->op() != Op::Mod ||
+      t->arg(0)->arg(1)->op() != Op::Const)
+    return t;
+  const int64_t a = t->arg(0)->arg(1)->value(), b = t->arg(1)->value();
+  if (b < 1 || a < 1 || a % b != 0)
+    return t;
+  const T &x = t->arg(0)->arg(0);
+  if (t->op() == Op::Mod)
+    return coordinateForm(mk(Op::Mod, {x, t->arg(1)}, t->loc()));
+  return mk(Op::Mod, {mk(Op::Div, {x, t->arg(1)}, t->loc()), cst(a / b)}, t->loc());
+}
+
 /// Whether t is a grid coordinate of j, `(j / s) % m` with constants s and
 /// m (nested divisions multiply: `j / 64 / 6 % 6` is s = 384, m = 6): the
 /// column `j % W` of a row-major canvas, the row `j / W % H` of a video's
@@ -416,6 +433,68 @@ SetRef coordBound(int64_t s, int64_t m, Op op, const T &bound, SourceRange loc) 
   return nullptr;
 }
 
+std::optional<SetRef> isolateCoordinate(const T &x, Op op, const T &bound, SourceRange loc);
+
+/// `c * A + B OP bound` (bound j-free) where B is a grid coordinate
+/// (j / s) % m with m <= c, so that 0 <= B < c: then A = x / c and B = x % c,
+/// and x compares as the pair (A, B) does, A first (a mixed radix). This is
+/// a token's column on a canvas laid out in tiles, its tile's column times
+/// the tile's width plus its column in the tile (attention-gym's tiled
+/// NATTEN). x <= b is A < b / c, or A == b / c and B <= b % c; x >= b
+/// likewise; x == b is A == b / c and B == b % c. A is solved as any other
+/// coordinate (isolateCoordinate). nullopt for any other form.
+std::optional<SetRef> mixedRadix(const T &x, Op op, const T &bound, SourceRange loc) {
+  if (x->op() != Op::Add)
+    return std::nullopt;
+  for (int k = 0; k < 2; ++k) {
+    const T &scaled = x->arg(k);
+    const T low = coordinateForm(x->arg(1 - k));
+    if (scaled->op() != Op::Mul)
+      continue;
+    T high;
+    int64_t c = 0;
+    for (int u = 0; u < 2; ++u)
+      if (scaled->arg(u)->op() == Op::Const && scaled->arg(1 - u)->uses(kUsesJ)) {
+        c = scaled->arg(u)->value();
+        high = scaled->arg(1 - u);
+      }
+    int64_t s = 0, m = 0;
+    if (!high || c < 1 || !gridCoordinate(low, s, m) || m > c)
+      continue;
+    switch (op) {
+    case Op::Lt: return mixedRadix(x, Op::Le, tidy(mk(Op::Sub, {bound, cst(1)})), loc);
+    case Op::Gt: return mixedRadix(x, Op::Ge, tidy(mk(Op::Add, {bound, cst(1)})), loc);
+    default: break;
+    }
+    const T q = tidy(mk(Op::Div, {bound, cst(c)})), r = tidy(mk(Op::Mod, {bound, cst(c)}));
+    auto atQ = [&](Op lowOp) -> std::optional<SetRef> {
+      auto a = isolateCoordinate(high, Op::Eq, q, loc);
+      if (!a)
+        return std::nullopt;
+      return SetNode::intersect({*a, coordBound(s, m, lowOp, r, loc)}, loc);
+    };
+    switch (op) {
+    case Op::Le:
+    case Op::Ge: {
+      auto beyond = isolateCoordinate(high, op == Op::Le ? Op::Lt : Op::Gt, q, loc);
+      auto edge = atQ(op);
+      if (!beyond || !edge)
+        return std::nullopt;
+      return SetNode::unite({*beyond, *edge}, loc);
+    }
+    case Op::Eq: return atQ(Op::Eq);
+    case Op::Ne: {
+      auto at = atQ(Op::Eq);
+      if (!at)
+        return std::nullopt;
+      return SetNode::difference(SetNode::all(loc), *at, loc);
+    }
+    default: return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
 /// `x OP bound` (bound j-free) with the one j of x inside sums, negations
 /// and floor divisions by constants around j itself or a grid coordinate:
 /// the operations are undone one at a time on the bound, so
@@ -436,7 +515,7 @@ std::optional<SetRef> isolateCoordinate(const T &x, Op op, const T &bound, Sourc
   if (x->op() == Op::VarJ)
     return classifyRange(keyBound(op, bound, loc));
   int64_t s = 0, m = 0;
-  if (gridCoordinate(x, s, m))
+  if (gridCoordinate(coordinateForm(x), s, m))
     return coordBound(s, m, op, bound, loc);
   auto free = [](const T &t) { return !t->uses(kUsesJ); };
   switch (x->op()) {
@@ -444,7 +523,7 @@ std::optional<SetRef> isolateCoordinate(const T &x, Op op, const T &bound, Sourc
     for (int k = 0; k < 2; ++k)
       if (free(x->arg(1 - k)))
         return isolateCoordinate(x->arg(k), op, minus(bound, x->arg(1 - k)), loc);
-    return std::nullopt;
+    return mixedRadix(x, op, bound, loc);
   case Op::Sub:
     if (free(x->arg(1)))
       return isolateCoordinate(x->arg(0), op, plus(bound, x->arg(1)), loc);
