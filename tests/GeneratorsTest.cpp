@@ -159,5 +159,37 @@ TEST(Generators, IntersectionChildrenRunCheapestFirstInTreeOrder) {
                                      Gen::Stripe, Gen::Union, Gen::Predicate}));
 }
 
+/// evalIntShared equals evalInt: inside a scope each shared node is computed
+/// once per set of variables (a node met again at another row is computed
+/// again), a scope opened inside another keeps values of its own, and with
+/// none open it is evalInt.
+TEST(Generators, SharedSubtermsEvaluateLikeTheirTerms) {
+  auto i = Term::var(Op::VarI), n = Term::var(Op::VarN);
+  auto c = [](int64_t v) { return Term::constant(v); };
+  // NATTEN's clamped centre of a canvas column in tiles of 8, shared by two bounds.
+  TermRef column = Term::make(Op::Add, {Term::make(Op::Mul, {Term::make(Op::Mod, {Term::make(Op::Div, {i, c(64)}), c(8)}), c(8)}),
+                                        Term::make(Op::Mod, {Term::make(Op::Mod, {i, c(64)}), c(8)})});
+  TermRef centre = Term::make(Op::Max, {c(3), Term::make(Op::Min, {column, Term::make(Op::Sub, {n, c(4)})})});
+  TermRef lo = Term::make(Op::Div, {Term::make(Op::Sub, {centre, c(3)}), c(8)});
+  TermRef hi = Term::make(Op::Mod, {Term::make(Op::Add, {centre, c(3)}), c(8)});
+  for (int64_t row : {0, 1, 7, 63, 64, 200, 511, -5}) {
+    const Env env{row, 0, 60, 0};
+    const int64_t wantLo = evalInt(*lo, env), wantHi = evalInt(*hi, env);
+    EXPECT_EQ(evalIntShared(*lo, env), wantLo); // (no scope open)
+    const SharedTermsScope scope;
+    EXPECT_EQ(evalIntShared(*lo, env), wantLo) << row;
+    EXPECT_EQ(evalIntShared(*hi, env), wantHi) << row;
+    const Env next{row + 1, 0, 60, 0}; // the same nodes at another row
+    EXPECT_EQ(evalIntShared(*hi, next), evalInt(*hi, next)) << row + 1;
+    EXPECT_EQ(evalIntShared(*lo, env), wantLo) << row;
+    {
+      const SharedTermsScope inner;
+      const Env other{row, 0, 1000, 0};
+      EXPECT_EQ(evalIntShared(*hi, other), evalInt(*hi, other)) << row;
+    }
+    EXPECT_EQ(evalIntShared(*hi, env), wantHi) << row;
+  }
+}
+
 } // namespace
 } // namespace attnc

@@ -24,7 +24,7 @@ bool oneIntervalPerRow(const SetNode &s) {
   return traits(s.kind).oneInterval;
 }
 
-void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi) {
+void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi, bool shared) {
   switch (s.kind) {
   case Gen::Band:
     if (s.lo != kUnbounded)
@@ -41,9 +41,9 @@ void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &h
   case Gen::KeyRange: {
     Env env{i, 0, n, 0};
     if (s.loTerm)
-      lo = std::max(lo, evalInt(*s.loTerm, env));
+      lo = std::max(lo, shared ? evalIntShared(*s.loTerm, env) : evalInt(*s.loTerm, env));
     if (s.hiTerm)
-      hi = std::min(hi, evalInt(*s.hiTerm, env) + 1);
+      hi = std::min(hi, (shared ? evalIntShared(*s.hiTerm, env) : evalInt(*s.hiTerm, env)) + 1);
     break;
   }
   case Gen::Segment: {
@@ -55,7 +55,7 @@ void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &h
   }
   case Gen::Intersect:
     for (const SetRef &c : s.children)
-      narrowToRow(*c, i, n, lo, hi);
+      narrowToRow(*c, i, n, lo, hi, shared);
     break;
   case Gen::All:
     break;
@@ -86,10 +86,11 @@ void appendCoordKeys(int64_t s, int64_t m, int64_t first, int64_t last, int64_t 
   }
 }
 
-void coordBoundsAt(const SetNode &s, int64_t i, int64_t n, int64_t &first, int64_t &last) {
+void coordBoundsAt(const SetNode &s, int64_t i, int64_t n, int64_t &first, int64_t &last, bool shared) {
   const Env env{i, 0, n, 0};
-  first = s.loTerm ? evalInt(*s.loTerm, env) : 0;
-  last = s.hiTerm ? evalInt(*s.hiTerm, env) : s.modulus - 1;
+  auto value = [&](const Term &t) { return shared ? evalIntShared(t, env) : evalInt(t, env); };
+  first = s.loTerm ? value(*s.loTerm) : 0;
+  last = s.hiTerm ? value(*s.hiTerm) : s.modulus - 1;
 }
 
 bool sameKeysOnRows(const SetNode &s, int64_t a, int64_t b) {

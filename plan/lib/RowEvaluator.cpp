@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
+#include <unordered_set>
 
 namespace attnc::ir {
 
@@ -21,6 +23,27 @@ void compilePredicates(const SetNode &s, std::vector<std::pair<const SetNode *, 
   for (const SetRef &c : s.children)
     compilePredicates(*c, out);
 }
+/// The nodes of the terms of `s`'s range bounds: `visits` as evalInt walks
+/// them, `distinct` of them (`seen`), each counted once.
+void countBoundNodes(const Term &t, std::unordered_set<const Term *> &seen, int64_t &visits) {
+  ++visits;
+  if (t.args().empty() || !seen.insert(&t).second) {
+    if (!t.args().empty()) // (a shared node's subtree: walked again by evalInt)
+      for (const TermRef &a : t.args())
+        countBoundNodes(*a, seen, visits);
+    return;
+  }
+  for (const TermRef &a : t.args())
+    countBoundNodes(*a, seen, visits);
+}
+void countBoundNodes(const SetNode &s, std::unordered_set<const Term *> &seen, int64_t &visits) {
+  if (s.kind == Gen::KeyRange || s.kind == Gen::CoordRange)
+    for (const TermRef &t : {s.loTerm, s.hiTerm})
+      if (t)
+        countBoundNodes(*t, seen, visits);
+  for (const SetRef &c : s.children)
+    countBoundNodes(*c, seen, visits);
+}
 } // namespace
 
 RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) {
@@ -29,6 +52,15 @@ RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) 
   compilePredicates(*set_, *predicates);
   if (!predicates->empty())
     predicates_ = std::move(predicates);
+  // Each node once per row where evalInt would walk the bounds' nodes 4
+  // times over or more: a node's value kept and looked up costs about what
+  // computing a small one does. Tiled NATTEN's bounds (380 nodes walked, 48
+  // distinct): row blocks at n = 65,536 263 -> 185 ms; natten2d's, swin's
+  // and sta3d's (3.0-3.2 times) ran 10% slower with it.
+  std::unordered_set<const Term *> seen;
+  int64_t visits = 0;
+  countBoundNodes(*set_, seen, visits);
+  sharedTerms_ = visits >= 4 * static_cast<int64_t>(seen.size());
   if (oneIntervalPerRow(*set_))
     form_ = Form::OneInterval;
   else if (set_->kind == Gen::Difference && oneIntervalPerRow(*set_->children[0]) &&
@@ -49,18 +81,21 @@ void RowEvaluator::row(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) cons
 }
 
 void RowEvaluator::rowIn(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const {
+  std::optional<SharedTermsScope> shared; // (the bounds of a row's ranges share their subterms)
+  if (sharedTerms_)
+    shared.emplace();
   switch (form_) {
   case Form::OneInterval: // the common cases, in closed form
     out.clear();
-    narrowToRow(*set_, i, n_, lo, hi);
+    narrowToRow(*set_, i, n_, lo, hi, sharedTerms_);
     if (lo < hi)
       out.push_back({lo, hi});
     return;
   case Form::IntervalMinusInterval: { // a window minus a band, say: at most two intervals
     out.clear();
     int64_t cutLo = lo, cutHi = hi;
-    narrowToRow(*set_->children[0], i, n_, lo, hi);
-    narrowToRow(*set_->children[1], i, n_, cutLo, cutHi);
+    narrowToRow(*set_->children[0], i, n_, lo, hi, sharedTerms_);
+    narrowToRow(*set_->children[1], i, n_, cutLo, cutHi, sharedTerms_);
     if (cutLo >= cutHi) // nothing to cut out
       cutLo = cutHi = hi;
     if (lo < std::min(hi, cutLo))
@@ -150,7 +185,7 @@ bool RowEvaluator::anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, in
   if (lo >= hi)
     return false;
   if (traits(s.kind).oneInterval) {
-    narrowToRow(s, i, n_, lo, hi);
+    narrowToRow(s, i, n_, lo, hi, sharedTerms_);
     return lo < hi;
   }
   switch (s.kind) {
@@ -177,7 +212,7 @@ bool RowEvaluator::anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, in
     int others = 0;
     for (const SetRef &c : s.children) {
       if (oneIntervalPerRow(*c)) {
-        narrowToRow(*c, i, n_, lo, hi);
+        narrowToRow(*c, i, n_, lo, hi, sharedTerms_);
       } else {
         other = c.get();
         ++others;
@@ -223,7 +258,7 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
     if (child.kind == Gen::Intersect)
       for (const SetRef &c : child.children)
         if (c.get() != cls)
-          narrowToRow(*c, i, n_, a, b);
+          narrowToRow(*c, i, n_, a, b, sharedTerms_);
     // i's class in [a, b): a span [first, last) of its input's order.
     const InputArray &x = *cls->data;
     x.at(i); // i must have a value (an input shorter than the sequence)
@@ -332,7 +367,7 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
     break;
   case Gen::Band: case Gen::BlockDiag: case Gen::KeyRange: case Gen::Segment: {
     int64_t a = lo, b = hi;
-    narrowToRow(s, i, n_, a, b);
+    narrowToRow(s, i, n_, a, b, sharedTerms_);
     if (a < b)
       out.push_back({a, b});
     break;
@@ -349,7 +384,7 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
   }
   case Gen::CoordRange: {
     int64_t first, last;
-    coordBoundsAt(s, i, n_, first, last);
+    coordBoundsAt(s, i, n_, first, last, sharedTerms_);
     appendCoordKeys(s.keyBlock, s.modulus, first, last, lo, hi, out);
     break;
   }

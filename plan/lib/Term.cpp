@@ -156,8 +156,10 @@ namespace {
 int64_t wrapped(uint64_t x) { return static_cast<int64_t>(x); }
 } // namespace
 
-int64_t evalInt(const Term &t, const Env &env) {
-  auto a = [&](size_t k) { return evalInt(*t.arg(k), env); };
+namespace {
+/// One node's value from its operands' (`a(k)`: operand k's value).
+template <typename Operand>
+int64_t evalNode(const Term &t, const Env &env, Operand &&a) {
   auto u = [&](size_t k) { return static_cast<uint64_t>(a(k)); };
   switch (t.op()) {
   case Op::Const: return t.value();
@@ -190,6 +192,58 @@ int64_t evalInt(const Term &t, const Env &env) {
     ATTNC_CHECK(false, "evalInt on a non-integer term");
   }
   return 0;
+}
+
+/// The values evalIntShared keeps: a direct-mapped table of nodes, each
+/// entry valid in the scope (generation) and at the variables it was
+/// computed in.
+struct SharedValues {
+  struct Slot {
+    const Term *term = nullptr;
+    uint64_t generation = 0;
+    Env env;
+    int64_t value = 0;
+  };
+  static constexpr size_t kSlots = 256;
+  uint64_t generation = 0; ///< the innermost open scope's; 0: none open
+  uint64_t next = 1;
+  Slot slots[kSlots];
+};
+SharedValues &sharedValues() {
+  thread_local SharedValues values;
+  return values;
+}
+
+bool sameEnv(const Env &a, const Env &b) { return a.i == b.i && a.j == b.j && a.n == b.n && a.h == b.h; }
+} // namespace
+
+int64_t evalInt(const Term &t, const Env &env) {
+  return evalNode(t, env, [&](size_t k) { return evalInt(*t.arg(k), env); });
+}
+
+SharedTermsScope::SharedTermsScope() : outer_(sharedValues().generation) {
+  SharedValues &v = sharedValues();
+  v.generation = v.next++; // (a scope inside another sees none of its values, nor it the inner one's)
+}
+
+SharedTermsScope::~SharedTermsScope() { sharedValues().generation = outer_; }
+
+namespace {
+int64_t evalShared(const Term &t, const Env &env, SharedValues &v) {
+  if (t.args().empty() || t.op() == Op::Input)
+    return evalNode(t, env, [&](size_t k) { return evalShared(*t.arg(k), env, v); });
+  SharedValues::Slot &slot = v.slots[(reinterpret_cast<uintptr_t>(&t) >> 4) % SharedValues::kSlots];
+  if (slot.term == &t && slot.generation == v.generation && sameEnv(slot.env, env))
+    return slot.value;
+  const int64_t value = evalNode(t, env, [&](size_t k) { return evalShared(*t.arg(k), env, v); });
+  slot = {&t, v.generation, env, value};
+  return value;
+}
+} // namespace
+
+int64_t evalIntShared(const Term &t, const Env &env) {
+  SharedValues &v = sharedValues(); // (once: a thread_local of a shared library costs a call)
+  return v.generation == 0 ? evalInt(t, env) : evalShared(t, env, v);
 }
 
 bool evalBool(const Term &t, const Env &env) {

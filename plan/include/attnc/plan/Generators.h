@@ -96,7 +96,8 @@ bool oneIntervalPerRow(const SetNode &s);
 
 /// Narrows [lo, hi) to row i of a set that oneIntervalPerRow accepts, at
 /// length n (it may become empty): no interval list, no allocation.
-void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi);
+/// `shared`: its bounds' terms through evalIntShared (a SharedTermsScope open).
+void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi, bool shared = false);
 
 /// Appends to `out` the keys of [lo, hi) whose coordinate (j / s) % m lies
 /// in [first, last] (clipped to [0, m)): one interval per period s * m that
@@ -107,8 +108,8 @@ void appendCoordKeys(int64_t s, int64_t m, int64_t first, int64_t last, int64_t 
                      IntervalSet &out);
 
 /// The coordinate bounds [first, last] of a coordinate range at row i and
-/// length n (unbounded sides as 0 and m - 1).
-void coordBoundsAt(const SetNode &s, int64_t i, int64_t n, int64_t &first, int64_t &last);
+/// length n (unbounded sides as 0 and m - 1); `shared` as for narrowToRow.
+void coordBoundsAt(const SetNode &s, int64_t i, int64_t n, int64_t &first, int64_t &last, bool shared = false);
 
 /// Whether the rows a <= i <= b of `s` have the same keys, by its own
 /// generator's SameKeys (false for a combinator: its children know).

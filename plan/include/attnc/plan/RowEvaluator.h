@@ -58,6 +58,10 @@ private:
   /// (intersections of bands, blocks, key ranges), or one such set minus
   /// another; General evaluates the tree.
   enum class Form { General, OneInterval, IntervalMinusInterval } form_ = Form::General;
+  /// The terms of its range bounds share many nodes: each row evaluates
+  /// them once (evalIntShared in a SharedTermsScope; tiled NATTEN's row
+  /// blocks at n = 65,536: 263 -> 185 ms); other sets skip the scope.
+  bool sharedTerms_ = false;
 };
 
 /// For each key position j < n, the last query row i < n whose keys (in

@@ -124,6 +124,26 @@ struct Env {
 /// (Sema refuses constants that overflow; a term kept for evaluation may
 /// still overflow at some i, j, and then wraps rather than being undefined).
 int64_t evalInt(const Term &t, const Env &env);
+
+/// While one is open (on this thread), evalIntShared keeps the value of each
+/// node it computes, so that terms sharing subterms (the bounds a set's
+/// comparisons were solved into, each built around the same `let`) compute
+/// them once per row. The terms must outlive the scope: a node is known by
+/// its address (and the variables), and a scope's values are forgotten
+/// when it closes (a scope opened inside another has values of its own).
+class SharedTermsScope {
+public:
+  SharedTermsScope();
+  ~SharedTermsScope();
+  SharedTermsScope(const SharedTermsScope &) = delete;
+  SharedTermsScope &operator=(const SharedTermsScope &) = delete;
+
+private:
+  uint64_t outer_; ///< the enclosing scope's generation (0: none)
+};
+/// evalInt, reusing the values of nodes met before in the open scope (with
+/// none open, evalInt itself).
+int64_t evalIntShared(const Term &t, const Env &env);
 bool evalBool(const Term &t, const Env &env);
 /// Membership of key `env.j` in the set term `t` for query `env.i`, including
 /// the implicit clip to [0, n). This is the brute-force oracle's primitive.
