@@ -60,7 +60,7 @@ RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) 
   std::unordered_set<const Term *> seen;
   int64_t visits = 0;
   countBoundNodes(*set_, seen, visits);
-  sharedTerms_ = visits >= 4 * static_cast<int64_t>(seen.size());
+  sharedTerms_ = !seen.empty() && visits >= 4 * static_cast<int64_t>(seen.size());
   if (oneIntervalPerRow(*set_))
     form_ = Form::OneInterval;
   else if (set_->kind == Gen::Difference && oneIntervalPerRow(*set_->children[0]) &&
