@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Image and video patterns beside PyTorch's flex_attention on the CPU, in one process: NATTEN (7 x 7 on
-64 x 64 and 13 x 13 on 128 x 128, tokens in raster order: patterns/natten2d.attn), attention-gym's tiled
-NATTEN (the same canvas with tokens laid out in 8 x 8 tiles, as NATTEN-style tiling passes them), Swin's
-shifted windows (patterns/swin.attn) and sliding-tile attention in 3-D (24 x 24 x 24, kernel 12, tiles of
-4: patterns/sta3d.attn). float32 [1, heads, n, d]; attnc through its Python package (kernel(q, k, v), the
-forward and, with autograd, forward + backward), flex_attention compiled with the same mask (attention-gym's
-mask_mods where it has them) and its create_block_mask, built once (the mask is positional) and timed
-apart. Effective GFLOP/s = 4 * nnz * d * heads / forward time (14 * ... / forward + backward), nnz counted
-from the mask; each row's largest difference between attnc's O and flex_attention's is printed.
+"""Image and video patterns beside PyTorch's flex_attention on the CPU, in one process: NATTEN (7 x 7 on 64 x 64
+and 13 x 13 on 128 x 128, tokens in raster order: patterns/natten2d.attn), attention-gym's tiled NATTEN (the
+same canvas with tokens laid out in 8 x 8 tiles, as NATTEN-style tiling passes them:
+patterns/natten2d_tiled.attn), Swin's shifted windows (patterns/swin.attn) and sliding-tile attention in 3-D
+(24 x 24 x 24, kernel 12, tiles of 4: patterns/sta3d.attn). float32 [1, heads, n, d]; attnc through its Python
+package (kernel(q, k, v), the forward and, with autograd, forward + backward), flex_attention compiled with
+the same mask (attention-gym's mask_mods where it has them) and its create_block_mask, built once (the mask is
+positional) and timed apart. Effective GFLOP/s = 4 * nnz * d * heads / forward time (14 * ... / forward +
+backward), nnz counted from the mask; each row's largest difference between attnc's O and flex_attention's is
+printed.
 
     build-b-venv/bin/python bench/peers_grid.py [--cases natten64,tiled_natten64,natten128,swin,sta3d]
         [--d 64] [--heads 8] [--threads 2] [--repeat 3]
@@ -30,15 +31,6 @@ import attnc
 
 PATTERNS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "patterns")
 
-TILED_NATTEN = """pattern tiled_natten { param W = 64  param H = 64  param K = 7  param T = 8
-  let qx = i / (T * T) % (W / T) * T + i % (T * T) % T
-  let qy = i / (T * T) / (W / T) * T + i % (T * T) / T
-  let kx = j / (T * T) % (W / T) * T + j % (T * T) % T
-  let ky = j / (T * T) / (W / T) * T + j % (T * T) / T
-  let cx = max(K / 2, min(qx, W - 1 - K / 2))
-  let cy = max(K / 2, min(qy, H - 1 - K / 2))
-  attend { j : abs(kx - cx) <= K / 2 && abs(ky - cy) <= K / 2 } }"""
-
 
 def swin_mask_mod(h, w, m, s):
     """patterns/swin.attn's windows, written again: windows of m x m starting at -s on both axes."""
@@ -53,7 +45,9 @@ def cases():
         "natten64": ("NATTEN 7x7, 64x64 canvas", 64 * 64, lambda: attnc.compile(
             os.path.join(PATTERNS, "natten2d.attn"), H=64, W=64, K=7), gym.generate_natten(64, 64, 7, 7)),
         "tiled_natten64": ("NATTEN 7x7, 64x64, tokens in 8x8 tiles", 64 * 64,
-                           lambda: attnc.compile(TILED_NATTEN), gym.generate_tiled_natten(64, 64, 7, 7, 8, 8)),
+                           lambda: attnc.compile(
+            os.path.join(PATTERNS, "natten2d_tiled.attn"), H=64, W=64, K=7, TH=8, TW=8),
+                           gym.generate_tiled_natten(64, 64, 7, 7, 8, 8)),
         "natten128": ("NATTEN 13x13, 128x128 canvas", 128 * 128, lambda: attnc.compile(
             os.path.join(PATTERNS, "natten2d.attn"), H=128, W=128, K=13), gym.generate_natten(128, 128, 13, 13)),
         "swin": ("Swin 7x7 windows, shift 3, 56x56", 56 * 56, lambda: attnc.compile(

@@ -33,7 +33,7 @@ namespace {
 const char *const kLibrary[] = {"axial", "bigbird",         "causal",          "dilated",
                                 "fixed", "fixed_multihead", "fixed_subblocks", "full",
                                 "local", "longformer",      "strided",         "strided_multihead",
-                                "natten2d", "sta3d", "swin"};
+                                "natten2d", "natten2d_tiled", "sta3d", "swin"};
 
 /// Union over every head of a library pattern's brute-force masks.
 std::vector<char> oracleUnion(const std::string &name, const std::vector<Define> &defines,

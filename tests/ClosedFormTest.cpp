@@ -37,7 +37,7 @@ void PrintTo(const Source &s, std::ostream *os) { *os << s.label; }
 const char *const kLibrary[] = {"axial", "bigbird",         "causal",          "dilated",
                                 "fixed", "fixed_multihead", "fixed_subblocks", "full",
                                 "local", "longformer",      "strided",         "strided_multihead",
-                                "natten2d", "sta3d", "swin"};
+                                "natten2d", "natten2d_tiled", "sta3d", "swin"};
 
 /// Every library pattern with its defaults, then with small parameters so
 /// that the structure shows at small n, then at the edges of its `require`s.
@@ -70,6 +70,8 @@ std::vector<Source> librarySources() {
       {"natten2d_8x8_K3", "natten2d", "", {{"H", 8}, {"W", 8}, {"K", 3}}, {}},
       {"natten2d_5x7_K3", "natten2d", "", {{"H", 5}, {"W", 7}, {"K", 3}}, {}},
       {"natten2d_9x11_K5", "natten2d", "", {{"H", 9}, {"W", 11}, {"K", 5}}, {}},
+      {"natten2d_tiled_8x12_K3_2x4", "natten2d_tiled", "", {{"H", 8}, {"W", 12}, {"K", 3}, {"TH", 2}, {"TW", 4}}, {}},
+      {"natten2d_tiled_6x6_K5_3x3", "natten2d_tiled", "", {{"H", 6}, {"W", 6}, {"K", 5}, {"TH", 3}, {"TW", 3}}, {}},
       {"sta3d_4x4x4", "sta3d", "",
        {{"T", 4}, {"H", 4}, {"W", 4}, {"KT", 2}, {"KH", 2}, {"KW", 2}, {"TT", 1}, {"TH", 1}, {"TW", 1}}, {}},
       {"sta3d_4x4x6_tiles", "sta3d", "",

@@ -615,7 +615,7 @@ TEST(AcceptedInput, LibraryPatternsCheckWithoutDiagnostics) {
   for (const char *name :
        {"axial", "bigbird", "causal", "dilated", "fixed", "fixed_multihead", "fixed_subblocks",
         "full", "local", "longformer", "strided", "strided_multihead", "alibi_local", "capped_fixed",
-        "sink_window", "t5_bias", "natten2d", "sta3d", "swin"}) {
+        "sink_window", "t5_bias", "natten2d", "natten2d_tiled", "sta3d", "swin"}) {
     Frontend fe;
     EXPECT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + name + ".attn"));
     EXPECT_TRUE(fe.analyze({}));

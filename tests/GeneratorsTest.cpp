@@ -128,7 +128,7 @@ INSTANTIATE_TEST_SUITE_P(Library, GeneratorTraits,
                          ::testing::Values("axial", "bigbird", "causal", "dilated", "fixed",
                                            "fixed_multihead", "fixed_subblocks", "full", "local",
                                            "longformer", "strided", "strided_multihead", "natten2d",
-                                           "sta3d", "swin"));
+                                           "natten2d_tiled", "sta3d", "swin"));
 
 /// Row evaluation and block bounds both visit an intersection's children in
 /// CostOrder: cheapest rank first (row-if before the one-interval generators),

@@ -61,7 +61,8 @@ INSTANTIATE_TEST_SUITE_P(Library, IrTextRoundTrip,
                          ::testing::Values("fixed", "strided", "fixed_multihead", "strided_multihead",
                                            "fixed_subblocks", "causal", "full", "local", "dilated",
                                            "longformer", "bigbird", "axial", "alibi_local", "capped_fixed",
-                                           "sink_window", "t5_bias", "natten2d", "sta3d", "swin"));
+                                           "sink_window", "t5_bias", "natten2d", "natten2d_tiled", "sta3d",
+                                           "swin"));
 
 TEST(IrText, RoundTripsPredicatesListsAndKeyRanges) {
   ir::PatternIR original = compileSource(R"(pattern p {

@@ -22,18 +22,6 @@
 namespace attnc {
 namespace {
 
-/// attention-gym's tiled NATTEN: tokens in tiles of T x T, tiles in rows of
-/// W / T; each token's canvas column and row in mixed radix (the tile's, times
-/// T, plus its own in the tile).
-constexpr const char *kTiledNatten = R"(pattern tiled_natten { param W = 12  param H = 8  param K = 3  param T = 4
-  let qx = i / (T * T) % (W / T) * T + i % (T * T) % T
-  let qy = i / (T * T) / (W / T) * T + i % (T * T) / T
-  let kx = j / (T * T) % (W / T) * T + j % (T * T) % T
-  let ky = j / (T * T) / (W / T) * T + j % (T * T) / T
-  let cx = max(K / 2, min(qx, W - 1 - K / 2))
-  let cy = max(K / 2, min(qy, H - 1 - K / 2))
-  attend { j : abs(kx - cx) <= K / 2 && abs(ky - cy) <= K / 2 } })";
-
 struct PlanCase {
   const char *file;            ///< a library pattern, or the label of `source`
   std::vector<Define> defines;
@@ -141,9 +129,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          {"TT", 2}, {"TH", 1}, {"TW", 2}}, 100},
                       PlanCase{"swin", {{"H", 6}, {"W", 6}, {"M", 3}, {"S", 1}}, 36},
                       PlanCase{"swin", {{"H", 7}, {"W", 9}, {"M", 3}, {"S", 2}}, 70},
-                      // attention-gym's tiled NATTEN: a 8 x 12 canvas in tiles of 4 x 4, kernel 3
-                      // (its coordinates in mixed radix, one piece), and 12 tokens past it.
-                      PlanCase{"tiled_natten", {}, 108, kTiledNatten}),
+                      // A 8 x 12 canvas in tiles of 2 x 4, kernel 3 (its coordinates in mixed
+                      // radix, one piece), and 12 tokens past it.
+                      PlanCase{"natten2d_tiled", {{"H", 8}, {"W", 12}, {"K", 3}, {"TH", 2}, {"TW", 4}}, 108}),
     [](const ::testing::TestParamInfo<PlanCase> &info) {
       return std::string(info.param.file) + "_n" + std::to_string(info.param.n) + "_" +
              std::to_string(info.index);
@@ -267,29 +255,26 @@ TEST(Plan, SeedPatternsGetTheirDisjointPiecesAndRelayout) {
   EXPECT_LE(plan::executedOverUseful(plan::planStats(plan, 4096)), 1.35);
 }
 
-/// A neighbourhood on a canvas in tiles is one piece: its comparisons in
-/// mixed radix are unions inside the intersection, and split into pieces
-/// (as `causal & (local | global)` is) each piece's blocks would run the
-/// keys their tiles share once more.
-TEST(Plan, TiledNeighbourhoodsRunAsOnePiece) {
-  Frontend fe;
-  ASSERT_TRUE(fe.parseString("tiled_natten.attn", kTiledNatten));
-  ASSERT_TRUE(fe.analyze({{{"W", 64}, {"H", 64}, {"K", 7}, {"T", 8}}}));
-  plan::Plan plan = plan::buildPlan(ir::canonicalizePattern(fe.patterns().front()));
-  ASSERT_EQ(plan.heads.size(), 1u);
-  EXPECT_EQ(plan.heads[0].pieces.size(), 1u);
-  EXPECT_FALSE(ir::hasPredicate(*plan.heads[0].pieces[0].set)) << "the coordinates in closed form";
-  // 32-row blocks of 4 tile rows x 8 columns need 10 x 14 keys for 49 per
-  // row (2.60 at 64 x 64); two pieces ran 3.63.
-  EXPECT_LE(plan::executedOverUseful(plan::planStats(plan, 4096)), 2.7);
-}
-
 /// The IR of library pattern `file` with its default parameters.
 ir::PatternIR irOf(const char *file) {
   Frontend fe;
   EXPECT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + file + ".attn"));
   EXPECT_TRUE(fe.analyze({}));
   return ir::canonicalizePattern(fe.patterns().front());
+}
+
+/// A neighbourhood on a canvas in tiles is one piece: its comparisons in
+/// mixed radix are unions inside the intersection, and split into pieces
+/// (as `causal & (local | global)` is) each piece's blocks would run the
+/// keys their tiles share once more.
+TEST(Plan, TiledNeighbourhoodsRunAsOnePiece) {
+  plan::Plan plan = plan::buildPlan(irOf("natten2d_tiled")); // (7 x 7 on 64 x 64 in tiles of 8 x 8)
+  ASSERT_EQ(plan.heads.size(), 1u);
+  EXPECT_EQ(plan.heads[0].pieces.size(), 1u);
+  EXPECT_FALSE(ir::hasPredicate(*plan.heads[0].pieces[0].set)) << "the coordinates in closed form";
+  // 32-row blocks of 4 tile rows x 8 columns need 10 x 14 keys for 49 per
+  // row (2.60 at 64 x 64); two pieces ran 3.63.
+  EXPECT_LE(plan::executedOverUseful(plan::planStats(plan, 4096)), 2.7);
 }
 
 /// The rows per block picked when none is given: 64 only where the bigger
