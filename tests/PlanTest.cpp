@@ -277,6 +277,62 @@ TEST(Plan, TiledNeighbourhoodsRunAsOnePiece) {
   EXPECT_LE(plan::executedOverUseful(plan::planStats(plan, 4096)), 2.7);
 }
 
+/// The fused backend runs a grid pattern in tiles when that executes at most
+/// 3/4 of raster order's pairs (tests/runtime GradientTest's GridLayout runs
+/// these): the tiled plan's blocks, their rows and keys taken through the
+/// order, cover each pair of the pattern once.
+TEST(Plan, GridPatternsRunInTilesWhereTheyExecuteLess) {
+  struct Grid {
+    const char *file;
+    std::vector<Define> defines;
+    int64_t width, tileRows;
+  };
+  const Grid grids[] = {{"natten2d", {{"H", 12}, {"W", 16}, {"K", 5}}, 16, 8},
+                        {"natten2d", {{"H", 24}, {"W", 24}, {"K", 3}}, 24, 8},
+                        {"swin", {{"H", 16}, {"W", 32}, {"M", 8}, {"S", 4}}, 32, 4}};
+  for (const Grid &g : grids) {
+    Frontend fe;
+    ASSERT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + g.file + ".attn"));
+    ASSERT_TRUE(fe.analyze({g.defines}));
+    const ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
+    const plan::Plan plan = plan::buildPlan(ir);
+    EXPECT_FALSE(plan::tiledLayout(plan, 5 * g.width + 3)) << g.file << ": not a whole number of canvas rows";
+    for (int64_t rows : {8, 16, 24}) {
+      const int64_t n = rows * g.width;
+      SCOPED_TRACE(std::string(g.file) + " n=" + std::to_string(n));
+      const std::optional<plan::Layout> layout = plan::tiledLayout(plan, n);
+      ASSERT_TRUE(layout);
+      EXPECT_EQ(layout->width, g.width);
+      EXPECT_EQ(layout->tileRows, g.tileRows);
+      EXPECT_LE(4 * layout->executed, 3 * layout->rasterExecuted);
+      const std::vector<char> expected = oracle::denseMask(*ir.heads[0].term, n);
+      std::vector<int> covered(static_cast<size_t>(n * n), 0);
+      plan::BlockShape shape;
+      plan::BlockTiles b;
+      for (const plan::Piece &piece : layout->plan.heads[0].pieces) {
+        plan::BlockSource src(layout->plan, piece, n, 0);
+        for (int64_t k = 0; k < src.numBlocks(); ++k) {
+          src.build(k, shape);
+          b.expand(shape);
+          for (size_t key = 0; key < b.keys.size(); ++key)
+            for (int32_t r = 0; r < b.rows; ++r)
+              if (b.masks[key] >> r & 1) {
+                const int64_t i = layout->order->order[static_cast<size_t>(b.firstRow + r)];
+                const int64_t j = layout->order->order[static_cast<size_t>(b.keys[key])];
+                ++covered[static_cast<size_t>(i * n + j)];
+              }
+        }
+      }
+      for (int64_t x = 0; x < n * n; ++x)
+        ASSERT_EQ(covered[static_cast<size_t>(x)], expected[static_cast<size_t>(x)] ? 1 : 0)
+            << "pair (" << x / n << ", " << x % n << ")";
+    }
+  }
+  // Tokens already in tiles, a band, a video in tiles: raster order it is.
+  for (const char *file : {"natten2d_tiled", "local", "sta3d"})
+    EXPECT_FALSE(plan::tiledLayout(plan::buildPlan(irOf(file)), 4096)) << file;
+}
+
 /// The rows per block picked when none is given: 64 only where the bigger
 /// blocks compute no more pairs (blocks aligned to the pattern's own).
 TEST(Plan, DefaultRowsPerBlockFollowTheExecutedPairs) {

@@ -1189,6 +1189,95 @@ double executedOverUseful(const std::vector<HeadStats> &stats) {
   return useful ? double(executed) / double(useful) : 1.0;
 }
 
+namespace {
+/// The width W of the canvas whose column `(j / 1) % W` a set's coordinate
+/// ranges read; 0 when none does, or two read different widths.
+int64_t canvasWidth(const ir::SetNode &s) {
+  int64_t width = s.kind == ir::Gen::CoordRange && s.keyBlock == 1 ? s.modulus : 0;
+  for (const ir::SetRef &c : s.children) {
+    const int64_t w = canvasWidth(*c);
+    if (w && width && w != width)
+      return -1;
+    width = width ? width : w;
+  }
+  return width;
+}
+
+int64_t executedPairs(const std::vector<HeadStats> &stats) {
+  int64_t total = 0;
+  for (const HeadStats &h : stats)
+    total += h.executed;
+  return total;
+}
+} // namespace
+
+std::optional<Layout> tiledLayout(const Plan &plan, int64_t n) {
+  int64_t width = 0;
+  bool fixed = true; // (sets that do not depend on n: their work per canvas row is n's at fewer rows)
+  for (const HeadPlan &hp : plan.heads)
+    for (const Piece &piece : hp.pieces) {
+      const int64_t w = canvasWidth(*piece.set);
+      if (piece.strategy != Strategy::RowTiles || ir::readsData(*piece.set) || w <= 0 || (width && w != width))
+        return std::nullopt;
+      width = w;
+      fixed = fixed && !ir::dependsOnLength(*piece.set);
+    }
+  if (width <= 0 || n % width != 0 || n >= (int64_t{1} << 31))
+    return std::nullopt;
+  const int64_t height = n / width;
+  // Counted on a canvas of at most 32 rows (the edges and the middle of a
+  // taller one alike): the choice costs a fraction of the blocks at n.
+  constexpr int64_t kReferenceRows = 32;
+  const int64_t reference = fixed && height > kReferenceRows ? width * kReferenceRows : n;
+  std::optional<int64_t> raster;
+  for (const auto [rows, cols] : {std::pair<int64_t, int64_t>{8, 8}, {4, 8}}) {
+    // (Tiles as wide as the canvas would be its raster order.)
+    if (height % rows != 0 || width % cols != 0 || width < 2 * cols)
+      continue;
+    Layout layout;
+    layout.width = width;
+    layout.tileRows = rows;
+    layout.tileCols = cols;
+    layout.plan = plan;
+    auto tiledPlan = [&](int64_t length) {
+      // Each position's rank in the tiled order: tiles in raster order, the
+      // positions of a tile row by row.
+      auto order = std::make_shared<InputArray>();
+      order->name = "(tiles)";
+      order->bound = true;
+      order->rows = length;
+      order->values.resize(static_cast<size_t>(length));
+      const int64_t across = width / cols;
+      for (int64_t p = 0; p < length; ++p) {
+        const int64_t r = p / width, c = p % width;
+        order->values[static_cast<size_t>(p)] =
+            ((r / rows) * across + c / cols) * rows * cols + (r % rows) * cols + c % cols;
+      }
+      order->indexClasses();
+      Plan out = plan;
+      for (HeadPlan &hp : out.heads)
+        for (Piece &piece : hp.pieces)
+          piece = permutePiece(piece, order);
+      return std::make_pair(std::shared_ptr<const InputArray>(order), out);
+    };
+    if (!raster)
+      raster = executedPairs(planStats(plan, reference));
+    layout.rasterExecuted = *raster;
+    auto [refOrder, refPlan] = tiledPlan(reference);
+    layout.executed = executedPairs(planStats(refPlan, reference));
+    if (4 * layout.executed > 3 * layout.rasterExecuted)
+      continue;
+    if (reference == n) {
+      layout.order = refOrder;
+      layout.plan = std::move(refPlan);
+    } else {
+      std::tie(layout.order, layout.plan) = tiledPlan(n);
+    }
+    return layout;
+  }
+  return std::nullopt;
+}
+
 std::string printPlan(const Plan &plan, int64_t n) {
   std::ostringstream os;
   os << "plan " << plan.pattern << " tiles=" << plan.options.tileRows << "x" << plan.options.tileCols
@@ -1237,6 +1326,22 @@ std::string printPlan(const Plan &plan, int64_t n) {
       os << buf;
     }
   }
+  if (n > 0)
+    if (const std::optional<Layout> layout = tiledLayout(plan, n)) {
+      int64_t useful = 0, executed = executedPairs(planStats(layout->plan, n)), raster = 0;
+      for (const HeadStats &h : planStats(plan, n)) {
+        useful += h.useful;
+        raster += h.executed;
+      }
+      char buf[256];
+      std::snprintf(buf, sizeof buf,
+                    "layout at n=%lld: tokens in tiles of %lld x %lld of a canvas %lld wide (rows and keys in that "
+                    "order, in place): executed/useful = %.3f (raster order %.3f)\n",
+                    static_cast<long long>(n), static_cast<long long>(layout->tileRows),
+                    static_cast<long long>(layout->tileCols), static_cast<long long>(layout->width),
+                    useful ? double(executed) / double(useful) : 1.0, useful ? double(raster) / double(useful) : 1.0);
+      os << buf;
+    }
   return os.str();
 }
 

@@ -344,11 +344,18 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
     }
     return;
   }
+  // Keys whose ranks follow each other (a tile's row of a canvas in tiles,
+  // plan::tiledLayout) renumber as one interval: fewer to sort.
   for (const Interval &x : keys)
-    for (int64_t j = x.lo; j < x.hi; ++j) {
+    for (int64_t j = x.lo; j < x.hi;) {
       const int64_t u = p.placeOf[static_cast<size_t>(j)];
-      if (lo <= u && u < hi)
-        out.push_back({u, u + 1});
+      int64_t end = j + 1;
+      while (end < x.hi && p.placeOf[static_cast<size_t>(end)] == u + (end - j))
+        ++end;
+      const int64_t a = std::max(lo, u), b = std::min(hi, u + (end - j));
+      if (a < b)
+        out.push_back({a, b});
+      j = end;
     }
   normalize(out);
 }

@@ -342,6 +342,54 @@ std::vector<float> widen(const std::vector<uint16_t> &x) {
   return out;
 }
 
+//===----------------------------------------------------------------------===//
+// Grid patterns whose canvas the fused backend runs in tiles (plan::tiledLayout:
+// rows and keys in a tiled order, in place), forward and backward, f32 and bf16
+// rows; a length that is not a whole canvas runs in raster order beside it.
+//===----------------------------------------------------------------------===//
+
+TEST(GridLayout, TiledOrderMatchesReference) {
+  const GradPattern grids[] = {
+      {"Natten2d16Wide", "natten2d", nullptr, {"H=12", "W=16", "K=5"}},
+      {"Natten2d24Wide", "natten2d", nullptr, {"H=24", "W=24", "K=3"}},
+      {"SwinTiles4x8", "swin", nullptr, {"H=16", "W=32", "M=8", "S=4"}},
+  };
+  for (const GradPattern &pc : grids) {
+    KernelPtr kernel = compile(pc, "fused");
+    ASSERT_TRUE(kernel);
+    const int64_t width = std::stoll(std::string(pc.defines[1]).substr(2));
+    // Whole canvases of 8, 16 and 24 rows (tiled: plan/PlanTest checks the
+    // layout is chosen at these), and one that stops mid-row (raster).
+    for (int64_t n : {8 * width, 16 * width, 24 * width, 5 * width + 3}) {
+      for (int64_t d : {32, 64}) {
+        SCOPED_TRACE(pc.label + std::string(" n=") + std::to_string(n) + " d=" + std::to_string(d));
+        const int64_t batch = 2, heads = 2;
+        Inputs in = randomInputs(static_cast<size_t>(batch * heads * n * d), static_cast<uint32_t>(n + d), 2.0f);
+        Result r;
+        ASSERT_TRUE(runContiguous(kernel.get(), in, batch, heads, n, d, nullptr, r));
+        expectMatches(referenceFor(pc, in.q, in.k, in.v, in.dO, batch, heads, n, d), r, kF32);
+      }
+    }
+    // bf16 rows (widened for the tiled order), against the reference on the rounded inputs.
+    const int64_t n = 16 * width, d = 64, batch = 1, heads = 2;
+    SCOPED_TRACE(pc.label + std::string(" bf16 n=") + std::to_string(n));
+    const size_t count = static_cast<size_t>(batch * heads * n * d);
+    Inputs in = randomInputs(count, 99);
+    std::vector<uint16_t> q = roundToBf16(in.q), k = roundToBf16(in.k), v = roundToBf16(in.v), o(count, 0xffff);
+    in = {widen(q), widen(k), widen(v), in.dO};
+    Result r;
+    r.lse.assign(static_cast<size_t>(batch * heads * n), kUnwritten);
+    attnc_tensor tq = tensorView(q.data(), {batch, heads, n, d}, ATTNC_DTYPE_BF16),
+                 tk = tensorView(k.data(), {batch, heads, n, d}, ATTNC_DTYPE_BF16),
+                 tv = tensorView(v.data(), {batch, heads, n, d}, ATTNC_DTYPE_BF16),
+                 to = tensorView(o.data(), {batch, heads, n, d}, ATTNC_DTYPE_BF16), tl = view(r.lse, batch, heads, n, 1);
+    ASSERT_EQ(attnc_run_forward(kernel.get(), &tq, &tk, &tv, &to, &tl, nullptr), ATTNC_OK) << attnc_last_error();
+    r.o = widen(o);
+    expectMatches(referenceFor(pc, in.q, in.k, in.v, in.dO, batch, heads, n, d), r, {4e-3, 1e-4, 1e-2},
+                  /*grads=*/false);
+  }
+}
+
 TEST_P(GradientBackward, Bf16MatchesReferenceOnTheRoundedInputs) {
   // Q, K, V, O and dO in bf16 (the backward's inputs share one dtype), the
   // gradients in f32, against the reference on the rounded Q, K, V and dO.

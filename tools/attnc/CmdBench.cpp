@@ -412,11 +412,13 @@ int runBench(const BenchOptions &opts) {
   int64_t blockBytes = 0;
   for (int64_t l : distinctLengths) {
     t1 = std::chrono::steady_clock::now();
-    plan::buildShapes(plan, l, false, SIZE_MAX, shapes);
+    // (What the fused backend does at a new n: a grid pattern's tiled layout, then its blocks.)
+    const std::optional<plan::Layout> layout = plan::tiledLayout(plan, l);
+    plan::buildShapes(layout ? layout->plan : plan, l, false, SIZE_MAX, shapes);
     auto t2 = std::chrono::steady_clock::now();
     shapes.clear(); // freeing them is not part of the cost
     blocksMs += std::chrono::duration<double, std::milli>(t2 - t1).count();
-    for (const plan::HeadStats &h : plan::planStats(plan, l))
+    for (const plan::HeadStats &h : plan::planStats(layout ? layout->plan : plan, l))
       for (const plan::PieceStats &st : h.pieces)
         blockBytes += st.bytes;
   }
@@ -499,12 +501,19 @@ int runBench(const BenchOptions &opts) {
     if (row.wasteKnown && (planned || backend == "dense")) {
       const plan::Plan tiled = planned ? plan::buildPlan(lp->ir, tiles) : plan::Plan{};
       double useful = 0, executed = 0;
-      for (int64_t l : lengths.empty() ? std::vector<int64_t>{n} : lengths)
-        if (l > 0)
-          for (const plan::HeadStats &h : planned ? plan::planStats(tiled, l) : plan::denseStats(plan, l)) {
-            useful += double(h.useful);
-            executed += double(h.executed);
-          }
+      for (int64_t l : lengths.empty() ? std::vector<int64_t>{n} : lengths) {
+        if (l <= 0)
+          continue;
+        // The fused backend runs a grid pattern in its tiled layout (the same pairs).
+        const std::optional<plan::Layout> layout =
+            backend == "fused" ? plan::tiledLayout(tiled, l) : std::optional<plan::Layout>{};
+        for (const plan::HeadStats &h : planned ? plan::planStats(tiled, l) : plan::denseStats(plan, l))
+          useful += double(h.useful);
+        for (const plan::HeadStats &h : layout    ? plan::planStats(layout->plan, l)
+                                        : planned ? plan::planStats(tiled, l)
+                                                  : plan::denseStats(plan, l))
+          executed += double(h.executed);
+      }
       row.waste = useful > 0 ? executed / useful : 1.0;
     }
     row.ok = true;

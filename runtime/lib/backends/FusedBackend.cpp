@@ -36,14 +36,25 @@ size_t fusedCacheBytes() {
 struct FusedState : LengthState {
   const plan::Plan *plan = nullptr;
   std::vector<plan::HeadShapes> blocks; ///< empty: generated as the kernels run
+  /// A grid pattern's tiled order at this n (plan::tiledLayout), which a
+  /// call of all n rows runs in (its blocks in layoutBlocks); `blocks` are
+  /// then generated as they run, for a call with padding rows.
+  std::optional<plan::Layout> layout;
+  std::vector<plan::HeadShapes> layoutBlocks;
   size_t bytes() const override {
     size_t total = 0;
-    for (const plan::HeadShapes &head : blocks)
-      for (const auto &piece : head.pieces)
-        for (const auto &cls : piece)
-          for (const plan::BlockShape &block : cls)
-            total += block.bytes();
+    for (const auto *all : {&blocks, &layoutBlocks})
+      for (const plan::HeadShapes &head : *all)
+        for (const auto &piece : head.pieces)
+          for (const auto &cls : piece)
+            for (const plan::BlockShape &block : cls)
+              total += block.bytes();
     return total;
+  }
+  /// The layout's order for a slice of rows [skipRows, endRows), or null
+  /// (raster order): a layout runs whole slices only.
+  const int32_t *orderFor(int64_t n, int64_t skipRows, int64_t endRows) const {
+    return layout && skipRows == 0 && endRows >= n ? layout->order->order.data() : nullptr;
   }
 };
 
@@ -134,7 +145,12 @@ public:
     state->plan = &planFor(d, pass);
     if (readsData_) // row blocks come from each call's data, as the kernels run
       return state;
-    plan::buildShapes(*state->plan, n, dense_, fusedCacheBytes(), state->blocks, threads);
+    if (!dense_)
+      state->layout = plan::tiledLayout(*state->plan, n);
+    if (state->layout)
+      plan::buildShapes(state->layout->plan, n, false, fusedCacheBytes(), state->layoutBlocks, threads);
+    else
+      plan::buildShapes(*state->plan, n, dense_, fusedCacheBytes(), state->blocks, threads);
     return state;
   }
 
@@ -202,7 +218,13 @@ public:
         return;
       }
     }
-    if (s.qb) {
+    if (const int32_t *order = fused.orderFor(s.n, s.skipRows, s.endRows)) {
+      // A grid pattern in its tiled order, in place (bf16 rows widened).
+      const std::array<const float *, 3> qkv = f32Rows(s, dataBuffers());
+      runFusedHead(fused.layout->plan, set, false, fused.layoutBlocks.empty() ? nullptr : &fused.layoutBlocks[set],
+                   s.n, s.d, qkv[0], qkv[1], qkv[2], s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads,
+                   0, std::numeric_limits<int64_t>::max(), code ? &run : nullptr, PassOrder{order, true, true});
+    } else if (s.qb) {
       runFusedHeadBf16(plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d,
                        s.qb, s.kb, s.vb, s.o, s.scale, static_cast<FusedWorker &>(scratch).fused, threads, s.skipRows, s.endRows);
     } else {
@@ -281,6 +303,13 @@ public:
         runDataBackward(groups, set, s, static_cast<FusedWorker &>(scratch), threads, score);
         return;
       }
+    }
+    if (const int32_t *order = fused.orderFor(s.n, s.skipRows, s.endRows)) {
+      runFusedBackward(fused.layout->plan, set, false,
+                       fused.layoutBlocks.empty() ? nullptr : &fused.layoutBlocks[set], s.n, s.d, s.q, s.k, s.v, s.o,
+                       s.dO, s.lse, s.dq, s.dk, s.dv, s.scale, static_cast<FusedWorker &>(scratch).grad, threads, 0,
+                       std::numeric_limits<int64_t>::max(), score, s.inputGrad, PassOrder{order, true, true});
+      return;
     }
     runFusedBackward(bound ? *bound : *fused.plan, set, dense_, fused.blocks.empty() ? nullptr : &fused.blocks[set], s.n, s.d, s.q,
                      s.k, s.v, s.o, s.dO, s.lse, s.dq, s.dk, s.dv, s.scale, static_cast<FusedWorker &>(scratch).grad,
