@@ -1238,7 +1238,6 @@ std::optional<Layout> tiledLayout(const Plan &plan, int64_t n) {
     layout.width = width;
     layout.tileRows = rows;
     layout.tileCols = cols;
-    layout.plan = plan;
     auto tiledPlan = [&](int64_t length) {
       // Each position's rank in the tiled order: tiles in raster order, the
       // positions of a tile row by row.
@@ -1328,11 +1327,12 @@ std::string printPlan(const Plan &plan, int64_t n) {
   }
   if (n > 0)
     if (const std::optional<Layout> layout = tiledLayout(plan, n)) {
-      int64_t useful = 0, executed = executedPairs(planStats(layout->plan, n)), raster = 0;
-      for (const HeadStats &h : planStats(plan, n)) {
+      int64_t useful = 0, raster = 0; // (raster order's: the stats above)
+      for (const HeadStats &h : stats) {
         useful += h.useful;
         raster += h.executed;
       }
+      const int64_t executed = executedPairs(planStats(layout->plan, n));
       char buf[256];
       std::snprintf(buf, sizeof buf,
                     "layout at n=%lld: tokens in tiles of %lld x %lld of a canvas %lld wide (rows and keys in that "

@@ -507,12 +507,12 @@ int runBench(const BenchOptions &opts) {
         // The fused backend runs a grid pattern in its tiled layout (the same pairs).
         const std::optional<plan::Layout> layout =
             backend == "fused" ? plan::tiledLayout(tiled, l) : std::optional<plan::Layout>{};
-        for (const plan::HeadStats &h : planned ? plan::planStats(tiled, l) : plan::denseStats(plan, l))
-          useful += double(h.useful);
         for (const plan::HeadStats &h : layout    ? plan::planStats(layout->plan, l)
                                         : planned ? plan::planStats(tiled, l)
-                                                  : plan::denseStats(plan, l))
+                                                  : plan::denseStats(plan, l)) {
+          useful += double(h.useful);
           executed += double(h.executed);
+        }
       }
       row.waste = useful > 0 ? executed / useful : 1.0;
     }
