@@ -430,12 +430,20 @@ TEST_P(DataPlanCoverage, PiecesInClassOrderCoverEachPairOnce) {
       const plan::Piece piece = classes ? plan::permutePiece(unordered, classes) : unordered;
       tested += !piece.distinctTags.empty();
       plan::BlockSource src(plan, piece, n);
-      plan::BlockShape shape;
-      plan::BlockTiles b;
+      plan::BlockShape shape, scratch;
+      plan::BlockTiles b, direct;
       for (int64_t k = 0; k < src.numBlocks(); ++k) {
         src.build(k, shape);
         b.expand(shape);
         src.dropSameTags(b);
+        // What the executor runs: the same block, by the direct path where
+        // the piece has one (a class's segment) and by these three else.
+        src.buildTiles(k, direct, scratch);
+        ASSERT_EQ(direct.firstRow, b.firstRow);
+        ASSERT_EQ(direct.rows, b.rows);
+        ASSERT_EQ(direct.allRows, b.allRows);
+        ASSERT_EQ(direct.keys, b.keys) << "block " << k << ", " << buckets << " buckets";
+        ASSERT_EQ(direct.masks, b.masks) << "block " << k << ", " << buckets << " buckets";
         for (size_t key = 0; key < b.keys.size(); ++key)
           for (int32_t r = 0; r < b.rows; ++r)
             if (b.masks[key] >> r & 1) {
@@ -487,7 +495,21 @@ INSTANTIATE_TEST_SUITE_P(
                      110, 0,
                      [](const auto &b, int64_t i, int64_t j) {
                        return (sameIn(b[0], i, j) && std::abs(i - j) < 6) || sameIn(b[1], i, j);
-                     }}),
+                     }},
+        // Documents with a window of the 5 positions before the query (no
+        // band in the class order: the rows evaluated there one by one), and
+        // looking ahead without the query (the diagonal trimmed off the
+        // band's lower end: one interval per row, the direct path).
+        DataPlanCase{"document_window",
+                     "pattern dw { input doc : int[n] causal "
+                     "attend { j : doc[j] == doc[i] } & { j : i - j <= 5 } - { i } }",
+                     140, 0,
+                     [](const auto &b, int64_t i, int64_t j) { return sameIn(b[0], i, j) && j < i && i - j <= 5; }},
+        DataPlanCase{"document_ahead",
+                     "pattern da { input doc : int[n] "
+                     "attend { j : doc[j] == doc[i] } & { j : j >= i } - { i } }",
+                     120, 0,
+                     [](const auto &b, int64_t i, int64_t j) { return sameIn(b[0], i, j) && j > i; }}),
     [](const ::testing::TestParamInfo<DataPlanCase> &info) { return std::string(info.param.name); });
 
 } // namespace

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <numeric>
+#include <optional>
 #include <atomic>
 #include <functional>
 #include <sstream>
@@ -435,6 +436,46 @@ ir::SetRef permutedInClosedForm(const ir::SetRef &s, const std::shared_ptr<const
   return segment ? ir::SetNode::intersect(std::move(children), s->loc) : nullptr;
 }
 
+/// The offset c of a set that is the diagonal j - i = c (the query itself:
+/// the list {i} in raster order, the band [0, 0] in a class order).
+std::optional<int64_t> diagonalOffset(const ir::SetNode &s) {
+  if (s.kind == ir::Gen::Band && s.lo == s.hi && s.lo != ir::kUnbounded)
+    return s.lo;
+  if (s.kind == ir::Gen::List && s.elems.size() == 1 && s.elems[0]->op() == Op::VarI)
+    return 0;
+  return std::nullopt;
+}
+
+/// `a - b` as one set without a difference, or null: `b` the diagonal
+/// j - i = c and `a` a band ending at c, or an intersection with one: that
+/// band one shorter at that end. A causal class minus the query is then one
+/// interval per row again (in its order), and asks nothing of the list.
+ir::SetRef withoutDiagonalEnd(const ir::SetRef &a, const ir::SetNode &b) {
+  const std::optional<int64_t> c = diagonalOffset(b);
+  if (!c)
+    return nullptr;
+  auto trimmed = [&](const ir::SetNode &band) -> ir::SetRef {
+    if (band.kind != ir::Gen::Band || band.lo == band.hi)
+      return nullptr;
+    if (band.hi == *c)
+      return ir::SetNode::band(band.lo, *c - 1, band.loc);
+    if (band.lo == *c)
+      return ir::SetNode::band(*c + 1, band.hi, band.loc);
+    return nullptr;
+  };
+  if (ir::SetRef t = trimmed(*a))
+    return t;
+  if (a->kind != ir::Gen::Intersect)
+    return nullptr;
+  for (size_t k = 0; k < a->children.size(); ++k)
+    if (ir::SetRef t = trimmed(*a->children[k])) {
+      std::vector<ir::SetRef> children = a->children;
+      children[k] = std::move(t);
+      return ir::SetNode::intersect(std::move(children), a->loc);
+    }
+  return nullptr;
+}
+
 ir::SetRef pushPermutation(const ir::SetRef &s, const std::shared_ptr<const InputArray> &classes) {
   switch (s->kind) {
   case ir::Gen::Union: {
@@ -443,9 +484,12 @@ ir::SetRef pushPermutation(const ir::SetRef &s, const std::shared_ptr<const Inpu
       children.push_back(pushPermutation(c, classes));
     return ir::SetNode::unite(std::move(children), s->loc);
   }
-  case ir::Gen::Difference:
-    return ir::SetNode::difference(pushPermutation(s->children[0], classes),
-                                   pushPermutation(s->children[1], classes), s->loc);
+  case ir::Gen::Difference: {
+    ir::SetRef a = pushPermutation(s->children[0], classes), b = pushPermutation(s->children[1], classes);
+    if (ir::SetRef trimmed = withoutDiagonalEnd(a, *b))
+      return trimmed;
+    return ir::SetNode::difference(std::move(a), std::move(b), s->loc);
+  }
   case ir::Gen::Fallback:
     return ir::SetNode::fallback(pushPermutation(s->children[0], classes),
                                  pushPermutation(s->children[1], classes), s->loc);
@@ -615,6 +659,25 @@ std::vector<Piece> dataPieces(const ir::SetRef &s) {
   } else {
     parts = splitParts(s);
   }
+  // A part minus the query itself whose band ends at the diagonal: the
+  // band one shorter instead (causal - {i} is j < i).
+  for (Part &part : parts)
+    for (auto m = part.minus.begin(); m != part.minus.end();) {
+      if (ir::SetRef trimmed = withoutDiagonalEnd(part.core, **m)) {
+        part.core = std::move(trimmed);
+        m = part.minus.erase(m);
+      } else {
+        ++m;
+      }
+    }
+  // The rows the fallback takes: where each part is empty (the parts
+  // trimmed as above, which anyIn asks in closed form).
+  if (fallback && !parts.empty()) {
+    std::vector<ir::SetRef> sets;
+    for (const Part &part : parts)
+      sets.push_back(part.set());
+    fallback = ir::SetNode::whereEmpty(ir::SetNode::unite(std::move(sets), s->loc), s->children[1], s->loc);
+  }
   std::vector<Piece> pieces;
   std::vector<ir::SetRef> ownMinus;
   for (size_t k = 0; k < parts.size(); ++k) {
@@ -753,7 +816,8 @@ bool rowwiseData(const ir::SetNode &s) {
 
 BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
     : set_(std::move(set)), n_(n), R_(R), rows_(n), perKeyWork_(ir::hasPredicate(*set_)),
-      rowsOnce_(!perKeyWork_ && rowwiseData(*set_)) {}
+      rowsOnce_(!perKeyWork_ && rowwiseData(*set_)),
+      oneInterval_(!perKeyWork_ && ir::readsData(*set_) && ir::oneIntervalPerRow(*set_)) {}
 
 BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass,
                          bool translates)
@@ -954,6 +1018,18 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
         out.partial.push_back({static_cast<int32_t>(k), masks[static_cast<size_t>(k)]});
     return;
   }
+  if (oneInterval_) {
+    // One interval per row in closed form (an equality class's segment in
+    // its order, causal): each row's ends directly, no bounds to compare.
+    for (int32_t r = 0; r < out.rows; ++r) {
+      int64_t a = lo, b = hi;
+      ir::narrowToRow(*set_, t0 + r, n_, a, b);
+      if (a < b)
+        own[r].push_back({a, b});
+    }
+    fillFromRows(own, out);
+    return;
+  }
   if (rowsOnce_) {
     // A set that reads data has no bounds worth computing: every row once.
     for (int32_t r = 0; r < out.rows; ++r)
@@ -986,6 +1062,69 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
   if (bd.exact)
     bd.lower = std::move(bd.upper);
   fillShape(std::move(bd.lower), own, out);
+}
+
+void BlockSource::buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, bool classLocal) const {
+  if (!oneInterval_ || rest_ || dense_) {
+    build(block, shape);
+    out.expand(shape, classLocal);
+    dropSameTags(out);
+    return;
+  }
+  const int64_t t0 = block * R_;
+  out.firstRow = t0;
+  out.rows = static_cast<int32_t>(std::min(R_, rows_ - t0));
+  out.allRows = out.rows == 64 ? ~uint64_t{0} : ((uint64_t{1} << out.rows) - 1);
+  // Each row's ends, then the runs of keys they cover (rows in the order of
+  // their first keys: a sliding set's are in order already).
+  int64_t lo[64], hi[64];
+  int32_t byLo[64], used = 0;
+  for (int32_t r = 0; r < out.rows; ++r) {
+    int64_t a = 0, b = n_;
+    ir::narrowToRow(*set_, t0 + r, n_, a, b);
+    lo[r] = a;
+    hi[r] = b;
+    if (a < b)
+      byLo[used++] = r;
+  }
+  if (!std::is_sorted(byLo, byLo + used, [&](int32_t x, int32_t y) { return lo[x] < lo[y]; }))
+    std::sort(byLo, byLo + used, [&](int32_t x, int32_t y) { return lo[x] < lo[y]; });
+  struct Run {
+    int64_t lo, hi, rank; ///< keys [lo, hi), the first at `rank` in the block's list
+  };
+  Run runs[64];
+  int32_t numRuns = 0;
+  int64_t total = 0;
+  for (int32_t x = 0; x < used; ++x) {
+    const int32_t r = byLo[x];
+    if (numRuns > 0 && lo[r] <= runs[numRuns - 1].hi) {
+      Run &last = runs[numRuns - 1];
+      total += std::max<int64_t>(0, hi[r] - last.hi);
+      last.hi = std::max(last.hi, hi[r]);
+    } else {
+      runs[numRuns++] = {lo[r], hi[r], total};
+      total += hi[r] - lo[r];
+    }
+  }
+  out.keys.resize(static_cast<size_t>(total));
+  for (int32_t x = 0; x < numRuns; ++x)
+    for (int64_t u = runs[x].lo; u < runs[x].hi; ++u)
+      out.keys[static_cast<size_t>(runs[x].rank + u - runs[x].lo)] = static_cast<int32_t>(u);
+  // Row r's bit flips at the ranks of its ends; the masks are the running XOR.
+  out.masks.assign(static_cast<size_t>(total) + 1, 0);
+  for (int32_t x = 0, run = 0; x < used; ++x) {
+    const int32_t r = byLo[x];
+    while (runs[run].hi <= lo[r]) // (rows ascend by first key, and so do their runs)
+      ++run;
+    const int64_t first = runs[run].rank + lo[r] - runs[run].lo;
+    out.masks[static_cast<size_t>(first)] ^= uint64_t{1} << r;
+    out.masks[static_cast<size_t>(first + hi[r] - lo[r])] ^= uint64_t{1} << r;
+  }
+  uint64_t running = 0;
+  for (uint64_t &m : out.masks)
+    m = running ^= m;
+  out.masks.pop_back();
+  dropSameTags(out);
 }
 
 void BlockSource::dropSameTags(BlockTiles &block) const {

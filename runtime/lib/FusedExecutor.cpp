@@ -454,9 +454,7 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
     if (cached) {
       out.expand(cached->pieces[p][c][static_cast<size_t>(b)], classLocal);
     } else {
-      src.build(b, ws.shape);
-      out.expand(ws.shape, classLocal);
-      src.dropSameTags(out);
+      src.buildTiles(b, out, ws.shape, classLocal);
     }
     if (pass.order) // (the keys of a class order, as positions)
       for (int32_t &key : out.keys)
@@ -715,9 +713,7 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
     if (blocks) {
       ws.tiles.expand((*blocks)[static_cast<size_t>(b)], classLocal);
     } else {
-      src.build(b, ws.shape);
-      ws.tiles.expand(ws.shape, classLocal);
-      src.dropSameTags(ws.tiles);
+      src.buildTiles(b, ws.tiles, ws.shape, classLocal);
     }
     if (pass.order) // (the keys of a class order, as positions)
       for (int32_t &key : ws.tiles.keys)

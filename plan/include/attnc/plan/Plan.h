@@ -213,6 +213,12 @@ public:
   /// tag of Piece::distinctTags (nothing for other pieces): applied to the
   /// expanded blocks of build(). O(keys + rows) per block.
   void dropSameTags(BlockTiles &block) const;
+  /// Block `block` as the tile kernels read it: build(), BlockTiles::expand
+  /// and dropSameTags in one (`shape` is scratch). A set of one interval per
+  /// row in closed form that reads data (a class's causal segment in its
+  /// order) goes from its rows' ends straight to keys and masks: O(rows +
+  /// keys), the data patterns' planning inside every call.
+  void buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, bool classLocal = false) const;
   /// How many references build() moves blocks from (0: it builds each block).
   int64_t references() const;
   /// A reference block (defined in Plan.cpp, whose helpers move it).
@@ -234,6 +240,7 @@ private:
   bool dense_ = false;
   bool perKeyWork_ = false; ///< the set has a predicate: its rows cost their window, not their keys
   bool rowsOnce_ = false;   ///< the set reads data: each row evaluated once, no block bounds
+  bool oneInterval_ = false; ///< reads data, one interval per row in closed form (a class's segment)
   std::vector<std::shared_ptr<const std::vector<int32_t>>> distinct_; ///< Piece::distinctTags
   /// Unsure intervals past which a row is evaluated once over their span.
   static constexpr size_t kManyUnsure = 4;
