@@ -817,7 +817,8 @@ bool rowwiseData(const ir::SetNode &s) {
 BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
     : set_(std::move(set)), n_(n), R_(R), rows_(n), perKeyWork_(ir::hasPredicate(*set_)),
       rowsOnce_(!perKeyWork_ && rowwiseData(*set_)),
-      oneInterval_(!perKeyWork_ && ir::readsData(*set_) && ir::oneIntervalPerRow(*set_)) {}
+      oneInterval_(!perKeyWork_ && ir::readsData(*set_) && ir::oneIntervalPerRow(*set_)),
+      eval_(std::make_shared<const ir::RowEvaluator>(set_, n)) {}
 
 BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass,
                          bool translates)
@@ -1000,7 +1001,7 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
     out.keyStride = m;
     return;
   }
-  ir::RowEvaluator eval(set_, n_);
+  const ir::RowEvaluator &eval = *eval_;
   if (dense_) {
     for (int32_t r = 0; r < out.rows; ++r) {
       own[r] = eval.row(t0 + r);
@@ -1369,7 +1370,7 @@ std::optional<Layout> tiledLayout(const Plan &plan, int64_t n) {
   constexpr int64_t kReferenceRows = 32;
   const int64_t reference = fixed && height > kReferenceRows ? width * kReferenceRows : n;
   std::optional<int64_t> raster;
-  for (const auto [rows, cols] : {std::pair<int64_t, int64_t>{8, 8}, {4, 8}}) {
+  for (const auto &[rows, cols] : {std::pair<int64_t, int64_t>{8, 8}, {4, 8}}) {
     // (Tiles as wide as the canvas would be its raster order.)
     if (height % rows != 0 || width % cols != 0 || width < 2 * cols)
       continue;

@@ -30,6 +30,10 @@
 #include <string>
 #include <vector>
 
+namespace attnc::ir {
+class RowEvaluator;
+} // namespace attnc::ir
+
 namespace attnc::plan {
 
 enum class Strategy { RowTiles, ResidueRelayout };
@@ -216,8 +220,8 @@ public:
   /// Block `block` as the tile kernels read it: build(), BlockTiles::expand
   /// and dropSameTags in one (`shape` is scratch). A set of one interval per
   /// row in closed form that reads data (a class's causal segment in its
-  /// order) goes from its rows' ends straight to keys and masks: O(rows +
-  /// keys), the data patterns' planning inside every call.
+  /// order) goes from its rows' ends straight to keys and masks: O(rows + keys), the data patterns'
+  /// planning inside every call.
   void buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, bool classLocal = false) const;
   /// How many references build() moves blocks from (0: it builds each block).
   int64_t references() const;
@@ -242,6 +246,9 @@ private:
   bool rowsOnce_ = false;   ///< the set reads data: each row evaluated once, no block bounds
   bool oneInterval_ = false; ///< reads data, one interval per row in closed form (a class's segment)
   std::vector<std::shared_ptr<const std::vector<int32_t>>> distinct_; ///< Piece::distinctTags
+  /// The set's row evaluator, made once (it compiles the set's predicates)
+  /// and shared by the threads that build blocks.
+  std::shared_ptr<const ir::RowEvaluator> eval_;
   /// Unsure intervals past which a row is evaluated once over their span.
   static constexpr size_t kManyUnsure = 4;
 };
