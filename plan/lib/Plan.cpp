@@ -818,7 +818,7 @@ BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
     : set_(std::move(set)), n_(n), R_(R), rows_(n), perKeyWork_(ir::hasPredicate(*set_)),
       rowsOnce_(!perKeyWork_ && rowwiseData(*set_)),
       oneInterval_(!perKeyWork_ && ir::readsData(*set_) && ir::oneIntervalPerRow(*set_)),
-      eval_(std::make_shared<const ir::RowEvaluator>(set_, n)) {}
+      eval_(ir::readsData(*set_) ? std::make_shared<const ir::RowEvaluator>(set_, n) : nullptr) {}
 
 BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass,
                          bool translates)
@@ -1001,7 +1001,8 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
     out.keyStride = m;
     return;
   }
-  const ir::RowEvaluator &eval = *eval_;
+  std::optional<ir::RowEvaluator> perBlock;
+  const ir::RowEvaluator &eval = eval_ ? *eval_ : perBlock.emplace(set_, n_);
   if (dense_) {
     for (int32_t r = 0; r < out.rows; ++r) {
       own[r] = eval.row(t0 + r);

@@ -246,8 +246,11 @@ private:
   bool rowsOnce_ = false;   ///< the set reads data: each row evaluated once, no block bounds
   bool oneInterval_ = false; ///< reads data, one interval per row in closed form (a class's segment)
   std::vector<std::shared_ptr<const std::vector<int32_t>>> distinct_; ///< Piece::distinctTags
-  /// The set's row evaluator, made once (it compiles the set's predicates)
-  /// and shared by the threads that build blocks.
+  /// A set that reads data: its row evaluator, made once (it compiles the
+  /// set's predicates) and shared by the threads that build its blocks at
+  /// every call. (Positional sets make one per block they generate: their
+  /// blocks are mostly cached per n, and a residue relayout makes a source
+  /// per class at every call.)
   std::shared_ptr<const ir::RowEvaluator> eval_;
   /// Unsure intervals past which a row is evaluated once over their span.
   static constexpr size_t kManyUnsure = 4;
