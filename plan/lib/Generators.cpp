@@ -24,14 +24,8 @@ bool oneIntervalPerRow(const SetNode &s) {
   return traits(s.kind).oneInterval;
 }
 
-void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi, bool shared) {
+void narrowToRowOutOfLine(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi, bool shared) {
   switch (s.kind) {
-  case Gen::Band:
-    if (s.lo != kUnbounded)
-      lo = std::max(lo, i + s.lo);
-    if (s.hi != kUnbounded)
-      hi = std::min(hi, i + s.hi + 1);
-    break;
   case Gen::BlockDiag: {
     int64_t start = floorDiv(i, s.modulus) * s.modulus;
     lo = std::max(lo, start);
@@ -46,16 +40,8 @@ void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &h
       hi = std::min(hi, (shared ? evalIntShared(*s.hiTerm, env) : evalInt(*s.hiTerm, env)) + 1);
     break;
   }
-  case Gen::Segment: {
-    const InputArray &a = *s.data;
-    const auto at = static_cast<size_t>(a.order[static_cast<size_t>(i)]);
-    lo = std::max<int64_t>(lo, a.classBegin[at]);
-    hi = std::min<int64_t>(hi, a.classEnd[at]);
-    break;
-  }
-  case Gen::Intersect:
-    for (const SetRef &c : s.children)
-      narrowToRow(*c, i, n, lo, hi, shared);
+  case Gen::Band: case Gen::Segment: case Gen::Intersect:
+    narrowToRow(s, i, n, lo, hi, shared);
     break;
   case Gen::All:
     break;

@@ -646,6 +646,21 @@ std::vector<Part> splitParts(const ir::SetRef &s) {
   }
 }
 
+/// `y` without its bands that hold all of `x` (x - y is then x less the
+/// rest): a window less the causal selected blocks before it is the window
+/// less the selected blocks, whose keys are the same on a block's rows.
+ir::SetRef withoutBandsHolding(const ir::SetRef &y, const ir::SetNode &x) {
+  if (y->kind != ir::Gen::Intersect)
+    return y;
+  std::vector<ir::SetRef> kept;
+  for (const ir::SetRef &c : y->children)
+    if (c->kind != ir::Gen::Band || !insideBand(x, *c))
+      kept.push_back(c);
+  if (kept.size() == y->children.size() || kept.empty())
+    return y;
+  return kept.size() == 1 ? kept[0] : ir::SetNode::intersect(std::move(kept), y->loc);
+}
+
 /// The pieces of a head set that reads data: its parts, each without the
 /// ones before it; a fallback `A else B` gives A's pieces and last the rows
 /// where A is empty, with B's keys. Row tiles only (a residue factor is run
@@ -689,7 +704,7 @@ std::vector<Piece> dataPieces(const ir::SetRef &s) {
       const bool covered = std::all_of(parts[m].minus.begin(), parts[m].minus.end(), [&](const ir::SetRef &x) {
         return std::find(ownMinus.begin(), ownMinus.end(), x) != ownMinus.end();
       });
-      parts[k].minus.push_back(covered ? parts[m].core : parts[m].set());
+      parts[k].minus.push_back(covered ? withoutBandsHolding(parts[m].core, *parts[k].core) : parts[m].set());
     }
     Piece piece;
     piece.set = parts[k].set();
@@ -818,7 +833,31 @@ BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
     : set_(std::move(set)), n_(n), R_(R), rows_(n), perKeyWork_(ir::hasPredicate(*set_)),
       rowsOnce_(!perKeyWork_ && rowwiseData(*set_)),
       oneInterval_(!perKeyWork_ && ir::readsData(*set_) && ir::oneIntervalPerRow(*set_)),
-      eval_(ir::readsData(*set_) ? std::make_shared<const ir::RowEvaluator>(set_, n) : nullptr) {}
+      eval_(ir::readsData(*set_) ? std::make_shared<const ir::RowEvaluator>(set_, n) : nullptr) {
+  // A set that reads data, one interval per row intersected with (or less)
+  // sets whose rows are the same on a block's rows (a block selection):
+  // those evaluated once per block, the rest from each row's ends.
+  if (oneInterval_ || perKeyWork_ || !eval_)
+    return;
+  auto common = [](const ir::SetNode &c) { return ir::traits(c.kind).sameKeys != ir::SameKeys::Unknown; };
+  std::vector<ir::SetRef> ends, same;
+  if (set_->kind == ir::Gen::Intersect) {
+    for (const ir::SetRef &c : set_->children)
+      (ir::oneIntervalPerRow(*c) ? ends : common(*c) ? same : ends).push_back(c);
+    if (same.empty() || !std::all_of(ends.begin(), ends.end(), [](const ir::SetRef &c) { return ir::oneIntervalPerRow(*c); }))
+      return;
+  } else if (set_->kind == ir::Gen::Difference && ir::oneIntervalPerRow(*set_->children[0]) &&
+             common(*set_->children[1])) {
+    ends.push_back(set_->children[0]);
+    same.push_back(set_->children[1]);
+    commonMinus_ = true;
+  } else {
+    return;
+  }
+  ends_ = ends.size() == 1 ? ends[0] : ends.empty() ? ir::SetNode::all() : ir::SetNode::intersect(ends, set_->loc);
+  for (const ir::SetRef &c : same)
+    common_.push_back(std::make_shared<const ir::RowEvaluator>(c, n));
+}
 
 BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass,
                          bool translates)
@@ -1067,7 +1106,7 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
 }
 
 void BlockSource::buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, bool classLocal) const {
-  if (!oneInterval_ || rest_ || dense_) {
+  if ((!oneInterval_ && common_.empty()) || rest_ || dense_) {
     build(block, shape);
     out.expand(shape, classLocal);
     dropSameTags(out);
@@ -1081,9 +1120,10 @@ void BlockSource::buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, 
   // their first keys: a sliding set's are in order already).
   int64_t lo[64], hi[64];
   int32_t byLo[64], used = 0;
+  const ir::SetNode &ends = ends_ ? *ends_ : *set_;
   for (int32_t r = 0; r < out.rows; ++r) {
     int64_t a = 0, b = n_;
-    ir::narrowToRow(*set_, t0 + r, n_, a, b);
+    ir::narrowToRow(ends, t0 + r, n_, a, b);
     lo[r] = a;
     hi[r] = b;
     if (a < b)
@@ -1108,19 +1148,57 @@ void BlockSource::buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, 
       total += hi[r] - lo[r];
     }
   }
-  out.keys.resize(static_cast<size_t>(total));
-  for (int32_t x = 0; x < numRuns; ++x)
-    for (int64_t u = runs[x].lo; u < runs[x].hi; ++u)
-      out.keys[static_cast<size_t>(runs[x].rank + u - runs[x].lo)] = static_cast<int32_t>(u);
-  // Row r's bit flips at the ranks of its ends; the masks are the running XOR.
-  out.masks.assign(static_cast<size_t>(total) + 1, 0);
-  for (int32_t x = 0, run = 0; x < used; ++x) {
-    const int32_t r = byLo[x];
-    while (runs[run].hi <= lo[r]) // (rows ascend by first key, and so do their runs)
-      ++run;
-    const int64_t first = runs[run].rank + lo[r] - runs[run].lo;
-    out.masks[static_cast<size_t>(first)] ^= uint64_t{1} << r;
-    out.masks[static_cast<size_t>(first + hi[r] - lo[r])] ^= uint64_t{1} << r;
+  if (!common_.empty() && numRuns > 0 &&
+      std::all_of(common_.begin(), common_.end(), [&](const auto &c) {
+        return ir::sameKeysOnRows(*c->set(), t0, t0 + out.rows - 1);
+      })) {
+    // The sets common to the block's rows, once, inside the rows' span: the
+    // keys are the rows' union with them (or less them), and row r has
+    // exactly those of its own interval.
+    thread_local IntervalSet keys, part, tmp;
+    keys.clear();
+    for (int32_t x = 0; x < numRuns; ++x)
+      keys.push_back({runs[x].lo, runs[x].hi});
+    for (const auto &c : common_) {
+      c->rowIn(t0, runs[0].lo, runs[numRuns - 1].hi, part);
+      if (commonMinus_)
+        subtractInto(keys, part, tmp);
+      else
+        intersectInto(keys, part, tmp);
+      keys.swap(tmp);
+    }
+    out.keys.clear();
+    for (const Interval &x : keys)
+      for (int64_t u = x.lo; u < x.hi; ++u)
+        out.keys.push_back(static_cast<int32_t>(u));
+    out.masks.assign(out.keys.size() + 1, 0);
+    for (int32_t x = 0; x < used; ++x) {
+      const int32_t r = byLo[x];
+      const auto first = std::lower_bound(out.keys.begin(), out.keys.end(), lo[r]) - out.keys.begin();
+      const auto end = std::lower_bound(out.keys.begin() + first, out.keys.end(), hi[r]) - out.keys.begin();
+      out.masks[static_cast<size_t>(first)] ^= uint64_t{1} << r;
+      out.masks[static_cast<size_t>(end)] ^= uint64_t{1} << r;
+    }
+  } else if (!common_.empty()) {
+    build(block, shape); // (rows of two query blocks: the general path)
+    out.expand(shape, classLocal);
+    dropSameTags(out);
+    return;
+  } else {
+    out.keys.resize(static_cast<size_t>(total));
+    for (int32_t x = 0; x < numRuns; ++x)
+      for (int64_t u = runs[x].lo; u < runs[x].hi; ++u)
+        out.keys[static_cast<size_t>(runs[x].rank + u - runs[x].lo)] = static_cast<int32_t>(u);
+    // Row r's bit flips at the ranks of its ends; the masks are the running XOR.
+    out.masks.assign(static_cast<size_t>(total) + 1, 0);
+    for (int32_t x = 0, run = 0; x < used; ++x) {
+      const int32_t r = byLo[x];
+      while (runs[run].hi <= lo[r]) // (rows ascend by first key, and so do their runs)
+        ++run;
+      const int64_t first = runs[run].rank + lo[r] - runs[run].lo;
+      out.masks[static_cast<size_t>(first)] ^= uint64_t{1} << r;
+      out.masks[static_cast<size_t>(first + hi[r] - lo[r])] ^= uint64_t{1} << r;
+    }
   }
   uint64_t running = 0;
   for (uint64_t &m : out.masks)

@@ -227,6 +227,40 @@ TEST_P(DataPatternLengths, BlockSelectionMatchesReferenceWithUnusedSlots) {
             "select n=" + std::to_string(n));
 }
 
+/// NSA's shape: blocks of B = 32 or 64 queries (a whole row block or two
+/// share one selection, so the plan builds each block from its rows' ends
+/// and the selection once) and a window of w keys other than B, less the
+/// selected blocks it overlaps; slots of -1 and a block selected twice.
+TEST_P(DataPatternLengths, SelectionsOfWholeRowBlocksWithAWindowMatchReference) {
+  const int64_t n = GetParam(), slots = 4;
+  for (const auto [B, w] : {std::pair<int64_t, int64_t>{64, 40}, {32, 64}, {64, 64}}) {
+    const int64_t blocks = (n + B - 1) / B;
+    KernelPtr kernel = compileSource("pattern nsa { param B = " + std::to_string(B) + "  param k = 4  param w = " +
+                                     std::to_string(w) +
+                                     "  input sel : int[(n + B - 1) / B, k]  causal\n"
+                                     "  attend { j : j / B in sel[i / B] } | { j : i - j < w } }");
+    ASSERT_TRUE(kernel);
+    std::vector<int32_t> sel = randomInts(static_cast<size_t>(blocks * slots), -1, static_cast<int32_t>(blocks - 1),
+                                          static_cast<uint32_t>(41 + B + w));
+    if (blocks > 1)
+      sel[static_cast<size_t>(slots)] = sel[static_cast<size_t>(slots + 1)] = 0; // block 1 selects block 0 twice
+    std::vector<attnc_input> inputs{intInput("sel", sel, 1, 1, blocks, slots)};
+    DataRun run(1, 2, 2, n, 16, 17);
+    run.check(kernel.get(), inputs,
+              [&](int64_t, int64_t i, int64_t j) {
+                if (j > i)
+                  return false;
+                if (i - j < w)
+                  return true;
+                for (int64_t c = 0; c < slots; ++c)
+                  if (sel[static_cast<size_t>((i / B) * slots + c)] == j / B)
+                    return true;
+                return false;
+              },
+              "nsa B=" + std::to_string(B) + " w=" + std::to_string(w) + " n=" + std::to_string(n));
+  }
+}
+
 TEST_P(DataPatternLengths, DocumentsAttendWithinTheirIds) {
   const int64_t n = GetParam();
   KernelPtr kernel = compileSource("pattern document { input doc : int[n]  causal  attend { j : doc[j] == doc[i] } }");

@@ -12,6 +12,7 @@
 
 #include "attnc/plan/PatternIR.h"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <vector>
@@ -94,10 +95,38 @@ constexpr const GenTraits &traits(Gen g) { return kGenTraits[static_cast<size_t>
 /// intersection of such sets (a causal window, a block under `causal`).
 bool oneIntervalPerRow(const SetNode &s);
 
+/// narrowToRow of the generators it does not take inline (key ranges,
+/// block-diagonals, All).
+void narrowToRowOutOfLine(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi, bool shared);
+
 /// Narrows [lo, hi) to row i of a set that oneIntervalPerRow accepts, at
 /// length n (it may become empty): no interval list, no allocation.
 /// `shared`: its bounds' terms through evalIntShared (a SharedTermsScope open).
-void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi, bool shared = false);
+/// Bands, a class's segment and their intersections inline: the ends of
+/// every row of a data pattern's blocks, at every call.
+inline void narrowToRow(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi, bool shared = false) {
+  switch (s.kind) {
+  case Gen::Band:
+    if (s.lo != kUnbounded)
+      lo = std::max(lo, i + s.lo);
+    if (s.hi != kUnbounded)
+      hi = std::min(hi, i + s.hi + 1);
+    return;
+  case Gen::Segment: {
+    const InputArray &a = *s.data;
+    const auto at = static_cast<size_t>(a.order[static_cast<size_t>(i)]);
+    lo = std::max<int64_t>(lo, a.classBegin[at]);
+    hi = std::min<int64_t>(hi, a.classEnd[at]);
+    return;
+  }
+  case Gen::Intersect:
+    for (const SetRef &c : s.children)
+      narrowToRow(*c, i, n, lo, hi, shared);
+    return;
+  default:
+    narrowToRowOutOfLine(s, i, n, lo, hi, shared);
+  }
+}
 
 /// Appends to `out` the keys of [lo, hi) whose coordinate (j / s) % m lies
 /// in [first, last] (clipped to [0, m)): one interval per period s * m that

@@ -252,6 +252,12 @@ private:
   /// blocks are mostly cached per n, and a residue relayout makes a source
   /// per class at every call.)
   std::shared_ptr<const ir::RowEvaluator> eval_;
+  /// buildTiles' direct path: each row's interval from `ends_` (the set
+  /// itself when null), intersected with (`commonMinus_`: less) the sets of
+  /// `common_`, whose keys are the same on every row of a block.
+  ir::SetRef ends_;
+  std::vector<std::shared_ptr<const ir::RowEvaluator>> common_;
+  bool commonMinus_ = false;
   /// Unsure intervals past which a row is evaluated once over their span.
   static constexpr size_t kManyUnsure = 4;
 };

@@ -23,6 +23,7 @@ public:
   RowEvaluator(SetRef set, int64_t n);
 
   int64_t n() const { return n_; }
+  const SetRef &set() const { return set_; }
   /// Keys of query row i (0 <= i < n), clipped to [0, n).
   IntervalSet row(int64_t i) const;
   /// Keys of query row i inside [lo, hi).
