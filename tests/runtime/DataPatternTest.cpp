@@ -205,6 +205,19 @@ TEST_P(DataPatternLengths, LshRoundsMatchReferenceWithPerHeadBuckets) {
             "lsh_union n=" + std::to_string(n));
 }
 
+/// The reference of a causal block selection plus a window: j <= i, and
+/// within w of i or in a block that i's query block (of B) selects.
+bool selectedOrNear(const std::vector<int32_t> &sel, int64_t slots, int64_t B, int64_t w, int64_t i, int64_t j) {
+  if (j > i)
+    return false;
+  if (i - j < w)
+    return true;
+  for (int64_t c = 0; c < slots; ++c)
+    if (sel[static_cast<size_t>((i / B) * slots + c)] == j / B)
+      return true;
+  return false;
+}
+
 TEST_P(DataPatternLengths, BlockSelectionMatchesReferenceWithUnusedSlots) {
   const int64_t n = GetParam(), B = 16, slots = 3, blocks = (n + B - 1) / B;
   KernelPtr kernel = compileSource(kSelect);
@@ -214,16 +227,7 @@ TEST_P(DataPatternLengths, BlockSelectionMatchesReferenceWithUnusedSlots) {
   std::vector<attnc_input> inputs{intInput("sel", sel, 1, 1, blocks, slots)};
   DataRun run(2, 2, 2, n, 16, 7);
   run.check(kernel.get(), inputs,
-            [&](int64_t, int64_t i, int64_t j) {
-              if (j > i)
-                return false;
-              if (i - j < B)
-                return true;
-              for (int64_t c = 0; c < slots; ++c)
-                if (sel[static_cast<size_t>((i / B) * slots + c)] == j / B)
-                  return true;
-              return false;
-            },
+            [&](int64_t, int64_t i, int64_t j) { return selectedOrNear(sel, slots, B, B, i, j); },
             "select n=" + std::to_string(n));
 }
 
@@ -247,16 +251,7 @@ TEST_P(DataPatternLengths, SelectionsOfWholeRowBlocksWithAWindowMatchReference) 
     std::vector<attnc_input> inputs{intInput("sel", sel, 1, 1, blocks, slots)};
     DataRun run(1, 2, 2, n, 16, 17);
     run.check(kernel.get(), inputs,
-              [&](int64_t, int64_t i, int64_t j) {
-                if (j > i)
-                  return false;
-                if (i - j < w)
-                  return true;
-                for (int64_t c = 0; c < slots; ++c)
-                  if (sel[static_cast<size_t>((i / B) * slots + c)] == j / B)
-                    return true;
-                return false;
-              },
+              [&](int64_t, int64_t i, int64_t j) { return selectedOrNear(sel, slots, B, w, i, j); },
               "nsa B=" + std::to_string(B) + " w=" + std::to_string(w) + " n=" + std::to_string(n));
   }
 }
