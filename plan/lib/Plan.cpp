@@ -646,6 +646,20 @@ std::vector<Part> splitParts(const ir::SetRef &s) {
   }
 }
 
+/// `s` with the query itself (`{ i }`, alone or in an intersection) as the
+/// band [0, 0]: the same keys, one interval per row (the self rule's B).
+ir::SetRef diagonalAsBand(const ir::SetRef &s) {
+  auto diagonal = [](const ir::SetRef &c) {
+    return c->kind == ir::Gen::List && diagonalOffset(*c) ? ir::SetNode::band(0, 0, c->loc) : c;
+  };
+  if (s->kind != ir::Gen::Intersect)
+    return diagonal(s);
+  std::vector<ir::SetRef> children;
+  for (const ir::SetRef &c : s->children)
+    children.push_back(diagonal(c));
+  return ir::SetNode::intersect(std::move(children), s->loc);
+}
+
 /// `y` without its bands that hold all of `x` (x - y is then x less the
 /// rest): a window less the causal selected blocks before it is the window
 /// less the selected blocks, whose keys are the same on a block's rows.
@@ -691,7 +705,8 @@ std::vector<Piece> dataPieces(const ir::SetRef &s) {
     std::vector<ir::SetRef> sets;
     for (const Part &part : parts)
       sets.push_back(part.set());
-    fallback = ir::SetNode::whereEmpty(ir::SetNode::unite(std::move(sets), s->loc), s->children[1], s->loc);
+    fallback = ir::SetNode::whereEmpty(ir::SetNode::unite(std::move(sets), s->loc), diagonalAsBand(s->children[1]),
+                                       s->loc);
   }
   std::vector<Piece> pieces;
   std::vector<ir::SetRef> ownMinus;
@@ -829,16 +844,49 @@ bool rowwiseData(const ir::SetNode &s) {
 }
 } // namespace
 
+namespace {
+/// Appends to `out` the tests of `s` when it is a union of classes within a
+/// band below some diagonal (`{ j : b[j] == b[i] } & { j : j <= i + c }`,
+/// the rounds of a causal LSH less the query): row i has a key in such a
+/// part iff the first position of its class is at most i + c.
+bool classesBefore(const ir::SetNode &s, int64_t n, std::vector<BlockSource::ClassBefore> &out) {
+  if (s.kind == ir::Gen::Union) {
+    for (const ir::SetRef &c : s.children)
+      if (!classesBefore(*c, n, out))
+        return false;
+    return true;
+  }
+  if (s.kind != ir::Gen::Intersect || s.children.size() != 2)
+    return false;
+  const ir::SetNode *cls = nullptr, *band = nullptr;
+  for (const ir::SetRef &c : s.children)
+    (c->kind == ir::Gen::Class ? cls : band) = c.get();
+  if (!cls || !band || band->kind != ir::Gen::Band || band->lo != ir::kUnbounded || band->hi == ir::kUnbounded ||
+      !cls->data->bound || !cls->data->hasClasses() || cls->data->rows < n)
+    return false;
+  out.push_back({cls->data.get(), band->hi});
+  return true;
+}
+} // namespace
+
 BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
     : set_(std::move(set)), n_(n), R_(R), rows_(n), perKeyWork_(ir::hasPredicate(*set_)),
       rowsOnce_(!perKeyWork_ && rowwiseData(*set_)),
       oneInterval_(!perKeyWork_ && ir::readsData(*set_) && ir::oneIntervalPerRow(*set_)),
       eval_(ir::readsData(*set_) ? std::make_shared<const ir::RowEvaluator>(set_, n) : nullptr) {
+  if (oneInterval_ || perKeyWork_ || !eval_)
+    return;
+  // `A else B`'s last piece with B one interval per row, A causal classes:
+  // A asked in closed form, B's ends where it has no key.
+  if (set_->kind == ir::Gen::WhereEmpty && ir::oneIntervalPerRow(*set_->children[1]) &&
+      classesBefore(*set_->children[0], n, before_)) {
+    ends_ = set_->children[1];
+    return;
+  }
+  before_.clear();
   // A set that reads data, one interval per row intersected with (or less)
   // sets whose rows are the same on a block's rows (a block selection):
   // those evaluated once per block, the rest from each row's ends.
-  if (oneInterval_ || perKeyWork_ || !eval_)
-    return;
   auto common = [](const ir::SetNode &c) { return ir::traits(c.kind).sameKeys != ir::SameKeys::Unknown; };
   std::vector<ir::SetRef> ends, same;
   if (set_->kind == ir::Gen::Intersect) {
@@ -1106,7 +1154,7 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
 }
 
 void BlockSource::buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, bool classLocal) const {
-  if ((!oneInterval_ && common_.empty()) || rest_ || dense_) {
+  if ((!oneInterval_ && common_.empty() && before_.empty()) || rest_ || dense_) {
     build(block, shape);
     out.expand(shape, classLocal);
     dropSameTags(out);
@@ -1121,9 +1169,18 @@ void BlockSource::buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, 
   int64_t lo[64], hi[64];
   int32_t byLo[64], used = 0;
   const ir::SetNode &ends = ends_ ? *ends_ : *set_;
+  auto anyBefore = [&](int64_t i) {
+    for (const ClassBefore &c : before_)
+      if (c.classes->order[static_cast<size_t>(c.classes->classBegin[static_cast<size_t>(i)])] <= i + c.hi)
+        return true;
+    return false;
+  };
   for (int32_t r = 0; r < out.rows; ++r) {
     int64_t a = 0, b = n_;
-    ir::narrowToRow(ends, t0 + r, n_, a, b);
+    if (!before_.empty() && anyBefore(t0 + r))
+      b = 0;
+    else
+      ir::narrowToRow(ends, t0 + r, n_, a, b);
     lo[r] = a;
     hi[r] = b;
     if (a < b)

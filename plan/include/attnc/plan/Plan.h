@@ -220,7 +220,8 @@ public:
   /// Block `block` as the tile kernels read it: build(), BlockTiles::expand
   /// and dropSameTags in one (`shape` is scratch). A set of one interval per
   /// row in closed form that reads data (a class's causal segment in its
-  /// order) goes from its rows' ends straight to keys and masks: O(rows + keys), the data patterns'
+  /// order, a fallback's rows where causal classes are empty) goes from its
+  /// rows' ends straight to keys and masks: O(rows + keys), the data patterns'
   /// planning inside every call.
   void buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, bool classLocal = false) const;
   /// How many references build() moves blocks from (0: it builds each block).
@@ -258,6 +259,19 @@ private:
   ir::SetRef ends_;
   std::vector<std::shared_ptr<const ir::RowEvaluator>> common_;
   bool commonMinus_ = false;
+
+public:
+  /// A part of a fallback's A: rows whose class (in `classes`) has a
+  /// position at most i + hi (classesBefore in Plan.cpp).
+  struct ClassBefore {
+    const InputArray *classes;
+    int64_t hi;
+  };
+
+private:
+  /// A fallback's last piece: its rows take ends_ (B) where none of these
+  /// finds a key of A.
+  std::vector<ClassBefore> before_;
   /// Unsure intervals past which a row is evaluated once over their span.
   static constexpr size_t kManyUnsure = 4;
 };
