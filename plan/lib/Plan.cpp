@@ -892,7 +892,8 @@ BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
   if (set_->kind == ir::Gen::Intersect) {
     for (const ir::SetRef &c : set_->children)
       (ir::oneIntervalPerRow(*c) ? ends : common(*c) ? same : ends).push_back(c);
-    if (same.empty() || !std::all_of(ends.begin(), ends.end(), [](const ir::SetRef &c) { return ir::oneIntervalPerRow(*c); }))
+    auto interval = [](const ir::SetRef &c) { return ir::oneIntervalPerRow(*c); };
+    if (same.empty() || !std::all_of(ends.begin(), ends.end(), interval))
       return;
   } else if (set_->kind == ir::Gen::Difference && ir::oneIntervalPerRow(*set_->children[0]) &&
              common(*set_->children[1])) {
@@ -1154,18 +1155,19 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
 }
 
 void BlockSource::buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, bool classLocal) const {
-  if ((!oneInterval_ && common_.empty() && before_.empty()) || rest_ || dense_) {
+  auto general = [&] {
     build(block, shape);
     out.expand(shape, classLocal);
     dropSameTags(out);
-    return;
-  }
+  };
+  if ((!oneInterval_ && common_.empty() && before_.empty()) || rest_ || dense_)
+    return general();
   const int64_t t0 = block * R_;
   out.firstRow = t0;
   out.rows = static_cast<int32_t>(std::min(R_, rows_ - t0));
   out.allRows = out.rows == 64 ? ~uint64_t{0} : ((uint64_t{1} << out.rows) - 1);
-  // Each row's ends, then the runs of keys they cover (rows in the order of
-  // their first keys: a sliding set's are in order already).
+  // Each row's ends (a fallback's row without B where A has a key), the
+  // rows in the order of their first keys (a sliding set's already are).
   int64_t lo[64], hi[64];
   int32_t byLo[64], used = 0;
   const ir::SetNode &ends = ends_ ? *ends_ : *set_;
@@ -1188,74 +1190,45 @@ void BlockSource::buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, 
   }
   if (!std::is_sorted(byLo, byLo + used, [&](int32_t x, int32_t y) { return lo[x] < lo[y]; }))
     std::sort(byLo, byLo + used, [&](int32_t x, int32_t y) { return lo[x] < lo[y]; });
-  struct Run {
-    int64_t lo, hi, rank; ///< keys [lo, hi), the first at `rank` in the block's list
-  };
-  Run runs[64];
-  int32_t numRuns = 0;
-  int64_t total = 0;
+  // The keys: the union of the rows' intervals, then with (or less) the sets
+  // common to the block's rows, evaluated once inside the rows' span. Row r
+  // has exactly the keys inside its own interval.
+  thread_local IntervalSet keys, part, tmp;
+  keys.clear();
   for (int32_t x = 0; x < used; ++x) {
     const int32_t r = byLo[x];
-    if (numRuns > 0 && lo[r] <= runs[numRuns - 1].hi) {
-      Run &last = runs[numRuns - 1];
-      total += std::max<int64_t>(0, hi[r] - last.hi);
-      last.hi = std::max(last.hi, hi[r]);
-    } else {
-      runs[numRuns++] = {lo[r], hi[r], total};
-      total += hi[r] - lo[r];
-    }
+    if (!keys.empty() && lo[r] <= keys.back().hi)
+      keys.back().hi = std::max(keys.back().hi, hi[r]);
+    else
+      keys.push_back({lo[r], hi[r]});
   }
-  if (!common_.empty() && numRuns > 0 &&
-      std::all_of(common_.begin(), common_.end(), [&](const auto &c) {
-        return ir::sameKeysOnRows(*c->set(), t0, t0 + out.rows - 1);
-      })) {
-    // The sets common to the block's rows, once, inside the rows' span: the
-    // keys are the rows' union with them (or less them), and row r has
-    // exactly those of its own interval.
-    thread_local IntervalSet keys, part, tmp;
-    keys.clear();
-    for (int32_t x = 0; x < numRuns; ++x)
-      keys.push_back({runs[x].lo, runs[x].hi});
+  if (!common_.empty() && !keys.empty()) {
+    const int64_t last = t0 + out.rows - 1;
+    auto sameOnRows = [&](const auto &c) { return ir::sameKeysOnRows(*c->set(), t0, last); };
+    if (!std::all_of(common_.begin(), common_.end(), sameOnRows))
+      return general(); // (rows of two query blocks)
+    const int64_t from = keys.front().lo, to = keys.back().hi;
     for (const auto &c : common_) {
-      c->rowIn(t0, runs[0].lo, runs[numRuns - 1].hi, part);
+      c->rowIn(t0, from, to, part);
       if (commonMinus_)
         subtractInto(keys, part, tmp);
       else
         intersectInto(keys, part, tmp);
       keys.swap(tmp);
     }
-    out.keys.clear();
-    for (const Interval &x : keys)
-      for (int64_t u = x.lo; u < x.hi; ++u)
-        out.keys.push_back(static_cast<int32_t>(u));
-    out.masks.assign(out.keys.size() + 1, 0);
-    for (int32_t x = 0; x < used; ++x) {
-      const int32_t r = byLo[x];
-      const auto first = std::lower_bound(out.keys.begin(), out.keys.end(), lo[r]) - out.keys.begin();
-      const auto end = std::lower_bound(out.keys.begin() + first, out.keys.end(), hi[r]) - out.keys.begin();
-      out.masks[static_cast<size_t>(first)] ^= uint64_t{1} << r;
-      out.masks[static_cast<size_t>(end)] ^= uint64_t{1} << r;
-    }
-  } else if (!common_.empty()) {
-    build(block, shape); // (rows of two query blocks: the general path)
-    out.expand(shape, classLocal);
-    dropSameTags(out);
-    return;
-  } else {
-    out.keys.resize(static_cast<size_t>(total));
-    for (int32_t x = 0; x < numRuns; ++x)
-      for (int64_t u = runs[x].lo; u < runs[x].hi; ++u)
-        out.keys[static_cast<size_t>(runs[x].rank + u - runs[x].lo)] = static_cast<int32_t>(u);
-    // Row r's bit flips at the ranks of its ends; the masks are the running XOR.
-    out.masks.assign(static_cast<size_t>(total) + 1, 0);
-    for (int32_t x = 0, run = 0; x < used; ++x) {
-      const int32_t r = byLo[x];
-      while (runs[run].hi <= lo[r]) // (rows ascend by first key, and so do their runs)
-        ++run;
-      const int64_t first = runs[run].rank + lo[r] - runs[run].lo;
-      out.masks[static_cast<size_t>(first)] ^= uint64_t{1} << r;
-      out.masks[static_cast<size_t>(first + hi[r] - lo[r])] ^= uint64_t{1} << r;
-    }
+  }
+  out.keys.clear();
+  for (const Interval &x : keys)
+    for (int64_t u = x.lo; u < x.hi; ++u)
+      out.keys.push_back(static_cast<int32_t>(u));
+  // Row r's bit flips at the ranks of its ends; the masks are the running XOR.
+  out.masks.assign(out.keys.size() + 1, 0);
+  for (int32_t x = 0; x < used; ++x) {
+    const int32_t r = byLo[x];
+    const auto first = std::lower_bound(out.keys.begin(), out.keys.end(), lo[r]);
+    const auto end = std::lower_bound(first, out.keys.end(), hi[r]);
+    out.masks[static_cast<size_t>(first - out.keys.begin())] ^= uint64_t{1} << r;
+    out.masks[static_cast<size_t>(end - out.keys.begin())] ^= uint64_t{1} << r;
   }
   uint64_t running = 0;
   for (uint64_t &m : out.masks)
