@@ -1217,18 +1217,31 @@ void BlockSource::buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, 
       keys.swap(tmp);
     }
   }
-  out.keys.clear();
+  // The keys in order, and the rank of each interval's first one.
+  thread_local std::vector<int64_t> rank;
+  rank.resize(keys.size() + 1);
+  rank[0] = 0;
+  for (size_t x = 0; x < keys.size(); ++x)
+    rank[x + 1] = rank[x] + keys[x].size();
+  out.keys.resize(static_cast<size_t>(rank.back()));
+  int32_t *key = out.keys.data();
   for (const Interval &x : keys)
     for (int64_t u = x.lo; u < x.hi; ++u)
-      out.keys.push_back(static_cast<int32_t>(u));
+      *key++ = static_cast<int32_t>(u);
+  // The keys below position p: in few intervals (one or two for a class's
+  // segment, one per selected block), found by a search over them.
+  auto rankOf = [&](int64_t p) {
+    const size_t x = static_cast<size_t>(
+        std::upper_bound(keys.begin(), keys.end(), p, [](int64_t v, const Interval &iv) { return v < iv.hi; }) -
+        keys.begin());
+    return x == keys.size() ? rank[x] : rank[x] + std::max<int64_t>(0, p - keys[x].lo);
+  };
   // Row r's bit flips at the ranks of its ends; the masks are the running XOR.
   out.masks.assign(out.keys.size() + 1, 0);
   for (int32_t x = 0; x < used; ++x) {
     const int32_t r = byLo[x];
-    const auto first = std::lower_bound(out.keys.begin(), out.keys.end(), lo[r]);
-    const auto end = std::lower_bound(first, out.keys.end(), hi[r]);
-    out.masks[static_cast<size_t>(first - out.keys.begin())] ^= uint64_t{1} << r;
-    out.masks[static_cast<size_t>(end - out.keys.begin())] ^= uint64_t{1} << r;
+    out.masks[static_cast<size_t>(rankOf(lo[r]))] ^= uint64_t{1} << r;
+    out.masks[static_cast<size_t>(rankOf(hi[r]))] ^= uint64_t{1} << r;
   }
   uint64_t running = 0;
   for (uint64_t &m : out.masks)
