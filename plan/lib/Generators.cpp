@@ -40,9 +40,6 @@ void narrowToRowOutOfLine(const SetNode &s, int64_t i, int64_t n, int64_t &lo, i
       hi = std::min(hi, (shared ? evalIntShared(*s.hiTerm, env) : evalInt(*s.hiTerm, env)) + 1);
     break;
   }
-  case Gen::Band: case Gen::Segment: case Gen::Intersect:
-    narrowToRow(s, i, n, lo, hi, shared);
-    break;
   case Gen::All:
     break;
   default:

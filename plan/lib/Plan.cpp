@@ -449,7 +449,7 @@ std::optional<int64_t> diagonalOffset(const ir::SetNode &s) {
 /// `a - b` as one set without a difference, or null: `b` the diagonal
 /// j - i = c and `a` a band ending at c, or an intersection with one: that
 /// band one shorter at that end. A causal class minus the query is then one
-/// interval per row again (in its order), and asks nothing of the list.
+/// interval per row (in its class order), and asks nothing of the list.
 ir::SetRef withoutDiagonalEnd(const ir::SetRef &a, const ir::SetNode &b) {
   const std::optional<int64_t> c = diagonalOffset(b);
   if (!c)
@@ -484,12 +484,9 @@ ir::SetRef pushPermutation(const ir::SetRef &s, const std::shared_ptr<const Inpu
       children.push_back(pushPermutation(c, classes));
     return ir::SetNode::unite(std::move(children), s->loc);
   }
-  case ir::Gen::Difference: {
-    ir::SetRef a = pushPermutation(s->children[0], classes), b = pushPermutation(s->children[1], classes);
-    if (ir::SetRef trimmed = withoutDiagonalEnd(a, *b))
-      return trimmed;
-    return ir::SetNode::difference(std::move(a), std::move(b), s->loc);
-  }
+  case ir::Gen::Difference:
+    return ir::SetNode::difference(pushPermutation(s->children[0], classes),
+                                   pushPermutation(s->children[1], classes), s->loc);
   case ir::Gen::Fallback:
     return ir::SetNode::fallback(pushPermutation(s->children[0], classes),
                                  pushPermutation(s->children[1], classes), s->loc);
@@ -1106,18 +1103,6 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
     for (int64_t k = 0; k < n_; ++k)
       if (masks[static_cast<size_t>(k)] != out.allRows)
         out.partial.push_back({static_cast<int32_t>(k), masks[static_cast<size_t>(k)]});
-    return;
-  }
-  if (oneInterval_) {
-    // One interval per row in closed form (an equality class's segment in
-    // its order, causal): each row's ends directly, no bounds to compare.
-    for (int32_t r = 0; r < out.rows; ++r) {
-      int64_t a = lo, b = hi;
-      ir::narrowToRow(*set_, t0 + r, n_, a, b);
-      if (a < b)
-        own[r].push_back({a, b});
-    }
-    fillFromRows(own, out);
     return;
   }
   if (rowsOnce_) {

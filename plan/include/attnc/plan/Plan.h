@@ -228,6 +228,12 @@ public:
   int64_t references() const;
   /// A reference block (defined in Plan.cpp, whose helpers move it).
   struct Reference;
+  /// A part of a fallback's A: rows whose class (in `classes`) has a
+  /// position at most i + hi (classesBefore in Plan.cpp).
+  struct ClassBefore {
+    const InputArray *classes;
+    int64_t hi;
+  };
 
 private:
   BlockSource(ir::SetRef set, int64_t n, int64_t R);
@@ -259,16 +265,6 @@ private:
   ir::SetRef ends_;
   std::vector<std::shared_ptr<const ir::RowEvaluator>> common_;
   bool commonMinus_ = false;
-
-public:
-  /// A part of a fallback's A: rows whose class (in `classes`) has a
-  /// position at most i + hi (classesBefore in Plan.cpp).
-  struct ClassBefore {
-    const InputArray *classes;
-    int64_t hi;
-  };
-
-private:
   /// A fallback's last piece: its rows take ends_ (B) where none of these
   /// finds a key of A.
   std::vector<ClassBefore> before_;
