@@ -256,9 +256,23 @@ bool timeKernel(const attnc_kernel *kernel, const std::string &pattern, const Op
   return true;
 }
 
-bool parse(int argc, char **argv, Options &o) {
+constexpr const char *kUsage =
+    "usage: attnc_bench_data [--n 16384] [--d 64] [--heads 8] [--batch 1] [--threads 2] [--repeat 5]\n"
+    "                        [--patterns lsh,nsa,topk,document] [--dense-max-n 16384] [--json]\n"
+    "Times the patterns of patterns/ that read data (new data at every call, planning inside the time) on the\n"
+    "fused backend and the dense masked baseline (only up to --dense-max-n; 0: never), forward and forward +\n"
+    "backward, f32 [batch, heads, n, d]: median ms, effective GFLOP/s and the share of the FMA peak measured\n"
+    "in the same run. The data each pattern gets: the comment at the top of bench/DataPatternBench.cpp.\n";
+
+/// Reads the flags into `o`; false (after a message) on a bad one; `help`: --help was printed.
+bool parse(int argc, char **argv, Options &o, bool &help) {
   for (int a = 1; a < argc; ++a) {
     const std::string flag = argv[a];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      help = true;
+      return true;
+    }
     auto value = [&]() -> const char * { return a + 1 < argc ? argv[++a] : nullptr; };
     const char *v = flag == "--json" ? "" : value();
     if (!v) {
@@ -275,8 +289,7 @@ bool parse(int argc, char **argv, Options &o) {
     else if (flag == "--dense-max-n") o.denseMaxN = std::atoll(v);
     else if (flag == "--json") o.json = true;
     else {
-      std::fprintf(stderr, "attnc_bench_data: unknown flag %s (see the comment at the top of DataPatternBench.cpp)\n",
-                   flag.c_str());
+      std::fprintf(stderr, "attnc_bench_data: unknown flag %s\n%s", flag.c_str(), kUsage);
       return false;
     }
   }
@@ -291,8 +304,11 @@ bool parse(int argc, char **argv, Options &o) {
 
 int main(int argc, char **argv) {
   Options o;
-  if (!parse(argc, argv, o))
+  bool help = false;
+  if (!parse(argc, argv, o, help))
     return 2;
+  if (help)
+    return 0;
   // The peak: the higher of two readings before the rows (one taken while
   // the machine's clock or neighbours hold it back would flatter the
   // shares), and one after them, printed for comparison.

@@ -74,6 +74,11 @@ int main(int argc, char **argv) {
   Options opt;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("usage: attnc_bench_fused_bf16 FILE.attn --n N [--d D] [--heads H] [--threads T] [--repeat R] "
+                  "[-D name=value ...]\n(the comment at the top of bench/FusedBf16Bench.cpp says what it times)\n");
+      return 0;
+    }
     auto value = [&]() -> const char * { return i + 1 < argc ? argv[++i] : nullptr; };
     const char *v = nullptr;
     if (a == "--n" || a == "--d" || a == "--heads" || a == "--threads" || a == "--repeat" || a == "-D") {

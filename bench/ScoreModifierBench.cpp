@@ -218,9 +218,22 @@ bool timePair(const Case &c, const Options &o, Timing &base, Timing &mod) {
   return true;
 }
 
-bool parse(int argc, char **argv, Options &o) {
+constexpr const char *kUsage =
+    "usage: attnc_bench_scores [--n 16384] [--d 64] [--heads 8] [--threads 2] [--repeat 5]\n"
+    "                          [--cases alibi_local,capped_fixed,sink_window,t5_bias]\n"
+    "Times each score modifier of patterns/ beside the same pattern without it, forward and forward +\n"
+    "backward (fused backend, f32 [1, heads, n, d]): median ms, the modifier's cost, effective GFLOP/s and\n"
+    "the share of the FMA peak measured in the same run.\n";
+
+/// Reads the flags into `o`; false (after a message) on a bad one; `help`: --help was printed.
+bool parse(int argc, char **argv, Options &o, bool &help) {
   for (int a = 1; a < argc; ++a) {
     const std::string flag = argv[a];
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      help = true;
+      return true;
+    }
     const char *v = a + 1 < argc ? argv[++a] : nullptr;
     if (!v) {
       std::fprintf(stderr, "attnc_bench_scores: %s needs a value\n", flag.c_str());
@@ -233,8 +246,7 @@ bool parse(int argc, char **argv, Options &o) {
     else if (flag == "--repeat") o.repeat = std::atoi(v);
     else if (flag == "--cases") o.cases = std::string(",") + v + ",";
     else {
-      std::fprintf(stderr, "attnc_bench_scores: unknown flag %s (see the comment at the top of "
-                           "ScoreModifierBench.cpp)\n", flag.c_str());
+      std::fprintf(stderr, "attnc_bench_scores: unknown flag %s\n%s", flag.c_str(), kUsage);
       return false;
     }
   }
@@ -249,8 +261,11 @@ bool parse(int argc, char **argv, Options &o) {
 
 int main(int argc, char **argv) {
   Options o;
-  if (!parse(argc, argv, o))
+  bool help = false;
+  if (!parse(argc, argv, o, help))
     return 2;
+  if (help)
+    return 0;
   attnc::tool::Peak peak = attnc::tool::measurePeak(o.threads);
   if (const attnc::tool::Peak again = attnc::tool::measurePeak(o.threads); again.gflops > peak.gflops)
     peak = again;

@@ -124,6 +124,43 @@ TEST(CliData, AnalyzeCountsTheDataItIsGivenAndSaysWhatNeedsIt) {
   EXPECT_EQ(k["inputs"].array[1]["name"].string, "b1") << json.out;
 }
 
+TEST(CliData, EmitPlanCountsTilesOnTheDataInTheOrderTheyRun) {
+  ScratchDir dir;
+  // Four documents of 32 tokens each, interleaved (doc[p] = p % 4): in raster
+  // order a row block of 32 needs every earlier key; in the documents' order
+  // each block is one document's 32 x 32 (4096 executed, 4 x 528 useful).
+  std::vector<int64_t> docs(128);
+  for (size_t p = 0; p < docs.size(); ++p)
+    docs[p] = static_cast<int64_t>(p % 4);
+  const std::string doc = intNpy(dir, "doc.npy", {128}, docs);
+  CommandResult r = attnc("emit " + libraryPattern("document") + " --stage plan --n 128 --input doc=" + doc);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("useful 2112, executed 4096 (1.939x)"), std::string::npos) << r.out;
+  CommandResult none = attnc("emit " + libraryPattern("document") + " --stage plan --n 128");
+  EXPECT_EQ(none.exitCode, 1);
+  EXPECT_NE(none.err.find("give them with --input doc=FILE.npy"), std::string::npos) << none.err;
+  EXPECT_EQ(none.err.find("internal error"), std::string::npos) << none.err;
+  CommandResult noLength = attnc("emit " + libraryPattern("document") + " --stage plan --input doc=" + doc);
+  EXPECT_EQ(noLength.exitCode, 2);
+  EXPECT_NE(noLength.err.find("add --n N"), std::string::npos) << noLength.err;
+  CommandResult shortData = attnc("emit " + libraryPattern("document") + " --stage plan --n 64 --input doc=" + doc);
+  EXPECT_EQ(shortData.exitCode, 1);
+  EXPECT_NE(shortData.err.find("doc"), std::string::npos) << shortData.err;
+  // LSH's second round drops the pairs its first round has (counted from the masks).
+  std::vector<int64_t> b0(96), b1(96);
+  for (size_t p = 0; p < b0.size(); ++p) {
+    b0[p] = static_cast<int64_t>(p % 3);
+    b1[p] = static_cast<int64_t>(p % 2);
+  }
+  CommandResult lsh = attnc("emit " + libraryPattern("lsh") + " --stage plan --n 96 --input b0=" +
+                            intNpy(dir, "b0.npy", {96}, b0) + " --input b1=" + intNpy(dir, "b1.npy", {96}, b1));
+  ASSERT_EQ(lsh.exitCode, 0) << lsh.err;
+  // Round 0: 3 classes of 32, 32 * 31 / 2 pairs each before the query; round 1: 2 classes of 48
+  // (48 * 47 / 2 each) less the pairs that share a b0 class (p = q mod 6 less p < q: 6 x 16 * 15 / 2).
+  EXPECT_NE(lsh.out.find("useful 1488,"), std::string::npos) << lsh.out;
+  EXPECT_NE(lsh.out.find("useful 1536,"), std::string::npos) << lsh.out;
+}
+
 TEST(CliData, ShowDrawsTheDataItIsGiven) {
   ScratchDir dir;
   const std::string doc = intNpy(dir, "doc.npy", {6}, {1, 1, 1, 5, 5, 5});

@@ -579,6 +579,17 @@ Piece permutePiece(const Piece &piece, const std::shared_ptr<const InputArray> &
   return out;
 }
 
+bool rowwisePiece(const ir::SetNode &s) {
+  constexpr int64_t kRowwiseBlock = 16;
+  if (s.kind == ir::Gen::Select)
+    return s.keyBlock < kRowwiseBlock;
+  if (s.kind == ir::Gen::Difference)
+    return rowwisePiece(*s.children[0]);
+  if (s.kind == ir::Gen::Intersect)
+    return std::any_of(s.children.begin(), s.children.end(), [](const ir::SetRef &c) { return rowwisePiece(*c); });
+  return false;
+}
+
 namespace {
 /// One disjunct of a set that reads data: `core` minus each of `minus`.
 struct Part {
@@ -1333,6 +1344,23 @@ void countBlock(const BlockShape &b, int64_t C, PieceStats &st) {
     }
 }
 
+/// countBlock of a block's expanded masks (bytes: what its masks take).
+void countTiles(const BlockTiles &b, int64_t C, PieceStats &st) {
+  ++st.blocks;
+  const int64_t keys = static_cast<int64_t>(b.keys.size());
+  st.bytes += static_cast<int64_t>(sizeof(BlockTiles) + b.keys.size() * (sizeof(int32_t) + sizeof(uint64_t)));
+  st.tiles += (keys + C - 1) / C;
+  st.executed += int64_t{b.rows} * keys;
+  for (int64_t c0 = 0; c0 < keys; c0 += C) {
+    bool partial = false;
+    for (int64_t c = c0; c < std::min(keys, c0 + C); ++c) {
+      st.useful += std::popcount(b.masks[static_cast<size_t>(c)]);
+      partial |= b.masks[static_cast<size_t>(c)] != b.allRows;
+    }
+    st.partial += partial;
+  }
+}
+
 void addUp(HeadStats &h) {
   for (const PieceStats &p : h.pieces) {
     h.useful += p.useful;
@@ -1357,13 +1385,21 @@ bool forEachSource(const Plan &plan, const HeadPlan &hp, int64_t n, bool dense, 
 std::vector<HeadStats> stats(const Plan &plan, int64_t n, bool dense) {
   std::vector<HeadStats> out;
   BlockShape b;
+  BlockTiles tiles;
   for (const HeadPlan &hp : plan.heads) {
     HeadStats &h = out.emplace_back();
     h.pieces.resize(dense ? 1 : hp.pieces.size());
     forEachSource(plan, hp, n, dense, [&](size_t p, int64_t, const BlockSource &src) {
+      // Pairs of keys another input's class already holds are dropped from the masks only (distinctTags).
+      const bool tagged = !dense && !hp.pieces[p].distinctTags.empty();
       for (int64_t k = 0; k < src.numBlocks(); ++k) {
-        src.build(k, b);
-        countBlock(b, plan.options.tileCols, h.pieces[p]);
+        if (!tagged) {
+          src.build(k, b);
+          countBlock(b, plan.options.tileCols, h.pieces[p]);
+          continue;
+        }
+        src.buildTiles(k, tiles, b, false);
+        countTiles(tiles, plan.options.tileCols, h.pieces[p]);
       }
       return true;
     });
@@ -1531,6 +1567,15 @@ std::string printPlan(const Plan &plan, int64_t n) {
   std::vector<HeadStats> stats;
   if (n > 0)
     stats = planStats(plan, n);
+  // A piece of selected tokens runs row by row over each row's own keys: no tile executes more.
+  for (size_t h = 0; h < stats.size(); ++h)
+    for (size_t p = 0; p < plan.heads[h].pieces.size(); ++p)
+      if (rowwisePiece(*plan.heads[h].pieces[p].set)) {
+        PieceStats &st = stats[h].pieces[p];
+        stats[h].executed -= st.executed - st.useful;
+        st.executed = st.useful;
+        st.tiles = st.partial = 0;
+      }
   for (size_t h = 0; h < plan.heads.size(); ++h) {
     const HeadPlan &hp = plan.heads[h];
     os << "head";
@@ -1540,11 +1585,14 @@ std::string printPlan(const Plan &plan, int64_t n) {
        << ", merged by log-sum-exp (one online-softmax state per row)\n";
     for (size_t p = 0; p < hp.pieces.size(); ++p) {
       const Piece &piece = hp.pieces[p];
-      os << "  piece " << p << ": " << strategyName(piece.strategy);
+      const bool rowwise = rowwisePiece(*piece.set);
+      os << "  piece " << p << ": " << (rowwise ? "rows" : strategyName(piece.strategy));
       if (piece.strategy == Strategy::ResidueRelayout)
         os << " m=" << piece.modulus << " r=" << piece.residue
            << " (gather rows and keys by class i % " << piece.modulus
            << ": the piece becomes a dense band per class, then scatter back)";
+      else if (rowwise)
+        os << " (one by one, each over its own keys: selected tokens)";
       else
         os << " (row blocks of " << plan.options.tileRows << ", the block's keys compacted, chunks of "
            << plan.options.tileCols << ")";

@@ -56,6 +56,8 @@ READER_FILES = {
     "v.npy": ("float32", (1, 8, 512, 64)),
     "doc.npy": ("doc", (512,)),  # document ids, sorted: 4 documents
     "sel.npy": ("sel", (64, 8)),  # patterns/nsa.attn at n=4096, B=64, k=8: blocks selected
+    "b0.npy": ("buckets", (4096,)),  # patterns/lsh.attn's two hash rounds at n=4096: 64 buckets
+    "b1.npy": ("buckets", (4096,)),
 }
 
 
@@ -229,6 +231,8 @@ class Sandbox:
             array = rng.standard_normal(shape, dtype=np.float32)
         elif kind == "doc":
             array = np.sort(rng.integers(0, 4, shape)).astype(np.int32)
+        elif kind == "buckets":
+            array = rng.integers(0, 64, shape).astype(np.int32)
         else:  # selected blocks: each row names k earlier-or-own blocks
             rows, k = shape
             array = np.array([[min(r, c * 7 % (r + 1)) for c in range(k)] for r in range(rows)], np.int32)

@@ -1,4 +1,5 @@
 //===- CmdEmit.cpp - attnc emit -------------------------------------------===//
+#include "CallData.h"
 #include "Common.h"
 
 #include "attnc/codegen/CodeGen.h"
@@ -133,6 +134,7 @@ struct EmitOptions {
   int64_t n = 0;
   int64_t d = 64;
   std::string schedule;
+  std::vector<std::string> inputs; ///< --input NAME=FILE.npy (the plan of a pattern that reads data)
 };
 
 int runEmit(const EmitOptions &opts) {
@@ -164,7 +166,34 @@ int runEmit(const EmitOptions &opts) {
     break;
   }
   case Stage::Plan: {
-    const plan::Plan forward = plan::buildPlan(lp->ir);
+    // A pattern that reads data is planned from each call's: its pieces are known without data,
+    // its tiles at a length only with the data of a call.
+    if (!opts.inputs.empty() && opts.n <= 0) {
+      std::cerr << "attnc: error: --input: the plan of a call's data needs its length: add --n N (the "
+                << "length the arrays were made for)\n";
+      return kExitUsage;
+    }
+    bool bound = false;
+    if (!bindPatternData(lp->ir, opts.inputs, opts.n > 0 ? opts.n : 1, bound))
+      return kExitUserError;
+    if (lp->ir.readsData() && opts.n > 0 && !bound) {
+      std::string flags;
+      for (const auto &in : lp->ir.inputs)
+        if (!in.isFloat)
+          flags += " --input " + in.name + "=FILE.npy";
+      std::cerr << "attnc: error: --n " << opts.n << ": pattern '" << lp->ir.name << "' reads data, so its "
+                << "tiles at a length are those of a call's data: give them with" << flags
+                << " (or leave out --n for its pieces)\n";
+      return kExitUserError;
+    }
+    plan::Plan forward = plan::buildPlan(lp->ir);
+    // On data, each piece in the order the fused backend runs it: a class's (its rows and keys a run).
+    if (bound)
+      for (plan::HeadPlan &hp : forward.heads)
+        for (plan::Piece &piece : hp.pieces)
+          if (std::shared_ptr<const InputArray> classes = plan::pieceClasses(piece);
+              classes && classes->rows == opts.n && !plan::rowwisePiece(*piece.set))
+            piece = plan::permutePiece(piece, classes);
     const int64_t gradRows = plan::gradTileRows(lp->ir, forward.options);
     text = plan::printPlan(forward, opts.n) + "backward pass: row blocks of " + std::to_string(gradRows) +
            (gradRows == forward.options.tileRows ? " (the forward's)\n" : " (grad_tile_rows)\n");
@@ -274,10 +303,16 @@ void setupEmit(CLI::App &app, int &exitCode) {
   cmd->add_option("--schedule", opts->schedule,
                   "With --stage halide: a schedule such as r32-k16-s2x8-o4 (default: the tuned one, "
                   "else r64-k24-s4x6-o6)");
+  cmd->add_option("--input", opts->inputs,
+                  "With --stage plan --n: the data of a pattern that reads some, as for attnc run (an int32 or "
+                  "int64 .npy per int input: DIMS, [B, DIMS] or [B, H, DIMS]; batch entry 0, each head set's first "
+                  "head): the pieces' tiles and executed/useful work on that data")
+      ->type_name("NAME=FILE.npy");
   cmd->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
   cmd->footer(examplesFooter({"attnc emit patterns/fixed.attn --stage ir",
                               "attnc emit patterns/strided.attn --stage ast -o strided.ast",
                               "attnc emit patterns/strided.attn --stage plan --n 16384",
+                              "attnc emit patterns/lsh.attn --stage plan --n 4096 --input b0=b0.npy --input b1=b1.npy",
                               "attnc emit patterns/fixed.attn --stage halide --d 64",
                               "attnc emit patterns/strided.attn --stage cuda --n 16384",
                               "attnc emit patterns/fixed.attn --stage mlir | mlir-opt-19"}));

@@ -103,22 +103,6 @@ struct DataGroup {
   size_t set = 0;
 };
 
-/// Whether a piece selects keys too finely for tiles (a selection of
-/// blocks smaller than kRowwiseBlock keys: tokens), so that a row block's
-/// union of keys would be most of its rows' keys apart.
-bool rowwisePiece(const ir::SetNode &s) {
-  constexpr int64_t kRowwiseBlock = 16;
-  if (s.kind == ir::Gen::Select)
-    return s.keyBlock < kRowwiseBlock;
-  if (s.kind == ir::Gen::Difference)
-    return rowwisePiece(*s.children[0]);
-  if (s.kind == ir::Gen::Intersect)
-    for (const ir::SetRef &c : s.children)
-      if (rowwisePiece(*c))
-        return true;
-  return false;
-}
-
 /// Row log-sum-exp from the online softmax's state: -inf without a key.
 void lseFromState(const FusedScratch &f, int64_t n, float *lse) {
   for (int64_t i = 0; i < n; ++i) {
@@ -428,7 +412,7 @@ private:
   static std::vector<DataGroup> dataGroups(const plan::Plan &bound, size_t set, int64_t n) {
     std::vector<DataGroup> groups;
     for (const plan::Piece &piece : bound.heads[set].pieces) {
-      const bool rows = rowwisePiece(*piece.set);
+      const bool rows = plan::rowwisePiece(*piece.set);
       std::shared_ptr<const InputArray> classes = rows ? nullptr : plan::pieceClasses(piece);
       if (classes && classes->rows != n) // an input longer than the sequence: its order is not the rows'
         classes = nullptr;

@@ -109,6 +109,12 @@ std::shared_ptr<const InputArray> pieceClasses(const Piece &piece);
 /// with keys scattered by the other permutation.
 Piece permutePiece(const Piece &piece, const std::shared_ptr<const InputArray> &classes);
 
+/// Whether a piece selects keys too finely for tiles (a selection of blocks
+/// smaller than 16 keys: tokens), so that a row block's union of keys would
+/// be most of its rows' keys apart: the fused backend runs its rows one by
+/// one, each over its own keys.
+bool rowwisePiece(const ir::SetNode &s);
+
 /// The plan with `options` (resolved by resolveOptions).
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options = {});
 
