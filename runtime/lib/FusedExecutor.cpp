@@ -531,6 +531,11 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
         blockOf(sources[p], pieceOf[p], 0, b, ws, ws.blocks[p]);
         ws.built[p] = &ws.blocks[p];
       }
+      // A block without keys that neither starts nor finishes its rows has nothing to do (a fallback's
+      // rows between two passes: most of its blocks), and prefetches nothing for the next.
+      if (!blockArgs.init && !blockArgs.finalize &&
+          std::all_of(ws.blocks.begin(), ws.blocks.end(), [](const plan::BlockTiles &t) { return t.keys.empty(); }))
+        return;
       TileArgsOf<T> thisArgs = blockArgs;
       if (sharing == 1 && !dense && !pass.order && static_cast<int64_t>(waiting.size()) < kMaxWaiting) {
         Waiting *w = nullptr;

@@ -428,6 +428,15 @@ private:
     // Rows run one by one first (they write their rows whole), then raster order, then the classes' orders.
     std::stable_partition(groups.begin(), groups.end(), [](const DataGroup &g) { return !g.classes; });
     std::stable_partition(groups.begin(), groups.end(), [](const DataGroup &g) { return g.rows; });
+    // The first group of blocks starts every row (its blocks without keys still clear their rows' output)
+    // and the last normalises every row: a group of fallback rows alone (the rows where A is empty, LSH's
+    // self rule: a few rows) runs between two others, where its blocks without keys cost nothing.
+    auto blocks = std::find_if(groups.begin(), groups.end(), [](const DataGroup &g) { return !g.rows; });
+    if (groups.end() - blocks >= 3 && std::all_of(blocks->plan.heads[set].pieces.begin(),
+                                                  blocks->plan.heads[set].pieces.end(), [](const plan::Piece &p) {
+                                                    return p.set->kind == ir::Gen::WhereEmpty;
+                                                  }))
+      std::rotate(blocks, blocks + 1, blocks + 2);
     return groups;
   }
 
