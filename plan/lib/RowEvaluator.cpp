@@ -453,8 +453,11 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
     if (!a.bound)
       throw InputError("input '" + a.name + "' has no data (it is given with every call)");
     const int64_t r = floorDiv(i, s.modulus), B = s.keyBlock;
+    if (a.cols > 0)
+      a.at(r, 0); // (the row is checked once; its entries read in place)
+    const int64_t *entries = a.values.data() + r * a.cols;
     for (int64_t c = 0; c < a.cols; ++c) {
-      const int64_t block = a.at(r, c);
+      const int64_t block = entries[c];
       if (block < 0)
         continue;
       const int64_t x = std::max(lo, block * B), y = std::min(hi, block * B + B);

@@ -49,6 +49,9 @@ constexpr int64_t kChunk = 64;
 /// Intervals ahead whose first rows are prefetched, and how many rows each.
 constexpr size_t kAheadIntervals = 2;
 constexpr int64_t kAheadRows = 4;
+/// Intervals shorter than this (selected tokens, small blocks) share a
+/// chunk with their neighbours; longer ones are chunks of their own.
+constexpr int64_t kShortRun = 16;
 
 inline float widen(float x) { return x; }
 inline float widen(uint16_t x) { return bf16ToFloat(x); }
@@ -100,6 +103,40 @@ inline void dotRows(const float *q, const T *keys, int64_t count, int64_t d, flo
     out[t] = scale * dotRow(q, keys + t * d, d);
 }
 
+/// The same with the rows given by pointers (a chunk's keys need not be
+/// consecutive rows: selected tokens are one key per interval); while row t
+/// is read, the lines of `next[t]` (null: none) are prefetched, a chunk ahead.
+template <typename T>
+inline void dotRows(const float *q, const T *const *keys, int64_t count, int64_t d, float scale, float *out,
+                    const T *const *next) {
+  int64_t t = 0;
+  if (d % 16 == 0)
+    for (; t + 8 <= count; t += 8) {
+      for (int u = 0; u < 8; ++u)
+        if (next[t + u])
+          prefetchRows(next[t + u], 0, 1, d);
+      float part[8][16] = {};
+      const T *rows[8];
+      for (int u = 0; u < 8; ++u)
+        rows[u] = keys[t + u];
+      for (int64_t c = 0; c < d; c += 16)
+        for (int u = 0; u < 8; ++u)
+          for (int x = 0; x < 16; ++x)
+            part[u][x] += q[c + x] * widen(rows[u][c + x]);
+      for (int u = 0; u < 8; ++u) {
+        float half[8];
+        for (int x = 0; x < 8; ++x)
+          half[x] = part[u][x] + part[u][x + 8];
+        out[t + u] = scale * (((half[0] + half[1]) + (half[2] + half[3])) + ((half[4] + half[5]) + (half[6] + half[7])));
+      }
+    }
+  for (; t < count; ++t) {
+    if (next[t])
+      prefetchRows(next[t], 0, 1, d);
+    out[t] = scale * dotRow(q, keys[t], d);
+  }
+}
+
 /// One row: keys `keys` of k and v, output row o, its log-sum-exp.
 /// A score modifier on `count` scores of row `row`, keys j0 .. j0 + count
 /// (count <= kChunk): scores[t] = f(scores[t]); with dP (the backward),
@@ -148,24 +185,85 @@ ATTNC_ROWS_CLONES void runRow(const IntervalSet &keys, int64_t d, const float *q
                               const int64_t *shift = nullptr) {
   // Interval `at`'s key j is row j - shift[at] of k and v (held keys), else row j.
   auto rowOf = [shift](size_t at, int64_t j) { return shift ? j - shift[at] : j; };
+  // The keys in chunks of up to kChunk, each chunk's key and value rows as
+  // pointers: a long interval's keys in chunks of their own, short ones
+  // (selected tokens are an interval each) together; with a score modifier
+  // a chunk stays in one interval, whose positions j0, j0 + 1, ... the code
+  // reads. The next chunk is listed while one runs.
+  struct Chunk {
+    const T *k[kChunk], *v[kChunk]; ///< (a run: k[0] and v[0] only, its rows consecutive)
+    int64_t count = 0, j0 = 0;
+    bool run = false;
+    const T *keyRow(int64_t t, int64_t d) const { return run ? k[0] + t * d : k[t]; }
+    const T *valueRow(int64_t t, int64_t d) const { return run ? v[0] + t * d : v[t]; }
+  };
+  Chunk chunks[2];
+  size_t at = 0;
+  int64_t j = keys.empty() ? 0 : keys[0].lo;
+  auto list = [&](Chunk &c) {
+    c.count = 0;
+    c.run = false;
+    if (at < keys.size() && j < keys[at].hi && keys[at].size() >= kShortRun) { // a long interval's next run
+      c.run = true;
+      c.j0 = j;
+      c.count = std::min(kChunk, keys[at].hi - j);
+      c.k[0] = k + rowOf(at, j) * d;
+      c.v[0] = v + rowOf(at, j) * d;
+      if ((j += c.count) >= keys[at].hi && ++at < keys.size())
+        j = keys[at].lo;
+      return;
+    }
+    while (at < keys.size() && c.count < kChunk) {
+      if (j >= keys[at].hi) {
+        // Short intervals share chunks; a long one keeps its own, a run.
+        const bool longRun = keys[at].size() >= kShortRun;
+        if (++at < keys.size())
+          j = keys[at].lo;
+        if (c.count > 0 && (code || longRun || (at < keys.size() && keys[at].size() >= kShortRun)))
+          break;
+        continue;
+      }
+      if (c.count == 0)
+        c.j0 = j;
+      const int64_t take = std::min(kChunk - c.count, keys[at].hi - j);
+      for (int64_t t = 0; t < take; ++t) {
+        c.k[c.count + t] = k + rowOf(at, j + t) * d;
+        c.v[c.count + t] = v + rowOf(at, j + t) * d;
+      }
+      c.count += take;
+      j += take;
+    }
+  };
   float m = -std::numeric_limits<float>::infinity(), sum = 0.0f;
   bool nan = false;
   float scores[kChunk + 16];
   std::fill(o, o + d, 0.0f);
-  for (size_t at = 0; at < keys.size(); ++at) {
-    for (size_t ahead = at + 1; ahead <= at + kAheadIntervals && ahead < keys.size(); ++ahead) {
-      const int64_t rows = std::min(kAheadRows, keys[ahead].size());
-      prefetchRows(k, rowOf(ahead, keys[ahead].lo), rows, d);
-      prefetchRows(v, rowOf(ahead, keys[ahead].lo), rows, d);
-    }
-    const Interval &iv = keys[at];
-    for (int64_t j0 = iv.lo; j0 < iv.hi; j0 += kChunk) {
-      const int64_t count = std::min(kChunk, iv.hi - j0);
+  list(chunks[0]);
+  for (int cur = 0; chunks[cur].count > 0; cur ^= 1) {
+    const Chunk &c = chunks[cur];
+    Chunk &next = chunks[cur ^ 1];
+    list(next);
+    const int64_t count = c.count;
+    // Consecutive rows (a window, say): read as one run, which the hardware
+    // prefetchers follow; the next chunk's first rows prefetched. Scattered
+    // ones: every row of the next chunk prefetched as this one's are read.
+    const bool run = c.run;
+    const T *ahead[kChunk]; // scattered: the next chunk's key rows (its value rows: in the P V loop)
+    for (int64_t t = 0; !run && t < count; ++t)
+      ahead[t] = t < next.count ? next.keyRow(t, d) : nullptr;
+    {
       float chunkMax = -std::numeric_limits<float>::infinity();
-      const T *chunkKeys = k + rowOf(at, j0) * d; // (a chunk's keys are consecutive rows)
-      dotRows(q, chunkKeys, count, d, scale, scores);
+      if (run) {
+        for (int64_t t = 0; t < std::min(kAheadRows, next.count); ++t) {
+          prefetchRows(next.keyRow(t, d), 0, 1, d);
+          prefetchRows(next.valueRow(t, d), 0, 1, d);
+        }
+        dotRows(q, c.k[0], count, d, scale, scores);
+      } else {
+        dotRows(q, c.k, count, d, scale, scores, ahead);
+      }
       if (code) {
-        const float *f = rowScore(code).run(row, j0, count, scores);
+        const float *f = rowScore(code).run(row, c.j0, count, scores);
         std::copy_n(f, count, scores);
       }
       // The chunk's max and whether it holds a NaN, in 16 lanes (a loop the
@@ -189,8 +287,8 @@ ATTNC_ROWS_CLONES void runRow(const IntervalSet &keys, int64_t d, const float *q
       if (chunkMax > m) {
         const float correction = std::exp(m - chunkMax);
         sum *= correction;
-        for (int64_t c = 0; c < d; ++c)
-          o[c] *= correction;
+        for (int64_t x = 0; x < d; ++x)
+          o[x] *= correction;
         m = chunkMax;
       }
       // (A loop of its own: e^x in vector lanes, not a libm call per key.)
@@ -199,20 +297,27 @@ ATTNC_ROWS_CLONES void runRow(const IntervalSet &keys, int64_t d, const float *q
         weights[t] = expPoly(scores[t] - m);
       // P V four keys at a time: o stays in memory (d is not known here), so
       // one store and load of o per four keys rather than per key.
+      const int64_t prefetched = run ? 0 : next.count; // (a run's next rows: above)
       int64_t t = 0;
       for (; t + 4 <= count; t += 4) {
+        for (int64_t u = t; u < t + 4; ++u)
+          if (u < prefetched)
+            prefetchRows(next.valueRow(u, d), 0, 1, d);
         const float p0 = weights[t], p1 = weights[t + 1], p2 = weights[t + 2], p3 = weights[t + 3];
         sum += (p0 + p1) + (p2 + p3);
-        const T *v0 = v + rowOf(at, j0 + t) * d, *v1 = v0 + d, *v2 = v1 + d, *v3 = v2 + d;
-        for (int64_t c = 0; c < d; ++c)
-          o[c] += (p0 * widen(v0[c]) + p1 * widen(v1[c])) + (p2 * widen(v2[c]) + p3 * widen(v3[c]));
+        const T *v0 = c.valueRow(t, d), *v1 = c.valueRow(t + 1, d), *v2 = c.valueRow(t + 2, d),
+                *v3 = c.valueRow(t + 3, d);
+        for (int64_t x = 0; x < d; ++x)
+          o[x] += (p0 * widen(v0[x]) + p1 * widen(v1[x])) + (p2 * widen(v2[x]) + p3 * widen(v3[x]));
       }
       for (; t < count; ++t) {
+        if (t < prefetched)
+          prefetchRows(next.valueRow(t, d), 0, 1, d);
         const float p = weights[t];
         sum += p;
-        const T *value = v + rowOf(at, j0 + t) * d;
-        for (int64_t c = 0; c < d; ++c)
-          o[c] += p * widen(value[c]);
+        const T *value = c.valueRow(t, d);
+        for (int64_t x = 0; x < d; ++x)
+          o[x] += p * widen(value[x]);
       }
     }
   }
