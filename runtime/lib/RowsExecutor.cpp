@@ -484,12 +484,22 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
   if (scored)
     s.inputGrad.assign(static_cast<size_t>(std::max(1, threads)),
                        std::vector<double>(static_cast<size_t>(score->gradSize), 0.0));
+  bool listed = false; // each row's keys in s.rowKeys (else evaluated per range)
   auto runRange = [&](int64_t lo, int64_t hi, float *dqOut, int worker) {
     thread_local IntervalSet keys;
     for (int64_t r = 0; r < count; ++r) {
       if (lse[r] == empty)
         continue;
-      rows.row(firstRow + r, lo, hi, keys);
+      if (listed) { // the row's intervals inside [lo, hi)
+        const auto first = s.rowKeys.begin() + s.rowStart[static_cast<size_t>(r)],
+                   last = s.rowKeys.begin() + s.rowStart[static_cast<size_t>(r) + 1];
+        keys.clear();
+        for (auto x = std::upper_bound(first, last, lo, [](int64_t v, const Interval &iv) { return v < iv.hi; });
+             x != last && x->lo < hi; ++x)
+          keys.push_back({std::max(lo, x->lo), std::min(hi, x->hi)});
+      } else {
+        rows.row(firstRow + r, lo, hi, keys);
+      }
       gradRow(keys, d, q + r * d, dO + r * d, lse[r], s.delta[static_cast<size_t>(r)], k, v, dqOut + r * d, dk, dv,
               scale, firstRow + r, scored ? score : nullptr,
               scored ? s.inputGrad[static_cast<size_t>(worker)].data() : nullptr);
@@ -522,11 +532,17 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
   // range also holds at most an even share of the pairs (from a prefix sum
   // of pairs per key: O(n), as clearing dK and dV is anyway); a small slice
   // runs on one thread.
+  // Each row's keys are listed here once, for the count and for every range
+  // (a row of selected tokens evaluated per range was most of topk's
+  // backward: 64 ranges at n = 16,384).
   s.keyPairs.assign(static_cast<size_t>(n + 1), 0);
+  s.rowStart.assign(static_cast<size_t>(count + 1), 0);
+  s.rowKeys.clear();
   int64_t pairs = 0;
   {
     IntervalSet keys;
     for (int64_t r = 0; r < count; ++r) {
+      s.rowStart[static_cast<size_t>(r)] = static_cast<int64_t>(s.rowKeys.size());
       if (lse[r] == empty)
         continue;
       rows.row(firstRow + r, 0, n, keys);
@@ -535,7 +551,10 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
         --s.keyPairs[static_cast<size_t>(iv.hi)];
         pairs += iv.size();
       }
+      s.rowKeys.insert(s.rowKeys.end(), keys.begin(), keys.end());
     }
+    s.rowStart[static_cast<size_t>(count)] = static_cast<int64_t>(s.rowKeys.size());
+    listed = true;
   }
   threads = static_cast<int>(std::clamp<int64_t>(pairs * d / kWorkPerThread, 1, std::max(1, threads)));
   if (count == 1 && threads <= 1) {

@@ -52,6 +52,8 @@ struct RowsGradScratch {
   std::vector<float> delta;             ///< rowsum(dO * O) of each query row
   std::vector<int64_t> keyPairs;        ///< per key position: the (row, key) pairs up to it (n + 1)
   std::vector<int64_t> cuts;            ///< the key ranges the threads share out: parts + 1 positions
+  std::vector<int64_t> rowStart;        ///< row r's keys: rowKeys[rowStart[r] .. rowStart[r + 1]) (count + 1)
+  std::vector<Interval> rowKeys;        ///< each row's key intervals, listed once for every range
   std::vector<std::vector<float>> dq;   ///< workers 1 .. threads - 1: their partial dQ ([rows, d])
   std::vector<char> used;               ///< per worker: whether its partial dQ holds a sum of this call
   std::vector<std::vector<double>> inputGrad; ///< per worker: a score's float-input gradient sums
