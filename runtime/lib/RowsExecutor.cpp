@@ -1,12 +1,14 @@
 //===- RowsExecutor.cpp - A few query rows, each over its own keys --------===//
 //
-// Per row: the keys' intervals, then chunks of up to kChunk keys: their
+// Per row: the keys' intervals, then chunks of up to kChunk keys (a long
+// interval's own, short intervals' together: selected tokens): their
 // scores (dot products over d), the chunk's max folded into the running
 // max (rescaling the sum and the output when it grows), then P V added to
 // the row's output. The work is a read of each named key and value row
-// once, so the loop is memory-bound: the next intervals' first lines are
-// prefetched while one runs (a pattern's stripes are short runs of rows far
-// apart, where the hardware prefetchers, which follow a stream, start cold).
+// once, so the loop is memory-bound: the next chunk's rows are prefetched
+// while one runs (a pattern's stripes and selected tokens are short runs of
+// rows far apart, where the hardware prefetchers, which follow a stream,
+// start cold; of a long run, its first lines).
 // Keys and values are f32, or bf16 widened as they are read. On x86-64 the
 // loops are compiled for AVX-512 and for baseline x86-64 and the CPU picks.
 //
