@@ -486,9 +486,22 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
   if (scored)
     s.inputGrad.assign(static_cast<size_t>(std::max(1, threads)),
                        std::vector<double>(static_cast<size_t>(score->gradSize), 0.0));
-  bool listed = false; // each row's keys in s.rowKeys (else evaluated per range)
-  auto runRange = [&](int64_t lo, int64_t hi, float *dqOut, int worker) {
+  bool listed = false, bucketed = false; // each row's keys in s.rowKeys; cut by range in s.rangeKeys
+  auto runRange = [&](int64_t lo, int64_t hi, float *dqOut, int worker, int64_t range) {
     thread_local IntervalSet keys;
+    if (bucketed) { // the range's rows in order, each with its keys inside the range
+      const int64_t end = s.rangeStart[static_cast<size_t>(range) + 1];
+      for (int64_t e = s.rangeStart[static_cast<size_t>(range)]; e < end;) {
+        const int64_t r = s.rangeKeys[static_cast<size_t>(e)].row;
+        keys.clear();
+        for (; e < end && s.rangeKeys[static_cast<size_t>(e)].row == r; ++e)
+          keys.push_back(s.rangeKeys[static_cast<size_t>(e)].keys);
+        gradRow(keys, d, q + r * d, dO + r * d, lse[r], s.delta[static_cast<size_t>(r)], k, v, dqOut + r * d, dk,
+                dv, scale, firstRow + r, scored ? score : nullptr,
+                scored ? s.inputGrad[static_cast<size_t>(worker)].data() : nullptr);
+      }
+      return;
+    }
     for (int64_t r = 0; r < count; ++r) {
       if (lse[r] == empty)
         continue;
@@ -520,7 +533,7 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
     }
   } addGrads{s, scored, inputGrad};
   if (count == 1 && threads <= 1) {
-    runRange(0, n, dq, 0);
+    runRange(0, n, dq, 0, -1);
     return;
   }
   // Rows pass over the keys one range at a time, so that the range's key
@@ -560,7 +573,7 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
   }
   threads = static_cast<int>(std::clamp<int64_t>(pairs * d / kWorkPerThread, 1, std::max(1, threads)));
   if (count == 1 && threads <= 1) {
-    runRange(0, n, dq, 0);
+    runRange(0, n, dq, 0, -1);
     return;
   }
   // keyPairs[j]: pairs with a key before j.
@@ -587,13 +600,38 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
   if (s.cuts.back() != n)
     s.cuts.push_back(n);
   const int64_t ranges = static_cast<int64_t>(s.cuts.size()) - 1;
+  // Each row's keys cut at the ranges, by range (rows ascending in each):
+  // a range then visits only the rows with keys in it, where a search of
+  // every row's list per range was 15% of topk's forward + backward.
+  s.rangeStart.assign(static_cast<size_t>(ranges + 1), 0);
+  auto forEachPart = [&](auto &&fn) {
+    for (int64_t r = 0; r < count; ++r)
+      for (int64_t e = s.rowStart[static_cast<size_t>(r)]; e < s.rowStart[static_cast<size_t>(r) + 1]; ++e) {
+        const Interval iv = s.rowKeys[static_cast<size_t>(e)];
+        auto x = static_cast<int64_t>(std::upper_bound(s.cuts.begin(), s.cuts.end(), iv.lo) - s.cuts.begin()) - 1;
+        for (; x < ranges && s.cuts[static_cast<size_t>(x)] < iv.hi; ++x)
+          fn(x, r, Interval{std::max(iv.lo, s.cuts[static_cast<size_t>(x)]),
+                            std::min(iv.hi, s.cuts[static_cast<size_t>(x) + 1])});
+      }
+  };
+  forEachPart([&](int64_t x, int64_t, Interval) { ++s.rangeStart[static_cast<size_t>(x) + 1]; });
+  for (int64_t x = 0; x < ranges; ++x)
+    s.rangeStart[static_cast<size_t>(x) + 1] += s.rangeStart[static_cast<size_t>(x)];
+  s.rangeKeys.resize(static_cast<size_t>(s.rangeStart.back()));
+  {
+    std::vector<int64_t> fill(s.rangeStart.begin(), s.rangeStart.end() - 1);
+    forEachPart([&](int64_t x, int64_t r, Interval iv) {
+      s.rangeKeys[static_cast<size_t>(fill[static_cast<size_t>(x)]++)] = {r, iv};
+    });
+  }
+  bucketed = true;
   auto hasPairs = [&](int64_t lo, int64_t hi) {
     return s.keyPairs[static_cast<size_t>(hi)] > s.keyPairs[static_cast<size_t>(lo)];
   };
   if (threads <= 1) {
     for (int64_t x = 0; x < ranges; ++x)
       if (hasPairs(s.cuts[static_cast<size_t>(x)], s.cuts[static_cast<size_t>(x + 1)]))
-        runRange(s.cuts[static_cast<size_t>(x)], s.cuts[static_cast<size_t>(x + 1)], dq, 0);
+        runRange(s.cuts[static_cast<size_t>(x)], s.cuts[static_cast<size_t>(x + 1)], dq, 0, x);
     return;
   }
   s.dq.resize(static_cast<size_t>(threads));
@@ -611,7 +649,7 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
       }
       dqOut = partial.data();
     }
-    runRange(lo, hi, dqOut, w);
+    runRange(lo, hi, dqOut, w, x);
   });
   for (int w = 1; w < threads; ++w)
     if (s.used[static_cast<size_t>(w)])

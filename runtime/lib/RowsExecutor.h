@@ -54,6 +54,12 @@ struct RowsGradScratch {
   std::vector<int64_t> cuts;            ///< the key ranges the threads share out: parts + 1 positions
   std::vector<int64_t> rowStart;        ///< row r's keys: rowKeys[rowStart[r] .. rowStart[r + 1]) (count + 1)
   std::vector<Interval> rowKeys;        ///< each row's key intervals, listed once for every range
+  struct RowKeys {
+    int64_t row;
+    Interval keys;
+  };
+  std::vector<int64_t> rangeStart;      ///< key range x's rows: rangeKeys[rangeStart[x] .. rangeStart[x + 1])
+  std::vector<RowKeys> rangeKeys;       ///< rowKeys cut at the ranges, by range, each range's by row
   std::vector<std::vector<float>> dq;   ///< workers 1 .. threads - 1: their partial dQ ([rows, d])
   std::vector<char> used;               ///< per worker: whether its partial dQ holds a sum of this call
   std::vector<std::vector<double>> inputGrad; ///< per worker: a score's float-input gradient sums
