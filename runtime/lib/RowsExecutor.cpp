@@ -602,29 +602,39 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
   const int64_t ranges = static_cast<int64_t>(s.cuts.size()) - 1;
   // Each row's keys cut at the ranges, by range (rows ascending in each):
   // a range then visits only the rows with keys in it, where a search of
-  // every row's list per range was 15% of topk's forward + backward.
-  s.rangeStart.assign(static_cast<size_t>(ranges + 1), 0);
-  auto forEachPart = [&](auto &&fn) {
-    for (int64_t r = 0; r < count; ++r)
-      for (int64_t e = s.rowStart[static_cast<size_t>(r)]; e < s.rowStart[static_cast<size_t>(r) + 1]; ++e) {
-        const Interval iv = s.rowKeys[static_cast<size_t>(e)];
-        auto x = static_cast<int64_t>(std::upper_bound(s.cuts.begin(), s.cuts.end(), iv.lo) - s.cuts.begin()) - 1;
-        for (; x < ranges && s.cuts[static_cast<size_t>(x)] < iv.hi; ++x)
-          fn(x, r, Interval{std::max(iv.lo, s.cuts[static_cast<size_t>(x)]),
-                            std::min(iv.hi, s.cuts[static_cast<size_t>(x) + 1])});
-      }
-  };
-  forEachPart([&](int64_t x, int64_t, Interval) { ++s.rangeStart[static_cast<size_t>(x) + 1]; });
+  // every row's list per range was 15% of topk's forward + backward. Only
+  // where the rows' intervals are short next to the ranges (selected
+  // tokens): long ones (queries at an offset under causality, each over
+  // most ranges) would be cut into rows x ranges parts; those rows search.
+  s.rangeOfKey.resize(static_cast<size_t>(n));
   for (int64_t x = 0; x < ranges; ++x)
-    s.rangeStart[static_cast<size_t>(x) + 1] += s.rangeStart[static_cast<size_t>(x)];
-  s.rangeKeys.resize(static_cast<size_t>(s.rangeStart.back()));
-  {
+    std::fill(s.rangeOfKey.begin() + s.cuts[static_cast<size_t>(x)],
+              s.rangeOfKey.begin() + s.cuts[static_cast<size_t>(x) + 1], static_cast<int32_t>(x));
+  auto rangeOf = [&](int64_t key) { return int64_t{s.rangeOfKey[static_cast<size_t>(key)]}; };
+  int64_t parts = 0;
+  for (const Interval &iv : s.rowKeys)
+    parts += rangeOf(iv.hi - 1) - rangeOf(iv.lo) + 1;
+  if (parts <= 2 * static_cast<int64_t>(s.rowKeys.size()) + ranges) {
+    s.rangeStart.assign(static_cast<size_t>(ranges + 1), 0);
+    auto forEachPart = [&](auto &&fn) {
+      for (int64_t r = 0; r < count; ++r)
+        for (int64_t e = s.rowStart[static_cast<size_t>(r)]; e < s.rowStart[static_cast<size_t>(r) + 1]; ++e) {
+          const Interval iv = s.rowKeys[static_cast<size_t>(e)];
+          for (int64_t x = rangeOf(iv.lo); x < ranges && s.cuts[static_cast<size_t>(x)] < iv.hi; ++x)
+            fn(x, r, Interval{std::max(iv.lo, s.cuts[static_cast<size_t>(x)]),
+                              std::min(iv.hi, s.cuts[static_cast<size_t>(x) + 1])});
+        }
+    };
+    forEachPart([&](int64_t x, int64_t, Interval) { ++s.rangeStart[static_cast<size_t>(x) + 1]; });
+    for (int64_t x = 0; x < ranges; ++x)
+      s.rangeStart[static_cast<size_t>(x) + 1] += s.rangeStart[static_cast<size_t>(x)];
+    s.rangeKeys.resize(static_cast<size_t>(s.rangeStart.back()));
     std::vector<int64_t> fill(s.rangeStart.begin(), s.rangeStart.end() - 1);
     forEachPart([&](int64_t x, int64_t r, Interval iv) {
       s.rangeKeys[static_cast<size_t>(fill[static_cast<size_t>(x)]++)] = {r, iv};
     });
+    bucketed = true;
   }
-  bucketed = true;
   auto hasPairs = [&](int64_t lo, int64_t hi) {
     return s.keyPairs[static_cast<size_t>(hi)] > s.keyPairs[static_cast<size_t>(lo)];
   };

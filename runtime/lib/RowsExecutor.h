@@ -60,6 +60,7 @@ struct RowsGradScratch {
   };
   std::vector<int64_t> rangeStart;      ///< key range x's rows: rangeKeys[rangeStart[x] .. rangeStart[x + 1])
   std::vector<RowKeys> rangeKeys;       ///< rowKeys cut at the ranges, by range, each range's by row
+  std::vector<int32_t> rangeOfKey;      ///< the range each key position lies in (n)
   std::vector<std::vector<float>> dq;   ///< workers 1 .. threads - 1: their partial dQ ([rows, d])
   std::vector<char> used;               ///< per worker: whether its partial dQ holds a sum of this call
   std::vector<std::vector<double>> inputGrad; ///< per worker: a score's float-input gradient sums
