@@ -159,6 +159,16 @@ TEST(CliData, EmitPlanCountsTilesOnTheDataInTheOrderTheyRun) {
   // (48 * 47 / 2 each) less the pairs that share a b0 class (p = q mod 6 less p < q: 6 x 16 * 15 / 2).
   EXPECT_NE(lsh.out.find("useful 1488,"), std::string::npos) << lsh.out;
   EXPECT_NE(lsh.out.find("useful 1536,"), std::string::npos) << lsh.out;
+  // Selected tokens run row by row over each row's own keys: tokens 0 and i / 2 of row i (one key on
+  // rows 0 and 1), 2 + 62 * 2 pairs, none executed past them.
+  std::vector<int64_t> top;
+  for (int64_t i = 0; i < 64; ++i)
+    top.insert(top.end(), {0, i / 2});
+  CommandResult tokens = attnc("emit " + libraryPattern("topk") + " -D k=2 -D w=4 --stage plan --n 64 --input top=" +
+                               intNpy(dir, "top.npy", {64, 2}, top));
+  ASSERT_EQ(tokens.exitCode, 0) << tokens.err;
+  EXPECT_NE(tokens.out.find("piece 0: rows (one by one"), std::string::npos) << tokens.out;
+  EXPECT_NE(tokens.out.find("useful 126, executed 126 (1.000x), tiles 0"), std::string::npos) << tokens.out;
 }
 
 TEST(CliData, ShowDrawsTheDataItIsGiven) {

@@ -590,6 +590,13 @@ bool rowwisePiece(const ir::SetNode &s) {
   return false;
 }
 
+std::shared_ptr<const InputArray> runOrder(const Piece &piece, int64_t n) {
+  if (rowwisePiece(*piece.set))
+    return nullptr;
+  std::shared_ptr<const InputArray> classes = pieceClasses(piece);
+  return classes && classes->rows == n ? classes : nullptr;
+}
+
 namespace {
 /// One disjunct of a set that reads data: `core` minus each of `minus`.
 struct Part {
@@ -1459,6 +1466,11 @@ std::vector<HeadStats> stats(const Plan &plan, int64_t n, bool dense) {
         src.buildTiles(k, tiles, b, false);
         countTiles(tiles, plan.options.tileCols, h.pieces[p]);
       }
+      if (!dense && rowwisePiece(*hp.pieces[p].set)) { // run row by row over each row's own keys: no tiles
+        PieceStats &st = h.pieces[p];
+        st.executed = st.useful;
+        st.tiles = st.partial = 0;
+      }
       return true;
     });
     addUp(h);
@@ -1625,15 +1637,6 @@ std::string printPlan(const Plan &plan, int64_t n) {
   std::vector<HeadStats> stats;
   if (n > 0)
     stats = planStats(plan, n);
-  // A piece of selected tokens runs row by row over each row's own keys: no tile executes more.
-  for (size_t h = 0; h < stats.size(); ++h)
-    for (size_t p = 0; p < plan.heads[h].pieces.size(); ++p)
-      if (rowwisePiece(*plan.heads[h].pieces[p].set)) {
-        PieceStats &st = stats[h].pieces[p];
-        stats[h].executed -= st.executed - st.useful;
-        st.executed = st.useful;
-        st.tiles = st.partial = 0;
-      }
   for (size_t h = 0; h < plan.heads.size(); ++h) {
     const HeadPlan &hp = plan.heads[h];
     os << "head";

@@ -191,8 +191,7 @@ int runEmit(const EmitOptions &opts) {
     if (bound)
       for (plan::HeadPlan &hp : forward.heads)
         for (plan::Piece &piece : hp.pieces)
-          if (std::shared_ptr<const InputArray> classes = plan::pieceClasses(piece);
-              classes && classes->rows == opts.n && !plan::rowwisePiece(*piece.set))
+          if (std::shared_ptr<const InputArray> classes = plan::runOrder(piece, opts.n))
             piece = plan::permutePiece(piece, classes);
     const int64_t gradRows = plan::gradTileRows(lp->ir, forward.options);
     text = plan::printPlan(forward, opts.n) + "backward pass: row blocks of " + std::to_string(gradRows) +

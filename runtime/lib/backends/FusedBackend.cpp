@@ -413,9 +413,7 @@ private:
     std::vector<DataGroup> groups;
     for (const plan::Piece &piece : bound.heads[set].pieces) {
       const bool rows = plan::rowwisePiece(*piece.set);
-      std::shared_ptr<const InputArray> classes = rows ? nullptr : plan::pieceClasses(piece);
-      if (classes && classes->rows != n) // an input longer than the sequence: its order is not the rows'
-        classes = nullptr;
+      std::shared_ptr<const InputArray> classes = plan::runOrder(piece, n);
       auto at = std::find_if(groups.begin(), groups.end(),
                              [&](const DataGroup &g) { return g.classes == classes && g.rows == rows; });
       if (at == groups.end()) {

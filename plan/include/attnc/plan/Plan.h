@@ -115,6 +115,12 @@ Piece permutePiece(const Piece &piece, const std::shared_ptr<const InputArray> &
 /// one, each over its own keys.
 bool rowwisePiece(const ir::SetNode &s);
 
+/// The class order the fused backend runs a bound piece in at length n:
+/// pieceClasses, unless the piece runs row by row (rowwisePiece) or the
+/// input is longer than the sequence (its order is not the rows'); null:
+/// raster order.
+std::shared_ptr<const InputArray> runOrder(const Piece &piece, int64_t n);
+
 /// The plan with `options` (resolved by resolveOptions).
 Plan buildPlan(const ir::PatternIR &ir, const PlanOptions &options = {});
 
