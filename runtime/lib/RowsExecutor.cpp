@@ -685,6 +685,7 @@ void runRowsBackward(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t
                      float *dv, float scale, RowsGradScratch &scratch, int threads, const ScoreRun *score,
                      double *inputGrad) {
   runRowsBackwardOf(set, n, firstRow, d, q, k, v, o, dO, lse, dq, dk, dv, scale, scratch, threads, score, inputGrad);
+  scratch.trim();
 }
 
 void runRowsBackward(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, const float *q,
@@ -692,6 +693,7 @@ void runRowsBackward(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t
                      float *dq, float *dk, float *dv, float scale, RowsGradScratch &scratch, int threads,
                      const ScoreRun *score, double *inputGrad) {
   runRowsBackwardOf(set, n, firstRow, d, q, k, v, o, dO, lse, dq, dk, dv, scale, scratch, threads, score, inputGrad);
+  scratch.trim();
 }
 
 } // namespace attnc::rt

@@ -64,6 +64,18 @@ struct RowsGradScratch {
   std::vector<std::vector<float>> dq;   ///< workers 1 .. threads - 1: their partial dQ ([rows, d])
   std::vector<char> used;               ///< per worker: whether its partial dQ holds a sum of this call
   std::vector<std::vector<double>> inputGrad; ///< per worker: a score's float-input gradient sums
+  /// The key lists are kept for the next call up to kKeptBytes (topk's at
+  /// n = 16,384 hold about 40 MB): a longer sequence's are dropped after it.
+  static constexpr size_t kKeptBytes = size_t{64} << 20;
+  size_t listBytes() const {
+    return rowStart.capacity() * sizeof(int64_t) + rowKeys.capacity() * sizeof(Interval) +
+           rangeStart.capacity() * sizeof(int64_t) + rangeKeys.capacity() * sizeof(RowKeys) +
+           keyPairs.capacity() * sizeof(int64_t) + rangeOfKey.capacity() * sizeof(int32_t);
+  }
+  void trim() {
+    if (listBytes() > kKeptBytes)
+      rowStart = {}, rowKeys = {}, rangeStart = {}, rangeKeys = {}, keyPairs = {}, rangeOfKey = {};
+  }
 };
 
 /// The gradients of the queries at positions firstRow .. n - 1 of `set` at
