@@ -9,7 +9,9 @@
 #include "attnc/plan/IrText.h"
 
 #include <charconv>
+#include <map>
 #include <sstream>
+#include <tuple>
 
 namespace attnc::ir {
 
@@ -204,12 +206,12 @@ struct Parser {
       int64_t v = 0;
       if (a == "#t" || a == "#f")
         return Term::boolean(a == "#t");
-      if (a == "i") return Term::var(Op::VarI);
-      if (a == "j") return Term::var(Op::VarJ);
-      if (a == "n") return Term::var(Op::VarN);
-      if (a == "h") return Term::var(Op::VarH);
+      if (a == "i" || a == "j" || a == "n" || a == "h") {
+        const Op var = a == "i" ? Op::VarI : a == "j" ? Op::VarJ : a == "n" ? Op::VarN : Op::VarH;
+        return interned(var, {}, 0, [&] { return Term::var(var); });
+      }
       if (Reader::parseInt(a, v))
-        return Term::constant(v);
+        return interned(Op::Const, {}, v, [&] { return Term::constant(v); });
       return fail("bad term '" + std::string(a) + "'"), nullptr;
     }
     in.open();
@@ -251,7 +253,33 @@ struct Parser {
       return fail("'" + std::string(name) + "' has " + std::to_string(args.size()) + " operands"), nullptr;
     if ((op->op == Op::Div || op->op == Op::Mod) && rangeOf(*args[1], numHeads).lo < 1)
       return fail("a divisor that can be less than 1: " + printTerm(*args[1])), nullptr;
-    return Term::make(op->op, std::move(args));
+    std::vector<const Term *> operands;
+    for (const TermRef &a : args)
+      operands.push_back(a.get());
+    return interned(op->op, std::move(operands), 0, [&] { return Term::make(op->op, std::move(args)); });
+  }
+
+  /// One node per distinct term: the IR text writes a shared subterm out at
+  /// each use (a clamped canvas coordinate in every bound of a
+  /// neighbourhood), and evaluators that keep a row's values per node
+  /// (SharedTermsScope) only find them again on the same node. (Inputs are
+  /// left apart: they carry their arrays.)
+  struct TermKey {
+    Op op;
+    int64_t value;
+    std::vector<const Term *> operands;
+    bool operator<(const TermKey &o) const {
+      return std::tie(op, value, operands) < std::tie(o.op, o.value, o.operands);
+    }
+  };
+  std::map<TermKey, TermRef> terms;
+  template <typename Make> TermRef interned(Op op, std::vector<const Term *> operands, int64_t value, Make make) {
+    TermKey key{op, value, std::move(operands)};
+    if (auto at = terms.find(key); at != terms.end())
+      return at->second;
+    TermRef t = make();
+    terms.emplace(std::move(key), t);
+    return t;
   }
 
   /// A j-free integer term (key-range bounds, list elements).
