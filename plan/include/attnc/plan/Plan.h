@@ -265,11 +265,10 @@ private:
   bool rowsOnce_ = false;   ///< the set reads data: each row evaluated once, no block bounds
   bool oneInterval_ = false; ///< reads data, one interval per row in closed form (a class's segment)
   std::vector<std::shared_ptr<const std::vector<int32_t>>> distinct_; ///< Piece::distinctTags
-  /// A set that reads data: its row evaluator, made once (it compiles the
-  /// set's predicates) and shared by the threads that build its blocks at
-  /// every call. (Positional sets make one per block they generate: their
-  /// blocks are mostly cached per n, and a residue relayout makes a source
-  /// per class at every call.)
+  /// The set's row evaluator, made once per source (it compiles the set's
+  /// predicates and weighs its terms) and shared by the threads that build
+  /// its blocks. (A residue relayout's source, made per class at every
+  /// call, has none: its blocks evaluate the set without its residue.)
   std::shared_ptr<const ir::RowEvaluator> eval_;
   /// buildTiles' direct path: each row's interval from `ends_` (the set
   /// itself when null), intersected with (`commonMinus_`: less) the sets of
