@@ -1199,13 +1199,14 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
   // evaluate; comparing them is cheaper than subtracting.
   IntervalSet unsure = bd.exact ? IntervalSet{} : subtract(bd.upper, bd.lower);
   // Many unsure intervals (the scattered keys of an equality class or a
-  // selection), or a few that fill most of their span (a neighbourhood's
-  // rows on a canvas in tiles: 4 over 1,208 keys, 360 of them unsure): each
-  // row once over their span, then cut to them, rather than a row
-  // evaluation per interval (tiled NATTEN's row blocks: half the work). A
-  // per-key predicate stays inside them.
+  // selection), or a few that fill an eighth of their span or more (a
+  // neighbourhood's rows on a canvas in tiles: 4 intervals, 360 keys over
+  // 1,208 at a width of 128, over 2,232 at 256): each row once over their
+  // span, then cut to them, rather than a row evaluation per interval
+  // (tiled NATTEN's row blocks: half the work). A per-key predicate stays
+  // inside them.
   const bool overSpan = unsure.size() > kManyUnsure ||
-                        (unsure.size() > 1 && unsure.back().hi - unsure.front().lo <= 4 * cardinality(unsure));
+                        (unsure.size() > 1 && unsure.back().hi - unsure.front().lo <= 8 * cardinality(unsure));
   if (overSpan && !perKeyWork_) {
     thread_local IntervalSet cut;
     for (int32_t r = 0; r < out.rows; ++r) {
