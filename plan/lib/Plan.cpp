@@ -942,12 +942,12 @@ ir::SetRef withKeyHulls(const ir::SetRef &s) {
 }
 } // namespace
 
-BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
+BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R, bool evaluator)
     : set_(withKeyHulls(set)), n_(n), R_(R), rows_(n), perKeyWork_(ir::hasPredicate(*set_)),
       rowsOnce_(!perKeyWork_ && rowwiseData(*set_)),
       oneInterval_(!perKeyWork_ && ir::readsData(*set_) && ir::oneIntervalPerRow(*set_)),
-      eval_(ir::readsData(*set_) ? std::make_shared<const ir::RowEvaluator>(set_, n) : nullptr) {
-  if (oneInterval_ || perKeyWork_ || !eval_)
+      eval_(evaluator || ir::readsData(*set_) ? std::make_shared<const ir::RowEvaluator>(set_, n) : nullptr) {
+  if (oneInterval_ || perKeyWork_ || !ir::readsData(*set_))
     return;
   // `A else B`'s last piece with B one interval per row, A causal classes:
   // A asked in closed form, B's ends where it has no key.
@@ -983,7 +983,7 @@ BlockSource::BlockSource(ir::SetRef set, int64_t n, int64_t R)
 
 BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_t residueClass,
                          bool translates)
-    : BlockSource(piece.set, n, plan.options.tileRows) {
+    : BlockSource(piece.set, n, plan.options.tileRows, piece.strategy != Strategy::ResidueRelayout) {
   distinct_ = piece.distinctTags;
   if (piece.strategy == Strategy::ResidueRelayout) {
     const int64_t m = piece.modulus, c = residueClass;
@@ -994,8 +994,6 @@ BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_
     rows_ = classRows(piece, n, c);
     rowBase_ = c;
     rowStride_ = m;
-  } else if (!eval_) {
-    eval_ = std::make_shared<const ir::RowEvaluator>(set_, n);
   }
   // References: P blocks whose moves by P R rows (R m queries apart in a
   // class) are moves of the piece by multiples of its period. Built with
@@ -1018,10 +1016,8 @@ BlockSource BlockSource::dense(const Plan &plan, const HeadPlan &head, int64_t n
   std::vector<ir::SetRef> sets;
   for (const Piece &p : head.pieces)
     sets.push_back(p.set);
-  BlockSource src(ir::SetNode::unite(sets, {}), n, plan.options.tileRows);
+  BlockSource src(ir::SetNode::unite(sets, {}), n, plan.options.tileRows, true);
   src.dense_ = true;
-  if (!src.eval_)
-    src.eval_ = std::make_shared<const ir::RowEvaluator>(src.set_, n);
   return src;
 }
 
@@ -1166,8 +1162,7 @@ void BlockSource::buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi
     out.keyStride = m;
     return;
   }
-  std::optional<ir::RowEvaluator> perBlock;
-  const ir::RowEvaluator &eval = eval_ ? *eval_ : perBlock.emplace(set_, n_);
+  const ir::RowEvaluator &eval = *eval_; // (every source but a relayout's, which returned above)
   if (dense_) {
     for (int32_t r = 0; r < out.rows; ++r) {
       own[r] = eval.row(t0 + r);

@@ -248,7 +248,9 @@ public:
   };
 
 private:
-  BlockSource(ir::SetRef set, int64_t n, int64_t R);
+  /// `evaluator`: make the set's row evaluator (a set that reads data gets
+  /// one regardless).
+  BlockSource(ir::SetRef set, int64_t n, int64_t R, bool evaluator);
   /// build() with keys (row-tiles) or the set's keys before the class is
   /// taken (relayout) inside [lo, hi) instead of [0, n).
   void buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi) const;
