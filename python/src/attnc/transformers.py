@@ -127,8 +127,8 @@ def _mask_interface(batch_size: int, q_length: int, kv_length: int, q_offset: An
             # (padded with False on the right to kv_offset + kv_length, as a static cache's mask is)
             padding = prepare_padding_mask(attention_mask.to(torch.bool), kv_length, kv_offset)
             padding = padding[:, kv_offset:kv_offset + kv_length]
-    else:
-        padding = torch.ones((batch_size, kv_length), dtype=torch.bool, device=device)
+    else:  # (no padding: one True seen as [batch, kv_length], not kv_length bytes set at every step)
+        padding = torch.ones((1, 1), dtype=torch.bool, device=device).expand(batch_size, kv_length)
     end = q_offset + q_length - kv_offset  # the keys that exist: the queries' last position + 1
     padded = attention_mask is not None and not bool(padding[:, :max(end, 0)].all())
     padding._attnc_mask = _MaskInfo(window, reason, q_offset, kv_offset, end, padded)
@@ -481,13 +481,15 @@ class _PatternLayer(CacheLayerMixin):
         self.device = key_states.device
         self.keys = key_states.new_empty((b, h, 64, d))
         self.values = value_states.new_empty((b, h, 64, value_states.shape[-1]))
-        self.positions = np.zeros(64, dtype=np.int64)
+        self._set_positions(np.zeros(64, dtype=np.int64))
         self.is_initialized = True
+
+    def _set_positions(self, positions: np.ndarray) -> None:
+        # The tensor shares the array's memory: a decoding step slices it, no copy, no conversion.
+        self.positions, self._positions = positions, torch.from_numpy(positions)
 
     def _compact(self, first: int) -> None:
         """Drops the keys no query at position `first` or later reads, when they outnumber the rest."""
-        if self.count == 0 or (first % 16 and self.count < self.keys.shape[2]):
-            return  # (looked at every 16 tokens, or when the buffer is full)
         last = self.pattern.last_readers(first + 1)
         live = last[self.positions[:self.count]] >= first
         dead = self.count - int(live.sum())
@@ -501,28 +503,35 @@ class _PatternLayer(CacheLayerMixin):
         self.count = kept
 
     def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any) -> Tuple[Tensor, Tensor]:
+        # (Once per layer and generated token: narrow() and copy_() rather than slicing, a scalar
+        # position rather than an arange.)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        m = key_states.shape[2]
-        self._compact(self.seen)
-        need = self.count + m
+        m, count, seen = key_states.shape[2], self.count, self.seen
+        if count and (seen % 16 == 0 or count >= self.keys.shape[2]):  # (every 16 tokens, or when full)
+            self._compact(seen)
+            count = self.count
+        need = count + m
         if need > self.keys.shape[2]:
             size = max(need, 2 * self.keys.shape[2])
             for attr in ("keys", "values"):
                 old = getattr(self, attr)
                 grown = old.new_empty(old.shape[:2] + (size,) + old.shape[3:])
-                grown[:, :, :self.count] = old[:, :, :self.count]
+                grown.narrow(2, 0, count).copy_(old.narrow(2, 0, count))
                 setattr(self, attr, grown)
             positions = np.zeros(size, dtype=np.int64)
-            positions[:self.count] = self.positions[:self.count]
-            self.positions = positions
-        self.keys[:, :, self.count:need] = key_states
-        self.values[:, :, self.count:need] = value_states
-        self.positions[self.count:need] = np.arange(self.seen, self.seen + m)
-        self.count, self.seen = need, self.seen + m
-        keys, values = self.keys[:, :, :need], self.values[:, :, :need]
+            positions[:count] = self.positions[:count]
+            self._set_positions(positions)
+        self.keys.narrow(2, count, m).copy_(key_states)
+        self.values.narrow(2, count, m).copy_(value_states)
+        if m == 1:
+            self.positions[count] = seen
+        else:
+            self.positions[count:need] = np.arange(seen, seen + m)
+        self.count, self.seen = need, seen + m
+        keys, values = self.keys.narrow(2, 0, need), self.values.narrow(2, 0, need)
         # The positions of the keys when some were dropped; else they are 0 .. need - 1 (an ordinary call).
-        keys._attnc_positions = torch.from_numpy(self.positions[:need]) if need != self.seen else None
+        keys._attnc_positions = self._positions.narrow(0, 0, need) if need != self.seen else None
         return keys, values
 
     def get_mask_sizes(self, query_length: int) -> Tuple[int, int]:
