@@ -436,6 +436,17 @@ def test_attention_cached_directly():
         attnc.torch.attention_cached(q, k[:, :, keep], v[:, :, keep], keep[::-1], kernel)
     with pytest.raises(ValueError, match=r"n must be an integer in \[1, 2147483648\]"):
         kernel.last_readers(0)
+    # Positions as a tensor: int64 goes straight to the runtime, whose refusal is worded as above; other
+    # dtypes are converted.
+    with torch.no_grad():
+        for dtype in (torch.int64, torch.int32):
+            got = attnc.torch.attention_cached(q, k[:, :, keep], v[:, :, keep], torch.tensor(keep, dtype=dtype), kernel)
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+        dropped = torch.tensor([0] + keep[2:])
+        with pytest.raises(attnc.AttncError, match="reads the key at position 1"):
+            attnc.torch.attention_cached(q, k[:, :, dropped], v[:, :, dropped], dropped, kernel)
+        with pytest.raises(attnc.AttncError, match="ascend strictly"):
+            attnc.torch.attention_cached(q, k[:, :, keep], v[:, :, keep], torch.tensor(keep[::-1]), kernel)
     with pytest.raises(attnc.AttncError, match="no backward pass"):
         attnc.torch.attention_cached(q.requires_grad_(), k[:, :, keep], v[:, :, keep], keep, kernel)
 

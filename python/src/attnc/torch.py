@@ -934,17 +934,19 @@ def attention_cached(q: Tensor, k: Tensor, v: Tensor, key_positions: Any, kernel
     name as in :func:`attention`; a pattern that reads int inputs is refused. For generation:
     no gradient flows (asking for one raises ``ATTNC_ERROR_UNSUPPORTED``).
     ``attnc.transformers.PatternCache`` is the cache that calls it."""
+    def run(data: Any, positions: Tensor) -> Tensor:
+        o = _new(q)
+        _run(_attnc.forward_held, kernel, [q, k, v, o, None], 3, _api._scale(scale),
+             (data, positions, -1 if first_query is None else int(first_query)))
+        return o
+
     if (not inputs and not kernel._inputs and type(key_positions) is _Tensor and not _grad_enabled()
             and _eager(q, k, v)):
         # A decoding step's call (PatternCache's, once per layer and token): straight to the runtime,
         # which checks everything the lines below do; a call it rejects is repeated below, where the
         # checks word what is wrong.
-        o = _new(q)
         try:
-            _attnc.forward_held(kernel._handle, q, k, v, o, None, None, key_positions,
-                                -1 if first_query is None else int(first_query), _api._scale(scale),
-                                kernel.num_threads, _to_dlpack)
-            return o
+            return run(None, key_positions)
         except (AttncError, TypeError, BufferError):
             pass
     _check_tensors(q, k, v, cuda=False, cpu_only="attention_cached runs on CPU tensors only")
@@ -963,10 +965,7 @@ def attention_cached(q: Tensor, k: Tensor, v: Tensor, key_positions: Any, kernel
     if kernel._inputs or inputs:
         ints, floats = _data_inputs(kernel, inputs, q, k)
         data = _data_pairs(kernel, ints, floats)
-    o = _new(q)
-    where = -1 if first_query is None else int(first_query)
-    _run(_attnc.forward_held, kernel, [q, k, v, o, None], 3, _api._scale(scale), (data, positions, where))
-    return o
+    return run(data, positions)
 
 
 def _attention_out(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scale: Optional[float],
