@@ -333,6 +333,89 @@ TEST(Plan, GridPatternsRunInTilesWhereTheyExecuteLess) {
     EXPECT_FALSE(plan::tiledLayout(plan::buildPlan(irOf(file)), 4096)) << file;
 }
 
+/// Blocks of a canvas moved from the block a thread built before them
+/// (BlockSource::buildMoved) are the blocks built directly: neighbourhoods
+/// in raster order, in the fused backend's tiles and written in tiles, with
+/// their clamped edges, odd canvases and Swin's windows, whose blocks seldom
+/// move; built in order, in reverse (nothing to move from) and two sources
+/// interleaved on one thread.
+TEST(Plan, CanvasBlocksMovedEqualDirectlyBuiltOnes) {
+  struct Grid {
+    const char *file;
+    std::vector<Define> defines;
+    int64_t n;
+    bool moves; // whether its sources move most blocks (in raster order, and in the layout's tiles if any)
+  };
+  const Grid grids[] = {
+      {"natten2d", {{"H", 48}, {"W", 80}, {"K", 5}}, 48 * 80, true},
+      {"natten2d", {{"H", 64}, {"W", 64}, {"K", 13}}, 4096, true},
+      {"natten2d", {{"H", 32}, {"W", 64}, {"K", 3}}, 32 * 64 + 17, true}, // (ragged: part of a canvas row)
+      {"natten2d", {{"H", 16}, {"W", 16}, {"K", 7}}, 256, false},       // (all edges)
+      {"natten2d_tiled", {{"H", 64}, {"W", 64}, {"K", 7}}, 4096, true},
+      // (Its coordinate j % 16 reads as a canvas 16 wide, which the fused
+      // backend lays out in tiles: no neighbourhood there, nothing moves.)
+      {"natten2d_tiled", {{"H", 16}, {"W", 128}, {"K", 5}, {"TH", 4}, {"TW", 16}}, 2048, false},
+      {"swin", {{"H", 32}, {"W", 56}, {"M", 7}, {"S", 3}}, 32 * 56, false},
+      {"sta3d", {{"T", 8}, {"H", 8}, {"W", 8}, {"KT", 4}, {"KH", 4}, {"KW", 4}, {"TT", 2}, {"TH", 2}, {"TW", 2}}, 512, false},
+  };
+  int moving = 0;
+  for (const Grid &g : grids) {
+    Frontend fe;
+    ASSERT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + g.file + ".attn"));
+    ASSERT_TRUE(fe.analyze({g.defines}));
+    const ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
+    for (int64_t rows : {16, 32}) {
+      const plan::Plan raster = plan::buildPlan(ir, {rows, 64});
+      const std::optional<plan::Layout> layout = plan::tiledLayout(raster, g.n);
+      for (const plan::Plan *plan : {&raster, layout ? &layout->plan : nullptr}) {
+        if (!plan)
+          continue;
+        SCOPED_TRACE(std::string(g.file) + " n=" + std::to_string(g.n) + " rows=" + std::to_string(rows) +
+                     (plan == &raster ? " raster" : " in tiles"));
+        for (const plan::Piece &piece : plan->heads[0].pieces) {
+          plan::BlockSource fast(*plan, piece, g.n), slow(*plan, piece, g.n, 0, false), other(*plan, piece, g.n);
+          ASSERT_EQ(slow.moveBlocks(), 0);
+          moving += fast.moveBlocks() > 0;
+          if (g.moves)
+            EXPECT_GT(fast.moveBlocks(), 0);
+          const int64_t blocks = fast.numBlocks();
+          std::vector<plan::BlockTiles> expected(static_cast<size_t>(blocks));
+          plan::BlockShape shape, spare;
+          for (int64_t k = 0; k < blocks; ++k) {
+            slow.build(k, shape);
+            expected[static_cast<size_t>(k)].expand(shape);
+          }
+          auto check = [&](const plan::BlockSource &src, int64_t k, const char *how) {
+            src.build(k, shape);
+            plan::BlockTiles got;
+            got.expand(shape);
+            const plan::BlockTiles &want = expected[static_cast<size_t>(k)];
+            ASSERT_TRUE(got.keys == want.keys && got.masks == want.masks && got.firstRow == want.firstRow &&
+                        got.rows == want.rows)
+                << how << ": block " << k;
+            slow.build(k, spare);
+            ASSERT_EQ(shape.useful, spare.useful) << how << ": block " << k;
+          };
+          const int64_t movesBefore = plan::BlockSource::canvasMovesOnThisThread();
+          for (int64_t k = 0; k < blocks; ++k)
+            check(fast, k, "in order");
+          // In order, a third of a neighbourhood's blocks move or more (not
+          // those at the canvas's edges, nor the first of each tile row).
+          if (fast.moveBlocks() > 0 && g.moves)
+            EXPECT_GE(3 * (plan::BlockSource::canvasMovesOnThisThread() - movesBefore), blocks);
+          for (int64_t k = blocks - 1; k >= 0; --k)
+            check(fast, k, "in reverse");
+          for (int64_t k = 0; k < blocks; ++k) {
+            check(fast, k, "interleaved");
+            check(other, blocks - 1 - k, "interleaved, the other from the end");
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(moving, 8);
+}
+
 /// The rows per block picked when none is given: 64 only where the bigger
 /// blocks compute no more pairs (blocks aligned to the pattern's own).
 TEST(Plan, DefaultRowsPerBlockFollowTheExecutedPairs) {

@@ -1001,8 +1001,11 @@ BlockSource::BlockSource(const Plan &plan, const Piece &piece, int64_t n, int64_
   // [0, n) from inside that window. Worth it from a few copies on; key
   // positions must fit int32.
   const int64_t P = referenceBlocks(plan, piece);
-  if (!translates || P == 0 || 5 * n >= (int64_t{1} << 31) || numBlocks() < 2 * P + 2)
+  if (!translates || P == 0 || 5 * n >= (int64_t{1} << 31) || numBlocks() < 2 * P + 2) {
+    if (translates && piece.strategy == Strategy::RowTiles)
+      enableMoves();
     return;
+  }
   auto refs = std::make_shared<std::vector<Reference>>();
   BlockShape shape;
   for (int64_t b = 0; b < P; ++b) {
@@ -1104,6 +1107,156 @@ void translateBlock(const BlockSource::Reference &reference, int64_t shift, int6
 
 } // namespace
 
+namespace {
+/// The smallest constant c > 1 of a term `i / c` or `i % c` in `s`: how far
+/// a row moves before its coordinates' digits repeat (a canvas row, a
+/// tile); 0 when there is none.
+int64_t rowRadix(const ir::SetNode &s) {
+  int64_t best = 0;
+  std::function<void(const Term &)> visit = [&](const Term &t) {
+    if ((t.op() == Op::Div || t.op() == Op::Mod) && t.arg(0)->op() == Op::VarI && t.arg(1)->op() == Op::Const &&
+        t.arg(1)->value() > 1)
+      best = best ? std::min(best, t.arg(1)->value()) : t.arg(1)->value();
+    for (const TermRef &a : t.args())
+      visit(*a);
+  };
+  for (const TermRef &t : {s.loTerm, s.hiTerm, s.cond})
+    if (t)
+      visit(*t);
+  for (const TermRef &t : s.elems)
+    visit(*t);
+  for (const ir::SetRef &c : s.children) {
+    const int64_t r = rowRadix(*c);
+    best = r && best ? std::min(best, r) : std::max(best, r);
+  }
+  return best;
+}
+
+/// Whether `b` is `a` with every interval moved by `shift`.
+bool isMoved(const IntervalSet &a, const IntervalSet &b, int64_t shift) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t k = 0; k < a.size(); ++k)
+    if (b[k].lo != a[k].lo + shift || b[k].hi != a[k].hi + shift)
+      return false;
+  return true;
+}
+
+/// The blocks a thread built last, per source (BlockSource::buildMoved):
+/// each one's shape and its rows' keys, in a ring of moveBlocks_ entries.
+struct MoveMemory {
+  uint64_t source = 0;
+  /// Checks and moves on this source: a source whose blocks seldom move
+  /// (windows that do not repeat at the move's distance, Swin's of 7 on
+  /// tiles of 8) stops checking, which costs a row evaluation per row.
+  int64_t tries = 0, hits = 0;
+  struct Entry {
+    int64_t block = -1;
+    BlockShape shape;
+    std::vector<IntervalSet> rows;
+  };
+  std::vector<Entry> ring;
+};
+thread_local MoveMemory moveMemory;
+thread_local int64_t canvasMoves = 0;
+std::atomic<uint64_t> nextSourceId{1};
+} // namespace
+
+int64_t BlockSource::canvasMovesOnThisThread() { return canvasMoves; }
+
+void BlockSource::enableMoves() {
+  // Worth it from a few blocks a thread can move, on a canvas (a set with
+  // a grid coordinate); a set with a period has references (build), one
+  // that reads data changes with each call, and a predicate's rows cost
+  // their whole window.
+  constexpr int64_t kMostBlocksBack = 8;
+  if (dense_ || perKeyWork_ || rest_)
+    return;
+  int64_t back = 0;
+  if (set_->kind == ir::Gen::Permuted && set_->data->tileCols > 0 && !ir::readsData(*set_->children[0])) {
+    const InputArray &order = *set_->data;
+    const int64_t tile = order.tileRows * order.tileCols;
+    if (tile % R_ != 0 || order.rows != n_)
+      return;
+    back = tile / R_;
+    tiles_ = &order;
+    rasterEval_ = std::make_shared<const ir::RowEvaluator>(set_->children[0], n_);
+  } else if (!ir::readsData(*set_) && eval_ && hasGen(*set_, ir::Gen::CoordRange)) {
+    const int64_t radix = rowRadix(*set_);
+    if (radix == 0)
+      return;
+    back = std::lcm(R_, radix) / R_;
+  }
+  if (back == 0 || back > kMostBlocksBack || numBlocks() < 4 * back)
+    return;
+  moveBlocks_ = back;
+  id_ = nextSourceId.fetch_add(1, std::memory_order_relaxed);
+}
+
+void BlockSource::buildMoved(int64_t block, BlockShape &out) const {
+  MoveMemory &memory = moveMemory;
+  if (memory.source != id_) {
+    memory = {};
+    memory.source = id_;
+    memory.ring.resize(static_cast<size_t>(moveBlocks_));
+  }
+  constexpr int64_t kTrial = 16; // checks before a source's hit rate counts
+  if (memory.tries >= kTrial && 4 * memory.hits < memory.tries) {
+    buildIn(block, out, 0, n_);
+    return;
+  }
+  MoveMemory::Entry &before = memory.ring[static_cast<size_t>(block % moveBlocks_)];
+  const int64_t t0 = block * R_, shift = moveBlocks_ * R_;
+  // The rows' keys: the set's own, or on a canvas in tiles its child's in
+  // raster order, where the block moves by one tile: tileCols positions,
+  // every key staying in its canvas row (then its rank moves by a tile's
+  // tokens, `shift`).
+  const int64_t step = tiles_ ? tiles_->tileCols : shift;
+  const bool reference = block >= moveBlocks_ && before.block == block - moveBlocks_;
+  bool moved = reference;
+  thread_local std::vector<IntervalSet> rows;
+  rows.resize(static_cast<size_t>(R_));
+  int64_t r = 0;
+  for (; r < R_; ++r) {
+    IntervalSet &keys = rows[static_cast<size_t>(r)];
+    static const IntervalSet none;
+    const IntervalSet &was = reference ? before.rows[static_cast<size_t>(r)] : none;
+    if (tiles_) {
+      const int64_t q = tiles_->order[static_cast<size_t>(t0 + r)];
+      rasterEval_->row(q, 0, n_, keys);
+      if (reference) {
+        moved = q - tiles_->order[static_cast<size_t>(t0 + r - shift)] == step;
+        const int64_t width = tiles_->canvasWidth;
+        for (const Interval &x : was)
+          moved = moved && x.lo / width == (x.hi - 1) / width && (x.hi - 1) % width + step < width;
+      }
+    } else {
+      eval_->row(t0 + r, 0, n_, keys);
+    }
+    // (A row that did not move ends the check; the block is no reference.)
+    if (reference && !(moved = moved && isMoved(was, keys, step)))
+      break;
+  }
+  if (reference) {
+    ++memory.tries;
+    memory.hits += moved;
+  }
+  if (moved) {
+    ++canvasMoves;
+    out = before.shape;
+    out.firstRow += shift;
+    for (KeyRun &k : out.keys)
+      k.lo += shift;
+  } else {
+    buildIn(block, out, 0, n_);
+  }
+  before.block = r == R_ ? block : -1;
+  if (r == R_) {
+    before.shape = out;
+    before.rows.swap(rows);
+  }
+}
+
 int64_t referenceBlocks(const Plan &plan, const Piece &piece) {
   if (piece.period == 0)
     return 0;
@@ -1120,6 +1273,10 @@ void BlockSource::build(int64_t block, BlockShape &out) const {
   if (P > 0 && (block + 1) * R_ <= rows_) { // a full block: move its reference
     const int64_t ref = block % P, limit = rest_ ? keyRows() : n_;
     translateBlock((*refs_)[static_cast<size_t>(ref)], (block - ref) * R_, limit, out);
+    return;
+  }
+  if (moveBlocks_ > 0 && (block + 1) * R_ <= rows_) {
+    buildMoved(block, out);
     return;
   }
   buildIn(block, out, 0, n_);
@@ -1516,7 +1673,7 @@ bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
       blocks.push_back({w, k});
   std::atomic<size_t> bytes{0};
   std::atomic<bool> over{false};
-  constexpr size_t kChunk = 16;
+  constexpr size_t kChunk = 32; // (consecutive blocks on one thread: it moves most of them, buildMoved)
   const int64_t chunks = static_cast<int64_t>((blocks.size() + kChunk - 1) / kChunk);
   const int workers = static_cast<int>(
       std::min<int64_t>(support::resolveThreads(threads), static_cast<int64_t>(blocks.size() / 256 + 1)));
@@ -1611,6 +1768,9 @@ std::optional<Layout> tiledLayout(const Plan &plan, int64_t n) {
             ((r / rows) * across + c / cols) * rows * cols + (r % rows) * cols + c % cols;
       }
       order->indexClasses();
+      order->canvasWidth = width;
+      order->tileRows = rows;
+      order->tileCols = cols;
       Plan out = plan;
       for (HeadPlan &hp : out.heads)
         for (Piece &piece : hp.pieces)

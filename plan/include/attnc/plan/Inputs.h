@@ -63,6 +63,9 @@ struct InputArray {
   std::vector<int32_t> order, classBegin, classEnd;
   /// placeOf[p]: where position p is in `order` (its inverse).
   std::vector<int32_t> placeOf;
+  /// An order that lays a canvas `canvasWidth` wide out in tiles of
+  /// tileRows x tileCols (plan::tiledLayout): 0 for any other.
+  int64_t canvasWidth = 0, tileRows = 0, tileCols = 0;
 
   /// Entry r of a 1-D input, or (r, c) of a 2-D one; InputError outside.
   int64_t at(int64_t r) const;

@@ -207,6 +207,10 @@ struct BlockTiles {
 /// its first blocks once with keys past [0, n) as well (the references);
 /// every other full block is a reference moved by a multiple of the period
 /// and clipped to [0, n): O(runs + partial keys), no row is evaluated.
+/// A piece without a period whose rows move with i on a canvas (a
+/// neighbourhood, in raster order or in tiles) moves blocks a thread built
+/// just before where it checks that every row's keys moved with it
+/// (buildMoved): one row evaluation per row, no bounds, unions or masks.
 /// `translates = false` builds every block directly (tests compare both).
 class BlockSource {
 public:
@@ -238,6 +242,11 @@ public:
   void buildTiles(int64_t block, BlockTiles &out, BlockShape &shape, bool classLocal = false) const;
   /// How many references build() moves blocks from (0: it builds each block).
   int64_t references() const;
+  /// How many blocks back build() looks for a block to move on a canvas (0: none).
+  int64_t moveBlocks() const { return moveBlocks_; }
+  /// Blocks this thread has moved on a canvas so far, in any source (what
+  /// tests and benchmarks count).
+  static int64_t canvasMovesOnThisThread();
   /// A reference block (defined in Plan.cpp, whose helpers move it).
   struct Reference;
   /// A part of a fallback's A: rows whose class (in `classes`) has a
@@ -254,6 +263,12 @@ private:
   /// build() with keys (row-tiles) or the set's keys before the class is
   /// taken (relayout) inside [lo, hi) instead of [0, n).
   void buildIn(int64_t block, BlockShape &out, int64_t lo, int64_t hi) const;
+  /// build() of a full block where moves are on: the block `moveBlocks_`
+  /// before it moved, when each of its rows' keys are that block's row's
+  /// moved (checked row by row), else buildIn.
+  void buildMoved(int64_t block, BlockShape &out) const;
+  /// Turns moves on where they apply (the constructor, for row tiles).
+  void enableMoves();
 
   std::shared_ptr<const std::vector<Reference>> refs_; ///< blocks 0 .. P-1, keys past [0, n) too
   ir::SetRef set_;        ///< row-tiles / dense: the piece's set
@@ -283,6 +298,20 @@ private:
   std::vector<ClassBefore> before_;
   /// Unsure intervals past which a row is evaluated once over their span.
   static constexpr size_t kManyUnsure = 4;
+  /// Moves on a canvas (sets without a period whose rows move with i, like
+  /// a neighbourhood's): a full block is the block moveBlocks_ before it
+  /// moved by moveBlocks_ * R rows and keys where every row's keys are that
+  /// block's row's moved, which a thread checks on the rows it remembers
+  /// from building that block (one row evaluation each, no bounds, unions
+  /// or masks). 0: off. The check is exact, so a block at a canvas's edge,
+  /// or the first a thread builds, is built as before.
+  int64_t moveBlocks_ = 0;
+  /// A canvas in tiles (a Permuted set in plan::tiledLayout's order):
+  /// rows are compared in raster order through its child's evaluator, and
+  /// a move is one tile to the right (tileCols positions in raster order).
+  const InputArray *tiles_ = nullptr;
+  std::shared_ptr<const ir::RowEvaluator> rasterEval_;
+  uint64_t id_ = 0; ///< which source a thread's remembered blocks are of
 };
 
 /// The blocks of `piece` that the rest are moves of (lcm(step, period) /
