@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -189,6 +191,64 @@ TEST(Generators, SharedSubtermsEvaluateLikeTheirTerms) {
     }
     EXPECT_EQ(evalIntShared(*hi, env), wantHi) << row;
   }
+}
+
+/// A TermTape's roots read back through evalIntShared equal evalInt on
+/// random terms of i and n (wrapping products, floor division and modulo of
+/// negative values, min and max of three), at the scope's variables only;
+/// a root that divides by a term (which may be 0 at some row) is left out of
+/// the tape and still evaluates; scopes nest.
+TEST(Generators, TermTapesEvaluateLikeTheirTerms) {
+  auto i = Term::var(Op::VarI), n = Term::var(Op::VarN);
+  auto c = [](int64_t v) { return Term::constant(v); };
+  std::mt19937_64 rng(43);
+  std::function<TermRef(int)> random = [&](int depth) -> TermRef {
+    const int pick = static_cast<int>(rng() % (depth <= 0 ? 3 : 12));
+    switch (pick) {
+    case 0: return i;
+    case 1: return n;
+    case 2: return c(static_cast<int64_t>(rng() % 41) - 20);
+    case 3: return Term::make(Op::Add, {random(depth - 1), random(depth - 1)});
+    case 4: return Term::make(Op::Sub, {random(depth - 1), random(depth - 1)});
+    case 5: return Term::make(Op::Mul, {random(depth - 1), rng() % 2 ? i : c(static_cast<int64_t>(rng() % 7) - 3)});
+    case 6: return Term::make(Op::Div, {random(depth - 1), c(static_cast<int64_t>(rng() % 9) + 1)});
+    case 7: return Term::make(Op::Mod, {random(depth - 1), c(static_cast<int64_t>(rng() % 9) + 1)});
+    case 8: return Term::make(Op::Neg, {random(depth - 1)});
+    case 9: return Term::make(Op::Abs, {random(depth - 1)});
+    case 10: return Term::make(Op::Min, {random(depth - 1), random(depth - 1), random(depth - 1)});
+    default: return Term::make(Op::Max, {random(depth - 1), random(depth - 1)});
+    }
+  };
+  std::vector<TermRef> roots;
+  for (int k = 0; k < 24; ++k)
+    roots.push_back(random(5));
+  roots.push_back(roots[3]); // (a root twice: held once)
+  const TermRef byTerm = Term::make(Op::Div, {n, Term::make(Op::Sub, {i, c(3)})}); // (an error below row 4)
+  roots.push_back(byTerm);
+  const TermTape tape(roots);
+  EXPECT_LE(tape.roots(), 25u);
+  EXPECT_GE(tape.roots(), 20u); // (only the constants folded away would be missing)
+  for (int64_t row : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{-7}, int64_t{63}, int64_t{4095},
+                      int64_t{1} << 40, -(int64_t{1} << 50)}) {
+    const Env env{row, 0, 4096, 0};
+    const TermTape::Scope scope(tape, env);
+    for (size_t k = 0; k + 1 < roots.size(); ++k)
+      ASSERT_EQ(evalIntShared(*roots[k], env), evalInt(*roots[k], env)) << "root " << k << " row " << row;
+    const Env other{row + 1, 0, 4096, 0}; // not the scope's variables: evaluated
+    EXPECT_EQ(evalIntShared(*roots[0], other), evalInt(*roots[0], other));
+    {
+      const Env inner{row * 3 + 1, 0, 100, 0};
+      const TermTape::Scope nested(tape, inner);
+      EXPECT_EQ(evalIntShared(*roots[1], inner), evalInt(*roots[1], inner)) << row;
+    }
+    EXPECT_EQ(evalIntShared(*roots[1], env), evalInt(*roots[1], env)) << row;
+    if (row > 3) { // (a divisor below 1 is an error)
+      EXPECT_EQ(evalIntShared(*byTerm, env), evalInt(*byTerm, env)) << row;
+    }
+  }
+  const Env three{3, 0, 4096, 0};
+  const TermTape::Scope scope(tape, three); // (no division by zero: that root is not on the tape)
+  EXPECT_EQ(evalIntShared(*roots[0], three), evalInt(*roots[0], three));
 }
 
 } // namespace

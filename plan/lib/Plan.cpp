@@ -1185,6 +1185,11 @@ void BlockSource::enableMoves() {
     const int64_t radix = rowRadix(*set_);
     if (radix == 0)
       return;
+    // Blocks whose bounds are exact (sta3d's, in tiles of whole blocks) are
+    // built without a row evaluation: cheaper than checking a move.
+    const int64_t middle = numBlocks() / 2 * R_;
+    if (BlockBounds(n_).eval(set_, middle, std::min(rows_, middle + R_) - 1, 0, n_).exact)
+      return;
     back = std::lcm(R_, radix) / R_;
   }
   if (back == 0 || back > kMostBlocksBack || numBlocks() < 4 * back)

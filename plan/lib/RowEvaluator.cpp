@@ -44,6 +44,15 @@ void countBoundNodes(const SetNode &s, std::unordered_set<const Term *> &seen, i
   for (const SetRef &c : s.children)
     countBoundNodes(*c, seen, visits);
 }
+/// The bound terms of `s`'s key and coordinate ranges.
+void boundTerms(const SetNode &s, std::vector<TermRef> &out) {
+  if (s.kind == Gen::KeyRange || s.kind == Gen::CoordRange)
+    for (const TermRef &t : {s.loTerm, s.hiTerm})
+      if (t)
+        out.push_back(t);
+  for (const SetRef &c : s.children)
+    boundTerms(*c, out);
+}
 } // namespace
 
 RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) {
@@ -61,6 +70,13 @@ RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) 
   int64_t visits = 0;
   countBoundNodes(*set_, seen, visits);
   sharedTerms_ = !seen.empty() && visits >= 4 * static_cast<int64_t>(seen.size());
+  if (sharedTerms_) {
+    std::vector<TermRef> roots;
+    boundTerms(*set_, roots);
+    auto tape = std::make_shared<const TermTape>(roots);
+    if (tape->roots() > 0)
+      tape_ = std::move(tape);
+  }
   if (oneIntervalPerRow(*set_))
     form_ = Form::OneInterval;
   else if (set_->kind == Gen::Difference && oneIntervalPerRow(*set_->children[0]) &&
@@ -82,8 +98,11 @@ void RowEvaluator::row(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) cons
 
 void RowEvaluator::rowIn(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const {
   std::optional<SharedTermsScope> shared; // (the bounds of a row's ranges share their subterms)
+  std::optional<TermTape::Scope> taped;
   if (sharedTerms_)
     shared.emplace();
+  if (tape_)
+    taped.emplace(*tape_, Env{i, 0, n_, 0});
   switch (form_) {
   case Form::OneInterval: // the common cases, in closed form
     out.clear();

@@ -4,6 +4,7 @@
 #include "attnc/plan/Inputs.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -208,6 +209,13 @@ struct SharedValues {
   uint64_t generation = 0; ///< the innermost open scope's; 0: none open
   uint64_t next = 1;
   Slot slots[kSlots];
+  /// The innermost open TermTape::Scope's tape, values and variables, and
+  /// the value arrays of the open ones (one per level, reused).
+  const TermTape *tape = nullptr;
+  const int64_t *tapeValues = nullptr;
+  Env tapeEnv;
+  size_t tapeDepth = 0;
+  std::vector<std::vector<int64_t>> tapeBuffers;
 };
 SharedValues &sharedValues() {
   thread_local SharedValues values;
@@ -243,7 +251,130 @@ int64_t evalShared(const Term &t, const Env &env, SharedValues &v) {
 
 int64_t evalIntShared(const Term &t, const Env &env) {
   SharedValues &v = sharedValues(); // (once: a thread_local of a shared library costs a call)
+  if (v.tape && sameEnv(v.tapeEnv, env))
+    if (const int32_t k = v.tape->find(&t); k >= 0)
+      return v.tapeValues[k];
   return v.generation == 0 ? evalInt(t, env) : evalShared(t, env, v);
+}
+
+namespace {
+/// Whether the tape can hold `t`: integer arithmetic of the variables and
+/// constants only, dividing by positive constants (evaluating every root
+/// of a row at once must not raise an error a lazy walk would not reach).
+bool tapeable(const Term &t) {
+  switch (t.op()) {
+  case Op::Const: case Op::VarI: case Op::VarJ: case Op::VarN: case Op::VarH:
+  case Op::Add: case Op::Sub: case Op::Mul: case Op::Neg: case Op::Abs: case Op::Min: case Op::Max:
+    break;
+  case Op::Div: case Op::Mod:
+    if (t.arg(1)->op() != Op::Const || t.arg(1)->value() < 1)
+      return false;
+    break;
+  default:
+    return false;
+  }
+  return std::all_of(t.args().begin(), t.args().end(), [](const TermRef &a) { return tapeable(*a); });
+}
+} // namespace
+
+TermTape::TermTape(const std::vector<TermRef> &roots) {
+  std::vector<std::pair<const Term *, int32_t>> index; // every node placed so far
+  auto indexOf = [&](const Term *t) -> int32_t {
+    for (const auto &[term, k] : index) // (tens of distinct nodes: a scan is fine at build time)
+      if (term == t)
+        return k;
+    return -1;
+  };
+  std::function<int32_t(const Term &)> place = [&](const Term &t) -> int32_t {
+    if (const int32_t k = indexOf(&t); k >= 0)
+      return k;
+    std::vector<int32_t> operands;
+    for (const TermRef &a : t.args())
+      operands.push_back(place(*a));
+    Node node{t.op(), static_cast<int32_t>(args_.size()), static_cast<int32_t>(operands.size()),
+              t.op() == Op::Const ? t.value() : 0};
+    args_.insert(args_.end(), operands.begin(), operands.end());
+    nodes_.push_back(node);
+    index.push_back({&t, static_cast<int32_t>(nodes_.size() - 1)});
+    return static_cast<int32_t>(nodes_.size() - 1);
+  };
+  std::vector<std::pair<const Term *, int32_t>> placed;
+  for (const TermRef &r : roots)
+    if (r && tapeable(*r) && std::none_of(placed.begin(), placed.end(), [&](const auto &p) { return p.first == r.get(); }))
+      placed.push_back({r.get(), place(*r)});
+  rootCount_ = placed.size();
+  size_t size = 8;
+  while (size < 2 * placed.size())
+    size *= 2;
+  table_.assign(size, {nullptr, -1});
+  for (const auto &[term, k] : placed) {
+    size_t slot = (reinterpret_cast<uintptr_t>(term) >> 4) & (size - 1);
+    while (table_[slot].first)
+      slot = (slot + 1) & (size - 1);
+    table_[slot] = {term, k};
+  }
+}
+
+int32_t TermTape::find(const Term *t) const {
+  const size_t mask = table_.size() - 1;
+  for (size_t slot = (reinterpret_cast<uintptr_t>(t) >> 4) & mask;; slot = (slot + 1) & mask) {
+    if (table_[slot].first == t)
+      return table_[slot].second;
+    if (!table_[slot].first)
+      return -1;
+  }
+}
+
+TermTape::Scope::Scope(const TermTape &tape, const Env &env) {
+  SharedValues &v = sharedValues();
+  outerTape_ = v.tape;
+  outerValues_ = v.tapeValues;
+  outerEnv_ = v.tapeEnv;
+  if (v.tapeBuffers.size() <= v.tapeDepth)
+    v.tapeBuffers.emplace_back();
+  std::vector<int64_t> &values = v.tapeBuffers[v.tapeDepth++];
+  values.resize(tape.nodes_.size());
+  int64_t *val = values.data();
+  const int32_t *args = tape.args_.data();
+  for (size_t k = 0; k < tape.nodes_.size(); ++k) {
+    const Node &x = tape.nodes_[k];
+    const int32_t *a = args + x.first;
+    auto u = [&](int q) { return static_cast<uint64_t>(val[a[q]]); };
+    int64_t r = 0;
+    switch (x.op) {
+    case Op::Const: r = x.value; break;
+    case Op::VarI: r = env.i; break;
+    case Op::VarJ: r = env.j; break;
+    case Op::VarN: r = env.n; break;
+    case Op::VarH: r = env.h; break;
+    case Op::Add: r = wrapped(u(0) + u(1)); break;
+    case Op::Sub: r = wrapped(u(0) - u(1)); break;
+    case Op::Mul: r = wrapped(u(0) * u(1)); break;
+    case Op::Div: r = floorDiv(val[a[0]], val[a[1]]); break;
+    case Op::Mod: r = floorMod(val[a[0]], val[a[1]]); break;
+    case Op::Neg: r = wrapped(0 - u(0)); break;
+    case Op::Abs: r = val[a[0]] < 0 ? wrapped(0 - u(0)) : val[a[0]]; break;
+    case Op::Min: case Op::Max:
+      r = val[a[0]];
+      for (int32_t q = 1; q < x.count; ++q)
+        r = x.op == Op::Min ? std::min(r, val[a[q]]) : std::max(r, val[a[q]]);
+      break;
+    default:
+      ATTNC_CHECK(false, "a term tape holds integer arithmetic only");
+    }
+    val[k] = r;
+  }
+  v.tape = &tape;
+  v.tapeValues = val;
+  v.tapeEnv = env;
+}
+
+TermTape::Scope::~Scope() {
+  SharedValues &v = sharedValues();
+  --v.tapeDepth;
+  v.tape = outerTape_;
+  v.tapeValues = outerValues_;
+  v.tapeEnv = outerEnv_;
 }
 
 bool evalBool(const Term &t, const Env &env) {

@@ -63,6 +63,10 @@ private:
   /// them once (evalIntShared in a SharedTermsScope; tiled NATTEN's row
   /// blocks at n = 65,536: 263 -> 185 ms); other sets skip the scope.
   bool sharedTerms_ = false;
+  /// Those bounds as one flat program, evaluated once per row (rowIn) and
+  /// read back by the generators (evalIntShared): tiled NATTEN's row
+  /// blocks at n = 65,536 spent two fifths of their time walking them.
+  std::shared_ptr<const TermTape> tape_;
 };
 
 /// For each key position j < n, the last query row i < n whose keys (in

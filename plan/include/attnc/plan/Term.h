@@ -142,8 +142,54 @@ private:
   uint64_t outer_; ///< the enclosing scope's generation (0: none)
 };
 /// evalInt, reusing the values of nodes met before in the open scope (with
-/// none open, evalInt itself).
+/// none open, evalInt itself), and answering a root of an open TermTape's
+/// scope at its variables from the tape's values.
 int64_t evalIntShared(const Term &t, const Env &env);
+
+/// Integer terms of i and n (a row evaluator's range bounds) compiled into
+/// one flat program over their distinct nodes: evaluating it for a row is
+/// one pass over an array, not a walk of each term's tree with a lookup per
+/// node. Terms that read data, or divide by anything but a positive
+/// constant, are left out (evaluated as before). Immutable once built: one
+/// tape serves every thread.
+class TermTape {
+public:
+  explicit TermTape(const std::vector<TermRef> &roots);
+  /// How many of the roots it holds.
+  size_t roots() const { return rootCount_; }
+
+  /// While open (on this thread), evalIntShared(root, env) of one of the
+  /// tape's roots at the scope's variables is the value computed here, for
+  /// the whole tape at once. Scopes nest.
+  class Scope {
+  public:
+    Scope(const TermTape &tape, const Env &env);
+    ~Scope();
+    Scope(const Scope &) = delete;
+    Scope &operator=(const Scope &) = delete;
+
+  private:
+    const TermTape *outerTape_; ///< the enclosing scope's (null: none)
+    const int64_t *outerValues_;
+    Env outerEnv_;
+  };
+
+private:
+  struct Node {
+    Op op;
+    int32_t first = 0, count = 0; ///< its operands: args_[first .. first + count)
+    int64_t value = 0;            ///< Const's
+  };
+  /// The node index of root `t`, or -1.
+  int32_t find(const Term *t) const;
+  friend int64_t evalIntShared(const Term &t, const Env &env);
+
+  std::vector<Node> nodes_; ///< operands before the nodes that read them
+  std::vector<int32_t> args_;
+  /// Roots by address, open addressing (a power of two, at most half full).
+  std::vector<std::pair<const Term *, int32_t>> table_;
+  size_t rootCount_ = 0;
+};
 bool evalBool(const Term &t, const Env &env);
 /// Membership of key `env.j` in the set term `t` for query `env.i`, including
 /// the implicit clip to [0, n). This is the brute-force oracle's primitive.
