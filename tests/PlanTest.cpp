@@ -416,6 +416,54 @@ TEST(Plan, CanvasBlocksMovedEqualDirectlyBuiltOnes) {
   EXPECT_GE(moving, 8);
 }
 
+/// A canvas in tiles whose rows' keys wrap from one canvas row into the
+/// next (a raster band, which moves with its query exactly): a key past the
+/// canvas's right edge does not keep its rank's distance to the moved one,
+/// so those blocks are built, not moved; each block equals the one built
+/// directly.
+TEST(Plan, CanvasMovesStopWhereKeysWrapACanvasRow) {
+  const ir::PatternIR ir = ir::canonicalizePattern([] {
+    Frontend fe;
+    EXPECT_TRUE(fe.parseString("band.attn", "pattern p { attend { j : abs(i - j) <= 5 } }"));
+    EXPECT_TRUE(fe.analyze({}));
+    return fe.patterns().front();
+  }());
+  const plan::Plan raster = plan::buildPlan(ir, {32, 64});
+  constexpr int64_t width = 64, rows = 8, cols = 8, n = width * 32;
+  auto order = std::make_shared<InputArray>();
+  order->name = "(tiles)";
+  order->bound = true;
+  order->rows = n;
+  order->values.resize(n);
+  for (int64_t p = 0; p < n; ++p) {
+    const int64_t r = p / width, c = p % width;
+    order->values[static_cast<size_t>(p)] = ((r / rows) * (width / cols) + c / cols) * rows * cols + (r % rows) * cols + c % cols;
+  }
+  order->indexClasses();
+  order->canvasWidth = width;
+  order->tileRows = rows;
+  order->tileCols = cols;
+  plan::Plan tiled = raster;
+  for (plan::Piece &piece : tiled.heads[0].pieces)
+    piece = plan::permutePiece(piece, order);
+  for (const plan::Piece &piece : tiled.heads[0].pieces) {
+    plan::BlockSource fast(tiled, piece, n), slow(tiled, piece, n, 0, false);
+    ASSERT_GT(fast.moveBlocks(), 0);
+    plan::BlockShape a, b;
+    plan::BlockTiles ta, tb;
+    const int64_t movesBefore = plan::BlockSource::canvasMovesOnThisThread();
+    for (int64_t k = 0; k < fast.numBlocks(); ++k) {
+      fast.build(k, a);
+      slow.build(k, b);
+      ta.expand(a);
+      tb.expand(b);
+      ASSERT_TRUE(ta.keys == tb.keys && ta.masks == tb.masks && a.useful == b.useful && ta.firstRow == tb.firstRow)
+          << "block " << k;
+    }
+    EXPECT_GT(plan::BlockSource::canvasMovesOnThisThread(), movesBefore); // (the blocks whose keys do not wrap)
+  }
+}
+
 /// The rows per block picked when none is given: 64 only where the bigger
 /// blocks compute no more pairs (blocks aligned to the pattern's own).
 TEST(Plan, DefaultRowsPerBlockFollowTheExecutedPairs) {
