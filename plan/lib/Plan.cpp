@@ -1224,22 +1224,20 @@ void BlockSource::buildMoved(int64_t block, BlockShape &out) const {
   int64_t r = 0;
   for (; r < R_; ++r) {
     IntervalSet &keys = rows[static_cast<size_t>(r)];
-    static const IntervalSet none;
-    const IntervalSet &was = reference ? before.rows[static_cast<size_t>(r)] : none;
     if (tiles_) {
       const int64_t q = tiles_->order[static_cast<size_t>(t0 + r)];
       rasterEval_->row(q, 0, n_, keys);
       if (reference) {
         moved = q - tiles_->order[static_cast<size_t>(t0 + r - shift)] == step;
         const int64_t width = tiles_->canvasWidth;
-        for (const Interval &x : was)
+        for (const Interval &x : before.rows[static_cast<size_t>(r)])
           moved = moved && x.lo / width == (x.hi - 1) / width && (x.hi - 1) % width + step < width;
       }
     } else {
       eval_->row(t0 + r, 0, n_, keys);
     }
     // (A row that did not move ends the check; the block is no reference.)
-    if (reference && !(moved = moved && isMoved(was, keys, step)))
+    if (reference && !(moved = moved && isMoved(before.rows[static_cast<size_t>(r)], keys, step)))
       break;
   }
   if (reference) {
