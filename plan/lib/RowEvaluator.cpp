@@ -126,7 +126,7 @@ void RowEvaluator::rowIn(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) co
   case Form::General:
     break;
   }
-  eval(*set_, i, lo, hi, out, 0);
+  eval(*set_, i, lo, hi, out, topFrame());
 }
 
 namespace {
@@ -139,21 +139,20 @@ inline void appendKey(IntervalSet &out, int64_t k) {
     out.push_back({k, k + 1});
 }
 
-/// Intermediate sets of the evaluation, two per level of the set's tree:
-/// kept per thread so that evaluating rows in a loop allocates nothing once
-/// they have grown (a deque: growing it keeps the others in place).
-IntervalSet &scratch(int depth, int which) {
-  thread_local std::deque<IntervalSet> sets;
-  while (sets.size() < static_cast<size_t>(2 * depth + 2))
-    sets.emplace_back();
-  return sets[static_cast<size_t>(2 * depth + which)];
-}
 } // namespace
 
+/// Intermediate sets of the evaluation, two per level of the set's tree:
+/// kept per thread so that evaluating rows in a loop allocates nothing once
+/// they have grown.
+RowEvaluator::Frame RowEvaluator::topFrame() {
+  thread_local Level top;
+  return {&top};
+}
+
 void RowEvaluator::evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi,
-                                 IntervalSet &out, int depth) const {
+                                 IntervalSet &out, Frame f) const {
   const CostOrder order(s);
-  IntervalSet &part = scratch(depth, 0), &next = scratch(depth, 1);
+  IntervalSet &part = f.set(0), &next = f.set(1);
   out.assign(1, {lo, hi});
   for (size_t k = 0; k < order.size() && !out.empty(); ++k) {
     const SetNode *c = order[k].get();
@@ -161,13 +160,13 @@ void RowEvaluator::evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_
       // Examine only the keys that survived so far.
       next.clear();
       for (const Interval &x : out) {
-        eval(*c, i, x.lo, x.hi, part, depth + 1);
+        eval(*c, i, x.lo, x.hi, part, f.below());
         next.insert(next.end(), part.begin(), part.end());
       }
       out.swap(next);
       continue;
     }
-    eval(*c, i, out.front().lo, out.back().hi, part, depth + 1);
+    eval(*c, i, out.front().lo, out.back().hi, part, f.below());
     intersectInto(out, part, next);
     out.swap(next);
   }
@@ -200,7 +199,7 @@ const SetNode *classWithIntervals(const SetNode &s) {
 }
 } // namespace
 
-bool RowEvaluator::anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, int depth) const {
+bool RowEvaluator::anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Frame f) const {
   if (lo >= hi)
     return false;
   if (traits(s.kind).oneInterval) {
@@ -222,7 +221,7 @@ bool RowEvaluator::anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, in
   }
   case Gen::Union:
     for (const SetRef &c : s.children)
-      if (anyIn(*c, i, lo, hi, depth + 1))
+      if (anyIn(*c, i, lo, hi, f.below()))
         return true;
     return false;
   case Gen::Intersect: {
@@ -242,33 +241,33 @@ bool RowEvaluator::anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, in
     if (others == 0)
       return true;
     if (others == 1)
-      return anyIn(*other, i, lo, hi, depth + 1);
+      return anyIn(*other, i, lo, hi, f.below());
     break;
   }
   case Gen::Difference:
     // Minus a few single keys (the query itself): the windows between them.
     if (s.children[1]->kind == Gen::List && s.children[1]->elems.size() <= 8) {
-      IntervalSet &cut = scratch(depth, 0);
-      eval(*s.children[1], i, lo, hi, cut, depth + 1);
+      IntervalSet &cut = f.set(0);
+      eval(*s.children[1], i, lo, hi, cut, f.below());
       int64_t from = lo;
       for (const Interval &x : cut) {
-        if (anyIn(*s.children[0], i, from, x.lo, depth + 1))
+        if (anyIn(*s.children[0], i, from, x.lo, f.below()))
           return true;
         from = x.hi;
       }
-      return anyIn(*s.children[0], i, from, hi, depth + 1);
+      return anyIn(*s.children[0], i, from, hi, f.below());
     }
     break;
   default:
     break;
   }
-  IntervalSet &keys = scratch(depth, 1);
-  eval(s, i, lo, hi, keys, depth + 1);
+  IntervalSet &keys = f.set(1);
+  eval(s, i, lo, hi, keys, f.below());
   return !keys.empty();
 }
 
 void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t hi, IntervalSet &out,
-                                int depth) const {
+                                Frame f) const {
   const InputArray &p = *s.data;
   const SetNode &child = *s.children[0];
   const int64_t i = p.order[static_cast<size_t>(t)];
@@ -348,8 +347,8 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
   }
   // Anything else: the child's row in key positions, renumbered. A narrow
   // window is tested position by position; a wide one takes every key.
-  IntervalSet &keys = scratch(depth, 0);
-  eval(child, i, 0, n_, keys, depth + 1);
+  IntervalSet &keys = f.set(0);
+  eval(child, i, 0, n_, keys, f.below());
   int64_t count = 0;
   for (const Interval &x : keys)
     count += x.size();
@@ -380,7 +379,7 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
 }
 
 void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out,
-                        int depth) const {
+                        Frame f) const {
   out.clear();
   if (lo >= hi)
     return;
@@ -488,47 +487,47 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
   }
   case Gen::Fallback:
     // The first operand's whole row decides, not its part inside [lo, hi).
-    if (anyIn(*s.children[0], i, 0, n_, depth + 1))
-      eval(*s.children[0], i, lo, hi, out, depth + 1);
+    if (anyIn(*s.children[0], i, 0, n_, f.below()))
+      eval(*s.children[0], i, lo, hi, out, f.below());
     else
-      eval(*s.children[1], i, lo, hi, out, depth + 1);
+      eval(*s.children[1], i, lo, hi, out, f.below());
     break;
   case Gen::WhereEmpty:
-    if (!anyIn(*s.children[0], i, 0, n_, depth + 1))
-      eval(*s.children[1], i, lo, hi, out, depth + 1);
+    if (!anyIn(*s.children[0], i, 0, n_, f.below()))
+      eval(*s.children[1], i, lo, hi, out, f.below());
     break;
   case Gen::Permuted:
-    evalPermuted(s, i, lo, hi, out, depth);
+    evalPermuted(s, i, lo, hi, out, f);
     break;
   case Gen::Union: {
-    IntervalSet &part = scratch(depth, 0);
+    IntervalSet &part = f.set(0);
     if (s.children.size() <= 4) {
       // Each child's row is sorted already: merge them (an equality
       // class's row is many single keys, which a sort would pay for).
-      IntervalSet &merged = scratch(depth, 1);
+      IntervalSet &merged = f.set(1);
       for (const SetRef &c : s.children) {
-        eval(*c, i, lo, hi, part, depth + 1);
+        eval(*c, i, lo, hi, part, f.below());
         uniteInto(out, part, merged);
         out.swap(merged);
       }
       break;
     }
     for (const SetRef &c : s.children) {
-      eval(*c, i, lo, hi, part, depth + 1);
+      eval(*c, i, lo, hi, part, f.below());
       out.insert(out.end(), part.begin(), part.end());
     }
     normalize(out);
     break;
   }
   case Gen::Intersect:
-    evalIntersect(s, i, lo, hi, out, depth);
+    evalIntersect(s, i, lo, hi, out, f);
     break;
   case Gen::Difference: {
-    IntervalSet &a = scratch(depth, 0), &b = scratch(depth, 1);
-    eval(*s.children[0], i, lo, hi, a, depth + 1);
+    IntervalSet &a = f.set(0), &b = f.set(1);
+    eval(*s.children[0], i, lo, hi, a, f.below());
     if (a.empty())
       break;
-    eval(*s.children[1], i, a.front().lo, a.back().hi, b, depth + 1);
+    eval(*s.children[1], i, a.front().lo, a.back().hi, b, f.below());
     subtractInto(a, b, out);
     break;
   }

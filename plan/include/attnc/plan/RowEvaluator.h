@@ -10,6 +10,7 @@
 
 #include "attnc/plan/PatternIR.h"
 
+#include <array>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -37,17 +38,33 @@ public:
   void rowIn(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const;
 
 private:
-  /// Keys of row i of `s` inside [lo, hi) into `out`; `depth` picks the
-  /// per-thread scratch sets of this level of the tree.
-  void eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out,
-            int depth) const;
-  void evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out,
-                     int depth) const;
+  /// The calling thread's scratch sets for one level of the set's tree
+  /// (two per level), found once per row: a thread_local of a shared
+  /// library costs a call at each use (an eighth of tiled NATTEN's row
+  /// evaluations when each level looked its sets up).
+  struct Level {
+    std::array<IntervalSet, 2> sets;
+    std::unique_ptr<Level> next; ///< the level below, made when first needed
+  };
+  struct Frame {
+    Level *here;
+    IntervalSet &set(int which) const { return here->sets[static_cast<size_t>(which)]; }
+    Frame below() const {
+      if (!here->next)
+        here->next = std::make_unique<Level>();
+      return {here->next.get()};
+    }
+  };
+  static Frame topFrame();
+
+  /// Keys of row i of `s` inside [lo, hi) into `out`, with `f`'s scratch.
+  void eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out, Frame f) const;
+  void evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out, Frame f) const;
   /// Whether row i of `s` has a key in [lo, hi), stopping at the first
   /// where the structure allows (a fallback asks it of its first operand).
-  bool anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, int depth) const;
+  bool anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Frame f) const;
   /// Row t of a Permuted node (query order[t] of its child), in key ranks.
-  void evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t hi, IntervalSet &out, int depth) const;
+  void evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t hi, IntervalSet &out, Frame f) const;
 
   /// The set's predicates compiled over lanes of keys (null: none).
   const PredicateLanes *lanesOf(const SetNode &s) const;
