@@ -167,6 +167,10 @@ void RowEvaluator::evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_
       continue;
     }
     eval(*c, i, out.front().lo, out.back().hi, part, f.below());
+    if (out.size() == 1) { // (the child's keys lie inside out's one interval: they are the intersection)
+      out.swap(part);
+      continue;
+    }
     intersectInto(out, part, next);
     out.swap(next);
   }
@@ -506,9 +510,13 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
       // class's row is many single keys, which a sort would pay for).
       IntervalSet &merged = f.set(1);
       for (const SetRef &c : s.children) {
-        eval(*c, i, lo, hi, part, f.below());
-        uniteInto(out, part, merged);
-        out.swap(merged);
+        eval(*c, i, lo, hi, out.empty() ? merged : part, f.below());
+        if (out.empty()) // (the first child's keys: nothing to merge them with)
+          out.swap(merged);
+        else {
+          uniteInto(out, part, merged);
+          out.swap(merged);
+        }
       }
       break;
     }
