@@ -126,7 +126,7 @@ void RowEvaluator::rowIn(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) co
   case Form::General:
     break;
   }
-  eval(*set_, i, lo, hi, out, topFrame());
+  eval(*set_, i, lo, hi, out, topFrame(taped ? &*taped : nullptr));
 }
 
 namespace {
@@ -144,9 +144,16 @@ inline void appendKey(IntervalSet &out, int64_t k) {
 /// Intermediate sets of the evaluation, two per level of the set's tree:
 /// kept per thread so that evaluating rows in a loop allocates nothing once
 /// they have grown.
-RowEvaluator::Frame RowEvaluator::topFrame() {
+RowEvaluator::Frame RowEvaluator::topFrame(const TermTape::Scope *tape) {
   thread_local Level top;
-  return {&top};
+  return {&top, tape};
+}
+
+int64_t RowEvaluator::boundAt(const Term &t, int64_t i, Frame f) const {
+  int64_t value;
+  if (f.tape->lookup(t, value))
+    return value;
+  return evalIntShared(t, Env{i, 0, n_, 0});
 }
 
 void RowEvaluator::evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi,
@@ -396,7 +403,14 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
     break;
   case Gen::Band: case Gen::BlockDiag: case Gen::KeyRange: case Gen::Segment: {
     int64_t a = lo, b = hi;
-    narrowToRow(s, i, n_, a, b, sharedTerms_);
+    if (s.kind == Gen::KeyRange && f.tape) { // (narrowToRow's, from the row's tape)
+      if (s.loTerm)
+        a = std::max(a, boundAt(*s.loTerm, i, f));
+      if (s.hiTerm)
+        b = std::min(b, boundAt(*s.hiTerm, i, f) + 1);
+    } else {
+      narrowToRow(s, i, n_, a, b, sharedTerms_);
+    }
     if (a < b)
       out.push_back({a, b});
     break;
@@ -413,7 +427,12 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
   }
   case Gen::CoordRange: {
     int64_t first, last;
-    coordBoundsAt(s, i, n_, first, last, sharedTerms_);
+    if (f.tape) { // (coordBoundsAt's, from the row's tape)
+      first = s.loTerm ? boundAt(*s.loTerm, i, f) : 0;
+      last = s.hiTerm ? boundAt(*s.hiTerm, i, f) : s.modulus - 1;
+    } else {
+      coordBoundsAt(s, i, n_, first, last, sharedTerms_);
+    }
     appendCoordKeys(s.keyBlock, s.modulus, first, last, lo, hi, out);
     break;
   }

@@ -367,6 +367,8 @@ TermTape::Scope::Scope(const TermTape &tape, const Env &env) {
   v.tape = &tape;
   v.tapeValues = val;
   v.tapeEnv = env;
+  tape_ = &tape;
+  values_ = val;
 }
 
 TermTape::Scope::~Scope() {

@@ -48,14 +48,19 @@ private:
   };
   struct Frame {
     Level *here;
+    /// The row's bound terms' values (tape_'s, open for this row), or null.
+    const TermTape::Scope *tape;
     IntervalSet &set(int which) const { return here->sets[static_cast<size_t>(which)]; }
     Frame below() const {
       if (!here->next)
         here->next = std::make_unique<Level>();
-      return {here->next.get()};
+      return {here->next.get(), tape};
     }
   };
-  static Frame topFrame();
+  static Frame topFrame(const TermTape::Scope *tape);
+  /// A bound term's value at row i: from the row's tape where it is one of
+  /// its roots (coordBoundsAt's and narrowToRow's, without their lookup).
+  int64_t boundAt(const Term &t, int64_t i, Frame f) const;
 
   /// Keys of row i of `s` inside [lo, hi) into `out`, with `f`'s scratch.
   void eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out, Frame f) const;

@@ -168,7 +168,21 @@ public:
     Scope(const Scope &) = delete;
     Scope &operator=(const Scope &) = delete;
 
+    /// Root t's value, where t is one of the tape's roots (else false):
+    /// what evalIntShared answers at the scope's variables, without its
+    /// lookup of the thread's values (a call, for a thread_local of a
+    /// shared library).
+    bool lookup(const Term &t, int64_t &value) const {
+      const int32_t k = tape_->find(&t);
+      if (k < 0)
+        return false;
+      value = values_[k];
+      return true;
+    }
+
   private:
+    const TermTape *tape_;
+    const int64_t *values_;
     const TermTape *outerTape_; ///< the enclosing scope's (null: none)
     const int64_t *outerValues_;
     Env outerEnv_;
