@@ -232,8 +232,19 @@ TEST(Generators, TermTapesEvaluateLikeTheirTerms) {
                       int64_t{1} << 40, -(int64_t{1} << 50)}) {
     const Env env{row, 0, 4096, 0};
     const TermTape::Scope scope(tape, env);
-    for (size_t k = 0; k + 1 < roots.size(); ++k)
+    size_t found = 0;
+    for (size_t k = 0; k + 1 < roots.size(); ++k) {
       ASSERT_EQ(evalIntShared(*roots[k], env), evalInt(*roots[k], env)) << "root " << k << " row " << row;
+      int64_t value = 0; // (the scope's own answer, as the row evaluator reads it)
+      if (scope.lookup(*roots[k], value)) {
+        ++found;
+        ASSERT_EQ(value, evalInt(*roots[k], env)) << "root " << k << " row " << row;
+      }
+    }
+    EXPECT_GE(found, tape.roots()); // (every root on the tape answers; one is listed twice)
+    int64_t unused = 0;
+    EXPECT_FALSE(scope.lookup(*byTerm, unused)); // (not on the tape)
+    EXPECT_FALSE(scope.lookup(*Term::make(Op::Add, {i, n}), unused)); // (no root of it)
     const Env other{row + 1, 0, 4096, 0}; // not the scope's variables: evaluated
     EXPECT_EQ(evalIntShared(*roots[0], other), evalInt(*roots[0], other));
     {

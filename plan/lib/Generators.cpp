@@ -33,11 +33,8 @@ void narrowToRowOutOfLine(const SetNode &s, int64_t i, int64_t n, int64_t &lo, i
     break;
   }
   case Gen::KeyRange: {
-    Env env{i, 0, n, 0};
-    if (s.loTerm)
-      lo = std::max(lo, shared ? evalIntShared(*s.loTerm, env) : evalInt(*s.loTerm, env));
-    if (s.hiTerm)
-      hi = std::min(hi, (shared ? evalIntShared(*s.hiTerm, env) : evalInt(*s.hiTerm, env)) + 1);
+    const Env env{i, 0, n, 0};
+    keyRangeBounds(s, [&](const Term &t) { return shared ? evalIntShared(t, env) : evalInt(t, env); }, lo, hi);
     break;
   }
   case Gen::All:
@@ -71,9 +68,7 @@ void appendCoordKeys(int64_t s, int64_t m, int64_t first, int64_t last, int64_t 
 
 void coordBoundsAt(const SetNode &s, int64_t i, int64_t n, int64_t &first, int64_t &last, bool shared) {
   const Env env{i, 0, n, 0};
-  auto value = [&](const Term &t) { return shared ? evalIntShared(t, env) : evalInt(t, env); };
-  first = s.loTerm ? value(*s.loTerm) : 0;
-  last = s.hiTerm ? value(*s.hiTerm) : s.modulus - 1;
+  coordBounds(s, [&](const Term &t) { return shared ? evalIntShared(t, env) : evalInt(t, env); }, first, last);
 }
 
 bool sameKeysOnRows(const SetNode &s, int64_t a, int64_t b) {

@@ -404,10 +404,7 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
   case Gen::Band: case Gen::BlockDiag: case Gen::KeyRange: case Gen::Segment: {
     int64_t a = lo, b = hi;
     if (s.kind == Gen::KeyRange && f.tape) { // (narrowToRow's, from the row's tape)
-      if (s.loTerm)
-        a = std::max(a, boundAt(*s.loTerm, i, f));
-      if (s.hiTerm)
-        b = std::min(b, boundAt(*s.hiTerm, i, f) + 1);
+      keyRangeBounds(s, [&](const Term &t) { return boundAt(t, i, f); }, a, b);
     } else {
       narrowToRow(s, i, n_, a, b, sharedTerms_);
     }
@@ -428,8 +425,7 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
   case Gen::CoordRange: {
     int64_t first, last;
     if (f.tape) { // (coordBoundsAt's, from the row's tape)
-      first = s.loTerm ? boundAt(*s.loTerm, i, f) : 0;
-      last = s.hiTerm ? boundAt(*s.hiTerm, i, f) : s.modulus - 1;
+      coordBounds(s, [&](const Term &t) { return boundAt(t, i, f); }, first, last);
     } else {
       coordBoundsAt(s, i, n_, first, last, sharedTerms_);
     }
@@ -529,12 +525,12 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
       // class's row is many single keys, which a sort would pay for).
       IntervalSet &merged = f.set(1);
       for (const SetRef &c : s.children) {
-        eval(*c, i, lo, hi, out.empty() ? merged : part, f.below());
-        if (out.empty()) // (the first child's keys: nothing to merge them with)
-          out.swap(merged);
-        else {
+        eval(*c, i, lo, hi, part, f.below());
+        if (!out.empty()) {
           uniteInto(out, part, merged);
           out.swap(merged);
+        } else {
+          out.swap(part); // (the first keys: nothing to merge them with)
         }
       }
       break;

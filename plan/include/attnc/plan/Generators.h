@@ -95,6 +95,23 @@ constexpr const GenTraits &traits(Gen g) { return kGenTraits[static_cast<size_t>
 /// intersection of such sets (a causal window, a block under `causal`).
 bool oneIntervalPerRow(const SetNode &s);
 
+/// A key range's bounds narrowing [lo, hi) (Gen::KeyRange), and a
+/// coordinate range's bounds [first, last] (unbounded sides as 0 and m - 1),
+/// each bound term's value given by `value` (evalInt at a row, or a row's
+/// precomputed values).
+template <typename Value>
+inline void keyRangeBounds(const SetNode &s, Value &&value, int64_t &lo, int64_t &hi) {
+  if (s.loTerm)
+    lo = std::max(lo, value(*s.loTerm));
+  if (s.hiTerm)
+    hi = std::min(hi, value(*s.hiTerm) + 1);
+}
+template <typename Value>
+inline void coordBounds(const SetNode &s, Value &&value, int64_t &first, int64_t &last) {
+  first = s.loTerm ? value(*s.loTerm) : 0;
+  last = s.hiTerm ? value(*s.hiTerm) : s.modulus - 1;
+}
+
 /// narrowToRow of the generators it does not take inline (key ranges,
 /// block-diagonals, All).
 void narrowToRowOutOfLine(const SetNode &s, int64_t i, int64_t n, int64_t &lo, int64_t &hi, bool shared);
