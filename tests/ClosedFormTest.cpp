@@ -18,6 +18,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
+#include <random>
 
 namespace attnc {
 namespace {
@@ -705,6 +707,59 @@ TEST(SampledConnectivity, SampleLargerThanTheSequenceChecksOnlyRealRows) {
   EXPECT_LE(c.rowsChecked, 64);
   ASSERT_TRUE(c.p.has_value());
   EXPECT_EQ(*c.p, 1); // full causal attention reaches every j <= i in one step
+}
+
+/// Tiled NATTEN's rows read back groups of its children that the thread
+/// keeps per distinct bound value and window (RowEvaluator::memoised): rows
+/// in any order, in windows that grow, shrink and reach past [0, n), from
+/// evaluators taking turns — the same set at three lengths (their groups
+/// share the set's nodes, not their keys) and sets in tiles of 2 x 4 and
+/// 4 x 4 on one canvas (equal bound values, other keys) — equal the oracle.
+TEST(MemoisedRows, EqualTheOracleInAnyOrderAndWindow) {
+  struct Evaluated {
+    std::unique_ptr<Loaded> pattern;
+    int64_t n;
+    std::vector<char> mask;
+    std::unique_ptr<ir::RowEvaluator> eval;
+  };
+  std::vector<Evaluated> evals;
+  for (const Source &source :
+       {Source{"natten2d_tiled_8x12_K3_2x4", "natten2d_tiled", "", {{"H", 8}, {"W", 12}, {"K", 3}, {"TH", 2}, {"TW", 4}}, {}},
+        Source{"natten2d_tiled_8x12_K3_4x4", "natten2d_tiled", "", {{"H", 8}, {"W", 12}, {"K", 3}, {"TH", 4}, {"TW", 4}}, {}},
+        Source{"natten2d_tiled_6x6_K5_3x3", "natten2d_tiled", "", {{"H", 6}, {"W", 6}, {"K", 5}, {"TH", 3}, {"TW", 3}}, {}},
+        Source{"natten2d_tiled_16x16_K7_8x8", "natten2d_tiled", "", {{"H", 16}, {"W", 16}, {"K", 7}}, {}}}) {
+    auto l = std::make_unique<Loaded>(load(source));
+    ASSERT_NE(l->pattern, nullptr) << source.label;
+    const int64_t canvas = source.defines[0].value * source.defines[1].value;
+    for (int64_t n : {canvas, canvas + 13, canvas / 2 + 1}) {
+      auto eval = std::make_unique<ir::RowEvaluator>(l->ir.heads[0].set, n);
+      // (the test means nothing if the rows are not read back)
+      ASSERT_EQ(eval->memoisedGroups(), 2u) << source.label << "\n" << ir::printSet(*l->ir.heads[0].set);
+      evals.push_back({nullptr, n, oracle::denseMask(*l->pattern->heads[0], n), std::move(eval)});
+    }
+    evals.back().pattern = std::move(l); // (kept alive with its evaluators)
+  }
+  std::mt19937_64 rng(17);
+  IntervalSet row;
+  for (int step = 0; step < 6000; ++step) {
+    const Evaluated &e = evals[rng() % evals.size()];
+    const int64_t n = e.n, i = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+    int64_t lo = static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 8)) - 4;
+    int64_t hi = lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(n + 8));
+    if (rng() % 4 == 0) { // (the whole row, as a block's check asks it)
+      lo = 0;
+      hi = n;
+    }
+    e.eval->rowIn(i, lo, hi, row);
+    for (size_t x = 1; x < row.size(); ++x)
+      ASSERT_LT(row[x - 1].hi, row[x].lo) << "row " << i << " is not normalised";
+    ASSERT_TRUE(row.empty() || (row.front().lo >= lo && row.back().hi <= hi))
+        << "n " << n << " row " << i << " has keys outside its window";
+    for (int64_t j = std::max<int64_t>(lo, 0); j < std::min(hi, n); ++j)
+      ASSERT_EQ(containsKey(row, j), e.mask[static_cast<size_t>(i * n + j)] != 0)
+          << ir::printSet(*e.eval->set()) << "n " << n << " row " << i << " window [" << lo << ", " << hi
+          << ") key " << j;
+  }
 }
 
 } // namespace

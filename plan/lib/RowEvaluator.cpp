@@ -7,6 +7,7 @@
 #include "attnc/plan/Inputs.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <optional>
 #include <unordered_set>
@@ -44,6 +45,30 @@ void countBoundNodes(const SetNode &s, std::unordered_set<const Term *> &seen, i
   for (const SetRef &c : s.children)
     countBoundNodes(*c, seen, visits);
 }
+/// Whether `s`'s rows depend on the row only through its key and coordinate
+/// ranges' bounds, each one of `tape`'s roots: `slots` gets their nodes.
+bool tapeDetermined(const SetNode &s, const TermTape &tape, std::vector<int32_t> &slots) {
+  switch (s.kind) {
+  case Gen::All: case Gen::None: case Gen::Stripe:
+    return true;
+  case Gen::KeyRange: case Gen::CoordRange:
+    for (const TermRef &t : {s.loTerm, s.hiTerm}) {
+      if (!t)
+        continue;
+      const int32_t slot = tape.slotOf(*t);
+      if (slot < 0)
+        return false;
+      if (std::find(slots.begin(), slots.end(), slot) == slots.end())
+        slots.push_back(slot);
+    }
+    return true;
+  case Gen::Union: case Gen::Intersect: case Gen::Difference:
+    return std::all_of(s.children.begin(), s.children.end(),
+                       [&](const SetRef &c) { return tapeDetermined(*c, tape, slots); });
+  default:
+    return false;
+  }
+}
 /// The bound terms of `s`'s key and coordinate ranges.
 void boundTerms(const SetNode &s, std::vector<TermRef> &out) {
   if (s.kind == Gen::KeyRange || s.kind == Gen::CoordRange)
@@ -54,6 +79,50 @@ void boundTerms(const SetNode &s, std::vector<TermRef> &out) {
     boundTerms(*c, out);
 }
 } // namespace
+
+std::vector<RowEvaluator::Memoised> RowEvaluator::memoGroups(const SetNode &root, const TermTape &tape) {
+  constexpr size_t kMostValues = std::tuple_size<decltype(MemoEntry::values)>::value;
+  std::vector<Memoised> groups;
+  std::vector<std::vector<char>> inputs; // per group, the tape nodes its bounds are computed from
+  for (const SetRef &c : root.children) {
+    std::vector<int32_t> slots;
+    if (oneIntervalPerRow(*c) || traits(c->kind).perKey || !tapeDetermined(*c, tape, slots) ||
+        slots.size() > kMostValues)
+      continue;
+    groups.push_back({{c.get()}, std::move(slots)});
+    inputs.emplace_back(tape.size(), 0);
+    for (int32_t slot : groups.back().slots)
+      tape.markInputs(slot, inputs.back());
+  }
+  // Two groups read the same quantity where their inputs meet in a node
+  // that not every group reads (the row itself, its tile, do not count).
+  auto joined = [&](size_t a, size_t b) {
+    for (size_t k = 0; k < tape.size(); ++k)
+      if (inputs[a][k] && inputs[b][k] &&
+          !std::all_of(inputs.begin(), inputs.end(), [&](const std::vector<char> &x) { return x[k]; }))
+        return true;
+    return false;
+  };
+  std::vector<Memoised> merged;
+  std::vector<size_t> owner(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    size_t into = merged.size();
+    for (size_t h = 0; h < g && into == merged.size(); ++h)
+      if (joined(g, h) && merged[owner[h]].slots.size() + groups[g].slots.size() <= kMostValues)
+        into = owner[h];
+    owner[g] = into;
+    if (into == merged.size()) {
+      merged.push_back(std::move(groups[g]));
+      continue;
+    }
+    Memoised &m = merged[into];
+    m.children.push_back(groups[g].children[0]);
+    m.slots.insert(m.slots.end(), groups[g].slots.begin(), groups[g].slots.end());
+  }
+  if (merged.size() > 64) // (a row's applied groups are bits of a word; the rest evaluated as before)
+    merged.resize(64);
+  return merged;
+}
 
 RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) {
   ATTNC_CHECK(n >= 1, "sequence length must be at least 1");
@@ -77,6 +146,18 @@ RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) 
     if (tape->roots() > 0)
       tape_ = std::move(tape);
   }
+  if (tape_ && set_->kind == Gen::Intersect) {
+    memo_ = memoGroups(*set_, *tape_);
+    groupOf_.assign(set_->children.size(), -1);
+    for (size_t m = 0; m < memo_.size(); ++m)
+      for (const SetNode *c : memo_[m].children)
+        for (size_t k = 0; k < set_->children.size(); ++k)
+          if (set_->children[k].get() == c)
+            groupOf_[k] = static_cast<int8_t>(m);
+  }
+  static std::atomic<uint64_t> nextId{1};
+  if (!memo_.empty())
+    id_ = nextId.fetch_add(1, std::memory_order_relaxed);
   if (oneIntervalPerRow(*set_))
     form_ = Form::OneInterval;
   else if (set_->kind == Gen::Difference && oneIntervalPerRow(*set_->children[0]) &&
@@ -156,13 +237,64 @@ int64_t RowEvaluator::boundAt(const Term &t, int64_t i, Frame f) const {
   return evalIntShared(t, Env{i, 0, n_, 0});
 }
 
+const IntervalSet &RowEvaluator::memoised(size_t m, int64_t i, int64_t lo, int64_t hi, Frame f) const {
+  static_assert((kMemoWays & (kMemoWays - 1)) == 0, "a power of two");
+  const Memoised &c = memo_[m];
+  decltype(MemoEntry::values) values{};
+  uint64_t hash = 0;
+  for (size_t k = 0; k < c.slots.size(); ++k) {
+    values[k] = f.tape->at(c.slots[k]);
+    hash = (hash ^ static_cast<uint64_t>(values[k])) * 0x9E3779B97F4A7C15ull;
+  }
+  std::vector<MemoEntry> &cache = f.here->memo;
+  if (cache.size() < memo_.size() * kMemoWays)
+    cache.resize(memo_.size() * kMemoWays);
+  MemoEntry &e = cache[m * kMemoWays + ((hash >> 32) & (kMemoWays - 1))];
+  if (e.owner == id_ && e.values == values && e.lo <= lo && hi <= e.hi)
+    return e.keys; // (a superset of the window's keys: the caller intersects)
+  e.owner = id_;
+  e.values = values;
+  e.lo = lo;
+  e.hi = hi;
+  IntervalSet &part = f.set(0), &next = f.set(1);
+  eval(*c.children[0], i, lo, hi, e.keys, f.below());
+  for (size_t k = 1; k < c.children.size() && !e.keys.empty(); ++k) {
+    eval(*c.children[k], i, e.keys.front().lo, e.keys.back().hi, part, f.below());
+    intersectInto(e.keys, part, next);
+    e.keys.swap(next);
+  }
+  return e.keys;
+}
+
 void RowEvaluator::evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi,
                                  IntervalSet &out, Frame f) const {
   const CostOrder order(s);
   IntervalSet &part = f.set(0), &next = f.set(1);
   out.assign(1, {lo, hi});
+  // The root's memoised children, each over the window the cheaper
+  // children leave (the same for the rows of a block that share a window:
+  // not narrowed by the other memoised ones, which differ row to row).
+  const bool memo = &s == set_.get() && f.tape && !memo_.empty();
+  int64_t windowLo = 0, windowHi = -1;
+  uint64_t applied = 0; // the memoised groups met so far, each applied whole at its first child
   for (size_t k = 0; k < order.size() && !out.empty(); ++k) {
     const SetNode *c = order[k].get();
+    if (memo) {
+      const int8_t m = groupOf_[static_cast<size_t>(&order[k] - s.children.data())];
+      if (m >= 0) {
+        if (applied >> m & 1)
+          continue;
+        applied |= uint64_t{1} << m;
+        if (windowHi < windowLo) {
+          windowLo = out.front().lo;
+          windowHi = out.back().hi;
+        }
+        const IntervalSet &keys = memoised(m, i, windowLo, windowHi, f);
+        intersectInto(out, keys, next);
+        out.swap(next);
+        continue;
+      }
+    }
     if (traits(c->kind).perKey) {
       // Examine only the keys that survived so far.
       next.clear();

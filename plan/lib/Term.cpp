@@ -315,6 +315,15 @@ TermTape::TermTape(const std::vector<TermRef> &roots) {
   }
 }
 
+void TermTape::markInputs(int32_t slot, std::vector<char> &reached) const {
+  const Node &x = nodes_[static_cast<size_t>(slot)];
+  if (x.op == Op::Const || reached[static_cast<size_t>(slot)])
+    return;
+  reached[static_cast<size_t>(slot)] = 1;
+  for (int32_t q = 0; q < x.count; ++q)
+    markInputs(args_[static_cast<size_t>(x.first + q)], reached);
+}
+
 int32_t TermTape::find(const Term *t) const {
   const size_t mask = table_.size() - 1;
   for (size_t slot = (reinterpret_cast<uintptr_t>(t) >> 4) & mask;; slot = (slot + 1) & mask) {

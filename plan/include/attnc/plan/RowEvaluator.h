@@ -36,15 +36,28 @@ public:
   /// translation-invariant set's generators give there (a band continues
   /// below 0), for blocks that are moved into [0, n) afterwards.
   void rowIn(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) const;
+  /// How many groups of the root intersection's children it keeps per
+  /// thread and reads back for rows that share them (tiled NATTEN: 2, one
+  /// per axis); 0 for most sets.
+  size_t memoisedGroups() const { return memo_.size(); }
 
 private:
   /// The calling thread's scratch sets for one level of the set's tree
   /// (two per level), found once per row: a thread_local of a shared
   /// library costs a call at each use (an eighth of tiled NATTEN's row
   /// evaluations when each level looked its sets up).
+  /// A memoised child's keys (below), cached per thread: `keys` are the
+  /// child's over [lo, hi) where its bound values were `values`.
+  struct MemoEntry {
+    uint64_t owner = 0; ///< the evaluator's id_ (0: empty)
+    int64_t lo = 0, hi = 0;
+    std::array<int64_t, 8> values{};
+    IntervalSet keys;
+  };
   struct Level {
     std::array<IntervalSet, 2> sets;
     std::unique_ptr<Level> next; ///< the level below, made when first needed
+    std::vector<MemoEntry> memo; ///< (the top level's only) kMemoWays per memoised child
   };
   struct Frame {
     Level *here;
@@ -65,6 +78,9 @@ private:
   /// Keys of row i of `s` inside [lo, hi) into `out`, with `f`'s scratch.
   void eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out, Frame f) const;
   void evalIntersect(const SetNode &s, int64_t i, int64_t lo, int64_t hi, IntervalSet &out, Frame f) const;
+  /// Keys of the root intersection's memoised group `m` over a window that
+  /// contains [lo, hi) (the thread's cached set, or evaluated into it).
+  const IntervalSet &memoised(size_t m, int64_t i, int64_t lo, int64_t hi, Frame f) const;
   /// Whether row i of `s` has a key in [lo, hi), stopping at the first
   /// where the structure allows (a fallback asks it of its first operand).
   bool anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Frame f) const;
@@ -89,6 +105,24 @@ private:
   /// read back by the generators (evalIntShared): tiled NATTEN's row
   /// blocks at n = 65,536 spent two fifths of their time walking them.
   std::shared_ptr<const TermTape> tape_;
+  /// The root intersection's children whose rows depend on the row only
+  /// through values on the tape (`slots`: the tape's nodes of their
+  /// bounds), not one interval, in groups that read the same quantity of
+  /// the row: tiled NATTEN's four unions, each one side of the window on one
+  /// axis, make a group per axis (both read the clamped centre's column, or
+  /// row). A row block's rows share a group's keys (the 8 columns and 4
+  /// canvas rows of a block of 32 give 8 and 4 distinct sets), so each group
+  /// is evaluated once per distinct value and window and then read back:
+  /// a row is then two merges.
+  struct Memoised {
+    std::vector<const SetNode *> children;
+    std::vector<int32_t> slots;
+  };
+  static std::vector<Memoised> memoGroups(const SetNode &root, const TermTape &tape);
+  std::vector<Memoised> memo_;  ///< at most 64 groups
+  std::vector<int8_t> groupOf_; ///< per child of the root: its group in memo_, or -1
+  static constexpr size_t kMemoWays = 32; ///< cached sets per child and thread
+  uint64_t id_ = 0;                       ///< this evaluator's, for the thread's cache
 };
 
 /// For each key position j < n, the last query row i < n whose keys (in

@@ -157,6 +157,14 @@ public:
   explicit TermTape(const std::vector<TermRef> &roots);
   /// How many of the roots it holds.
   size_t roots() const { return rootCount_; }
+  /// Where root `t`'s value lies in a Scope (Scope::at), or -1 when `t` is
+  /// not one of its roots.
+  int32_t slotOf(const Term &t) const { return find(&t); }
+  /// Sets reached[k] for every node k that node `slot`'s value is computed
+  /// from (itself included), constants aside; `reached` has a flag per node.
+  void markInputs(int32_t slot, std::vector<char> &reached) const;
+  /// How many nodes it has.
+  size_t size() const { return nodes_.size(); }
 
   /// While open (on this thread), evalIntShared(root, env) of one of the
   /// tape's roots at the scope's variables is the value computed here, for
@@ -179,6 +187,8 @@ public:
       value = values_[k];
       return true;
     }
+    /// The value of the tape's node `slot` (TermTape::slotOf).
+    int64_t at(int32_t slot) const { return values_[slot]; }
 
   private:
     const TermTape *tape_;
