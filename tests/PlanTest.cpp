@@ -416,6 +416,78 @@ TEST(Plan, CanvasBlocksMovedEqualDirectlyBuiltOnes) {
   EXPECT_GE(moving, 8);
 }
 
+/// The rows of a canvas in tiles (a Permuted set) are their queries' rows
+/// in raster order, renumbered, in every window: for sets whose bounds run
+/// as one program per row (a TermTape, read at the query's raster position,
+/// not at its rank: tiled NATTEN in a hand-made order of 8 x 8 tiles over a
+/// canvas 16 wide, as its coordinate j % 16 reads) and for the fused
+/// backend's own layouts of natten2d and swin.
+TEST(Plan, RowsInTilesAreTheirRasterRowsRenumbered) {
+  struct Grid {
+    const char *file;
+    std::vector<Define> defines;
+    int64_t n;
+    int64_t handWidth; // > 0: tiles of 8 x 8 on a canvas this wide, else tiledLayout's
+  };
+  const Grid grids[] = {
+      {"natten2d_tiled", {{"H", 16}, {"W", 128}, {"K", 5}, {"TH", 4}, {"TW", 16}}, 2048, 16},
+      {"natten2d", {{"H", 32}, {"W", 48}, {"K", 7}}, 32 * 48, 0},
+      {"swin", {{"H", 32}, {"W", 56}, {"M", 7}, {"S", 3}}, 32 * 56, 0},
+  };
+  for (const Grid &g : grids) {
+    SCOPED_TRACE(g.file);
+    Frontend fe;
+    ASSERT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + g.file + ".attn"));
+    ASSERT_TRUE(fe.analyze({g.defines}));
+    const ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
+    const plan::Plan raster = plan::buildPlan(ir, {32, 64});
+    std::shared_ptr<const InputArray> order;
+    plan::Plan tiled = raster;
+    if (g.handWidth > 0) {
+      auto made = std::make_shared<InputArray>();
+      const int64_t width = g.handWidth;
+      made->name = "(tiles)";
+      made->bound = true;
+      made->rows = g.n;
+      made->values.resize(static_cast<size_t>(g.n));
+      for (int64_t p = 0; p < g.n; ++p) {
+        const int64_t r = p / width, c = p % width;
+        made->values[static_cast<size_t>(p)] = ((r / 8) * (width / 8) + c / 8) * 64 + (r % 8) * 8 + c % 8;
+      }
+      made->indexClasses();
+      made->canvasWidth = width;
+      made->tileRows = 8;
+      made->tileCols = 8;
+      for (plan::Piece &piece : tiled.heads[0].pieces)
+        piece = plan::permutePiece(piece, made);
+      order = made;
+    } else {
+      std::optional<plan::Layout> layout = plan::tiledLayout(raster, g.n);
+      ASSERT_TRUE(layout.has_value());
+      order = layout->order;
+      tiled = layout->plan;
+    }
+    ASSERT_EQ(tiled.heads[0].pieces.size(), raster.heads[0].pieces.size());
+    for (size_t p = 0; p < raster.heads[0].pieces.size(); ++p) {
+      const ir::RowEvaluator inTiles(tiled.heads[0].pieces[p].set, g.n);
+      const ir::RowEvaluator plain(raster.heads[0].pieces[p].set, g.n);
+      IntervalSet got, want;
+      for (int64_t t = 0; t < g.n; t += 3) {
+        const int64_t lo = t % 5 == 0 ? 0 : (t * 7) % g.n, hi = t % 5 == 0 ? g.n : std::min(g.n, lo + 400);
+        inTiles.row(t, lo, hi, got);
+        want.clear();
+        for (const Interval &x : plain.row(order->order[static_cast<size_t>(t)]))
+          for (int64_t j = x.lo; j < x.hi; ++j)
+            if (const int64_t u = order->placeOf[static_cast<size_t>(j)]; lo <= u && u < hi)
+              want.push_back({u, u + 1});
+        normalize(want);
+        ASSERT_EQ(got, want) << "piece " << p << " row " << t << " (query " << order->order[static_cast<size_t>(t)]
+                             << ") window [" << lo << ", " << hi << ")";
+      }
+    }
+  }
+}
+
 /// A canvas in tiles whose rows' keys wrap from one canvas row into the
 /// next (a raster band, which moves with its query exactly): a key past the
 /// canvas's right edge does not keep its rank's distance to the moved one,

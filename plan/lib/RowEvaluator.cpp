@@ -182,7 +182,7 @@ void RowEvaluator::rowIn(int64_t i, int64_t lo, int64_t hi, IntervalSet &out) co
   std::optional<TermTape::Scope> taped;
   if (sharedTerms_)
     shared.emplace();
-  if (tape_)
+  if (tape_ && set_->kind != Gen::Permuted) // (a Permuted row's bounds are its query's: evalPermuted)
     taped.emplace(*tape_, Env{i, 0, n_, 0});
   switch (form_) {
   case Form::OneInterval: // the common cases, in closed form
@@ -410,10 +410,16 @@ bool RowEvaluator::anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Fr
 }
 
 void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t hi, IntervalSet &out,
-                                Frame f) const {
+                                Frame rank) const {
   const InputArray &p = *s.data;
   const SetNode &child = *s.children[0];
   const int64_t i = p.order[static_cast<size_t>(t)];
+  // The child's bounds are those of query i, not of rank t: its tape (the
+  // root's) opened at i, else none.
+  std::optional<TermTape::Scope> taped;
+  if (tape_ && &s == set_.get())
+    taped.emplace(*tape_, Env{i, 0, n_, 0});
+  const Frame f{rank.here, taped ? &*taped : nullptr};
   if (const SetNode *cls = classWithIntervals(child)) {
     int64_t a = 0, b = n_;
     if (child.kind == Gen::Intersect)
