@@ -146,6 +146,20 @@ RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) 
     if (tape->roots() > 0)
       tape_ = std::move(tape);
   }
+  if (set_->kind == Gen::Permuted) {
+    // A canvas in tiles: the child's bounds on a tape (its own where the
+    // set has none) when they decide its keys, for evalPermuted's cache.
+    const SetNode &child = *set_->children[0];
+    std::vector<TermRef> roots;
+    boundTerms(child, roots);
+    auto tape = tape_ ? tape_ : std::make_shared<const TermTape>(roots);
+    std::vector<int32_t> slots;
+    if (!roots.empty() && tapeDetermined(child, *tape, slots) &&
+        slots.size() <= std::tuple_size<decltype(MemoEntry::values)>::value) {
+      tape_ = std::move(tape);
+      permSlots_ = std::move(slots);
+    }
+  }
   if (tape_ && set_->kind == Gen::Intersect) {
     memo_ = memoGroups(*set_, *tape_);
     groupOf_.assign(set_->children.size(), -1);
@@ -156,7 +170,7 @@ RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) 
             groupOf_[k] = static_cast<int8_t>(m);
   }
   static std::atomic<uint64_t> nextId{1};
-  if (!memo_.empty())
+  if (!memo_.empty() || !permSlots_.empty())
     id_ = nextId.fetch_add(1, std::memory_order_relaxed);
   if (oneIntervalPerRow(*set_))
     form_ = Form::OneInterval;
@@ -494,8 +508,43 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
       normalize(out);
     return;
   }
-  // Anything else: the child's row in key positions, renumbered. A narrow
-  // window is tested position by position; a wide one takes every key.
+  // Anything else: the child's row in key positions, renumbered; where the
+  // child's keys follow from its bounds alone, the rows with the same
+  // bounds (a Swin window's 49 queries) read them back from the thread's
+  // cache.
+  if (permSlots_.empty() || !f.tape) {
+    renumbered(child, p, i, lo, hi, out, f);
+    return;
+  }
+  decltype(MemoEntry::values) values{};
+  uint64_t hash = 0;
+  for (size_t k = 0; k < permSlots_.size(); ++k) {
+    values[k] = f.tape->at(permSlots_[k]);
+    hash = (hash ^ static_cast<uint64_t>(values[k])) * 0x9E3779B97F4A7C15ull;
+  }
+  std::vector<MemoEntry> &cache = f.here->memo;
+  if (cache.size() < kMemoWays)
+    cache.resize(kMemoWays);
+  MemoEntry &e = cache[(hash >> 32) & (kMemoWays - 1)];
+  if (e.owner == id_ && e.values == values && e.lo <= lo && hi <= e.hi) {
+    if (e.lo == lo && e.hi == hi)
+      out.assign(e.keys.begin(), e.keys.end());
+    else
+      intersectInto(e.keys, IntervalSet{{lo, hi}}, out);
+    return;
+  }
+  renumbered(child, p, i, lo, hi, out, f);
+  e.owner = id_;
+  e.values = values;
+  e.lo = lo;
+  e.hi = hi;
+  e.keys.assign(out.begin(), out.end());
+}
+
+void RowEvaluator::renumbered(const SetNode &child, const InputArray &p, int64_t i, int64_t lo, int64_t hi,
+                              IntervalSet &out, Frame f) const {
+  // A narrow window is tested position by position; a wide one takes every
+  // key.
   IntervalSet &keys = f.set(0);
   eval(child, i, 0, n_, keys, f.below());
   int64_t count = 0;

@@ -86,6 +86,9 @@ private:
   bool anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Frame f) const;
   /// Row t of a Permuted node (query order[t] of its child), in key ranks.
   void evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t hi, IntervalSet &out, Frame f) const;
+  /// Query i's keys in the child's positions, as ranks of `p` inside [lo, hi).
+  void renumbered(const SetNode &child, const InputArray &p, int64_t i, int64_t lo, int64_t hi,
+                  IntervalSet &out, Frame f) const;
 
   /// The set's predicates compiled over lanes of keys (null: none).
   const PredicateLanes *lanesOf(const SetNode &s) const;
@@ -121,6 +124,10 @@ private:
   static std::vector<Memoised> memoGroups(const SetNode &root, const TermTape &tape);
   std::vector<Memoised> memo_;  ///< at most 64 groups
   std::vector<int8_t> groupOf_; ///< per child of the root: its group in memo_, or -1
+  /// A Permuted root whose child's keys follow from its bounds alone (Swin,
+  /// NATTEN in the fused backend's tiles): their tape slots, the key of the
+  /// renumbered rows evalPermuted keeps per thread; else empty.
+  std::vector<int32_t> permSlots_;
   static constexpr size_t kMemoWays = 32; ///< cached sets per child and thread
   uint64_t id_ = 0;                       ///< this evaluator's, for the thread's cache
 };
