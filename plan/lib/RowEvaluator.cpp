@@ -251,25 +251,35 @@ int64_t RowEvaluator::boundAt(const Term &t, int64_t i, Frame f) const {
   return evalIntShared(t, Env{i, 0, n_, 0});
 }
 
-const IntervalSet &RowEvaluator::memoised(size_t m, int64_t i, int64_t lo, int64_t hi, Frame f) const {
+RowEvaluator::MemoEntry *RowEvaluator::cached(const std::vector<int32_t> &slots, size_t region, int64_t lo,
+                                              int64_t hi, Frame f, bool &hit) const {
   static_assert((kMemoWays & (kMemoWays - 1)) == 0, "a power of two");
-  const Memoised &c = memo_[m];
   decltype(MemoEntry::values) values{};
   uint64_t hash = 0;
-  for (size_t k = 0; k < c.slots.size(); ++k) {
-    values[k] = f.tape->at(c.slots[k]);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    values[k] = f.tape->at(slots[k]);
     hash = (hash ^ static_cast<uint64_t>(values[k])) * 0x9E3779B97F4A7C15ull;
   }
   std::vector<MemoEntry> &cache = f.here->memo;
-  if (cache.size() < memo_.size() * kMemoWays)
-    cache.resize(memo_.size() * kMemoWays);
-  MemoEntry &e = cache[m * kMemoWays + ((hash >> 32) & (kMemoWays - 1))];
-  if (e.owner == id_ && e.values == values && e.lo <= lo && hi <= e.hi)
+  if (cache.size() < (region + 1) * kMemoWays)
+    cache.resize((region + 1) * kMemoWays);
+  MemoEntry &e = cache[region * kMemoWays + ((hash >> 32) & (kMemoWays - 1))];
+  hit = e.owner == id_ && e.values == values && e.lo <= lo && hi <= e.hi;
+  if (!hit) { // (the caller fills its keys)
+    e.owner = id_;
+    e.values = values;
+    e.lo = lo;
+    e.hi = hi;
+  }
+  return &e;
+}
+
+const IntervalSet &RowEvaluator::memoised(size_t m, int64_t i, int64_t lo, int64_t hi, Frame f) const {
+  const Memoised &c = memo_[m];
+  bool hit;
+  MemoEntry &e = *cached(c.slots, m, lo, hi, f, hit);
+  if (hit)
     return e.keys; // (a superset of the window's keys: the caller intersects)
-  e.owner = id_;
-  e.values = values;
-  e.lo = lo;
-  e.hi = hi;
   IntervalSet &part = f.set(0), &next = f.set(1);
   eval(*c.children[0], i, lo, hi, e.keys, f.below());
   for (size_t k = 1; k < c.children.size() && !e.keys.empty(); ++k) {
@@ -516,17 +526,9 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
     renumbered(child, p, i, lo, hi, out, f);
     return;
   }
-  decltype(MemoEntry::values) values{};
-  uint64_t hash = 0;
-  for (size_t k = 0; k < permSlots_.size(); ++k) {
-    values[k] = f.tape->at(permSlots_[k]);
-    hash = (hash ^ static_cast<uint64_t>(values[k])) * 0x9E3779B97F4A7C15ull;
-  }
-  std::vector<MemoEntry> &cache = f.here->memo;
-  if (cache.size() < kMemoWays)
-    cache.resize(kMemoWays);
-  MemoEntry &e = cache[(hash >> 32) & (kMemoWays - 1)];
-  if (e.owner == id_ && e.values == values && e.lo <= lo && hi <= e.hi) {
+  bool hit;
+  MemoEntry &e = *cached(permSlots_, 0, lo, hi, f, hit);
+  if (hit) {
     if (e.lo == lo && e.hi == hi)
       out.assign(e.keys.begin(), e.keys.end());
     else
@@ -534,10 +536,6 @@ void RowEvaluator::evalPermuted(const SetNode &s, int64_t t, int64_t lo, int64_t
     return;
   }
   renumbered(child, p, i, lo, hi, out, f);
-  e.owner = id_;
-  e.values = values;
-  e.lo = lo;
-  e.hi = hi;
   e.keys.assign(out.begin(), out.end());
 }
 

@@ -81,6 +81,12 @@ private:
   /// Keys of the root intersection's memoised group `m` over a window that
   /// contains [lo, hi) (the thread's cached set, or evaluated into it).
   const IntervalSet &memoised(size_t m, int64_t i, int64_t lo, int64_t hi, Frame f) const;
+  /// The thread's cache entry in `region` (kMemoWays entries each) for the
+  /// values of `slots` on f's tape: `hit` when it holds them over a window
+  /// that contains [lo, hi), else it is taken for them and [lo, hi), its
+  /// keys left to the caller.
+  MemoEntry *cached(const std::vector<int32_t> &slots, size_t region, int64_t lo, int64_t hi, Frame f,
+                    bool &hit) const;
   /// Whether row i of `s` has a key in [lo, hi), stopping at the first
   /// where the structure allows (a fallback asks it of its first operand).
   bool anyIn(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Frame f) const;
