@@ -9,6 +9,7 @@
 #include <bit>
 #include <numeric>
 #include <optional>
+#include <unordered_map>
 #include <atomic>
 #include <functional>
 #include <sstream>
@@ -1751,6 +1752,84 @@ int64_t executedPairs(const std::vector<HeadStats> &stats) {
 }
 } // namespace
 
+namespace {
+/// The positions [0, length) grouped by their rows' keys in every piece of
+/// every head (equal keys together, the groups in the order of their first
+/// position, positions ascending inside a group), or null when fewer than
+/// 4 positions share their keys on average; `groups` gets their count.
+std::shared_ptr<InputArray> equalRowsOrder(const Plan &plan, int64_t length, int64_t &groups) {
+  // Rows whose bounds have equal values have equal keys: where the values
+  // decide every piece's keys they are compared (a Swin window's), else the
+  // rows themselves.
+  std::vector<ir::RowEvaluator> evals;
+  std::vector<ir::BoundValues> bounds;
+  for (const HeadPlan &hp : plan.heads)
+    for (const Piece &piece : hp.pieces) {
+      evals.emplace_back(piece.set, length);
+      bounds.emplace_back(*piece.set);
+    }
+  const bool byValues =
+      std::all_of(bounds.begin(), bounds.end(), [](const ir::BoundValues &b) { return b.decide(); });
+  // Each row's keys as one list of ends, hashed; a bucket keeps each group's
+  // list and first position (equal hashes are compared).
+  std::unordered_map<uint64_t, std::vector<std::pair<std::vector<int64_t>, int64_t>>> seen;
+  std::vector<int64_t> groupOf(static_cast<size_t>(length));
+  std::vector<int64_t> ends;
+  IntervalSet row;
+  groups = 0;
+  for (int64_t p = 0; p < length; ++p) {
+    ends.clear();
+    if (byValues)
+      for (const ir::BoundValues &b : bounds)
+        b.append(p, length, ends);
+    else
+      for (const ir::RowEvaluator &e : evals) {
+        e.row(p, 0, length, row);
+        for (const Interval &x : row) {
+          ends.push_back(x.lo);
+          ends.push_back(x.hi);
+        }
+        ends.push_back(-1); // (the next piece's)
+      }
+    uint64_t hash = 0;
+    for (int64_t v : ends)
+      hash = (hash ^ static_cast<uint64_t>(v)) * 0x9E3779B97F4A7C15ull;
+    auto &bucket = seen[hash];
+    auto it = std::find_if(bucket.begin(), bucket.end(), [&](const auto &g) { return g.first == ends; });
+    if (it == bucket.end()) {
+      if (4 * ++groups > length)
+        return nullptr;
+      bucket.emplace_back(ends, p);
+      groupOf[static_cast<size_t>(p)] = p;
+    } else {
+      groupOf[static_cast<size_t>(p)] = it->second;
+    }
+  }
+  std::vector<int64_t> byGroup(static_cast<size_t>(length));
+  std::iota(byGroup.begin(), byGroup.end(), 0);
+  std::stable_sort(byGroup.begin(), byGroup.end(), [&](int64_t a, int64_t b) {
+    return groupOf[static_cast<size_t>(a)] < groupOf[static_cast<size_t>(b)];
+  });
+  auto order = std::make_shared<InputArray>();
+  order->name = "(equal rows)";
+  order->bound = true;
+  order->rows = length;
+  order->values.resize(static_cast<size_t>(length));
+  for (int64_t r = 0; r < length; ++r)
+    order->values[static_cast<size_t>(byGroup[static_cast<size_t>(r)])] = static_cast<int32_t>(r);
+  order->indexClasses();
+  return order;
+}
+
+Plan permuted(const Plan &plan, const std::shared_ptr<const InputArray> &order) {
+  Plan out = plan;
+  for (HeadPlan &hp : out.heads)
+    for (Piece &piece : hp.pieces)
+      piece = permutePiece(piece, order);
+  return out;
+}
+} // namespace
+
 std::optional<Layout> tiledLayout(const Plan &plan, int64_t n) {
   int64_t width = 0;
   bool fixed = true; // (sets that do not depend on n: their work per canvas row is n's at fewer rows)
@@ -1770,6 +1849,7 @@ std::optional<Layout> tiledLayout(const Plan &plan, int64_t n) {
   constexpr int64_t kReferenceRows = 32;
   const int64_t reference = fixed && height > kReferenceRows ? width * kReferenceRows : n;
   std::optional<int64_t> raster;
+  std::optional<Layout> tiles;
   for (const auto &[rows, cols] : {std::pair<int64_t, int64_t>{8, 8}, {4, 8}}) {
     // (Tiles as wide as the canvas would be its raster order.)
     if (height % rows != 0 || width % cols != 0 || width < 2 * cols)
@@ -1815,9 +1895,35 @@ std::optional<Layout> tiledLayout(const Plan &plan, int64_t n) {
     } else {
       std::tie(layout.order, layout.plan) = tiledPlan(n);
     }
-    return layout;
+    tiles = std::move(layout);
+    break;
   }
-  return std::nullopt;
+  // Queries with equal keys together, where they execute fewer pairs than
+  // the tiles (or than 3/4 of raster order's, without tiles).
+  int64_t groups = 0;
+  if (std::shared_ptr<const InputArray> refOrder = equalRowsOrder(plan, reference, groups)) {
+    if (!raster)
+      raster = executedPairs(planStats(plan, reference));
+    Layout layout;
+    layout.width = width;
+    layout.rasterExecuted = *raster;
+    Plan refPlan = permuted(plan, refOrder);
+    layout.executed = executedPairs(planStats(refPlan, reference));
+    if (4 * layout.executed <= 3 * layout.rasterExecuted && (!tiles || layout.executed < tiles->executed)) {
+      layout.groups = groups;
+      if (reference == n) {
+        layout.order = std::move(refOrder);
+        layout.plan = std::move(refPlan);
+      } else if (std::shared_ptr<const InputArray> order = equalRowsOrder(plan, n, layout.groups)) {
+        layout.order = order;
+        layout.plan = permuted(plan, order);
+      } else {
+        return tiles;
+      }
+      return layout;
+    }
+  }
+  return tiles;
 }
 
 std::string printPlan(const Plan &plan, int64_t n) {
@@ -1880,6 +1986,13 @@ std::string printPlan(const Plan &plan, int64_t n) {
       }
       const int64_t executed = executedPairs(planStats(layout->plan, n));
       char buf[256];
+      if (layout->tileRows == 0)
+        std::snprintf(buf, sizeof buf,
+                      "layout at n=%lld: tokens grouped by equal keys, %lld groups (rows and keys in that order, in "
+                      "place): executed/useful = %.3f (raster order %.3f)\n",
+                      static_cast<long long>(n), static_cast<long long>(layout->groups),
+                      useful ? double(executed) / double(useful) : 1.0, useful ? double(raster) / double(useful) : 1.0);
+      else
       std::snprintf(buf, sizeof buf,
                     "layout at n=%lld: tokens in tiles of %lld x %lld of a canvas %lld wide (rows and keys in that "
                     "order, in place): executed/useful = %.3f (raster order %.3f)\n",

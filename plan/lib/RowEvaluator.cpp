@@ -742,6 +742,20 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
   }
 }
 
+BoundValues::BoundValues(const SetNode &set) {
+  std::vector<TermRef> roots;
+  boundTerms(set, roots);
+  auto tape = std::make_shared<const TermTape>(roots);
+  if (tapeDetermined(set, *tape, slots_))
+    tape_ = std::move(tape);
+}
+
+void BoundValues::append(int64_t i, int64_t n, std::vector<int64_t> &out) const {
+  const TermTape::Scope scope(*tape_, Env{i, 0, n, 0});
+  for (int32_t slot : slots_)
+    out.push_back(scope.at(slot));
+}
+
 std::vector<int64_t> lastReaders(const std::vector<SetRef> &sets, int64_t n) {
   std::vector<int64_t> last(static_cast<size_t>(std::max<int64_t>(n, 0)), -1);
   if (n <= 0)

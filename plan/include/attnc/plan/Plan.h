@@ -362,7 +362,10 @@ double executedOverUseful(const std::vector<HeadStats> &stats);
 /// in raster order, 2.6x in tiles of 8 x 8). The kernels run it in place
 /// (block row t is query order[t], key u is key order[u]), the same pairs.
 struct Layout {
-  int64_t width = 0, tileRows = 0, tileCols = 0; ///< the canvas's width, the tile's rows and columns
+  /// The canvas's width, the tile's rows and columns; tiles of 0 x 0 for an
+  /// order of equal rows (`groups` of queries whose keys are the same, a
+  /// Swin window's, each group's positions together).
+  int64_t width = 0, tileRows = 0, tileCols = 0, groups = 0;
   std::shared_ptr<const InputArray> order;       ///< its order: a class of one position each, sorted by tile
   Plan plan;                                     ///< the plan's pieces renumbered by it (permutePiece)
   /// Pairs its blocks execute, and raster order's, on the canvas it was
@@ -375,7 +378,10 @@ struct Layout {
 /// a whole number of canvas rows, tiles of 8 x 8 (then 4 x 8) cut the canvas
 /// exactly with two or more across, and it executes at most 3/4 of raster
 /// order's pairs (counted on at most 32 canvas rows: the runtime asks at
-/// each new n). Never for a pattern that reads data or a residue relayout.
+/// each new n). Or, where that executes fewer pairs still, the queries
+/// grouped by equal keys (Swin's windows: a block-diagonal of the windows,
+/// not tiles that straddle them), when on average 4 or more share them.
+/// Never for a pattern that reads data or a residue relayout.
 std::optional<Layout> tiledLayout(const Plan &plan, int64_t n);
 
 /// `attnc emit --stage plan`: the pieces, strategies and tiles; with n > 0,

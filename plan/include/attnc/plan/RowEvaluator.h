@@ -138,6 +138,24 @@ private:
   uint64_t id_ = 0;                       ///< this evaluator's, for the thread's cache
 };
 
+/// The values of a set's key and coordinate ranges' bounds at a row, where
+/// they decide its keys (a set of ranges, unions, intersections and
+/// differences whose bounds are integer arithmetic): two rows with equal
+/// values have equal keys (a Swin window's queries), without evaluating
+/// either.
+class BoundValues {
+public:
+  explicit BoundValues(const SetNode &set);
+  /// Whether the values decide the set's keys.
+  bool decide() const { return tape_ != nullptr; }
+  /// Appends row i's values at length n to `out`.
+  void append(int64_t i, int64_t n, std::vector<int64_t> &out) const;
+
+private:
+  std::shared_ptr<const TermTape> tape_;
+  std::vector<int32_t> slots_;
+};
+
 /// For each key position j < n, the last query row i < n whose keys (in
 /// any of `sets`, each evaluated at length n) include j, or -1 when none
 /// does: a generation cache whose next query is at position p never needs
