@@ -1761,15 +1761,17 @@ std::shared_ptr<InputArray> equalRowsOrder(const Plan &plan, int64_t length, int
   // Rows whose bounds have equal values have equal keys: where the values
   // decide every piece's keys they are compared (a Swin window's), else the
   // rows themselves.
-  std::vector<ir::RowEvaluator> evals;
   std::vector<ir::BoundValues> bounds;
   for (const HeadPlan &hp : plan.heads)
-    for (const Piece &piece : hp.pieces) {
-      evals.emplace_back(piece.set, length);
+    for (const Piece &piece : hp.pieces)
       bounds.emplace_back(*piece.set);
-    }
   const bool byValues =
       std::all_of(bounds.begin(), bounds.end(), [](const ir::BoundValues &b) { return b.decide(); });
+  std::vector<ir::RowEvaluator> evals;
+  if (!byValues)
+    for (const HeadPlan &hp : plan.heads)
+      for (const Piece &piece : hp.pieces)
+        evals.emplace_back(piece.set, length);
   // Each row's keys as one list of ends, hashed; a bucket keeps each group's
   // list and first position (equal hashes are compared).
   std::unordered_map<uint64_t, std::vector<std::pair<std::vector<int64_t>, int64_t>>> seen;
@@ -1876,11 +1878,7 @@ std::optional<Layout> tiledLayout(const Plan &plan, int64_t n) {
       order->canvasWidth = width;
       order->tileRows = rows;
       order->tileCols = cols;
-      Plan out = plan;
-      for (HeadPlan &hp : out.heads)
-        for (Piece &piece : hp.pieces)
-          piece = permutePiece(piece, order);
-      return std::make_pair(std::shared_ptr<const InputArray>(order), out);
+      return std::make_pair(std::shared_ptr<const InputArray>(order), permuted(plan, order));
     };
     if (!raster)
       raster = executedPairs(planStats(plan, reference));
@@ -1986,19 +1984,18 @@ std::string printPlan(const Plan &plan, int64_t n) {
       }
       const int64_t executed = executedPairs(planStats(layout->plan, n));
       char buf[256];
+      char how[96];
       if (layout->tileRows == 0)
-        std::snprintf(buf, sizeof buf,
-                      "layout at n=%lld: tokens grouped by equal keys, %lld groups (rows and keys in that order, in "
-                      "place): executed/useful = %.3f (raster order %.3f)\n",
-                      static_cast<long long>(n), static_cast<long long>(layout->groups),
-                      useful ? double(executed) / double(useful) : 1.0, useful ? double(raster) / double(useful) : 1.0);
+        std::snprintf(how, sizeof how, "grouped by equal keys, %lld groups", static_cast<long long>(layout->groups));
       else
+        std::snprintf(how, sizeof how, "in tiles of %lld x %lld of a canvas %lld wide",
+                      static_cast<long long>(layout->tileRows), static_cast<long long>(layout->tileCols),
+                      static_cast<long long>(layout->width));
       std::snprintf(buf, sizeof buf,
-                    "layout at n=%lld: tokens in tiles of %lld x %lld of a canvas %lld wide (rows and keys in that "
-                    "order, in place): executed/useful = %.3f (raster order %.3f)\n",
-                    static_cast<long long>(n), static_cast<long long>(layout->tileRows),
-                    static_cast<long long>(layout->tileCols), static_cast<long long>(layout->width),
-                    useful ? double(executed) / double(useful) : 1.0, useful ? double(raster) / double(useful) : 1.0);
+                    "layout at n=%lld: tokens %s (rows and keys in that order, in place): executed/useful = %.3f "
+                    "(raster order %.3f)\n",
+                    static_cast<long long>(n), how, useful ? double(executed) / double(useful) : 1.0,
+                    useful ? double(raster) / double(useful) : 1.0);
       os << buf;
     }
   return os.str();

@@ -78,6 +78,17 @@ void boundTerms(const SetNode &s, std::vector<TermRef> &out) {
   for (const SetRef &c : s.children)
     boundTerms(*c, out);
 }
+/// `tape` (or, where null, one built from `s`'s bound terms) when the values
+/// of those terms decide `s`'s keys, with their nodes in `slots`; else null.
+std::shared_ptr<const TermTape> decidingTape(const SetNode &s, std::shared_ptr<const TermTape> tape,
+                                             std::vector<int32_t> &slots) {
+  if (!tape) {
+    std::vector<TermRef> roots;
+    boundTerms(s, roots);
+    tape = std::make_shared<const TermTape>(roots);
+  }
+  return tapeDetermined(s, *tape, slots) ? tape : nullptr;
+}
 } // namespace
 
 std::vector<RowEvaluator::Memoised> RowEvaluator::memoGroups(const SetNode &root, const TermTape &tape) {
@@ -149,13 +160,9 @@ RowEvaluator::RowEvaluator(SetRef set, int64_t n) : set_(std::move(set)), n_(n) 
   if (set_->kind == Gen::Permuted) {
     // A canvas in tiles: the child's bounds on a tape (its own where the
     // set has none) when they decide its keys, for evalPermuted's cache.
-    const SetNode &child = *set_->children[0];
-    std::vector<TermRef> roots;
-    boundTerms(child, roots);
-    auto tape = tape_ ? tape_ : std::make_shared<const TermTape>(roots);
     std::vector<int32_t> slots;
-    if (!roots.empty() && tapeDetermined(child, *tape, slots) &&
-        slots.size() <= std::tuple_size<decltype(MemoEntry::values)>::value) {
+    std::shared_ptr<const TermTape> tape = decidingTape(*set_->children[0], tape_, slots);
+    if (tape && !slots.empty() && slots.size() <= std::tuple_size<decltype(MemoEntry::values)>::value) {
       tape_ = std::move(tape);
       permSlots_ = std::move(slots);
     }
@@ -743,11 +750,7 @@ void RowEvaluator::eval(const SetNode &s, int64_t i, int64_t lo, int64_t hi, Int
 }
 
 BoundValues::BoundValues(const SetNode &set) {
-  std::vector<TermRef> roots;
-  boundTerms(set, roots);
-  auto tape = std::make_shared<const TermTape>(roots);
-  if (tapeDetermined(set, *tape, slots_))
-    tape_ = std::move(tape);
+  tape_ = decidingTape(set, nullptr, slots_); // (slots_ is made after tape_: not in the initialiser list)
 }
 
 void BoundValues::append(int64_t i, int64_t n, std::vector<int64_t> &out) const {
