@@ -277,6 +277,32 @@ TEST(Plan, TiledNeighbourhoodsRunAsOnePiece) {
   EXPECT_LE(plan::executedOverUseful(plan::planStats(plan, 4096)), 2.7);
 }
 
+/// The layout's blocks, their rows and keys taken through its order, cover
+/// each pair of the pattern once.
+void expectEachPairOnce(const plan::Layout &layout, const ir::PatternIR &ir, int64_t n) {
+  const std::vector<char> expected = oracle::denseMask(*ir.heads[0].term, n);
+  std::vector<int> covered(static_cast<size_t>(n * n), 0);
+  plan::BlockShape shape;
+  plan::BlockTiles b;
+  for (const plan::Piece &piece : layout.plan.heads[0].pieces) {
+    plan::BlockSource src(layout.plan, piece, n, 0);
+    for (int64_t k = 0; k < src.numBlocks(); ++k) {
+      src.build(k, shape);
+      b.expand(shape);
+      for (size_t key = 0; key < b.keys.size(); ++key)
+        for (int32_t r = 0; r < b.rows; ++r)
+          if (b.masks[key] >> r & 1) {
+            const int64_t i = layout.order->order[static_cast<size_t>(b.firstRow + r)];
+            const int64_t j = layout.order->order[static_cast<size_t>(b.keys[key])];
+            ++covered[static_cast<size_t>(i * n + j)];
+          }
+    }
+  }
+  for (int64_t x = 0; x < n * n; ++x)
+    ASSERT_EQ(covered[static_cast<size_t>(x)], expected[static_cast<size_t>(x)] ? 1 : 0)
+        << "pair (" << x / n << ", " << x % n << ")";
+}
+
 /// The fused backend runs a grid pattern in tiles when that executes at most
 /// 3/4 of raster order's pairs, or with its queries grouped by equal keys
 /// where that executes fewer still (Swin's windows; NATTEN's rows past the
@@ -314,32 +340,58 @@ TEST(Plan, GridPatternsRunInTilesWhereTheyExecuteLess) {
       if (layout->tileRows == 0)
         EXPECT_LE(4 * layout->groups, n);
       EXPECT_LE(4 * layout->executed, 3 * layout->rasterExecuted);
-      const std::vector<char> expected = oracle::denseMask(*ir.heads[0].term, n);
-      std::vector<int> covered(static_cast<size_t>(n * n), 0);
-      plan::BlockShape shape;
-      plan::BlockTiles b;
-      for (const plan::Piece &piece : layout->plan.heads[0].pieces) {
-        plan::BlockSource src(layout->plan, piece, n, 0);
-        for (int64_t k = 0; k < src.numBlocks(); ++k) {
-          src.build(k, shape);
-          b.expand(shape);
-          for (size_t key = 0; key < b.keys.size(); ++key)
-            for (int32_t r = 0; r < b.rows; ++r)
-              if (b.masks[key] >> r & 1) {
-                const int64_t i = layout->order->order[static_cast<size_t>(b.firstRow + r)];
-                const int64_t j = layout->order->order[static_cast<size_t>(b.keys[key])];
-                ++covered[static_cast<size_t>(i * n + j)];
-              }
-        }
-      }
-      for (int64_t x = 0; x < n * n; ++x)
-        ASSERT_EQ(covered[static_cast<size_t>(x)], expected[static_cast<size_t>(x)] ? 1 : 0)
-            << "pair (" << x / n << ", " << x % n << ")";
+      expectEachPairOnce(*layout, ir, n);
     }
   }
   // Tokens already in tiles, a band, a video in tiles: raster order it is.
   for (const char *file : {"natten2d_tiled", "local", "sta3d"})
     EXPECT_FALSE(plan::tiledLayout(plan::buildPlan(irOf(file)), 4096)) << file;
+}
+
+/// A forward pass of 32-row blocks on a canvas takes blocks of 16 rows, each
+/// a 4 x 4 patch (tiles of 4 x 4), where those execute at most 0.85 of the
+/// pairs: a patch's keys are the union of 16 windows, not of 32 (a 7 x 7
+/// neighbourhood's 10 x 10 against 10 x 14). The backward pass (no narrow
+/// blocks) keeps its 32 rows.
+TEST(Plan, ForwardBlocksOfACanvasNarrowToFourByFourPatches) {
+  struct Grid {
+    const char *file;
+    std::vector<Define> defines;
+    int64_t n;
+    bool narrows;
+  };
+  const Grid grids[] = {{"natten2d", {{"H", 32}, {"W", 32}, {"K", 7}}, 1024, true},
+                        {"natten2d", {{"H", 32}, {"W", 48}, {"K", 13}}, 1536, true},
+                        {"natten2d", {{"H", 32}, {"W", 40}, {"K", 13}}, 1280, false}, // (1.54 in 8 x 8)
+                        {"swin", {{"H", 16}, {"W", 56}, {"M", 7}, {"S", 3}}, 896, false}};
+  for (const Grid &g : grids) {
+    SCOPED_TRACE(g.file);
+    Frontend fe;
+    ASSERT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + g.file + ".attn"));
+    ASSERT_TRUE(fe.analyze({g.defines}));
+    const ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
+    const plan::Plan plan = plan::buildPlan(ir);
+    ASSERT_EQ(plan.options.tileRows, 32);
+    const std::optional<plan::Layout> wide = plan::tiledLayout(plan, g.n);
+    const std::optional<plan::Layout> forward = plan::tiledLayout(plan, g.n, true);
+    ASSERT_TRUE(wide && forward);
+    EXPECT_EQ(wide->plan.options.tileRows, 32);
+    if (!g.narrows) { // (too few pairs saved; Swin's windows grouped, in 32-row blocks either way)
+      EXPECT_EQ(forward->tileRows, wide->tileRows);
+      EXPECT_EQ(forward->executed, wide->executed);
+      EXPECT_EQ(forward->plan.options.tileRows, 32);
+      continue;
+    }
+    EXPECT_EQ(forward->plan.options.tileRows, 16);
+    EXPECT_EQ(forward->tileRows, 4);
+    EXPECT_EQ(forward->tileCols, 4);
+    EXPECT_LE(double(forward->executed), 0.85 * double(wide->executed));
+    int64_t executed = 0; // (the layout's count is its blocks')
+    for (const plan::HeadStats &h : plan::planStats(forward->plan, g.n))
+      executed += h.executed;
+    EXPECT_EQ(forward->executed, executed);
+    expectEachPairOnce(*forward, ir, g.n);
+  }
 }
 
 /// Blocks of a canvas moved from the block a thread built before them

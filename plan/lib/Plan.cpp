@@ -9,6 +9,7 @@
 #include <bit>
 #include <numeric>
 #include <optional>
+#include <limits>
 #include <unordered_map>
 #include <atomic>
 #include <functional>
@@ -1832,17 +1833,32 @@ Plan permuted(const Plan &plan, const std::shared_ptr<const InputArray> &order) 
 }
 } // namespace
 
-std::optional<Layout> tiledLayout(const Plan &plan, int64_t n) {
+namespace {
+/// The width of the one canvas every piece of `plan` reads (row tiles, no
+/// data), 0 for none; `fixed`: no set depends on n.
+int64_t planCanvas(const Plan &plan, bool &fixed) {
   int64_t width = 0;
-  bool fixed = true; // (sets that do not depend on n: their work per canvas row is n's at fewer rows)
+  fixed = true;
   for (const HeadPlan &hp : plan.heads)
     for (const Piece &piece : hp.pieces) {
       const int64_t w = canvasWidth(*piece.set);
       if (piece.strategy != Strategy::RowTiles || ir::readsData(*piece.set) || w <= 0 || (width && w != width))
-        return std::nullopt;
+        return 0;
       width = w;
       fixed = fixed && !ir::dependsOnLength(*piece.set);
     }
+  return width;
+}
+} // namespace
+
+bool narrowsOnACanvas(const Plan &plan) {
+  bool fixed;
+  return plan.options.tileRows == 32 && planCanvas(plan, fixed) > 0;
+}
+
+std::optional<Layout> tiledLayout(const Plan &plan, int64_t n, bool narrowBlocks) {
+  bool fixed; // (sets that do not depend on n: their work per canvas row is n's at fewer rows)
+  const int64_t width = planCanvas(plan, fixed);
   if (width <= 0 || n % width != 0 || n >= (int64_t{1} << 31))
     return std::nullopt;
   const int64_t height = n / width;
@@ -1850,52 +1866,60 @@ std::optional<Layout> tiledLayout(const Plan &plan, int64_t n) {
   // taller one alike): the choice costs a fraction of the blocks at n.
   constexpr int64_t kReferenceRows = 32;
   const int64_t reference = fixed && height > kReferenceRows ? width * kReferenceRows : n;
-  std::optional<int64_t> raster;
-  std::optional<Layout> tiles;
-  for (const auto &[rows, cols] : {std::pair<int64_t, int64_t>{8, 8}, {4, 8}}) {
-    // (Tiles as wide as the canvas would be its raster order.)
-    if (height % rows != 0 || width % cols != 0 || width < 2 * cols)
-      continue;
-    Layout layout;
-    layout.width = width;
-    layout.tileRows = rows;
-    layout.tileCols = cols;
-    auto tiledPlan = [&](int64_t length) {
-      // Each position's rank in the tiled order: tiles in raster order, the
-      // positions of a tile row by row.
-      auto order = std::make_shared<InputArray>();
-      order->name = "(tiles)";
-      order->bound = true;
-      order->rows = length;
-      order->values.resize(static_cast<size_t>(length));
-      const int64_t across = width / cols;
-      for (int64_t p = 0; p < length; ++p) {
-        const int64_t r = p / width, c = p % width;
-        order->values[static_cast<size_t>(p)] =
-            ((r / rows) * across + c / cols) * rows * cols + (r % rows) * cols + c % cols;
+  // The first of `shapes` (tile rows x columns) whose tiles cut the canvas
+  // and make plan p execute at most 3/4 of raster order's pairs (`raster`,
+  // counted once) and at most `most`, counted on the reference canvas;
+  // built at n.
+  auto tilesOf = [&](const Plan &p, std::initializer_list<std::pair<int64_t, int64_t>> shapes,
+                     std::optional<int64_t> &raster, int64_t most) -> std::optional<Layout> {
+    for (const auto &[rows, cols] : shapes) {
+      // (Tiles as wide as the canvas would be its raster order.)
+      if (height % rows != 0 || width % cols != 0 || width < 2 * cols)
+        continue;
+      Layout layout;
+      layout.width = width;
+      layout.tileRows = rows;
+      layout.tileCols = cols;
+      auto tiledPlan = [&](int64_t length) {
+        // Each position's rank in the tiled order: tiles in raster order, the
+        // positions of a tile row by row.
+        auto order = std::make_shared<InputArray>();
+        order->name = "(tiles)";
+        order->bound = true;
+        order->rows = length;
+        order->values.resize(static_cast<size_t>(length));
+        const int64_t across = width / cols;
+        for (int64_t q = 0; q < length; ++q) {
+          const int64_t r = q / width, c = q % width;
+          order->values[static_cast<size_t>(q)] =
+              ((r / rows) * across + c / cols) * rows * cols + (r % rows) * cols + c % cols;
+        }
+        order->indexClasses();
+        order->canvasWidth = width;
+        order->tileRows = rows;
+        order->tileCols = cols;
+        return std::make_pair(std::shared_ptr<const InputArray>(order), permuted(p, order));
+      };
+      if (!raster)
+        raster = executedPairs(planStats(p, reference));
+      layout.rasterExecuted = *raster;
+      auto [refOrder, refPlan] = tiledPlan(reference);
+      layout.executed = executedPairs(planStats(refPlan, reference));
+      if (4 * layout.executed > 3 * layout.rasterExecuted || layout.executed > most)
+        continue;
+      if (reference == n) {
+        layout.order = refOrder;
+        layout.plan = std::move(refPlan);
+      } else {
+        std::tie(layout.order, layout.plan) = tiledPlan(n);
       }
-      order->indexClasses();
-      order->canvasWidth = width;
-      order->tileRows = rows;
-      order->tileCols = cols;
-      return std::make_pair(std::shared_ptr<const InputArray>(order), permuted(plan, order));
-    };
-    if (!raster)
-      raster = executedPairs(planStats(plan, reference));
-    layout.rasterExecuted = *raster;
-    auto [refOrder, refPlan] = tiledPlan(reference);
-    layout.executed = executedPairs(planStats(refPlan, reference));
-    if (4 * layout.executed > 3 * layout.rasterExecuted)
-      continue;
-    if (reference == n) {
-      layout.order = refOrder;
-      layout.plan = std::move(refPlan);
-    } else {
-      std::tie(layout.order, layout.plan) = tiledPlan(n);
+      return layout;
     }
-    tiles = std::move(layout);
-    break;
-  }
+    return std::nullopt;
+  };
+  constexpr int64_t kAny = std::numeric_limits<int64_t>::max();
+  std::optional<int64_t> raster;
+  std::optional<Layout> tiles = tilesOf(plan, {{8, 8}, {4, 8}}, raster, kAny);
   // Queries with equal keys together, where they execute fewer pairs than
   // the tiles (or than 3/4 of raster order's, without tiles).
   int64_t groups = 0;
@@ -1920,6 +1944,19 @@ std::optional<Layout> tiledLayout(const Plan &plan, int64_t n) {
       }
       return layout;
     }
+  }
+  // A forward pass of 32-row blocks in tiles takes blocks of 16 rows, each a
+  // 4 x 4 patch of the canvas, where those execute at most kNarrowWork of the
+  // pairs: a patch's keys are the union of 16 windows, a 32-row block's of
+  // 32 in a strip twice as wide.
+  constexpr double kNarrowWork = 0.85;
+  if (narrowBlocks && tiles && plan.options.tileRows == 32) {
+    Plan narrow = plan;
+    narrow.options.tileRows = 16;
+    std::optional<int64_t> narrowRaster;
+    if (std::optional<Layout> patches = tilesOf(narrow, {{4, 4}}, narrowRaster,
+                                                static_cast<int64_t>(kNarrowWork * double(tiles->executed))))
+      return patches;
   }
   return tiles;
 }
@@ -1976,7 +2013,7 @@ std::string printPlan(const Plan &plan, int64_t n) {
     }
   }
   if (n > 0)
-    if (const std::optional<Layout> layout = tiledLayout(plan, n)) {
+    if (const std::optional<Layout> layout = tiledLayout(plan, n, true)) {
       int64_t useful = 0, raster = 0; // (raster order's: the stats above)
       for (const HeadStats &h : stats) {
         useful += h.useful;
@@ -1987,6 +2024,10 @@ std::string printPlan(const Plan &plan, int64_t n) {
       char how[96];
       if (layout->tileRows == 0)
         std::snprintf(how, sizeof how, "grouped by equal keys, %lld groups", static_cast<long long>(layout->groups));
+      else if (layout->plan.options.tileRows != plan.options.tileRows) // (narrower blocks: tiledLayout)
+        std::snprintf(how, sizeof how, "in tiles of %lld x %lld of a canvas %lld wide, row blocks of %lld",
+                      static_cast<long long>(layout->tileRows), static_cast<long long>(layout->tileCols),
+                      static_cast<long long>(layout->width), static_cast<long long>(layout->plan.options.tileRows));
       else
         std::snprintf(how, sizeof how, "in tiles of %lld x %lld of a canvas %lld wide",
                       static_cast<long long>(layout->tileRows), static_cast<long long>(layout->tileCols),

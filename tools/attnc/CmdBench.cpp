@@ -413,7 +413,7 @@ int runBench(const BenchOptions &opts) {
   for (int64_t l : distinctLengths) {
     t1 = std::chrono::steady_clock::now();
     // (What the fused backend does at a new n: a grid pattern's tiled layout, then its blocks.)
-    const std::optional<plan::Layout> layout = plan::tiledLayout(plan, l);
+    const std::optional<plan::Layout> layout = plan::tiledLayout(plan, l, true);
     plan::buildShapes(layout ? layout->plan : plan, l, false, SIZE_MAX, shapes);
     auto t2 = std::chrono::steady_clock::now();
     shapes.clear(); // freeing them is not part of the cost
@@ -506,7 +506,7 @@ int runBench(const BenchOptions &opts) {
           continue;
         // The fused backend runs a grid pattern in its tiled layout (the same pairs).
         const std::optional<plan::Layout> layout =
-            backend == "fused" ? plan::tiledLayout(tiled, l) : std::optional<plan::Layout>{};
+            backend == "fused" ? plan::tiledLayout(tiled, l, true) : std::optional<plan::Layout>{};
         for (const plan::HeadStats &h : layout    ? plan::planStats(layout->plan, l)
                                         : planned ? plan::planStats(tiled, l)
                                                   : plan::denseStats(plan, l)) {

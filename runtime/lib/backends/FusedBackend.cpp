@@ -121,7 +121,15 @@ public:
       sets_.push_back(head.set);
   }
 
-  const void *variant(int64_t d, Pass pass) const override { return &planFor(d, pass); }
+  /// The plan of the pass, but a backward that shares its plan with a forward
+  /// whose canvas may run in narrower blocks (plan::tiledLayout) keys a
+  /// state of its own: its row blocks and layout are not the forward's.
+  const void *variant(int64_t d, Pass pass) const override {
+    const plan::Plan &plan = planFor(d, pass);
+    if (pass == Pass::Backward && !dense_ && &plan == &planFor(d, Pass::Forward) && plan::narrowsOnACanvas(plan))
+      return &plans_.forDim(d).backward; // (an address no plan has)
+    return &plan;
+  }
 
   std::shared_ptr<const LengthState> prepare(int64_t n, int64_t d, Pass pass, int threads) const override {
     checkKeysFit32Bits(n);
@@ -130,7 +138,7 @@ public:
     if (readsData_) // row blocks come from each call's data, as the kernels run
       return state;
     if (!dense_)
-      state->layout = plan::tiledLayout(*state->plan, n);
+      state->layout = plan::tiledLayout(*state->plan, n, pass == Pass::Forward);
     if (state->layout)
       plan::buildShapes(state->layout->plan, n, false, fusedCacheBytes(), state->layoutBlocks, threads);
     else
