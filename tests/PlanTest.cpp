@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <functional>
 #include <random>
+#include <stdexcept>
 
 namespace attnc {
 namespace {
@@ -255,11 +256,13 @@ TEST(Plan, SeedPatternsGetTheirDisjointPiecesAndRelayout) {
   EXPECT_LE(plan::executedOverUseful(plan::planStats(plan, 4096)), 1.35);
 }
 
-/// The IR of library pattern `file` with its default parameters.
-ir::PatternIR irOf(const char *file) {
+/// The IR of library pattern `file` with `defines` over its parameters'
+/// defaults (a file that does not check throws: the test fails).
+ir::PatternIR irOf(const char *file, const std::vector<Define> &defines = {}) {
   Frontend fe;
-  EXPECT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + file + ".attn"));
-  EXPECT_TRUE(fe.analyze({}));
+  if (!fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + file + ".attn") || !fe.analyze({defines}) ||
+      fe.patterns().empty())
+    throw std::runtime_error(std::string("patterns/") + file + ".attn does not check");
   return ir::canonicalizePattern(fe.patterns().front());
 }
 
@@ -319,10 +322,7 @@ TEST(Plan, GridPatternsRunInTilesWhereTheyExecuteLess) {
                         {"natten2d", {{"H", 24}, {"W", 24}, {"K", 3}}, 24, 24, 8},
                         {"swin", {{"H", 16}, {"W", 32}, {"M", 8}, {"S", 4}}, 32, 16, 0}};
   for (const Grid &g : grids) {
-    Frontend fe;
-    ASSERT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + g.file + ".attn"));
-    ASSERT_TRUE(fe.analyze({g.defines}));
-    const ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
+    const ir::PatternIR ir = irOf(g.file, g.defines);
     const plan::Plan plan = plan::buildPlan(ir);
     EXPECT_FALSE(plan::tiledLayout(plan, 5 * g.width + 3)) << g.file << ": not a whole number of canvas rows";
     for (int64_t rows : {8, 16, 24}) {
@@ -366,10 +366,7 @@ TEST(Plan, ForwardBlocksOfACanvasNarrowToFourByFourPatches) {
                         {"swin", {{"H", 16}, {"W", 56}, {"M", 7}, {"S", 3}}, 896, false}};
   for (const Grid &g : grids) {
     SCOPED_TRACE(g.file);
-    Frontend fe;
-    ASSERT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + g.file + ".attn"));
-    ASSERT_TRUE(fe.analyze({g.defines}));
-    const ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
+    const ir::PatternIR ir = irOf(g.file, g.defines);
     const plan::Plan plan = plan::buildPlan(ir);
     ASSERT_EQ(plan.options.tileRows, 32);
     const std::optional<plan::Layout> wide = plan::tiledLayout(plan, g.n);
@@ -421,10 +418,7 @@ TEST(Plan, CanvasBlocksMovedEqualDirectlyBuiltOnes) {
   };
   int moving = 0;
   for (const Grid &g : grids) {
-    Frontend fe;
-    ASSERT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + g.file + ".attn"));
-    ASSERT_TRUE(fe.analyze({g.defines}));
-    const ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
+    const ir::PatternIR ir = irOf(g.file, g.defines);
     for (int64_t rows : {16, 32}) {
       const plan::Plan raster = plan::buildPlan(ir, {rows, 64});
       const std::optional<plan::Layout> layout = plan::tiledLayout(raster, g.n);
@@ -497,10 +491,7 @@ TEST(Plan, RowsInTilesAreTheirRasterRowsRenumbered) {
   };
   for (const Grid &g : grids) {
     SCOPED_TRACE(g.file);
-    Frontend fe;
-    ASSERT_TRUE(fe.parseFile(std::string(ATTNC_SOURCE_DIR) + "/patterns/" + g.file + ".attn"));
-    ASSERT_TRUE(fe.analyze({g.defines}));
-    const ir::PatternIR ir = ir::canonicalizePattern(fe.patterns().front());
+    const ir::PatternIR ir = irOf(g.file, g.defines);
     const plan::Plan raster = plan::buildPlan(ir, {32, 64});
     std::shared_ptr<const InputArray> order;
     plan::Plan tiled = raster;
