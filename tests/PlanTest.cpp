@@ -388,6 +388,12 @@ TEST(Plan, ForwardBlocksOfACanvasNarrowToFourByFourPatches) {
       executed += h.executed;
     EXPECT_EQ(forward->executed, executed);
     expectEachPairOnce(*forward, ir, g.n);
+    // A plan of 16-row blocks (`attnc tune`'s) takes the same patches.
+    const std::optional<plan::Layout> tuned = plan::tiledLayout(plan::buildPlan(ir, {16, 64}), g.n);
+    ASSERT_TRUE(tuned);
+    EXPECT_EQ(tuned->tileRows, 4);
+    EXPECT_EQ(tuned->tileCols, 4);
+    EXPECT_EQ(tuned->executed, forward->executed);
   }
 }
 

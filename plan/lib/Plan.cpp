@@ -1919,7 +1919,10 @@ std::optional<Layout> tiledLayout(const Plan &plan, int64_t n, bool narrowBlocks
   };
   constexpr int64_t kAny = std::numeric_limits<int64_t>::max();
   std::optional<int64_t> raster;
-  std::optional<Layout> tiles = tilesOf(plan, {{8, 8}, {4, 8}}, raster, kAny);
+  // (A block of 16 rows or fewer is a 4 x 4 patch in tiles of 4 x 4, a strip
+  // of two canvas rows in wider ones.)
+  std::optional<Layout> tiles = plan.options.tileRows <= 16 ? tilesOf(plan, {{4, 4}, {8, 8}, {4, 8}}, raster, kAny)
+                                                            : tilesOf(plan, {{8, 8}, {4, 8}}, raster, kAny);
   // Queries with equal keys together, where they execute fewer pairs than
   // the tiles (or than 3/4 of raster order's, without tiles).
   int64_t groups = 0;

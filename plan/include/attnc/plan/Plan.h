@@ -375,18 +375,18 @@ struct Layout {
 
 /// The layout of `plan` at length n, when its sets are neighbourhoods on a
 /// canvas W tokens wide (a coordinate range `(j / 1) % W`: a column), n is
-/// a whole number of canvas rows, tiles of 8 x 8, 4 x 8 or 4 x 4 (those
-/// that execute the fewest pairs) cut the canvas exactly with two or more
-/// across, and it executes at most 3/4 of raster order's pairs (counted on
-/// at most 32 canvas rows: the runtime asks at each new n). With
-/// `narrowBlocks` (a forward pass) a plan of 32-row blocks may come back
-/// with blocks of 16 rows (Layout::plan's options), each a 4 x 4 patch of
-/// the canvas, where those execute at most 0.85 of the pairs (NATTEN 7 x 7
-/// on 64 x 64: 1.89 against 2.60 times the useful pairs). Or, where that
-/// executes fewer pairs still, the queries grouped by equal keys (Swin's
-/// windows: a block-diagonal of the windows, not tiles that straddle them),
-/// when on average 4 or more share them. Never for a pattern that reads
-/// data or a residue relayout.
+/// a whole number of canvas rows, tiles of 8 x 8 (then 4 x 8; for blocks
+/// of 16 rows or fewer, 4 x 4 first) cut the canvas exactly with two or
+/// more across, and it executes at most 3/4 of raster order's pairs
+/// (counted on at most 32 canvas rows: the runtime asks at each new n). Or,
+/// where that executes fewer pairs still, the queries grouped by equal keys
+/// (Swin's windows: a block-diagonal of the windows, not tiles that
+/// straddle them), when on average 4 or more share them. With
+/// `narrowBlocks` (a forward pass), tiles for a plan of 32-row blocks may
+/// come back with blocks of 16 rows (Layout::plan's options), each a 4 x 4
+/// patch of the canvas, where those execute at most 0.85 of the pairs
+/// (NATTEN 7 x 7 on 64 x 64: 1.89 against 2.60 times the useful pairs).
+/// Never for a pattern that reads data or a residue relayout.
 std::optional<Layout> tiledLayout(const Plan &plan, int64_t n, bool narrowBlocks = false);
 
 /// Whether tiledLayout with `narrowBlocks` may give `plan` other blocks than
