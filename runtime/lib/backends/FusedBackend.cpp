@@ -119,16 +119,19 @@ public:
       throw RunError{ATTNC_ERROR_UNSUPPORTED, fusedIsaError()};
     for (const ir::PatternIR::Head &head : kernel.ir.heads)
       sets_.push_back(head.set);
+    for (const PassPlans *p : allPlans())
+      if (!dense_ && !p->backward && plan::narrowsOnACanvas(p->forward))
+        ownBackward_.push_back(p);
   }
 
   /// The plan of the pass, but a backward that shares its plan with a forward
   /// whose canvas may run in narrower blocks (plan::tiledLayout) keys a
   /// state of its own: its row blocks and layout are not the forward's.
   const void *variant(int64_t d, Pass pass) const override {
-    const plan::Plan &plan = planFor(d, pass);
-    if (pass == Pass::Backward && !dense_ && &plan == &planFor(d, Pass::Forward) && plan::narrowsOnACanvas(plan))
-      return &plans_.forDim(d).backward; // (an address no plan has)
-    return &plan;
+    const PassPlans &plans = plans_.forDim(d);
+    if (pass == Pass::Backward && std::find(ownBackward_.begin(), ownBackward_.end(), &plans) != ownBackward_.end())
+      return &plans.backward; // (an address no plan has)
+    return &planFor(d, pass);
   }
 
   std::shared_ptr<const LengthState> prepare(int64_t n, int64_t d, Pass pass, int threads) const override {
@@ -541,6 +544,14 @@ private:
     return inputs;
   }
 
+  /// The base plans and those tuned per d.
+  std::vector<const PassPlans *> allPlans() const {
+    std::vector<const PassPlans *> all{&plans_.base};
+    for (const auto &tuned : plans_.tuned)
+      all.push_back(&tuned.second);
+    return all;
+  }
+
   /// The dense baseline always runs the kernel's own tiles, in both passes.
   const plan::Plan &planFor(int64_t d, Pass pass) const {
     return dense_ ? plans_.base.forward : plans_.forDim(d).of(pass);
@@ -556,6 +567,9 @@ private:
   std::vector<ir::SetRef> sets_; ///< each distinct head set, for rows run on their own
   bool dense_;
   bool readsData_; ///< row blocks from each call's data (CallInputs), none kept per n
+  /// The plans whose backward keys a state of its own (variant): one plan
+  /// for both passes that may run a canvas's forward in narrower blocks.
+  std::vector<const PassPlans *> ownBackward_;
   ir::PatternIR ir_; ///< its score and sink (and inputs), compiled per slice
 };
 
