@@ -397,6 +397,57 @@ TEST(Plan, ForwardBlocksOfACanvasNarrowToFourByFourPatches) {
   }
 }
 
+/// The fused backend caches a layout's blocks with their keys mapped to
+/// positions (buildShapes' keyOrder, BlockShape::mapKeys): each block holds
+/// the same (key, rows) pairs as through the order, ascending, and a patch's
+/// keys come back as runs of the window's width (one pointer per run in the
+/// kernels), not of the tile's.
+TEST(Plan, LayoutBlocksMappedToPositionsKeepTheirPairs) {
+  struct Grid {
+    const char *file;
+    std::vector<Define> defines;
+    int64_t n;
+    bool narrow;
+  };
+  const Grid grids[] = {{"natten2d", {{"H", 32}, {"W", 48}, {"K", 13}}, 1536, true},
+                        {"natten2d", {{"H", 32}, {"W", 32}, {"K", 7}}, 1024, false},
+                        {"swin", {{"H", 16}, {"W", 56}, {"M", 7}, {"S", 3}}, 896, true}};
+  for (const Grid &g : grids) {
+    SCOPED_TRACE(g.file);
+    const plan::Plan plan = plan::buildPlan(irOf(g.file, g.defines));
+    const std::optional<plan::Layout> layout = plan::tiledLayout(plan, g.n, g.narrow);
+    ASSERT_TRUE(layout);
+    const int32_t *order = layout->order->order.data();
+    std::vector<plan::HeadShapes> raw, mapped;
+    ASSERT_TRUE(plan::buildShapes(layout->plan, g.n, false, size_t{1} << 30, raw, 2));
+    ASSERT_TRUE(plan::buildShapes(layout->plan, g.n, false, size_t{1} << 30, mapped, 2, order));
+    ASSERT_EQ(raw.size(), mapped.size());
+    int64_t widest = 0;
+    for (size_t h = 0; h < raw.size(); ++h)
+      for (size_t p = 0; p < raw[h].pieces.size(); ++p)
+        for (size_t c = 0; c < raw[h].pieces[p].size(); ++c)
+          for (size_t b = 0; b < raw[h].pieces[p][c].size(); ++b) {
+            plan::BlockTiles before, after;
+            before.expand(raw[h].pieces[p][c][b]);
+            after.expand(mapped[h].pieces[p][c][b]);
+            ASSERT_EQ(after.firstRow, before.firstRow);
+            ASSERT_EQ(after.rows, before.rows);
+            EXPECT_EQ(mapped[h].pieces[p][c][b].useful, raw[h].pieces[p][c][b].useful);
+            std::vector<std::pair<int32_t, uint64_t>> want, got;
+            for (size_t k = 0; k < before.keys.size(); ++k)
+              want.emplace_back(order[before.keys[k]], before.masks[k]);
+            for (size_t k = 0; k < after.keys.size(); ++k)
+              got.emplace_back(after.keys[k], after.masks[k]);
+            std::sort(want.begin(), want.end());
+            ASSERT_EQ(got, want) << "block " << b;
+            for (const plan::KeyRun &run : mapped[h].pieces[p][c][b].keys)
+              widest = std::max(widest, run.len);
+          }
+    if (std::string(g.file) == "natten2d")
+      EXPECT_EQ(widest, g.narrow ? 16 : 14); // (a 4 x 4 patch of 13 x 13 windows; 8 x 8 tiles, 7 x 7: 14)
+  }
+}
+
 /// Blocks of a canvas moved from the block a thread built before them
 /// (BlockSource::buildMoved) are the blocks built directly: neighbourhoods
 /// in raster order, in the fused backend's tiles and written in tiles, with

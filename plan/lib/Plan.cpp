@@ -1522,6 +1522,35 @@ size_t BlockShape::bytes() const {
   return sizeof(BlockShape) + keys.size() * sizeof(KeyRun) + partial.size() * sizeof(partial[0]);
 }
 
+void BlockShape::mapKeys(const int32_t *order) {
+  // (position, index in the block's list), sorted by position.
+  std::vector<std::pair<int32_t, int32_t>> at;
+  at.reserve(static_cast<size_t>(numKeys()));
+  for (const KeyRun &x : keys)
+    for (int64_t k = 0, lo = x.lo; k < x.count; ++k, lo += x.period)
+      for (int64_t u = lo; u < lo + x.len; ++u)
+        at.emplace_back(order[keyBase + u * keyStride], static_cast<int32_t>(at.size()));
+  std::sort(at.begin(), at.end());
+  IntervalSet runs;
+  for (const auto &[position, index] : at)
+    if (!runs.empty() && runs.back().hi == position)
+      ++runs.back().hi;
+    else
+      runs.push_back({position, position + 1});
+  keys = compressRuns(runs);
+  keyBase = 0;
+  keyStride = 1;
+  if (partial.empty())
+    return;
+  std::vector<uint64_t> maskOf(at.size(), allRows);
+  for (const auto &[index, mask] : partial)
+    maskOf[static_cast<size_t>(index)] = mask;
+  partial.clear();
+  for (size_t k = 0; k < at.size(); ++k)
+    if (const uint64_t mask = maskOf[static_cast<size_t>(at[k].second)]; mask != allRows)
+      partial.emplace_back(static_cast<int32_t>(k), mask);
+}
+
 KeyRuns compressRuns(const IntervalSet &s) {
   KeyRuns out;
   for (size_t k = 0; k < s.size();) {
@@ -1674,7 +1703,7 @@ std::vector<HeadStats> planStats(const Plan &plan, int64_t n) { return stats(pla
 std::vector<HeadStats> denseStats(const Plan &plan, int64_t n) { return stats(plan, n, true); }
 
 bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
-                 std::vector<HeadShapes> &out, int threads) {
+                 std::vector<HeadShapes> &out, int threads, const int32_t *keyOrder) {
   // Lay out every source's blocks first, then generate them on `threads` threads.
   struct Job {
     size_t head, piece, cls;
@@ -1719,6 +1748,12 @@ bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
     out.clear();
     return false;
   }
+  if (keyOrder) // (apart: a thread moves the block it built before, in its own order)
+    support::parallelFor(chunks, workers, [&](int, int64_t chunk) {
+      const size_t first = static_cast<size_t>(chunk) * kChunk;
+      for (size_t x = first; x < std::min(first + kChunk, blocks.size()); ++x)
+        (*work[blocks[x].first].first)[static_cast<size_t>(blocks[x].second)].mapKeys(keyOrder);
+    });
   return true;
 }
 

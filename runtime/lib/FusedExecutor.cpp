@@ -456,7 +456,7 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
     } else {
       src.buildTiles(b, out, ws.shape, classLocal);
     }
-    if (pass.order) // (the keys of a class order, as positions)
+    if (pass.order && !(cached && pass.cachedKeysMapped)) // (the keys of a class order, as positions)
       for (int32_t &key : out.keys)
         key = pass.order[key];
   };
@@ -720,7 +720,7 @@ void runFusedBackward(const plan::Plan &plan, size_t headIndex, bool dense, cons
     } else {
       src.buildTiles(b, ws.tiles, ws.shape, classLocal);
     }
-    if (pass.order) // (the keys of a class order, as positions)
+    if (pass.order && !(blocks && pass.cachedKeysMapped)) // (the keys of a class order, as positions)
       for (int32_t &key : ws.tiles.keys)
         key = pass.order[key];
   };

@@ -51,6 +51,9 @@ struct PassOrder {
   bool first = true;
   /// Forward: normalises the rows. Backward: clears what no pass wrote.
   bool last = true;
+  /// The cached blocks' keys are positions already (buildShapes' keyOrder):
+  /// only blocks generated as they run are mapped through `order`.
+  bool cachedKeysMapped = false;
 };
 
 /// A row block's keys that run later than the block (see runFusedHead).

@@ -176,6 +176,12 @@ struct BlockShape {
   int64_t useful = 0;            ///< pairs in the block
   int64_t numKeys() const { return cardinality(keys); }
   size_t bytes() const;          ///< object and heap size of a compact copy, for cache budgets
+  /// Key k becomes order[k] (a layout's order: key u is position order[u]),
+  /// the keys sorted by position and their partial masks moved with them,
+  /// keyBase 0 and stride 1. In tiles of 4 x 4 the keys of a window come in
+  /// runs of 4 positions, sorted in runs of the window's width, which the
+  /// kernels read from one pointer. O(keys log keys), once per cached block.
+  void mapKeys(const int32_t *order);
 };
 
 /// A block as the tile kernels read it: every key, ascending, with its row
@@ -335,9 +341,10 @@ struct HeadShapes {
 /// false (and `out` empty) as soon as they would take more than `maxBytes`:
 /// the runtime caches them per n when they fit and generates blocks as it
 /// runs otherwise. Built by up to `threads` threads of the shared pool (0:
-/// support::defaultThreads()).
+/// support::defaultThreads()). With `keyOrder` (a Layout's order), every
+/// block's keys are then mapped to positions (BlockShape::mapKeys).
 bool buildShapes(const Plan &plan, int64_t n, bool dense, size_t maxBytes,
-                 std::vector<HeadShapes> &out, int threads = 0);
+                 std::vector<HeadShapes> &out, int threads = 0, const int32_t *keyOrder = nullptr);
 
 /// Useful and executed pairs and tile counts of a plan at one n, from one
 /// pass over every block (what `emit --stage plan`, bench and tune report).
