@@ -446,6 +446,31 @@ TEST(Plan, LayoutBlocksMappedToPositionsKeepTheirPairs) {
     if (std::string(g.file) == "natten2d")
       EXPECT_EQ(widest, g.narrow ? 16 : 14); // (a 4 x 4 patch of 13 x 13 windows; 8 x 8 tiles, 7 x 7: 14)
   }
+  // Keys spread far wider than their count (sorted, not over a bitmap), a
+  // stride, a partial mask.
+  std::vector<int32_t> order(8192);
+  for (size_t u = 0; u < order.size(); ++u)
+    order[u] = static_cast<int32_t>((u * 4099) % order.size()); // (a permutation: 4099 is odd)
+  plan::BlockShape shape;
+  shape.rows = 2;
+  shape.allRows = 3;
+  shape.keys = {{1, 3, 0, 1}, {100, 2, 10, 2}}; // u = 1, 2, 3, 100, 101, 110, 111
+  shape.keyBase = 5;
+  shape.keyStride = 2;
+  shape.partial = {{1, 1}, {6, 2}};
+  plan::BlockTiles before;
+  before.expand(shape);
+  shape.mapKeys(order.data());
+  plan::BlockTiles after;
+  after.expand(shape);
+  std::vector<std::pair<int32_t, uint64_t>> want, got;
+  for (size_t k = 0; k < before.keys.size(); ++k)
+    want.emplace_back(order[static_cast<size_t>(before.keys[k])], before.masks[k]);
+  for (size_t k = 0; k < after.keys.size(); ++k)
+    got.emplace_back(after.keys[k], after.masks[k]);
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(shape.partial.size(), 2u);
 }
 
 /// Blocks of a canvas moved from the block a thread built before them

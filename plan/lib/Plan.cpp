@@ -1523,20 +1523,46 @@ size_t BlockShape::bytes() const {
 }
 
 void BlockShape::mapKeys(const int32_t *order) {
-  // (position, index in the block's list), sorted by position.
-  std::vector<std::pair<int32_t, int32_t>> at;
+  // Key k of the block's list is at position at[k]; `sorted` lists the k
+  // by position: over a bitmap of the positions' span where that is at most
+  // 64 times the keys (a window's patch: one pass, a word per 64
+  // positions), else by a sort.
+  std::vector<int32_t> at;
   at.reserve(static_cast<size_t>(numKeys()));
   for (const KeyRun &x : keys)
     for (int64_t k = 0, lo = x.lo; k < x.count; ++k, lo += x.period)
       for (int64_t u = lo; u < lo + x.len; ++u)
-        at.emplace_back(order[keyBase + u * keyStride], static_cast<int32_t>(at.size()));
-  std::sort(at.begin(), at.end());
+        at.push_back(order[keyBase + u * keyStride]);
+  if (at.empty())
+    return;
+  const auto [lowest, highest] = std::minmax_element(at.begin(), at.end());
+  const int64_t first = *lowest, span = int64_t{*highest} - first + 1;
+  std::vector<int32_t> sorted;
+  sorted.reserve(at.size());
+  if (span <= 64 * static_cast<int64_t>(at.size())) {
+    std::vector<uint64_t> present(static_cast<size_t>((span + 63) / 64));
+    std::vector<int32_t> keyAt(static_cast<size_t>(span));
+    for (size_t k = 0; k < at.size(); ++k) {
+      const int64_t x = at[k] - first;
+      present[static_cast<size_t>(x / 64)] |= uint64_t{1} << (x % 64);
+      keyAt[static_cast<size_t>(x)] = static_cast<int32_t>(k);
+    }
+    for (size_t w = 0; w < present.size(); ++w)
+      for (uint64_t bits = present[w]; bits; bits &= bits - 1)
+        sorted.push_back(keyAt[64 * w + static_cast<size_t>(std::countr_zero(bits))]);
+  } else {
+    sorted.resize(at.size());
+    std::iota(sorted.begin(), sorted.end(), 0);
+    std::sort(sorted.begin(), sorted.end(), [&](int32_t a, int32_t b) { return at[static_cast<size_t>(a)] < at[static_cast<size_t>(b)]; });
+  }
   IntervalSet runs;
-  for (const auto &[position, index] : at)
+  for (const int32_t k : sorted) {
+    const int64_t position = at[static_cast<size_t>(k)];
     if (!runs.empty() && runs.back().hi == position)
       ++runs.back().hi;
     else
       runs.push_back({position, position + 1});
+  }
   keys = compressRuns(runs);
   keyBase = 0;
   keyStride = 1;
@@ -1546,8 +1572,8 @@ void BlockShape::mapKeys(const int32_t *order) {
   for (const auto &[index, mask] : partial)
     maskOf[static_cast<size_t>(index)] = mask;
   partial.clear();
-  for (size_t k = 0; k < at.size(); ++k)
-    if (const uint64_t mask = maskOf[static_cast<size_t>(at[k].second)]; mask != allRows)
+  for (size_t k = 0; k < sorted.size(); ++k)
+    if (const uint64_t mask = maskOf[static_cast<size_t>(sorted[k])]; mask != allRows)
       partial.emplace_back(static_cast<int32_t>(k), mask);
 }
 
