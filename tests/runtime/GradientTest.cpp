@@ -353,6 +353,8 @@ TEST(GridLayout, TiledOrderMatchesReference) {
       {"Natten2d16Wide", "natten2d", nullptr, {"H=12", "W=16", "K=5"}},
       {"Natten2d24Wide", "natten2d", nullptr, {"H=24", "W=24", "K=3"}},
       {"SwinTiles4x8", "swin", nullptr, {"H=16", "W=32", "M=8", "S=4"}},
+      // (Windows of 7 on tiles of 8: the queries grouped by equal keys.)
+      {"SwinGrouped", "swin", nullptr, {"H=14", "W=28", "M=7", "S=3"}},
   };
   for (const GradPattern &pc : grids) {
     KernelPtr kernel = compile(pc, "fused");
