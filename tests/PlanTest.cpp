@@ -380,6 +380,7 @@ TEST(Plan, ForwardBlocksOfACanvasNarrowToFourByFourPatches) {
       continue;
     }
     EXPECT_EQ(forward->plan.options.tileRows, 16);
+    EXPECT_EQ(forward->plan.options.tileCols, 128); // (a 7 x 7 patch's 100 keys in one chunk)
     EXPECT_EQ(forward->tileRows, 4);
     EXPECT_EQ(forward->tileCols, 4);
     EXPECT_LE(double(forward->executed), 0.85 * double(wide->executed));
