@@ -180,7 +180,9 @@ struct BlockShape {
   /// the keys sorted by position and their partial masks moved with them,
   /// keyBase 0 and stride 1. In tiles of 4 x 4 the keys of a window come in
   /// runs of 4 positions, sorted in runs of the window's width, which the
-  /// kernels read from one pointer. O(keys log keys), once per cached block.
+  /// kernels read from one pointer. O(keys + span / 64) over a bitmap of the
+  /// positions' span where it is at most 64 times the keys, else a sort;
+  /// once per cached block.
   void mapKeys(const int32_t *order);
 };
 
