@@ -2,7 +2,7 @@
 # Reads ptxas's report of the cuda target's kernels (build/runtime/
 # attnc_kernels.ptxas.txt, written when nvcc builds them), prints each
 # kernel's registers, stack and spills per GPU architecture, and fails when a
-# d = 64 or d = 128 kernel (the fast ones, the wgmma kernels included)
+# d = 64 or d = 128 kernel (the fast ones, the wgmma and capped kernels included)
 # spills to local memory, or when ptxas serialized wgmma instructions (its
 # "Potential Performance Loss" warning). ctest runs it as CudaKernels.NoSpills
 # wherever the build compiles GPU code.
@@ -14,13 +14,13 @@ awk '
   /Used [0-9]+ registers/ && name != "" {
     for (i = 1; i <= NF; ++i) if ($i == "Used") regs = $(i + 1)
     printf "%-24s %-7s %3d registers, %5d bytes stack, %5d bytes spilled\n", name, arch, regs, stack, spills
-    if (name ~ /^attnc_(fwd|bwd|fwd_wg|bwd_wg|fwd_wg3)_(bf16|f16)_(64|128)$/ && (spills > 0 || stack > 0)) bad = bad " " name "/" arch
-    if (name ~ /^attnc_(fwd|bwd|fwd_wg|bwd_wg|fwd_wg3)_(bf16|f16)_(64|128)$/) ++checked
+    if (name ~ /^attnc_(fwd|bwd|fwd_wg|bwd_wg|fwd_wg3)(_cap)?_(bf16|f16)_(64|128)$/ && (spills > 0 || stack > 0)) bad = bad " " name "/" arch
+    if (name ~ /^attnc_(fwd|bwd|fwd_wg|bwd_wg|fwd_wg3)(_cap)?_(bf16|f16)_(64|128)$/) ++checked
     name = ""
   }
   /wgmma.*serialized/ { serialized = serialized "\n  " $0 }
   END {
-    if (checked < 36) { print "expected 36 d = 64 / 128 kernels (4 kinds x 2 types x 2 d x 2 archs, and wg3 at d = 64), found " checked; exit 1 }
+    if (checked < 68) { print "expected 68 d = 64 / 128 kernels (4 kinds x 2 types x 2 d x 2 archs, plain and capped, and wg3 at d = 64), found " checked; exit 1 }
     if (serialized != "") { print "ptxas serialized wgmma:" serialized; exit 1 }
     if (bad != "") { print "spills to local memory:" bad; exit 1 }
   }' "$report"

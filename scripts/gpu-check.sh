@@ -14,7 +14,8 @@
 #      d 16-256, bf16 / fp16 / f32, GQA, nq < nk, strided views, rows with one
 #      key and none, forward and backward against the double reference;
 #      all of it again with the forward on wgmma, variant 4, where the GPU is
-#      compute capability 9.0), the error paths and the table walks;
+#      compute capability 9.0), score modifiers (soft caps and sinks against
+#      the CPU), the error paths and the table walks;
 #   4. compute-sanitizer (memcheck, racecheck) on small cases;
 #   5. bench/peers_gpu.py: attnc against flex_attention and SDPA, one table
 #      (quick: n = 16384, d = 64; full: flex and SDPA at n = 16384, d = 64 and
@@ -133,7 +134,7 @@ step "tests"
 if [ "$mode" != tests ]; then
   step "compute-sanitizer memcheck"
   timeout 180 compute-sanitizer --tool memcheck --error-exitcode 3 "$carry/attnc_cuda_tests" --gtest_brief=1 \
-    --gtest_filter='Library/*gaps_n100*:Library/*gqa_local*:Library/*decode_strided*:Library/*d33_fixed*:Library/*strided_n100*:Wgmma/*gaps_n100*:Wgmma/*gqa_local*:CudaKernel.QueriesAtAnOffset*' \
+    --gtest_filter='Library/*gaps_n100*:Library/*gqa_local*:Library/*decode_strided*:Library/*d33_fixed*:Library/*strided_n100*:Wgmma/*gaps_n100*:Wgmma/*gqa_local*:CudaKernel.QueriesAtAnOffset*:CudaKernel.ScoreModifiers*' \
     > "$out/memcheck.log" 2>&1
   rc=$?; tail -4 "$out/memcheck.log"; [ $rc = 0 ] || { echo "memcheck: exit $rc"; status=1; }
   step "compute-sanitizer racecheck"

@@ -250,7 +250,8 @@ using OutInputs = CallInputs<OutArray>;
 template <class In, class Out>
 void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const Out &o, const std::optional<Out> &lse,
              const attnc_varlen *varlen, float scale, int32_t numThreads, const attnc_device *device = nullptr,
-             int64_t firstQuery = -1, const InInputs *inputs = nullptr, const int64_t *keyPositions = nullptr) {
+             int64_t firstQuery = -1, const std::vector<attnc_input> *inputs = nullptr,
+             const int64_t *keyPositions = nullptr) {
   const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v");
   attnc_tensor to = view4(o, "o");
   std::optional<attnc_tensor> tl;
@@ -267,9 +268,9 @@ void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const 
   call.device = device;
   call.first_query = firstQuery >= 0 ? firstQuery : ATTNC_LAST_QUERIES;
   call.varlen = varlen;
-  if (inputs && !inputs->entries.empty()) {
-    call.inputs = inputs->entries.data();
-    call.num_inputs = static_cast<int64_t>(inputs->entries.size());
+  if (inputs && !inputs->empty()) {
+    call.inputs = inputs->data();
+    call.num_inputs = static_cast<int64_t>(inputs->size());
   }
   call.options = &options;
   call.key_positions = keyPositions;
@@ -280,8 +281,8 @@ void forward(const Kernel &kernel, const In &q, const In &k, const In &v, const 
 template <class In, class Out>
 void backward(const Kernel &kernel, const In &q, const In &k, const In &v, const In &o, const In &dO, const In &lse,
               const Out &dq, const Out &dk, const Out &dv, const attnc_varlen *varlen, float scale, int32_t numThreads,
-              const attnc_device *device = nullptr, int64_t firstQuery = -1, const InInputs *inputs = nullptr,
-              const OutInputs *dInputs = nullptr) {
+              const attnc_device *device = nullptr, int64_t firstQuery = -1,
+              const std::vector<attnc_input> *inputs = nullptr, const std::vector<attnc_input> *dInputs = nullptr) {
   const attnc_tensor tq = view4(q, "q"), tk = view4(k, "k"), tv = view4(v, "v"), tdo = view4(dO, "d_o");
   attnc_tensor to = view4(o, "o"), tl = viewLse(lse);
   attnc_tensor tdq = view4(dq, "d_q"), tdk = view4(dk, "d_k"), tdv = view4(dv, "d_v");
@@ -300,13 +301,13 @@ void backward(const Kernel &kernel, const In &q, const In &k, const In &v, const
   call.device = device;
   call.first_query = firstQuery >= 0 ? firstQuery : ATTNC_LAST_QUERIES;
   call.varlen = varlen;
-  if (inputs && !inputs->entries.empty()) {
-    call.inputs = inputs->entries.data();
-    call.num_inputs = static_cast<int64_t>(inputs->entries.size());
+  if (inputs && !inputs->empty()) {
+    call.inputs = inputs->data();
+    call.num_inputs = static_cast<int64_t>(inputs->size());
   }
-  if (dInputs && !dInputs->entries.empty()) {
-    call.d_inputs = dInputs->entries.data();
-    call.num_d_inputs = static_cast<int64_t>(dInputs->entries.size());
+  if (dInputs && !dInputs->empty()) {
+    call.d_inputs = dInputs->data();
+    call.num_d_inputs = static_cast<int64_t>(dInputs->size());
   }
   call.options = &options;
   check(timedCall([&] { return attnc_backward(kernel.handle, &call); }));
@@ -339,7 +340,7 @@ void forwardInputs(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle 
   const std::unique_ptr<InInputs> data = callInputsOf<InArray>(inputs, toDlpack);
   forward(kernel, arrayOf<InArray>(q, toDlpack, "q"), arrayOf<InArray>(k, toDlpack, "k"),
           arrayOf<InArray>(v, toDlpack, "v"), arrayOf<OutArray>(o, toDlpack, "o"),
-          optionalArrayOf<OutArray>(lse, toDlpack, "lse"), nullptr, scale, numThreads, nullptr, -1, data.get());
+          optionalArrayOf<OutArray>(lse, toDlpack, "lse"), nullptr, scale, numThreads, nullptr, -1, &data->entries);
 }
 
 /// attnc_backward with the pattern's inputs (as forwardInputs takes them)
@@ -354,8 +355,8 @@ void backwardInputs(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle
            arrayOf<InArray>(v, toDlpack, "v"), arrayOf<InArray>(o, toDlpack, "o"),
            arrayOf<InArray>(dO, toDlpack, "d_o"), arrayOf<InArray>(lse, toDlpack, "lse"),
            arrayOf<OutArray>(dq, toDlpack, "d_q"), arrayOf<OutArray>(dk, toDlpack, "d_k"),
-           arrayOf<OutArray>(dv, toDlpack, "d_v"), nullptr, scale, numThreads, nullptr, -1, data.get(),
-           grads.get());
+           arrayOf<OutArray>(dv, toDlpack, "d_v"), nullptr, scale, numThreads, nullptr, -1, &data->entries,
+           &grads->entries);
 }
 
 /// attnc_forward over keys held at positions (attnc_call::key_positions,
@@ -374,7 +375,7 @@ void forwardHeld(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v,
   const std::unique_ptr<InInputs> data = inputs.is_none() ? nullptr : callInputsOf<InArray>(inputs, toDlpack);
   forward(kernel, arrayOf<InArray>(q, toDlpack, "q"), tk, arrayOf<InArray>(v, toDlpack, "v"),
           arrayOf<OutArray>(o, toDlpack, "o"), optionalArrayOf<OutArray>(lse, toDlpack, "lse"), nullptr, scale,
-          numThreads, nullptr, firstQuery, data.get(), at.data());
+          numThreads, nullptr, firstQuery, data ? &data->entries : nullptr, at.data());
 }
 
 /// attnc_kernel_last_readers at n: int64 [n], each key position's last query (-1: none).
@@ -482,6 +483,31 @@ void runBackwardCuda(const Kernel &kernel, nb::handle q, nb::handle k, nb::handl
            arrayOf<GpuIn>(v, toDlpack, "v"), arrayOf<GpuIn>(o, toDlpack, "o"), arrayOf<GpuIn>(dO, toDlpack, "d_o"),
            arrayOf<GpuIn>(lse, toDlpack, "lse"), arrayOf<GpuOut>(dq, toDlpack, "d_q"),
            arrayOf<GpuOut>(dk, toDlpack, "d_k"), arrayOf<GpuOut>(dv, toDlpack, "d_v"), nullptr, scale, 0, &dev);
+}
+
+/// forwardInputs on a CUDA device: the inputs (a sink's logits) are CUDA
+/// arrays too.
+void forwardInputsCuda(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
+                       nb::handle inputs, float scale, int32_t device, uintptr_t stream, nb::handle toDlpack) {
+  const attnc_device dev = cudaDevice(device, stream);
+  const auto data = callInputsOf<GpuIn>(inputs, toDlpack);
+  forward(kernel, arrayOf<GpuIn>(q, toDlpack, "q"), arrayOf<GpuIn>(k, toDlpack, "k"), arrayOf<GpuIn>(v, toDlpack, "v"),
+          arrayOf<GpuOut>(o, toDlpack, "o"), optionalArrayOf<GpuOut>(lse, toDlpack, "lse"), nullptr, scale, 0, &dev,
+          -1, &data->entries);
+}
+
+/// backwardInputs on a CUDA device.
+void backwardInputsCuda(const Kernel &kernel, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle dO,
+                        nb::handle lse, nb::handle dq, nb::handle dk, nb::handle dv, nb::handle inputs,
+                        nb::handle dInputs, float scale, int32_t device, uintptr_t stream, nb::handle toDlpack) {
+  const attnc_device dev = cudaDevice(device, stream);
+  const auto data = callInputsOf<GpuIn>(inputs, toDlpack);
+  const auto grads = callInputsOf<GpuOut>(dInputs, toDlpack);
+  backward(kernel, arrayOf<GpuIn>(q, toDlpack, "q"), arrayOf<GpuIn>(k, toDlpack, "k"),
+           arrayOf<GpuIn>(v, toDlpack, "v"), arrayOf<GpuIn>(o, toDlpack, "o"), arrayOf<GpuIn>(dO, toDlpack, "d_o"),
+           arrayOf<GpuIn>(lse, toDlpack, "lse"), arrayOf<GpuOut>(dq, toDlpack, "d_q"),
+           arrayOf<GpuOut>(dk, toDlpack, "d_k"), arrayOf<GpuOut>(dv, toDlpack, "d_v"), nullptr, scale, 0, &dev, -1,
+           &data->entries, &grads->entries);
 }
 
 void runForwardAtCuda(const Kernel &kernel, int64_t firstQuery, nb::handle q, nb::handle k, nb::handle v,
@@ -779,6 +805,12 @@ NB_MODULE(_attnc, m) {
   m.def("run_backward_cuda", &runBackwardCuda, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a,
         "d_k"_a, "d_v"_a, "scale"_a, "device"_a, "stream"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_backward_on a CUDA device: d_q, d_k, d_v, queued on `stream`");
+  m.def("forward_cuda", &forwardInputsCuda, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a.none(), "inputs"_a,
+        "scale"_a, "device"_a, "stream"_a, "to_dlpack"_a.none() = nb::none(),
+        "forward with the pattern's inputs on a CUDA device (the inputs CUDA arrays too: a sink's logits)");
+  m.def("backward_cuda", &backwardInputsCuda, "kernel"_a, "q"_a, "k"_a, "v"_a, "o"_a, "d_o"_a, "lse"_a, "d_q"_a,
+        "d_k"_a, "d_v"_a, "inputs"_a, "d_inputs"_a.none(), "scale"_a, "device"_a, "stream"_a,
+        "to_dlpack"_a.none() = nb::none(), "backward with the pattern's inputs on a CUDA device");
   m.def("run_forward_at_cuda", &runForwardAtCuda, "kernel"_a, "first_query"_a, "q"_a, "k"_a, "v"_a, "o"_a,
         "lse"_a.none(), "scale"_a, "device"_a, "stream"_a, "to_dlpack"_a.none() = nb::none(),
         "attnc_run_forward_at_on a CUDA device: the queries at positions [first_query, first_query + nq)");

@@ -194,3 +194,52 @@ def test_varlen_compiles_fullgraph_on_the_gpu():
     q, k, v = (torch.randn(100, 2, 64, device=DEV, dtype=torch.bfloat16) for _ in range(3))
     fn = torch.compile(lambda q, k, v: attnc.torch.attention_varlen(q, k, v, cu, kernel=kernel), fullgraph=True)
     torch.testing.assert_close(fn(q, k, v), attnc.torch.attention_varlen(q, k, v, cu, kernel=kernel))
+
+
+# ---- score modifiers: soft caps and sinks on the GPU ------------------------------------
+
+SCORED = {
+    # Gemma 2's soft cap on the Sparse Transformer's fixed pattern
+    "capped": """pattern capped { param l = 16  param c = 4  causal
+  attend { j : j / l == i / l } | { j : j % l >= l - c }  score 20 * tanh(s / 20) }""",
+    # gpt-oss's sink on a window
+    "sink": """pattern sinkw { param w = 13  input z : float[heads]  causal  attend { j : i - j < w }  sink z[h] }""",
+    "both": """pattern both { param w = 32  input z : float[heads]  causal  attend { j : i - j < w }
+  score 30 * tanh(s / 30)  sink z[h] }""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCORED))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_score_modifiers_match_the_cpu(name, dtype):
+    """A soft cap and a per-head sink on CUDA tensors against the same kernel on the CPU (whose
+    modifiers test_score_modifiers.py checks against float64): O, dQ, dK, dV and the sink's
+    gradient, grouped heads, fewer queries than keys."""
+    kernel = attnc.compile(SCORED[name])
+    heads, kv_heads, nq, nk, d = 4, 2, 100, 150, 64
+    q, k, v = inputs((2, heads, nq, d), dtype, kv_heads=kv_heads, nk=nk, seed=7)
+    q = q * 3  # logits large enough for the cap to bend them
+    floats = {}
+    if "sink" in SCORED[name]:
+        floats["z"] = torch.tensor([0.5, 2.5, -3.0, 8.0], device=DEV)
+    gpu = [x.detach().requires_grad_() for x in (q, k, v, *floats.values())]
+    cpu = [x.detach().cpu().float().requires_grad_() for x in gpu]
+    o = kernel(*gpu[:3], **dict(zip(floats, gpu[3:])))
+    want = kernel(*cpu[:3], **dict(zip(floats, cpu[3:])))
+    assert o.device == q.device and o.dtype == dtype
+    assert rel_err(o, want) <= TOL[dtype]
+    d_o = torch.randn(o.shape, generator=torch.Generator().manual_seed(3))
+    grads = torch.autograd.grad(o, gpu, d_o.to(DEV, dtype))
+    wants = torch.autograd.grad(want, cpu, d_o)
+    for got, ref in zip(grads, wants):
+        assert got.device == q.device
+        assert rel_err(got, ref) <= 1.5 * TOL[dtype]
+
+
+def test_scores_the_gpu_does_not_run_are_refused():
+    alibi = attnc.compile("""pattern alibi { param w = 16  input slope : float[heads]  causal
+  attend { j : i - j < w }  score s + slope[h] * (j - i) }""")
+    q, k, v = inputs((1, 2, 40, 64), torch.bfloat16)
+    with raises_status("ATTNC_ERROR_UNSUPPORTED") as info:
+        alibi(q, k, v, slope=torch.ones(2, device=DEV))
+    assert "soft cap alone" in str(info.value) and "CPU tensors" in str(info.value)

@@ -47,10 +47,9 @@ int64_t entry(const attnc_tensor &t, int64_t b, int64_t h, int64_t r, int64_t c)
   return static_cast<const int64_t *>(t.data)[at];
 }
 
-/// Float input `decl` given as `t`: f32 or bf16 of the declaration's
-/// dimensions at (n, heads), then 1s; copied to contiguous f32.
-void readFloat(const InputDecl &decl, const attnc_tensor &t, int64_t n, int64_t heads, std::vector<float> &values,
-               FloatInput &out) {
+} // namespace
+
+std::vector<int64_t> checkFloatInput(const InputDecl &decl, const attnc_tensor &t, int64_t n, int64_t heads) {
   const std::string name = "input '" + decl.name + "'";
   if (t.dtype != ATTNC_DTYPE_F32 && t.dtype != ATTNC_DTYPE_BF16)
     throw RunError{ATTNC_ERROR_DTYPE, name + " is a float input (score / sink): its dtype must be f32 (" +
@@ -81,6 +80,18 @@ void readFloat(const InputDecl &decl, const attnc_tensor &t, int64_t n, int64_t 
     if (t.strides[a] < 0 || (t.strides[a] == 0 && t.shape[a] > 1))
       throw RunError{ATTNC_ERROR_STRIDE, name + " has stride " + std::to_string(t.strides[a]) + " on axis " +
                                              std::to_string(a)};
+  return dims;
+}
+
+namespace {
+
+/// Float input `decl` given as `t` (checkFloatInput), copied to contiguous f32.
+void readFloat(const InputDecl &decl, const attnc_tensor &t, int64_t n, int64_t heads, std::vector<float> &values,
+               FloatInput &out) {
+  std::vector<int64_t> dims = checkFloatInput(decl, t, n, heads);
+  int64_t total = 1;
+  for (int64_t dim : dims)
+    total *= dim;
   values.resize(static_cast<size_t>(total));
   int64_t e = 0;
   for (int64_t a = 0; a < t.shape[0]; ++a)
@@ -121,13 +132,8 @@ void checkInputsGiven(const ir::PatternIR &ir, int64_t count) {
     bad("pattern '" + ir.name + "' declares no input, but the call gives " + std::to_string(count));
 }
 
-CallInputs::CallInputs(const ir::PatternIR &ir, const attnc_input *inputs, int64_t count, int64_t batch,
-                       int64_t heads, int64_t n, int threads)
-    : heads_(heads) {
-  checkInputsGiven(ir, count);
-  if (count == 0)
-    return;
-  if (!inputs)
+std::vector<const attnc_input *> matchInputs(const ir::PatternIR &ir, const attnc_input *inputs, int64_t count) {
+  if (!inputs && count > 0)
     bad("attnc_call::inputs is null but num_inputs is " + std::to_string(count));
   // Match names both ways: every declared input once, nothing else.
   std::vector<const attnc_input *> given(ir.inputs.size(), nullptr);
@@ -147,6 +153,16 @@ CallInputs::CallInputs(const ir::PatternIR &ir, const attnc_input *inputs, int64
   for (size_t x = 0; x < given.size(); ++x)
     if (!given[x])
       bad("input '" + ir.inputs[x].name + "' of pattern '" + ir.name + "' is missing from the call");
+  return given;
+}
+
+CallInputs::CallInputs(const ir::PatternIR &ir, const attnc_input *inputs, int64_t count, int64_t batch,
+                       int64_t heads, int64_t n, int threads)
+    : heads_(heads) {
+  checkInputsGiven(ir, count);
+  if (count == 0)
+    return;
+  const std::vector<const attnc_input *> given = matchInputs(ir, inputs, count);
 
   Uses uses{std::vector<bool>(ir.inputs.size(), false), std::vector<int64_t>(ir.inputs.size(), 0)};
   for (const ir::PatternIR::Head &h : ir.heads)

@@ -53,6 +53,16 @@ private:
 /// reads its values otherwise (any integer).
 int64_t inputIdLimit(const ir::PatternIR &ir, size_t index, int64_t n);
 
+/// The call's inputs matched to the pattern's declarations by name, one
+/// per declaration in its order: every declared input given once and
+/// nothing else, else RunError naming the one at fault.
+std::vector<const attnc_input *> matchInputs(const ir::PatternIR &ir, const attnc_input *inputs, int64_t count);
+
+/// Checks float input `decl` given as `t` without reading its values: f32
+/// or bf16, the declaration's dimensions at (n, heads) then 1s, strides
+/// >= 0 (RunError naming it otherwise). Returns the dimensions.
+std::vector<int64_t> checkFloatInput(const InputDecl &decl, const attnc_tensor &t, int64_t n, int64_t heads);
+
 /// Refuses a call without inputs to a kernel whose pattern reads data, and
 /// one with inputs to a kernel whose pattern reads none (RunError).
 void checkInputsGiven(const ir::PatternIR &ir, int64_t count);

@@ -908,11 +908,14 @@ attnc_status checkFirstQuery(int64_t firstQuery, const Shape &shape) {
 attnc_status checkDataCall(const attnc_kernel &kernel, int64_t numInputs, bool gpu, bool varlen) {
   if (attnc_status s = guarded([&] { attnc::rt::checkInputsGiven(kernel.ir, numInputs); }); s != ATTNC_OK)
     return s;
-  if (gpu && (kernel.ir.score || kernel.ir.sink))
-    return fail(ATTNC_ERROR_UNSUPPORTED, "pattern '" + kernel.ir.name + "' has a " +
-                                             (kernel.ir.score ? "score" : "sink") +
-                                             " modifier, which the CUDA kernels do not run yet: run it on CPU "
-                                             "tensors");
+  if (gpu && (kernel.ir.score || kernel.ir.sink || kernel.ir.hasFloatInputs())) {
+    if (attnc_status s = guarded([&] { attnc::rt::cuda::gpuModifiers(kernel.ir); }); s != ATTNC_OK)
+      return s;
+    if (varlen && kernel.ir.sink)
+      return fail(ATTNC_ERROR_UNSUPPORTED, "pattern '" + kernel.ir.name +
+                                               "' has a sink, which varlen calls on the GPU do not take yet: call "
+                                               "each sequence on its own, or the batch on CPU tensors");
+  }
   if (!kernel.ir.readsData())
     return ATTNC_OK;
   if (gpu)
@@ -934,6 +937,23 @@ attnc::rt::CallInputs callInputs(const attnc_kernel &kernel, const Shape &shape,
     return {};
   return attnc::rt::CallInputs(kernel.ir, inputs, numInputs, shape.batch, shape.hq, length >= 0 ? length : shape.nk,
                                attnc::support::resolveThreads(options ? options->num_threads : 0));
+}
+
+/// A GPU call's float inputs, checked where they are (CallInputs reads
+/// host memory: these live on the device, which Engine checks): `sink` is
+/// the sink's values (null: the pattern has no sink), `dims` each float
+/// input's dimensions (empty for int inputs). Throws RunError.
+const attnc_tensor *gpuFloatInputs(const attnc_kernel &kernel, const Shape &shape, const attnc_input *inputs,
+                                   int64_t numInputs, std::vector<std::vector<int64_t>> &dims) {
+  dims.assign(kernel.ir.inputs.size(), {});
+  if (kernel.ir.inputs.empty())
+    return nullptr;
+  const std::vector<const attnc_input *> given = attnc::rt::matchInputs(kernel.ir, inputs, numInputs);
+  for (size_t x = 0; x < given.size(); ++x)
+    if (kernel.ir.inputs[x].isFloat)
+      dims[x] = attnc::rt::checkFloatInput(kernel.ir.inputs[x], given[x]->values, shape.nk, shape.hq);
+  const int64_t sink = attnc::rt::cuda::gpuModifiers(kernel.ir).sinkInput;
+  return sink >= 0 ? &given[static_cast<size_t>(sink)]->values : nullptr;
 }
 
 /// Checks a call's key_positions (attnc_call, ABI 10) and sets `firstQuery`
@@ -1016,7 +1036,10 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
     return ATTNC_OK;
   if (gpu && !varlen)
     return guarded([&] {
-      kernel->cuda().forward(*device, dimsOf(shape, firstQuery), *q, *k, *v, *o, lse, callScale(options, shape.d));
+      std::vector<std::vector<int64_t>> dims;
+      const attnc_tensor *sink = gpuFloatInputs(*kernel, shape, inputs, numInputs, dims);
+      kernel->cuda().forward(*device, dimsOf(shape, firstQuery), *q, *k, *v, *o, lse, callScale(options, shape.d),
+                             sink);
     });
   std::vector<Seq> seqs;
   if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
@@ -1047,7 +1070,7 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
 /// The call's float-input gradients (attnc_call::d_inputs) matched to the
 /// pattern's float inputs: f32 tensors of their shapes. gradOut[x] is where
 /// input x's goes (null: not asked for).
-attnc_status checkInputGrads(const attnc_kernel &kernel, const attnc::rt::CallInputs &data,
+attnc_status checkInputGrads(const attnc_kernel &kernel, const std::vector<std::vector<int64_t>> &floatDims,
                              const attnc_input *grads, int64_t count, std::vector<const attnc_tensor *> &gradOut) {
   const attnc::ir::PatternIR &ir = kernel.ir;
   gradOut.assign(ir.inputs.size(), nullptr);
@@ -1068,14 +1091,14 @@ attnc_status checkInputGrads(const attnc_kernel &kernel, const attnc::rt::CallIn
     if (gradOut[x])
       return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("d_inputs names '") + in.name + "' twice");
     const attnc_tensor &t = in.values;
-    const attnc::FloatInput &f = data.floats()[x];
+    const std::vector<int64_t> &dims = floatDims[x];
     if (t.dtype != ATTNC_DTYPE_F32)
       return fail(ATTNC_ERROR_DTYPE, std::string("the gradient of '") + in.name + "' must be f32");
     std::string want;
     bool fits = true;
     int64_t total = 1;
     for (size_t a = 0; a < 4; ++a) {
-      const int64_t dim = a < f.dims.size() ? f.dims[a] : 1;
+      const int64_t dim = a < dims.size() ? dims[a] : 1;
       total *= dim;
       fits = fits && t.shape[a] == dim;
       want.append(a ? ", " : "[").append(std::to_string(dim));
@@ -1142,11 +1165,23 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
       return fail(ATTNC_ERROR_INVALID_ARGUMENT, std::string("tensor '") + name +
                                                     "' overlaps the memory of 'lse'; each gradient needs memory of its own");
   if (gpu && !varlen) {
-    if (shape.batch == 0 || shape.hkv == 0 || shape.nk == 0 || shape.d == 0)
+    std::vector<std::vector<int64_t>> dims;
+    const attnc_tensor *sink = nullptr;
+    if (attnc_status s = guarded([&] { sink = gpuFloatInputs(*kernel, shape, inputs, numInputs, dims); });
+        s != ATTNC_OK)
+      return s;
+    std::vector<const attnc_tensor *> gradOut; // per pattern input: where its gradient goes, else null
+    if (attnc_status s = checkInputGrads(*kernel, dims, dInputs, numDInputs, gradOut); s != ATTNC_OK)
+      return s;
+    const attnc_tensor *dSink = sink ? gradOut[static_cast<size_t>(kernel->cuda().modifiers().sinkInput)] : nullptr;
+    if (shape.batch == 0 || shape.hkv == 0 || shape.nk == 0 || shape.d == 0) {
+      if (dSink && dSink->shape[0] > 0) // no pair: the sink's gradient is zeros
+        return guarded([&] { attnc::rt::cuda::zeroRows(device->index, device->stream, *dSink, 0, 1); });
       return ATTNC_OK;
+    }
     return guarded([&] {
       kernel->cuda().backward(*device, dimsOf(shape, firstQuery), *q, *k, *v, *o, *d_o, *lse, *d_q, *d_k, *d_v,
-                              callScale(options, shape.d));
+                              callScale(options, shape.d), sink, dSink);
     });
   }
   if (gpu) { // a varlen batch: each sequence a call of its own on the device
@@ -1196,8 +1231,12 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
   attnc::rt::CallInputs data;
   if (attnc_status s = guarded([&] { data = callInputs(*kernel, shape, inputs, numInputs, options); }); s != ATTNC_OK)
     return s;
+  std::vector<std::vector<int64_t>> floatDims;
+  for (const attnc::FloatInput &f : data.floats())
+    floatDims.push_back(f.dims);
+  floatDims.resize(kernel->ir.inputs.size());
   std::vector<const attnc_tensor *> gradOut; // per pattern input: where its gradient goes, else null
-  if (attnc_status s = checkInputGrads(*kernel, data, dInputs, numDInputs, gradOut); s != ATTNC_OK)
+  if (attnc_status s = checkInputGrads(*kernel, floatDims, dInputs, numDInputs, gradOut); s != ATTNC_OK)
     return s;
   std::vector<double> inputGrad;
   std::vector<int64_t> offsets;

@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -497,6 +498,31 @@ struct Choice {
   const char *why;
 };
 
+/// Runs `ch`'s pass of `c` on its device with its variant forced (none
+/// after it), the fake's log cleared first. A choice without a kernel must
+/// be refused with its reason, launching nothing: `refused` says whether it
+/// was (and then there is nothing more to check).
+attnc_status runChoice(Call &c, const Choice &ch, bool &refused) {
+  const attnc_device dev{ATTNC_DEVICE_CUDA, ch.device, nullptr};
+  EXPECT_EQ(ch.backward ? attnc_internal_cuda_backward_variant(ch.forced)
+                        : attnc_internal_cuda_forward_variant(ch.forced),
+            ATTNC_OK);
+  attnc_fake_cuda_reset();
+  const attnc_status st = ch.backward ? c.backward(dev) : c.forward(dev);
+  const std::string error = st == ATTNC_OK ? "" : attnc_last_error();
+  attnc_internal_cuda_forward_variant(-1);
+  attnc_internal_cuda_backward_variant(-1);
+  refused = !ch.kernel;
+  if (refused) {
+    EXPECT_EQ(st, ATTNC_ERROR_UNSUPPORTED);
+    EXPECT_NE(error.find(ch.why), std::string::npos) << error;
+    EXPECT_EQ(attnc_fake_cuda_launch_count(), 0) << "a refused call launched something";
+  } else {
+    EXPECT_EQ(st, ATTNC_OK) << error;
+  }
+  return st;
+}
+
 TEST(CudaHostKernels, ByDeviceDtypeHeadDimensionAndVariant) {
   KernelPtr kernel = kernelOf("local", {"w=8"});
   ASSERT_TRUE(kernel);
@@ -532,21 +558,9 @@ TEST(CudaHostKernels, ByDeviceDtypeHeadDimensionAndVariant) {
                  std::to_string(ch.forced) + (ch.backward ? ", backward" : ", forward"));
     Call c(ch.device, ch.dtype, 1, 1, 1, 100, 100, ch.d);
     c.kernel = kernel.get();
-    attnc_device dev{ATTNC_DEVICE_CUDA, ch.device, nullptr};
-    ASSERT_EQ(ch.backward ? attnc_internal_cuda_backward_variant(ch.forced)
-                          : attnc_internal_cuda_forward_variant(ch.forced),
-              ATTNC_OK);
-    attnc_fake_cuda_reset();
-    const attnc_status st = ch.backward ? c.backward(dev) : c.forward(dev);
-    attnc_internal_cuda_forward_variant(-1);
-    attnc_internal_cuda_backward_variant(-1);
-    if (!ch.kernel) {
-      EXPECT_EQ(st, ATTNC_ERROR_UNSUPPORTED);
-      EXPECT_NE(std::string(attnc_last_error()).find(ch.why), std::string::npos) << attnc_last_error();
-      EXPECT_EQ(attnc_fake_cuda_launch_count(), 0) << "a refused call launched something";
+    bool refused = false;
+    if (runChoice(c, ch, refused) != ATTNC_OK || refused)
       continue;
-    }
-    ASSERT_EQ(st, ATTNC_OK) << attnc_last_error();
     bool found = false;
     for (const attnc_fake_launch &l : launches())
       if (std::string(l.name).rfind(ch.backward ? "attnc_bwd" : "attnc_fwd", 0) == 0) {
@@ -866,6 +880,295 @@ TEST(CudaHostCalls, QueriesAtAnOffsetAndVarlenSequences) {
     for (const attnc_fake_launch &l : launches())
       deltas += std::string(l.name) == "attnc_delta";
     EXPECT_EQ(deltas, 2);
+  }
+}
+
+// --- Score modifiers: soft caps and sinks ----------------------------------------
+
+KernelPtr kernelFromSource(const char *source) {
+  std::string error;
+  KernelPtr k = jitCompile(nullptr, source, {}, "fused", jitCacheDir(), error);
+  EXPECT_TRUE(k) << error;
+  return k;
+}
+
+/// The launches named `name`.
+std::vector<attnc_fake_launch> launchesOf(const char *name) {
+  std::vector<attnc_fake_launch> out;
+  for (const attnc_fake_launch &l : launches())
+    if (std::string(l.name) == name)
+      out.push_back(l);
+  return out;
+}
+
+TEST(CudaHostModifiers, SoftCapsRunTheCappedKernelsWithTheirConstants) {
+  KernelPtr capped = kernelOf("capped_fixed", {"l=16", "c=4"}); // 20 * tanh(s / 20)
+  KernelPtr plain = kernelOf("fixed", {"l=16", "c=4"});
+  ASSERT_TRUE(capped && plain);
+  const Choice choices[] = {
+      {0, ATTNC_DTYPE_BF16, 64, -1, false, "attnc_fwd_wg_cap_bf16_64", nullptr},
+      {0, ATTNC_DTYPE_F16, 128, -1, false, "attnc_fwd_wg_cap_f16_128", nullptr},
+      {0, ATTNC_DTYPE_BF16, 64, 0, false, "attnc_fwd_cap_bf16_64", nullptr},
+      {0, ATTNC_DTYPE_BF16, 64, 3, false, "attnc_fwd_cap_bf16_64", nullptr}, // (1-3: variant 0's when capped)
+      {0, ATTNC_DTYPE_BF16, 64, 5, false, "attnc_fwd_wg_cap_bf16_64", nullptr}, // (5: 4's)
+      {0, ATTNC_DTYPE_BF16, 200, -1, false, "attnc_fwd_cap_bf16_256", nullptr},
+      {0, ATTNC_DTYPE_BF16, 64, -1, true, "attnc_bwd_wg_cap_bf16_64", nullptr},
+      {0, ATTNC_DTYPE_BF16, 64, 0, true, "attnc_bwd_cap_bf16_64", nullptr},
+      {1, ATTNC_DTYPE_F16, 128, -1, false, "attnc_fwd_cap_f16_128", nullptr},
+      {1, ATTNC_DTYPE_BF16, 128, -1, true, "attnc_bwd_cap_bf16_128", nullptr},
+      {1, ATTNC_DTYPE_BF16, 64, 4, false, nullptr, "compute capability 9.0"},
+  };
+  for (const Choice &ch : choices)
+    for (const attnc_kernel *kernel : {capped.get(), plain.get()}) {
+      const bool cap = kernel == capped.get();
+      SCOPED_TRACE(std::string(cap ? "capped" : "plain") + ", device " + std::to_string(ch.device) + ", d = " +
+                   std::to_string(ch.d) + ", variant " + std::to_string(ch.forced) +
+                   (ch.backward ? ", backward" : ", forward"));
+      Call c(ch.device, ch.dtype, 1, 2, 2, 100, 100, ch.d);
+      c.kernel = kernel;
+      bool refused = false;
+      if (runChoice(c, ch, refused) != ATTNC_OK || refused)
+        continue;
+      const float scale = float(1.0 / std::sqrt(double(ch.d)));
+      int found = 0;
+      for (const attnc_fake_launch &l : launches()) {
+        const std::string name = l.name;
+        if (name.rfind(ch.backward ? "attnc_bwd" : "attnc_fwd", 0) != 0)
+          continue;
+        ++found;
+        EXPECT_EQ(name.find("_cap_") != std::string::npos, cap) << name;
+        if (cap) {
+          EXPECT_EQ(name, ch.kernel);
+        }
+        if (ch.backward) {
+          const auto a = argsOf<BwdArgs>(l);
+          EXPECT_FLOAT_EQ(a.capIn, cap ? 0.05f * scale : 0.f);
+          EXPECT_FLOAT_EQ(a.capOutLog2, cap ? float(20 * 1.4426950408889634) : 0.f);
+          EXPECT_FLOAT_EQ(a.capGrad, cap ? 1.f : 0.f); // (1 / 20 * 20)
+        } else {
+          const auto a = argsOf<FwdArgs>(l);
+          EXPECT_FLOAT_EQ(a.capIn, cap ? 0.05f * scale : 0.f);
+          EXPECT_FLOAT_EQ(a.capOutLog2, cap ? float(20 * 1.4426950408889634) : 0.f);
+          EXPECT_EQ(a.sink, nullptr);
+        }
+      }
+      EXPECT_GT(found, 0) << "no kernel launched";
+    }
+}
+
+/// The tensors of a sink_window call and its sink's logits (and gradient) on `device`.
+struct SinkCall : Call {
+  DeviceMemory z, dz;
+  attnc_tensor tz{}, tdz{};
+  attnc_input input{}, grad{};
+  SinkCall(int device, attnc_dtype zType, int64_t zStride)
+      : Call(device, ATTNC_DTYPE_BF16, 2, 4, 2, 100, 100, 64),
+        z(device, size_t(4 * zStride) * (zType == ATTNC_DTYPE_F32 ? 4 : 2)), dz(device, 4 * 4) {
+    tz.data = z.get(), tz.dtype = zType;
+    tz.shape[0] = 4, tz.shape[1] = tz.shape[2] = tz.shape[3] = 1;
+    tz.strides[0] = zStride, tz.strides[1] = tz.strides[2] = tz.strides[3] = 1;
+    tdz = tz;
+    tdz.data = dz.get(), tdz.dtype = ATTNC_DTYPE_F32, tdz.strides[0] = 1;
+    input = {"z", tz};
+    grad = {"z", tdz};
+  }
+  attnc_status forwardWith(const attnc_device &dev, const attnc_input *in, int64_t count) {
+    attnc_call call;
+    attnc_call_init(&call);
+    call.q = &q, call.k = &k, call.v = &v, call.o = &o, call.lse = &lse, call.device = &dev;
+    call.inputs = in, call.num_inputs = count;
+    return attnc_forward(kernel, &call);
+  }
+  attnc_status backwardWith(const attnc_device &dev, const attnc_input *grads, int64_t count) {
+    attnc_call call;
+    attnc_call_init(&call);
+    call.q = &q, call.k = &k, call.v = &v, call.o = &o, call.lse = &lse, call.d_o = &dO;
+    call.d_q = &dq, call.d_k = &dk, call.d_v = &dv, call.device = &dev;
+    call.inputs = &input, call.num_inputs = 1, call.d_inputs = grads, call.num_d_inputs = count;
+    return attnc_backward(kernel, &call);
+  }
+};
+
+TEST(CudaHostModifiers, SinksAreCopiedFoldedIntoTheForwardAndDifferentiated) {
+  KernelPtr kernel = kernelOf("sink_window", {"w=16"});
+  ASSERT_TRUE(kernel);
+  for (const auto &[zType, zStride] : {std::pair{ATTNC_DTYPE_F32, int64_t{1}}, {ATTNC_DTYPE_BF16, int64_t{3}}}) {
+    SCOPED_TRACE(std::string("sink logits ") + (zType == ATTNC_DTYPE_F32 ? "f32" : "bf16") + ", stride " +
+                 std::to_string(zStride));
+    SinkCall c(0, zType, zStride);
+    c.kernel = kernel.get();
+    const attnc_device dev{ATTNC_DEVICE_CUDA, 0, attnc_fake_cuda_stream(0)};
+    attnc_fake_cuda_reset();
+    ASSERT_EQ(c.forwardWith(dev, &c.input, 1), ATTNC_OK) << attnc_last_error();
+    // The logits, copied to f32 [heads] first, are what every forward launch folds in.
+    const std::vector<attnc_fake_launch> all = launches();
+    ASSERT_GE(all.size(), 2u);
+    ASSERT_STREQ(all[0].name, "attnc_copy");
+    const auto [src, dst] = viewsOf(all[0]);
+    EXPECT_EQ(src.data, c.z.get());
+    EXPECT_EQ(src.dtype, int32_t(zType));
+    EXPECT_EQ(src.shape[2], 4);
+    EXPECT_EQ(src.strides[2], zStride);
+    EXPECT_EQ(src.cols, 1);
+    EXPECT_EQ(dst.dtype, int32_t(ATTNC_DTYPE_F32));
+    EXPECT_EQ(dst.strides[2], 1);
+    EXPECT_TRUE(attnc_fake_cuda_was_device(dst.data, 4 * 4));
+    int forwards = 0;
+    for (size_t i = 1; i < all.size(); ++i) {
+      ASSERT_STREQ(all[i].name, "attnc_fwd_wg_bf16_64");
+      EXPECT_EQ(argsOf<FwdArgs>(all[i]).sink, dst.data);
+      EXPECT_EQ(all[i].stream, dev.stream);
+      ++forwards;
+    }
+    EXPECT_GT(forwards, 0);
+
+    // Backward with the sink's gradient: -sum e^(z - lse) delta per head, from the forward's lse and
+    // attnc_delta's rows, into an f32 buffer copied to d_z.
+    attnc_fake_cuda_reset();
+    ASSERT_EQ(c.backwardWith(dev, &c.grad, 1), ATTNC_OK) << attnc_last_error();
+    const std::vector<attnc_fake_launch> deltas = launchesOf("attnc_delta"), grads = launchesOf("attnc_sink_grad");
+    ASSERT_EQ(deltas.size(), 1u);
+    ASSERT_EQ(grads.size(), 1u);
+    const attnc_fake_launch &g = grads[0];
+    EXPECT_EQ(g.grid[0], 1u); // (100 rows, 256 a block)
+    EXPECT_EQ(g.grid[1], 4u);
+    EXPECT_EQ(g.grid[2], 2u);
+    EXPECT_EQ(g.block[0], 256u);
+    ASSERT_EQ(g.argBytes, sizeof(View) + 3 * sizeof(float *));
+    View lse;
+    float *delta, *zF32, *sums, *deltaOut;
+    std::memcpy(&lse, g.args, sizeof lse);
+    std::memcpy(&delta, g.args + sizeof(View), sizeof delta);
+    std::memcpy(&zF32, g.args + sizeof(View) + sizeof delta, sizeof zF32);
+    std::memcpy(&sums, g.args + sizeof(View) + 2 * sizeof delta, sizeof sums);
+    std::memcpy(&deltaOut, deltas[0].args + 2 * sizeof(View), sizeof deltaOut);
+    EXPECT_EQ(lse.data, c.lse.data);
+    EXPECT_EQ(lse.shape[0], 2);
+    EXPECT_EQ(lse.shape[1], 4);
+    EXPECT_EQ(lse.shape[2], 100);
+    EXPECT_EQ(lse.strides[2], 1);
+    EXPECT_EQ(lse.strides[1], 100);
+    EXPECT_EQ(delta, deltaOut);
+    EXPECT_TRUE(attnc_fake_cuda_was_device(sums, 4 * 4));
+    // The logits' f32 copy feeds it; the sums are zeroed before it and copied to d_z after it.
+    bool logitsCopied = false, gradCopied = false;
+    for (const attnc_fake_launch &l : launches()) {
+      if (std::string(l.name) != "attnc_copy")
+        continue;
+      const auto [from, to] = viewsOf(l);
+      logitsCopied = logitsCopied || (from.data == c.z.get() && to.data == zF32);
+      if (from.data == sums) {
+        gradCopied = true;
+        EXPECT_EQ(to.data, c.dz.get());
+        EXPECT_EQ(to.dtype, int32_t(ATTNC_DTYPE_F32));
+        EXPECT_EQ(to.shape[2], 4);
+        EXPECT_EQ(to.strides[2], 1);
+      }
+    }
+    EXPECT_TRUE(logitsCopied);
+    EXPECT_TRUE(gradCopied);
+    EXPECT_EQ(launches().back().name, std::string("attnc_copy")) << "d_z is written last";
+
+    // Without d_inputs: no gradient kernel.
+    attnc_fake_cuda_reset();
+    ASSERT_EQ(c.backwardWith(dev, nullptr, 0), ATTNC_OK) << attnc_last_error();
+    EXPECT_TRUE(launchesOf("attnc_sink_grad").empty());
+  }
+}
+
+TEST(CudaHostModifiers, WhatTheKernelsDoNotRunIsRefusedLaunchingNothing) {
+  const attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  struct Refused {
+    const char *source;
+    const char *why;
+  };
+  const Refused refused[] = {
+      {"pattern p { param w = 8  input slope : float[heads]  causal  attend { j : i - j < w }  "
+       "score s + slope[h] * (j - i) }",
+       "soft cap alone"},
+      {"pattern p { causal  attend { j : i - j < 8 }  score 20 * tanh(s / 20) + 1 }", "soft cap alone"},
+      {"pattern p { causal  attend { j : i - j < 8 }  score where(i - j < 2, 20 * tanh(s / 20), s) }",
+       "soft cap alone"},
+      {"pattern p { input z : float[heads]  causal  attend { j : i - j < 8 }  sink z[h] * 2 }", "sink z[h]"},
+      {"pattern p { causal  attend { j : i - j < 8 }  sink 0.5 }", "sink z[h]"},
+      {"pattern p { input z : float[heads, 2]  causal  attend { j : i - j < 8 }  sink z[h, 0] }", "sink z[h]"},
+      {"pattern p { input z : float[heads]  input y : float[heads]  causal  attend { j : i - j < 8 }  sink z[h] }",
+       "float input 'y'"},
+  };
+  for (const Refused &r : refused) {
+    SCOPED_TRACE(r.source);
+    KernelPtr kernel = kernelFromSource(r.source);
+    ASSERT_TRUE(kernel);
+    SinkCall c(0, ATTNC_DTYPE_F32, 1);
+    c.kernel = kernel.get();
+    const int64_t count = attnc_kernel_num_inputs(kernel.get());
+    DeviceMemory other(0, 4 * 2 * 4);
+    attnc_tensor wide = c.tz;
+    wide.data = other.get(), wide.shape[1] = 2, wide.strides[0] = 2;
+    std::vector<attnc_input> given; // each declared input, of its shape, on the device
+    for (int64_t x = 0; x < count; ++x) {
+      attnc_input_info info{};
+      info.size = sizeof info;
+      ASSERT_EQ(attnc_kernel_input_info(kernel.get(), x, 100, 4, &info), ATTNC_OK);
+      given.push_back({info.name, info.rank == 2 ? wide : c.tz});
+    }
+    attnc_fake_cuda_reset();
+    EXPECT_EQ(c.forwardWith(dev, given.data(), count), ATTNC_ERROR_UNSUPPORTED);
+    const std::string error = attnc_last_error();
+    EXPECT_NE(error.find(r.why), std::string::npos) << error;
+    EXPECT_NE(error.find("CPU tensors"), std::string::npos) << error;
+    EXPECT_EQ(attnc_fake_cuda_launch_count(), 0);
+  }
+
+  // A sink the GPU runs, given wrongly.
+  KernelPtr kernel = kernelOf("sink_window", {"w=16"});
+  ASSERT_TRUE(kernel);
+  SinkCall c(0, ATTNC_DTYPE_F32, 1);
+  c.kernel = kernel.get();
+  float host[4] = {};
+  attnc_input onHost{"z", c.tz};
+  onHost.values.data = host;
+  attnc_input three{"z", c.tz};
+  three.values.shape[0] = 3;
+  attnc_input wrongName{"zz", c.tz};
+  DeviceMemory dz1(1, 16);
+  attnc_input gradElsewhere{"z", c.tdz};
+  gradElsewhere.values.data = dz1.get();
+  struct Bad {
+    const char *what;
+    std::function<attnc_status()> call;
+    attnc_status status;
+    const char *why;
+  };
+  const Bad bad[] = {
+      {"logits in CPU memory", [&] { return c.forwardWith(dev, &onHost, 1); }, ATTNC_ERROR_INVALID_ARGUMENT,
+       "tensor 'z' is not CUDA device memory"},
+      {"3 logits for 4 heads", [&] { return c.forwardWith(dev, &three, 1); }, ATTNC_ERROR_SHAPE, "[4, 1, 1, 1]"},
+      {"no logits", [&] { return c.forwardWith(dev, nullptr, 0); }, ATTNC_ERROR_INVALID_ARGUMENT, "reads the input"},
+      {"another name", [&] { return c.forwardWith(dev, &wrongName, 1); }, ATTNC_ERROR_INVALID_ARGUMENT,
+       "has no input 'zz'"},
+      {"the gradient on device 1", [&] { return c.backwardWith(dev, &gradElsewhere, 1); },
+       ATTNC_ERROR_INVALID_ARGUMENT, "tensor 'd_z' is memory of CUDA device 1"},
+      {"a varlen call", [&] {
+         const int32_t cu[] = {0, 40, 100};
+         attnc_varlen varlen{cu, cu, 2};
+         attnc_call call;
+         attnc_call_init(&call);
+         attnc_tensor q = c.q, k = c.k, v = c.v, o = c.o;
+         for (attnc_tensor *t : {&q, &k, &v, &o})
+           t->shape[0] = 1;
+         call.q = &q, call.k = &k, call.v = &v, call.o = &o, call.device = &dev, call.varlen = &varlen;
+         call.inputs = &c.input, call.num_inputs = 1;
+         return attnc_forward(kernel.get(), &call);
+       },
+       ATTNC_ERROR_UNSUPPORTED, "varlen calls on the GPU"},
+  };
+  for (const Bad &b : bad) {
+    SCOPED_TRACE(b.what);
+    attnc_fake_cuda_reset();
+    EXPECT_EQ(b.call(), b.status);
+    EXPECT_NE(std::string(attnc_last_error()).find(b.why), std::string::npos) << attnc_last_error();
+    EXPECT_EQ(attnc_fake_cuda_launch_count(), 0);
   }
 }
 

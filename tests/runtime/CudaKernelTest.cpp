@@ -869,6 +869,22 @@ TEST(CudaErrors, VarlenOnADeviceWithoutAGpu) {
 /// one query, fewer queries than keys, grouped heads) against the same
 /// batch on the CPU: O, lse, and the gradients (dK, dV of keys no query
 /// reads exactly zero, over memory that held garbage).
+/// `count` floats from the device.
+std::vector<float> down(const Device &x, size_t count) {
+  std::vector<float> h(count);
+  EXPECT_EQ(cudaMemcpy(h.data(), x.p, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+/// Every |got - want| within tol times the largest |want| (at least 1).
+void near(const std::vector<float> &got, const std::vector<float> &want, double tol, const char *what) {
+  double scale = 1;
+  for (float w : want)
+    scale = std::max(scale, static_cast<double>(std::fabs(w)));
+  for (size_t x = 0; x < want.size(); ++x)
+    ASSERT_NEAR(got[x], want[x], tol * scale) << what << " at " << x;
+}
+
 TEST(CudaKernel, VarlenMatchesTheCpu) {
   ATTNC_REQUIRE_GPU();
   for (const char *pattern : {"local", "fixed", "bigbird"}) {
@@ -926,18 +942,6 @@ TEST(CudaKernel, VarlenMatchesTheCpu) {
               ATTNC_OK)
         << attnc_last_error();
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    auto down = [](const Device &x, size_t count) {
-      std::vector<float> h(count);
-      EXPECT_EQ(cudaMemcpy(h.data(), x.p, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-      return h;
-    };
-    auto near = [](const std::vector<float> &got, const std::vector<float> &want, double tol, const char *what) {
-      double scale = 1;
-      for (float w : want)
-        scale = std::max(scale, static_cast<double>(std::fabs(w)));
-      for (size_t x = 0; x < want.size(); ++x)
-        ASSERT_NEAR(got[x], want[x], tol * scale) << what << " at " << x;
-    };
     near(down(go, o.size()), o, 2e-2, "O");
     near(down(gl, lse.size()), lse, 2e-2, "lse");
     near(down(gdq, dq.size()), dq, 3e-2, "dQ");
@@ -953,6 +957,129 @@ TEST(CudaKernel, VarlenMatchesTheCpu) {
           ASSERT_EQ(gotDv[x], 0.0f) << "dV row " << row;
         }
   }
+}
+
+// --- Score modifiers on a GPU -------------------------------------------------------
+
+/// A soft cap and a sink on the GPU against the CPU's fused backend (itself
+/// checked against the double-precision definition in ScoreModifierTest) on
+/// the same bf16-rounded inputs: O, lse, dQ, dK, dV and the sink's gradient,
+/// with the kernels of the default variants and the mma.sync ones.
+TEST(CudaKernel, ScoreModifiersMatchTheCpu) {
+  ATTNC_REQUIRE_GPU();
+  struct Case {
+    const char *label, *file, *source;
+    std::vector<std::string> defines;
+    int64_t hq, hkv, nq, nk, d;
+    float inputScale;
+    attnc_dtype sinkType; ///< of the logits on the device
+    int64_t sinkStride;
+  };
+  const char *both = "pattern both { param w = 32  input z : float[heads]  causal  attend { j : i - j < w }  "
+                     "score 30 * tanh(s / 30)  sink z[h] }";
+  const char *gapsSink = "pattern gaps_sink { input z : float[heads]  attend { j : j < i && i % 3 != 0 } | "
+                         "{ j : i % 3 == 1 && j == i }  sink z[h] }";
+  const Case cases[] = {
+      {"capped_fixed", "capped_fixed", nullptr, {"l=16", "c=4"}, 2, 2, 300, 300, 64, 3.0f, ATTNC_DTYPE_F32, 1},
+      {"capped_fixed_gqa_decode_d128", "capped_fixed", nullptr, {"l=16", "c=4"}, 4, 2, 37, 300, 128, 3.0f,
+       ATTNC_DTYPE_F32, 1},
+      {"sink_window", "sink_window", nullptr, {"w=16"}, 4, 2, 300, 300, 64, 1.0f, ATTNC_DTYPE_F32, 1},
+      {"sink_window_bf16_logits", "sink_window", nullptr, {"w=16"}, 4, 4, 130, 130, 80, 1.0f, ATTNC_DTYPE_BF16, 2},
+      {"cap_and_sink", nullptr, both, {}, 2, 1, 200, 200, 64, 3.0f, ATTNC_DTYPE_F32, 1},
+      {"sink_rows_without_keys", nullptr, gapsSink, {}, 2, 2, 100, 100, 64, 1.0f, ATTNC_DTYPE_F32, 1},
+  };
+  for (const Case &c : cases)
+    for (int variant : {-1, 0}) {
+      SCOPED_TRACE(std::string(c.label) + (variant < 0 ? ", default kernels" : ", mma.sync kernels"));
+      KernelPtr k = kernelOf(c.file, c.source, c.defines);
+      ASSERT_TRUE(k);
+      const bool sink = attnc_kernel_num_inputs(k.get()) > 0;
+      const int64_t H = c.hq, G = c.hkv, nq = c.nq, nk = c.nk, d = c.d;
+      auto rounded = [&](size_t count, uint64_t seed, float scale) {
+        std::vector<float> x = randomFloats(count, seed, scale);
+        for (float &e : x)
+          e = fromBf16(toBf16(e));
+        return x;
+      };
+      std::vector<float> q = rounded(size_t(H * nq * d), 31, c.inputScale),
+                         kk = rounded(size_t(G * nk * d), 32, c.inputScale), v = rounded(size_t(G * nk * d), 33, 1.0f),
+                         dO = rounded(size_t(H * nq * d), 34, 1.0f);
+      std::vector<float> z = {0.5f, 2.5f, -3.0f, 8.0f};
+      z.resize(size_t(H));
+      for (float &e : z)
+        e = fromBf16(toBf16(e));
+      // The CPU's answer.
+      std::vector<float> o(q.size()), lse(size_t(H * nq)), dq(q.size()), dk(kk.size()), dv(kk.size()), dz(z.size());
+      attnc_tensor hq_ = view(q, 1, H, nq, d), hk = view(kk, 1, G, nk, d), hv = view(v, 1, G, nk, d),
+                   ho = view(o, 1, H, nq, d), hl = view(lse, 1, H, nq, 1), hdo = view(dO, 1, H, nq, d),
+                   hdq = view(dq, 1, H, nq, d), hdk = view(dk, 1, G, nk, d), hdv = view(dv, 1, G, nk, d);
+      const attnc_tensor hz = tensor(z.data(), ATTNC_DTYPE_F32, {H, 1, 1, 1});
+      const attnc_tensor hdz = tensor(dz.data(), ATTNC_DTYPE_F32, {H, 1, 1, 1});
+      attnc_input zIn{"z", hz}, dzOut{"z", hdz};
+      attnc_call call;
+      attnc_call_init(&call);
+      call.q = &hq_, call.k = &hk, call.v = &hv, call.o = &ho, call.lse = &hl;
+      if (sink)
+        call.inputs = &zIn, call.num_inputs = 1;
+      ASSERT_EQ(attnc_forward(k.get(), &call), ATTNC_OK) << attnc_last_error();
+      call.d_o = &hdo, call.d_q = &hdq, call.d_k = &hdk, call.d_v = &hdv;
+      if (sink)
+        call.d_inputs = &dzOut, call.num_d_inputs = 1;
+      ASSERT_EQ(attnc_backward(k.get(), &call), ATTNC_OK) << attnc_last_error();
+
+      // The GPU's, on f32 tensors (bf16 tensor cores inside), the logits as the case gives them.
+      auto up = [&](const std::vector<float> &x) {
+        auto dev = std::make_unique<Device>(x.size() * 4);
+        EXPECT_EQ(cudaMemcpy(dev->p, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        return dev;
+      };
+      auto gq = up(q), gk = up(kk), gv = up(v), gdo = up(dO);
+      std::vector<float> zLaid(size_t(H * c.sinkStride), 0.f);
+      for (int64_t h = 0; h < H; ++h)
+        zLaid[size_t(h * c.sinkStride)] = z[size_t(h)];
+      Device gz(zLaid.size() * 4);
+      gz.put(encode(zLaid, c.sinkType));
+      Device go(o.size() * 4), gl(lse.size() * 4), gdq(dq.size() * 4), gdk(dk.size() * 4), gdv(dv.size() * 4),
+          gdz(dz.size() * 4);
+      for (Device *x : {&go, &gl, &gdq, &gdk, &gdv, &gdz})
+        ASSERT_EQ(cudaMemset(x->p, 0x7f, x->bytes), cudaSuccess); // garbage: every element must be written
+      attnc_tensor tq = tensor(gq->p, ATTNC_DTYPE_F32, {1, H, nq, d}), tk = tensor(gk->p, ATTNC_DTYPE_F32, {1, G, nk, d}),
+                   tv = tensor(gv->p, ATTNC_DTYPE_F32, {1, G, nk, d}), to = tensor(go.p, ATTNC_DTYPE_F32, {1, H, nq, d}),
+                   tl = tensor(gl.p, ATTNC_DTYPE_F32, {1, H, nq, 1}), tdo = tensor(gdo->p, ATTNC_DTYPE_F32, {1, H, nq, d}),
+                   tdq = tensor(gdq.p, ATTNC_DTYPE_F32, {1, H, nq, d}), tdk = tensor(gdk.p, ATTNC_DTYPE_F32, {1, G, nk, d}),
+                   tdv = tensor(gdv.p, ATTNC_DTYPE_F32, {1, G, nk, d});
+      attnc_tensor tz = tensor(gz.p, c.sinkType, {H, 1, 1, 1});
+      const attnc_tensor tdz = tensor(gdz.p, ATTNC_DTYPE_F32, {H, 1, 1, 1});
+      tz.strides[0] = c.sinkStride;
+      attnc_input gzIn{"z", tz}, gdzOut{"z", tdz};
+      attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+      attnc_call gcall;
+      attnc_call_init(&gcall);
+      gcall.q = &tq, gcall.k = &tk, gcall.v = &tv, gcall.o = &to, gcall.lse = &tl, gcall.device = &dev;
+      if (sink)
+        gcall.inputs = &gzIn, gcall.num_inputs = 1;
+      ASSERT_EQ(attnc_internal_cuda_forward_variant(variant), ATTNC_OK);
+      ASSERT_EQ(attnc_internal_cuda_backward_variant(variant), ATTNC_OK);
+      const attnc_status fst = attnc_forward(k.get(), &gcall);
+      const std::string ferror = fst == ATTNC_OK ? "" : attnc_last_error();
+      gcall.d_o = &tdo, gcall.d_q = &tdq, gcall.d_k = &tdk, gcall.d_v = &tdv;
+      if (sink)
+        gcall.d_inputs = &gdzOut, gcall.num_d_inputs = 1;
+      const attnc_status bst = fst == ATTNC_OK ? attnc_backward(k.get(), &gcall) : fst;
+      const std::string berror = bst == ATTNC_OK ? "" : attnc_last_error();
+      attnc_internal_cuda_forward_variant(-1);
+      attnc_internal_cuda_backward_variant(-1);
+      ASSERT_EQ(fst, ATTNC_OK) << ferror;
+      ASSERT_EQ(bst, ATTNC_OK) << berror;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      near(down(go, o.size()), o, 2e-2, "O");
+      near(down(gl, lse.size()), lse, 2e-2, "lse");
+      near(down(gdq, dq.size()), dq, 3e-2, "dQ");
+      near(down(gdk, dk.size()), dk, 3e-2, "dK");
+      near(down(gdv, dv.size()), dv, 3e-2, "dV");
+      if (sink)
+        near(down(gdz, dz.size()), dz, 3e-2, "d_z");
+    }
 }
 
 } // namespace

@@ -11,6 +11,7 @@
 #include "cuda/CudaDriver.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +59,10 @@ struct State {
   void *capturing = nullptr;       ///< the stream under capture
   bool invalidated = false;        ///< the capture met a forbidden call
   std::set<std::string> names;                ///< interned kernel names (a CUfunction points at one)
+  /// The bytes of the fatbin loaded last: a kernel name resolves only where
+  /// its symbol is in them (a name the runtime asks for that nvcc did not
+  /// build fails as on a GPU).
+  std::string image;
   /// cuFuncSetAttribute's dynamic shared memory, per (device, kernel): a
   /// function belongs to the module of one device's context.
   std::map<std::pair<int, const std::string *>, int> maxSmem;
@@ -166,7 +171,22 @@ std::vector<size_t> parameterSizes(const std::string &name) {
     return {sizeof(View), sizeof(View), sizeof(int32_t)};
   if (name == "attnc_delta")
     return {sizeof(View), sizeof(View), sizeof(float *)};
+  if (name == "attnc_sink_grad")
+    return {sizeof(View), sizeof(float *), sizeof(float *), sizeof(float *)};
   return {};
+}
+
+/// Whether `name` is a symbol in the fatbin `image`: the whole of a
+/// NUL-terminated string there (an ELF string table's entry, or a section
+/// name's tail after a '.').
+bool inImage(const std::string &image, const std::string &name) {
+  const std::string key = name + '\0';
+  for (size_t at = image.find(key); at != std::string::npos; at = image.find(key, at + 1)) {
+    const char before = at ? image[at - 1] : '\0';
+    if (!std::isalnum(static_cast<unsigned char>(before)) && before != '_')
+      return true;
+  }
+  return false;
 }
 
 } // namespace
@@ -274,6 +294,13 @@ CUresult cuModuleLoadData(void **module, const void *image) {
   std::memcpy(&magic, image, sizeof magic);
   if (magic != 0xBA55ED50u)
     return kInvalidImage;
+  // Its header: magic, version (16 bits), header size (16 bits), then the
+  // size of what follows (64 bits).
+  uint16_t headerSize = 0;
+  uint64_t fatSize = 0;
+  std::memcpy(&headerSize, static_cast<const char *>(image) + 6, sizeof headerSize);
+  std::memcpy(&fatSize, static_cast<const char *>(image) + 8, sizeof fatSize);
+  s.image.assign(static_cast<const char *>(image), headerSize + fatSize);
   ++s.counts.moduleLoads;
   *module = &s.names; // one module: any kernel name resolves
   return kOk;
@@ -283,7 +310,7 @@ CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
   FAKE_LOCK;
   if (module != &s.names || !name)
     return kInvalidHandle;
-  if (parameterSizes(name).empty())
+  if (parameterSizes(name).empty() || !inImage(s.image, name))
     return kNotFound;
   *function = const_cast<std::string *>(&*s.names.insert(name).first);
   return kOk;

@@ -505,12 +505,18 @@ _attention_data_op.register_autograd(_attention_data_op_backward, setup_context=
 def _scored_forward(q: Tensor, k: Tensor, v: Tensor, inputs: Sequence[Tensor], floats: Sequence[Tensor],
                     kernel: "_api.Kernel", scale: float, with_lse: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
     """O and lse (None unless `with_lse`) of a call with float inputs: attnc::attention_scored's
-    implementation, and the eager path's."""
-    if q.is_cuda:
+    implementation, and the eager path's. On CUDA tensors the float inputs are CUDA tensors too
+    (the kernels run a soft cap and a per-head sink: the runtime refuses other scores, saying so)."""
+    if q.is_cuda and len(inputs):
         raise error(UNSUPPORTED, _data_cpu_only(kernel))
     o = _new(q)
+    pairs = _data_pairs(kernel, inputs, floats)
+    if q.is_cuda:
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        _run(_attnc.forward_cuda, kernel, [q, k, v, o, lse], 3, scale, (pairs,), where=_on(q))
+        return o, lse if with_lse else None
     lse = torch.empty(q.shape[:3], dtype=torch.float32) if with_lse else None
-    _run(_attnc.forward, kernel, [q, k, v, o, lse], 3, scale, (_data_pairs(kernel, inputs, floats),))
+    _run(_attnc.forward, kernel, [q, k, v, o, lse], 3, scale, (pairs,))
     return o, lse
 
 
@@ -521,7 +527,7 @@ def _scored_backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, ls
     `wanted` says it is not needed, when given) of a call with float inputs:
     attnc::attention_scored_backward's implementation. The runtime writes them as float32
     (attnc_call::d_inputs)."""
-    if q.is_cuda:
+    if q.is_cuda and len(inputs):
         raise error(UNSUPPORTED, _data_cpu_only(kernel))
     if d_o.dtype != o.dtype:
         d_o = d_o.to(o.dtype)
@@ -529,11 +535,16 @@ def _scored_backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, ls
     names = [name for _, (name, _) in _float_inputs(kernel)]
     wanted = [True] * len(floats) if wanted is None else list(wanted)
     d_floats: List[Optional[Tensor]] = [
-        torch.empty(x.shape, dtype=torch.float32) if want else None for x, want in zip(floats, wanted)]
+        torch.empty(x.shape, dtype=torch.float32, device=q.device) if want else None
+        for x, want in zip(floats, wanted)]
     d_pairs = [(name, g.reshape(tuple(g.shape) + (1,) * (4 - g.dim())))
                for name, g in zip(names, d_floats) if g is not None]
-    _run(_attnc.backward, kernel, [q, k, v, o, d_o, lse, d_q, d_k, d_v], 6, scale,
-         (_data_pairs(kernel, inputs, floats), d_pairs))
+    tensors = [q, k, v, o, d_o, lse, d_q, d_k, d_v]
+    if q.is_cuda:
+        _run(_attnc.backward_cuda, kernel, tensors, 6, scale, (_data_pairs(kernel, inputs, floats), d_pairs),
+             where=_on(q))
+    else:
+        _run(_attnc.backward, kernel, tensors, 6, scale, (_data_pairs(kernel, inputs, floats), d_pairs))
     d_floats = [g if g is None or g.dtype == x.dtype else g.to(x.dtype) for g, x in zip(d_floats, floats)]
     return d_q, d_k, d_v, d_floats
 
@@ -842,7 +853,8 @@ def _attention_data(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scal
                     given: Dict[str, Any], with_lse: bool):
     """attention() and attention_with_lse() of a pattern that reads data (or of a call that gives
     inputs): every check in Python before the call, then the eager path or attnc::attention_data."""
-    _check_tensors(q, k, v, cuda=False, cpu_only=_data_cpu_only(kernel))
+    # (Float inputs alone, a score's or a sink's, run on CUDA tensors too; int inputs on the CPU.)
+    _check_tensors(q, k, v, cuda=all(kernel._float), cpu_only=_data_cpu_only(kernel))
     _api._check_shapes(q.shape, k.shape, v.shape)
     inputs, floats = _data_inputs(kernel, given, q, k)
     scale = _api._scale(scale)

@@ -22,6 +22,12 @@
 // atomically, once at the end. The next row tile's Q, dO (cp.async) and row
 // data load while this one computes.
 //
+// Score modifiers: the capped kernels (attnc_fwd_cap_*, attnc_bwd_cap_*)
+// apply a soft cap c tanh(b s) to the scores in registers (and, backward,
+// its derivative to dS); a sink logit per head is folded into each row's O
+// and log-sum-exp as the forward writes them, and attnc_sink_grad gives its
+// gradient from the log-sum-exp and rowsum(dO * O).
+//
 // Data layout the kernels take (CudaRun.cpp packs anything else): rows of
 // d elements contiguous, 16-byte aligned, d a multiple of 8; the head
 // dimension is padded to DP = 64, 128 or 256 in shared memory (zeros).
@@ -215,6 +221,17 @@ __device__ __forceinline__ int queryRow(int pos, int first, int nq) {
   return pos >= first && pos < first + nq ? pos - first : -1;
 }
 
+/// tanh(x) as 1 - 2 / (e^2x + 1), on exp2's approximation: absolute error
+/// about 1e-7, exactly +-1 where e^2x overflows or underflows.
+__device__ __forceinline__ float capTanh(float x) {
+  return 1.f - __fdividef(2.f, exp2f(x * (2.f * kLog2e)) + 1.f);
+}
+
+/// log(e^x + e^y) for a row's log-sum-exp x (-inf: nothing yet) and y > -inf.
+__device__ __forceinline__ float logAddExp(float x, float y) {
+  return x == -INFINITY ? y : fmaxf(x, y) + log1pf(__expf(-fabsf(x - y)));
+}
+
 __device__ __forceinline__ float warpMax4(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
@@ -307,7 +324,7 @@ __device__ __forceinline__ void finishRows(const FwdArgs &a, const FwdItem &item
       const float other = a.slotLse[at];
       if (other == -INFINITY)
         continue;
-      const float both = lse == -INFINITY ? other : fmaxf(lse, other) + log1pf(__expf(-fabsf(lse - other)));
+      const float both = logAddExp(lse, other);
       const float wMine = lse == -INFINITY ? 0.f : __expf(lse - both), wOther = __expf(other - both);
       const float *so = a.slotO + at * DP;
 #pragma unroll
@@ -327,6 +344,16 @@ __device__ __forceinline__ void finishRows(const FwdArgs &a, const FwdItem &item
       if (tq == 0)
         a.stateLse[at] = lse;
       continue;
+    }
+    if (a.sink) { // exp(z) joins the row's denominator: O scaled by e^(lse - lse')
+      const float z = a.sink[h];
+      if (z != -INFINITY) {
+        const float both = logAddExp(lse, z), w = lse == -INFINITY ? 0.f : __expf(lse - both);
+#pragma unroll
+        for (int j = 0; j < DP / 8; ++j)
+          acc[mt][j][2 * x] *= w, acc[mt][j][2 * x + 1] *= w;
+        lse = both;
+      }
     }
     const int qrow = rowPos[z] - a.first;
     T *o = static_cast<T *>(a.o) + b * a.osb + h * a.osh + int64_t(qrow) * a.osn;
@@ -351,8 +378,9 @@ template <class T, int DP> struct FwdSmem {
 /// WG (sm_90a, MT = 1, DP 64 or 128): the 4 warps are one warpgroup and the
 /// products run on wgmma (Q and K, V read from shared memory by the tensor
 /// cores, no ldmatrix), every 16-key group of a tile computed. ST: key
-/// tiles in flight (ST - 1 load while one computes).
-template <class T, int DP, int MT, bool SKIP = true, bool WG = false, int ST = 2>
+/// tiles in flight (ST - 1 load while one computes). CAP: the scores
+/// soft-capped (FwdArgs::capIn, capOutLog2).
+template <class T, int DP, int MT, bool SKIP = true, bool WG = false, int ST = 2, bool CAP = false>
 __device__ __forceinline__ void forward(const FwdArgs &a) {
   static_assert(!WG || (MT == 1 && (DP == 64 || DP == 128)), "wgmma: one warpgroup, DP 64 or 128");
   using M = Mma<T>;
@@ -504,6 +532,14 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
         }
       }
     }
+    if constexpr (CAP) // S becomes tanh(b s): the logit is c times it
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[mt][j][e] = capTanh(s[mt][j][e] * a.capIn);
     float tileMax[2 * MT];
 #pragma unroll
     for (int z = 0; z < 2 * MT; ++z)
@@ -515,7 +551,7 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int z = 2 * mt + (e >> 1), col = j * 8 + 2 * tq + (e & 1);
-          float val = s[mt][j][e] * a.scaleLog2;
+          float val = s[mt][j][e] * (CAP ? a.capOutLog2 : a.scaleLog2);
           if (!full && !((mt64[col] >> (warpRow + 16 * mt + gq + 8 * (e >> 1))) & 1))
             val = -INFINITY;
           s[mt][j][e] = val;
@@ -610,8 +646,10 @@ __device__ __forceinline__ void addPair(float *p, float x, float y) {
 /// products on wgmma, the warpgroup's 64 keys as M: S^T = K Q^T and dP^T =
 /// V dO^T from shared memory, dV += P^T dO and dK += dS^T Q with P^T and dS^T
 /// from registers, dQ = dS K from dS^T and K in shared memory (both read
-/// transposed), 64 columns of dQ at a time.
-template <class T, int DP, bool WG = false> __device__ __forceinline__ void backward(const BwdArgs &a) {
+/// transposed), 64 columns of dQ at a time. CAP: the scores soft-capped
+/// (BwdArgs::capIn, capOutLog2, capGrad), dS through the cap's derivative.
+template <class T, int DP, bool WG = false, bool CAP = false>
+__device__ __forceinline__ void backward(const BwdArgs &a) {
   static_assert(!WG || DP == 64 || DP == 128, "wgmma: DP 64 or 128");
   using M = Mma<T>;
   constexpr int kTile = BwdSmem<T, DP>::kTile;
@@ -790,6 +828,12 @@ template <class T, int DP, bool WG = false> __device__ __forceinline__ void back
       }
     }
     const bool full = a.full[(item.rowBegin >> 6) + step % item.numTiles] != 0;
+    if constexpr (CAP) // S^T becomes tanh(b s): the logit is c times it
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          st[j][e] = capTanh(st[j][e] * a.capIn);
     uint32_t pf[4][4], dsf[4][4];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -798,8 +842,14 @@ template <class T, int DP, bool WG = false> __device__ __forceinline__ void back
       for (int e = 0; e < 4; ++e) {
         const int key = warp * 16 + gq + 8 * (e >> 1), col = j * 8 + 2 * tq + (e & 1);
         const bool on = full ? rq[col] >= 0 : ((rmask[col] >> key) & 1) != 0;
-        p[e] = on ? exp2f(st[j][e] * a.scaleLog2 - rlse[col] * kLog2e) : 0.f;
-        ds[e] = p[e] * (dpt[j][e] - rdelta[col]);
+        if constexpr (CAP) {
+          const float t = st[j][e];
+          p[e] = on ? exp2f(a.capOutLog2 * t - rlse[col] * kLog2e) : 0.f;
+          ds[e] = p[e] * (dpt[j][e] - rdelta[col]) * (a.capGrad * (1.f - t * t));
+        } else {
+          p[e] = on ? exp2f(st[j][e] * a.scaleLog2 - rlse[col] * kLog2e) : 0.f;
+          ds[e] = p[e] * (dpt[j][e] - rdelta[col]);
+        }
       }
       pf[j >> 1][(j & 1) * 2] = M::pack(p[0], p[1]);
       pf[j >> 1][(j & 1) * 2 + 1] = M::pack(p[2], p[3]);
@@ -968,6 +1018,17 @@ ATTNC_FORWARD(attnc_fwd_f16_64, __half, 64, 1, 4)
 ATTNC_FORWARD(attnc_fwd_f16_128, __half, 128, 1, 1)
 ATTNC_FORWARD(attnc_fwd_f16_256, __half, 256, 1, 1)
 
+// The same with soft-capped scores (a pattern's `score c * tanh(s / c)`).
+#define ATTNC_FORWARD_CAP(NAME, T, DP, MIN)                                                                   \
+  __global__ void __launch_bounds__(kThreads, MIN) NAME(const FwdArgs a) { forward<T, DP, 1, true, false, 2, true>(a); }
+ATTNC_FORWARD_CAP(attnc_fwd_cap_bf16_64, __nv_bfloat16, 64, 4)
+ATTNC_FORWARD_CAP(attnc_fwd_cap_bf16_128, __nv_bfloat16, 128, 1)
+ATTNC_FORWARD_CAP(attnc_fwd_cap_bf16_256, __nv_bfloat16, 256, 1)
+ATTNC_FORWARD_CAP(attnc_fwd_cap_f16_64, __half, 64, 4)
+ATTNC_FORWARD_CAP(attnc_fwd_cap_f16_128, __half, 128, 1)
+ATTNC_FORWARD_CAP(attnc_fwd_cap_f16_256, __half, 256, 1)
+#undef ATTNC_FORWARD_CAP
+
 // Variants of the bf16 d = 64 forward that ATTNC_CUDA_FWD_VARIANT=1..3
 // runs instead, for benchmarks comparing them on one GPU in one process
 // (docs/cuda.md): 1 lets registers grow (3 CTAs an SM), 2 computes every
@@ -987,14 +1048,24 @@ __global__ void __launch_bounds__(kThreads / 2, 4) attnc_fwd_bf16_64_v3(const Fw
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define ATTNC_FORWARD_WG(NAME, T, DP, MIN)                                                                    \
   __global__ void __launch_bounds__(kThreads, MIN) NAME(const FwdArgs a) { forward<T, DP, 1, false, true>(a); }
+#define ATTNC_FORWARD_WG_CAP(NAME, T, DP, MIN)                                                                \
+  __global__ void __launch_bounds__(kThreads, MIN) NAME(const FwdArgs a) {                                    \
+    forward<T, DP, 1, false, true, 2, true>(a);                                                               \
+  }
 #else
 #define ATTNC_FORWARD_WG(NAME, T, DP, MIN)                                                                    \
   __global__ void __launch_bounds__(kThreads, MIN) NAME(const FwdArgs) { __trap(); }
+#define ATTNC_FORWARD_WG_CAP ATTNC_FORWARD_WG
 #endif
 ATTNC_FORWARD_WG(attnc_fwd_wg_bf16_64, __nv_bfloat16, 64, 4)
 ATTNC_FORWARD_WG(attnc_fwd_wg_bf16_128, __nv_bfloat16, 128, 2)
 ATTNC_FORWARD_WG(attnc_fwd_wg_f16_64, __half, 64, 4)
 ATTNC_FORWARD_WG(attnc_fwd_wg_f16_128, __half, 128, 2)
+ATTNC_FORWARD_WG_CAP(attnc_fwd_wg_cap_bf16_64, __nv_bfloat16, 64, 4)
+ATTNC_FORWARD_WG_CAP(attnc_fwd_wg_cap_bf16_128, __nv_bfloat16, 128, 2)
+ATTNC_FORWARD_WG_CAP(attnc_fwd_wg_cap_f16_64, __half, 64, 4)
+ATTNC_FORWARD_WG_CAP(attnc_fwd_wg_cap_f16_128, __half, 128, 2)
+#undef ATTNC_FORWARD_WG_CAP
 #undef ATTNC_FORWARD_WG
 // Variant 5: the same with 3 key tiles in flight (DP 64; 3 CTAs an SM).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1016,20 +1087,33 @@ ATTNC_BACKWARD(attnc_bwd_bf16_256, __nv_bfloat16, 256)
 ATTNC_BACKWARD(attnc_bwd_f16_64, __half, 64)
 ATTNC_BACKWARD(attnc_bwd_f16_128, __half, 128)
 ATTNC_BACKWARD(attnc_bwd_f16_256, __half, 256)
+#define ATTNC_BACKWARD_CAP(NAME, T, DP)                                                                       \
+  __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP, false, true>(a); }
+ATTNC_BACKWARD_CAP(attnc_bwd_cap_bf16_64, __nv_bfloat16, 64)
+ATTNC_BACKWARD_CAP(attnc_bwd_cap_bf16_128, __nv_bfloat16, 128)
+ATTNC_BACKWARD_CAP(attnc_bwd_cap_bf16_256, __nv_bfloat16, 256)
+ATTNC_BACKWARD_CAP(attnc_bwd_cap_f16_64, __half, 64)
+ATTNC_BACKWARD_CAP(attnc_bwd_cap_f16_128, __half, 128)
+ATTNC_BACKWARD_CAP(attnc_bwd_cap_f16_256, __half, 256)
+#undef ATTNC_BACKWARD_CAP
 
 // The backward on wgmma (sm_90a code only, compute capability 9.0), bf16
 // and fp16, DP 64 and 128: the runtime runs it for backward variant 1.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define ATTNC_BACKWARD_WG(NAME, T, DP)                                                                        \
-  __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP, true>(a); }
+#define ATTNC_BACKWARD_WG(NAME, T, DP, CAP)                                                                   \
+  __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP, true, CAP>(a); }
 #else
-#define ATTNC_BACKWARD_WG(NAME, T, DP)                                                                        \
+#define ATTNC_BACKWARD_WG(NAME, T, DP, CAP)                                                                   \
   __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs) { __trap(); }
 #endif
-ATTNC_BACKWARD_WG(attnc_bwd_wg_bf16_64, __nv_bfloat16, 64)
-ATTNC_BACKWARD_WG(attnc_bwd_wg_bf16_128, __nv_bfloat16, 128)
-ATTNC_BACKWARD_WG(attnc_bwd_wg_f16_64, __half, 64)
-ATTNC_BACKWARD_WG(attnc_bwd_wg_f16_128, __half, 128)
+ATTNC_BACKWARD_WG(attnc_bwd_wg_bf16_64, __nv_bfloat16, 64, false)
+ATTNC_BACKWARD_WG(attnc_bwd_wg_bf16_128, __nv_bfloat16, 128, false)
+ATTNC_BACKWARD_WG(attnc_bwd_wg_f16_64, __half, 64, false)
+ATTNC_BACKWARD_WG(attnc_bwd_wg_f16_128, __half, 128, false)
+ATTNC_BACKWARD_WG(attnc_bwd_wg_cap_bf16_64, __nv_bfloat16, 64, true)
+ATTNC_BACKWARD_WG(attnc_bwd_wg_cap_bf16_128, __nv_bfloat16, 128, true)
+ATTNC_BACKWARD_WG(attnc_bwd_wg_cap_f16_64, __half, 64, true)
+ATTNC_BACKWARD_WG(attnc_bwd_wg_cap_f16_128, __half, 128, true)
 #undef ATTNC_BACKWARD_WG
 
 /// dst = src element by element (any dtypes, any strides; `cols` per row,
@@ -1072,6 +1156,29 @@ __global__ void attnc_delta(const View dO, const View o, float *delta) {
     sum += __shfl_xor_sync(0xffffffffu, sum, sh);
   if (lane == 0)
     delta[(int64_t(bb) * dO.shape[1] + hh) * dO.shape[2] + r] = sum;
+}
+
+/// dSink[h] += -sum over rows of e^(z - lse) rowsum(dO * O): a sink z =
+/// sink[h] joins each row's softmax without a value row, so d loss / d z is
+/// minus its probability times delta. One thread per row, one atomic per
+/// warp. Grid: x over a slice's rows (256 a block), y the head, z the batch
+/// element; lse as the call gave it (f32 [batch][heads][rows] by strides),
+/// delta as attnc_delta wrote it.
+__global__ void attnc_sink_grad(const View lse, const float *delta, const float *sink, float *dSink) {
+  const int hh = blockIdx.y, bb = blockIdx.z;
+  const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  float g = 0.f;
+  if (r < lse.shape[2]) {
+    const float l =
+        static_cast<const float *>(lse.data)[bb * lse.strides[0] + hh * lse.strides[1] + r * lse.strides[2]];
+    const float dl = delta[(int64_t(bb) * lse.shape[1] + hh) * lse.shape[2] + r];
+    if (l != -INFINITY)
+      g = -__expf(sink[hh] - l) * dl;
+  }
+  for (int sh = 16; sh > 0; sh >>= 1)
+    g += __shfl_xor_sync(0xffffffffu, g, sh);
+  if ((threadIdx.x & 31) == 0 && g != 0.f)
+    atomicAdd(dSink + hh, g);
 }
 
 } // extern "C"

@@ -57,6 +57,13 @@ struct FwdArgs {
   float *slotLse;           ///< [slots][batch * heads][64]
   int32_t writesSlots;      ///< a split launch: each item is a chunk that writes its slot
   int32_t first;            ///< the position of query row 0 (nk - nq, or first_query)
+  /// A soft cap (the capped kernels, attnc_fwd_cap_*): the logit of a raw
+  /// product x is capOutLog2 * tanh(capIn * x) in base 2, i.e. c tanh(b s)
+  /// of the scaled s = scale x with capIn = b scale, capOutLog2 = c log2(e).
+  float capIn, capOutLog2;
+  /// A sink (`sink z[h]`): f32 [heads], each head's logit, folded into the
+  /// rows' O and log-sum-exp as they are written (null: none).
+  const float *sink;
 };
 
 /// The backward kernel's argument.
@@ -71,6 +78,9 @@ struct BwdArgs {
   float scale, scaleLog2;
   int32_t set;
   int32_t first; ///< the position of query row 0 (nk - nq, or first_query)
+  /// The capped kernels (attnc_bwd_cap_*): FwdArgs' capIn and capOutLog2,
+  /// and capGrad = b c, the derivative of c tanh(b s) being b c (1 - tanh^2).
+  float capIn, capOutLog2, capGrad;
   const BwdItem *items;
   const int32_t *keys;
   const int32_t *rows;

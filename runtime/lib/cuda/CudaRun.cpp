@@ -1,6 +1,7 @@
 //===- CudaRun.cpp - Running a kernel's pattern on a CUDA GPU -------------===//
 #include "CudaRun.h"
 
+#include "../ScoreProgram.h"
 #include "../backends/Backend.h"
 #include "CudaArgs.h"
 #include "CudaDriver.h"
@@ -30,7 +31,9 @@ int typeIndex(attnc_dtype t) { return t == ATTNC_DTYPE_F16 ? 1 : 0; }
 int dpIndex(int dp) { return dp == 64 ? 0 : dp == 128 ? 1 : 2; }
 
 struct Module {
-  CUfunction fwd[2][3] = {}, bwd[2][3] = {}, copy = nullptr, delta = nullptr;
+  CUfunction fwd[2][3] = {}, bwd[2][3] = {}, copy = nullptr, delta = nullptr, sinkGrad = nullptr;
+  /// The same with soft-capped scores (Modifiers::capped), and wgmma's (DP 64 / 128).
+  CUfunction fwdCap[2][3] = {}, bwdCap[2][3] = {}, fwdWgCap[2][2] = {}, bwdWgCap[2][2] = {};
   /// The bf16 d <= 64 forward kernel's variants 1-3 ([0] unused: the default).
   CUfunction fwdVariants[4] = {};
   /// Variant 4, the forward on wgmma (bf16 / fp16, DP 64 / 128): sm_90a code,
@@ -129,8 +132,11 @@ const Module &module(int device) {
   const int dps[3] = {64, 128, 256};
   for (int t = 0; t < 2; ++t)
     for (int x = 0; x < 3; ++x) {
-      get(m.fwd[t][x], std::string("attnc_fwd_") + types[t] + "_" + std::to_string(dps[x]), fwdSmemBytes(dps[x]));
-      get(m.bwd[t][x], std::string("attnc_bwd_") + types[t] + "_" + std::to_string(dps[x]), bwdSmemBytes(dps[x]));
+      const std::string suffix = std::string(types[t]) + "_" + std::to_string(dps[x]);
+      get(m.fwd[t][x], "attnc_fwd_" + suffix, fwdSmemBytes(dps[x]));
+      get(m.bwd[t][x], "attnc_bwd_" + suffix, bwdSmemBytes(dps[x]));
+      get(m.fwdCap[t][x], "attnc_fwd_cap_" + suffix, fwdSmemBytes(dps[x]));
+      get(m.bwdCap[t][x], "attnc_bwd_cap_" + suffix, bwdSmemBytes(dps[x]));
     }
   if (const char *variant = std::getenv("ATTNC_CUDA_FWD_VARIANT"); variant && *variant) {
     const std::string v = variant;
@@ -153,6 +159,8 @@ const Module &module(int device) {
       const std::string suffix = std::string(types[t]) + "_" + std::to_string(dps[x]);
       get(m.fwdWg[t][x], "attnc_fwd_wg_" + suffix, fwdSmemBytes(dps[x]));
       get(m.bwdWg[t][x], "attnc_bwd_wg_" + suffix, bwdSmemBytes(dps[x]));
+      get(m.fwdWgCap[t][x], "attnc_fwd_wg_cap_" + suffix, fwdSmemBytes(dps[x]));
+      get(m.bwdWgCap[t][x], "attnc_bwd_wg_cap_" + suffix, bwdSmemBytes(dps[x]));
     }
   for (int t = 0; t < 2; ++t)
     get(m.fwdWg3[t], std::string("attnc_fwd_wg3_") + types[t] + "_64", fwdSmemBytes(64, 3));
@@ -163,6 +171,7 @@ const Module &module(int device) {
   m.gpu += "@" + std::to_string(info.major) + "." + std::to_string(info.minor);
   get(m.copy, "attnc_copy", 0);
   get(m.delta, "attnc_delta", 0);
+  get(m.sinkGrad, "attnc_sink_grad", 0);
   return modules.emplace(device, m).first->second;
 #else
   (void)device;
@@ -269,6 +278,18 @@ View contiguous(void *data, attnc_dtype dtype, int64_t B, int64_t H, int64_t row
   v.cols = static_cast<int32_t>(cols);
   v.shape[0] = B, v.shape[1] = H, v.shape[2] = rows;
   v.strides[3] = 1, v.strides[2] = cols, v.strides[1] = rows * cols, v.strides[0] = H * rows * cols;
+  return v;
+}
+
+/// A float input of `rows` entries along its first axis (a sink's [heads])
+/// as a [1, 1, rows, 1] view.
+View entriesOf(const attnc_tensor &t, int64_t rows) {
+  View v{};
+  v.data = t.data;
+  v.dtype = static_cast<int32_t>(t.dtype);
+  v.cols = 1;
+  v.shape[0] = 1, v.shape[1] = 1, v.shape[2] = rows;
+  v.strides[2] = t.strides[0], v.strides[3] = 1;
   return v;
 }
 
@@ -439,8 +460,48 @@ void forceForwardVariant(int variant) {
   forcedVariant.store(variant);
 }
 
+Modifiers gpuModifiers(const ir::PatternIR &ir) {
+  Modifiers m;
+  auto refuse = [&](const std::string &why) {
+    throw RunError{ATTNC_ERROR_UNSUPPORTED, "pattern '" + ir.name + "' " + why + ": run it on CPU tensors"};
+  };
+  if (ir.score) {
+    const ScoreExpr &e = *ir.score;
+    bool plain = true; // (a soft cap of s by constants reads nothing else)
+    for (ScoreOp op : {ScoreOp::Input, ScoreOp::I, ScoreOp::J, ScoreOp::H, ScoreOp::N})
+      plain = plain && !mentions(e, op);
+    const ScoreCode code = plain ? compileScore(e, ir, 0, 1, {}, false) : ScoreCode{};
+    if (!code.inlineCap)
+      refuse("has a score that the CUDA kernels do not run yet (they run a soft cap alone, `score c * tanh(s / c)` "
+             "with a constant c, as Gemma 2's; ALiBi, relative biases and other scores run on the CPU)");
+    m.capPre = code.capPre, m.capPost = code.capPost;
+  }
+  if (ir.sink) {
+    const ScoreExpr &e = *ir.sink;
+    const bool perHead = e.op == ScoreOp::Input && e.args.size() == 1 && e.args[0]->op == ScoreOp::H &&
+                         ir.inputs.at(static_cast<size_t>(e.input)).rank() == 1;
+    if (!perHead)
+      refuse("has a sink that the CUDA kernels do not run yet (they run a float input's entry per query head, "
+             "`sink z[h]` with `input z : float[heads]`, as gpt-oss's)");
+    m.sinkInput = e.input;
+    m.sinkName = ir.inputs[static_cast<size_t>(e.input)].name;
+    m.sinkGradName = "d_" + m.sinkName;
+  }
+  for (size_t x = 0; x < ir.inputs.size(); ++x)
+    if (ir.inputs[x].isFloat && static_cast<int64_t>(x) != m.sinkInput)
+      refuse("declares float input '" + ir.inputs[x].name + "', which the CUDA kernels do not take (they take a "
+             "sink's, `sink z[h]`)");
+  return m;
+}
+
 Engine::Engine(const ir::PatternIR &ir, std::vector<int64_t> headToSet, const std::string &cudaTuned)
-    : plan_(cuda::gpuPlan(ir)), headToSet_(std::move(headToSet)), tuned_(parseCudaTuned(cudaTuned)) {}
+    : plan_(cuda::gpuPlan(ir)), headToSet_(std::move(headToSet)), tuned_(parseCudaTuned(cudaTuned)) {
+  try {
+    modifiers_ = gpuModifiers(ir);
+  } catch (const RunError &e) {
+    unsupported_ = e.message;
+  }
+}
 
 Engine::~Engine() = default;
 
@@ -484,11 +545,14 @@ std::shared_ptr<const Engine::DeviceTables> Engine::tables(int device, int64_t n
 }
 
 void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
-                     const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale) {
+                     const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale,
+                     const attnc_tensor *sink) {
+  checkModifiers(sink, nullptr);
   ScopedContext ctx(device.index);
   const auto [stream, dp, m, type] =
-      start(device, ctx, dims, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {lse, "lse"}});
-  CUfunction f = m.fwd[typeIndex(type)][dpIndex(dp)];
+      start(device, ctx, dims, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {lse, "lse"}, {sink, modifiers_.sinkName.c_str()}});
+  const bool cap = modifiers_.capped();
+  CUfunction f = (cap ? m.fwdCap : m.fwd)[typeIndex(type)][dpIndex(dp)];
   unsigned threads = 128;
   // The variant: forced (attnc tune), else ATTNC_CUDA_FWD_VARIANT's, else the one tuned for this GPU,
   // else wgmma's on compute capability 9.0 (1.2-2.4x the mma.sync kernel's speed on an H200) and 0.
@@ -500,11 +564,11 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   unsigned smem = fwdSmemBytes(dp);
   if (variant == 4 || variant == 5) {
     needHopper(m, device.index, "forward variant " + std::to_string(variant));
-    if (variant == 5 && dp == 64)
+    if (variant == 5 && dp == 64 && !cap)
       f = m.fwdWg3[typeIndex(type)], smem = fwdSmemBytes(64, 3);
-    else if (dp <= 128) // (5 at d > 64: 4's kernel; d > 128: the default kernel)
-      f = m.fwdWg[typeIndex(type)][dpIndex(dp)];
-  } else if (variant > 0 && type == ATTNC_DTYPE_BF16 && dp == 64) {
+    else if (dp <= 128) // (5 at d > 64 or capped: 4's kernel; d > 128: the default kernel)
+      f = (cap ? m.fwdWgCap : m.fwdWg)[typeIndex(type)][dpIndex(dp)];
+  } else if (variant > 0 && type == ATTNC_DTYPE_BF16 && dp == 64 && !cap) { // (capped: variant 0's)
     f = m.fwdVariants[variant], threads = variantThreads(variant);
   }
   needSmem(m, device.index, smem, "forward", dp);
@@ -550,6 +614,15 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   a.nk = static_cast<int32_t>(dims.nk);
   a.first = static_cast<int32_t>(dims.first >= 0 ? dims.first : dims.nk - dims.nq);
   a.scaleLog2 = scale * 1.4426950408889634f;
+  a.capIn = modifiers_.capPre * scale, a.capOutLog2 = modifiers_.capPost * 1.4426950408889634f;
+  // The sink's logits, one per query head, as f32 (whatever the input's dtype and stride).
+  std::unique_ptr<DeviceBuffer> sinkF32;
+  if (sink) {
+    sinkF32 = std::make_unique<DeviceBuffer>(m, size_t(dims.hq) * 4, stream);
+    copy(m, stream, entriesOf(*sink, dims.hq), contiguous(sinkF32->get<void>(), ATTNC_DTYPE_F32, 1, 1, dims.hq, 1),
+         1);
+    a.sink = sinkF32->get<float>();
+  }
   a.setOfHead = tabs->setOfHead;
   for (size_t s = 0; s < tabs->sets.size(); ++s) {
     const auto &set = tabs->sets[s];
@@ -577,13 +650,16 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
 
 void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                       const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor &dO, const attnc_tensor &lse,
-                      const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale) {
+                      const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale,
+                      const attnc_tensor *sink, const attnc_tensor *dSink) {
+  checkModifiers(sink, dSink);
   ScopedContext ctx(device.index);
   const auto [stream, dp, m, type] =
       start(device, ctx, dims,
             {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&dO, "d_o"}, {&lse, "lse"}, {&dq, "d_q"}, {&dk, "d_k"},
-             {&dv, "d_v"}});
-  CUfunction f = m.bwd[typeIndex(type)][dpIndex(dp)];
+             {&dv, "d_v"}, {sink, modifiers_.sinkName.c_str()}, {dSink, modifiers_.sinkGradName.c_str()}});
+  const bool cap = modifiers_.capped();
+  CUfunction f = (cap ? m.bwdCap : m.bwd)[typeIndex(type)][dpIndex(dp)];
   // The variant: forced (tests, benchmarks), else ATTNC_CUDA_BWD_VARIANT's, else wgmma's (1) on compute
   // capability 9.0 and 0; d > 128 runs the mma.sync kernel.
   const int forced = forcedBwdVariant.load();
@@ -591,7 +667,7 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
   if (variant == 1) {
     needHopper(m, device.index, "backward variant 1");
     if (dp <= 128)
-      f = m.bwdWg[typeIndex(type)][dpIndex(dp)];
+      f = (cap ? m.bwdWgCap : m.bwdWg)[typeIndex(type)][dpIndex(dp)];
   }
   needSmem(m, device.index, bwdSmemBytes(dp), "backward", dp);
   auto tabs = tables(device.index, dims.nk);
@@ -630,6 +706,8 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
   a.first = static_cast<int32_t>(dims.first >= 0 ? dims.first : dims.nk - dims.nq);
   a.scale = scale;
   a.scaleLog2 = scale * 1.4426950408889634f;
+  a.capIn = modifiers_.capPre * scale, a.capOutLog2 = modifiers_.capPost * 1.4426950408889634f;
+  a.capGrad = modifiers_.capPre * modifiers_.capPost;
   a.setOfHead = tabs->setOfHead;
   for (size_t s = 0; s < tabs->sets.size(); ++s) {
     const auto &set = tabs->sets[s];
@@ -650,6 +728,29 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
   dkSrc.cols = dvSrc.cols = static_cast<int32_t>(dims.d);
   copy(m, stream, dkSrc, viewOf(dk, dims.d), dims.d);
   copy(m, stream, dvSrc, viewOf(dv, dims.d), dims.d);
+  if (dSink) { // -sum over rows of e^(z - lse) delta, per query head
+    DeviceBuffer sinkF32(m, size_t(dims.hq) * 4, stream), gradF32(m, size_t(dims.hq) * 4, stream);
+    copy(m, stream, entriesOf(*sink, dims.hq), contiguous(sinkF32.get<void>(), ATTNC_DTYPE_F32, 1, 1, dims.hq, 1), 1);
+    gradF32.zero(size_t(dims.hq) * 4);
+    View lv = viewOf(lse, 1);
+    float *deltaPtr = delta.get<float>(), *sinkPtr = sinkF32.get<float>(), *gradPtr = gradF32.get<float>();
+    void *params[] = {&lv, &deltaPtr, &sinkPtr, &gradPtr};
+    const unsigned blocks = static_cast<unsigned>((dims.nq + 255) / 256);
+    if (blocks)
+      check(driver().cuLaunchKernel(m.sinkGrad, blocks, unsigned(dims.hq), unsigned(dims.batch), 256, 1, 1, 0, stream,
+                                    params, nullptr),
+            "cuLaunchKernel");
+    copy(m, stream, contiguous(gradF32.get<void>(), ATTNC_DTYPE_F32, 1, 1, dims.hq, 1), entriesOf(*dSink, dims.hq), 1);
+  }
+}
+
+void Engine::checkModifiers(const attnc_tensor *sink, const attnc_tensor *dSink) const {
+  if (!unsupported_.empty())
+    throw RunError{ATTNC_ERROR_UNSUPPORTED, unsupported_};
+  if ((modifiers_.sinkInput >= 0) != (sink != nullptr) || (dSink && !sink))
+    throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, std::string("a GPU call ") +
+                                                     (sink ? "gave sink logits to a pattern without a sink"
+                                                           : "to a pattern with a sink gave no sink logits")};
 }
 
 } // namespace attnc::rt::cuda

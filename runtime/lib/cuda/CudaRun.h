@@ -46,24 +46,55 @@ void forceForwardVariant(int variant);
 /// ATTNC_CUDA_BWD_VARIANT decides).
 void forceBackwardVariant(int variant);
 
+/// A pattern's `score` and `sink` as the GPU kernels run them.
+struct Modifiers {
+  /// A soft cap alone, capPost * tanh(capPre * s) (Gemma 2's `score c * tanh(s / c)`):
+  /// the capped kernels. capPost 0: no score.
+  float capPre = 0, capPost = 0;
+  /// The float input of `sink z[h]` (gpt-oss's): a logit per query head (-1: no sink).
+  int64_t sinkInput = -1;
+  std::string sinkName; ///< its name (messages), and "d_" + it for its gradient's
+  std::string sinkGradName;
+  bool capped() const { return capPost != 0; }
+};
+
+/// The modifiers of `ir` as the GPU runs them; throws RunError
+/// (ATTNC_ERROR_UNSUPPORTED) naming the score or sink it does not run yet,
+/// or a float input that neither reads.
+Modifiers gpuModifiers(const ir::PatternIR &ir);
+
 class Engine {
 public:
   /// `cudaTuned`: the kernel's metadata cuda_tuned (TunedVariant entries).
   Engine(const ir::PatternIR &ir, std::vector<int64_t> headToSet, const std::string &cudaTuned = "");
   ~Engine();
 
+  /// `sink`: the values of the pattern's sink input (Modifiers::sinkInput),
+  /// checked by the caller (CallInputs' checkFloatInput) but for living on
+  /// the device; null exactly when the pattern has no sink.
   void forward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
-               const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale);
+               const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale,
+               const attnc_tensor *sink = nullptr);
+  /// `dSink`: where the sink input's gradient goes (f32 of its shape), or null.
   void backward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                 const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor &dO, const attnc_tensor &lse,
-                const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale);
+                const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale,
+                const attnc_tensor *sink = nullptr, const attnc_tensor *dSink = nullptr);
+
+  /// The pattern's modifiers as the kernels run them (default when they cannot: calls then fail saying why).
+  const Modifiers &modifiers() const { return modifiers_; }
 
   struct DeviceTables;
 
 private:
   std::shared_ptr<const DeviceTables> tables(int device, int64_t n);
+  /// Throws unless the GPU runs the pattern's modifiers and the call gives
+  /// the sink's values exactly when it has one.
+  void checkModifiers(const attnc_tensor *sink, const attnc_tensor *dSink) const;
 
   plan::Plan plan_;
+  Modifiers modifiers_;
+  std::string unsupported_; ///< why the GPU cannot run the pattern's modifiers ("": it can)
   std::vector<int64_t> headToSet_;
   std::vector<TunedVariant> tuned_;
   std::mutex mutex_;
