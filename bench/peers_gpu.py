@@ -33,6 +33,14 @@ process, switched with attnc_internal_cuda_forward_variant, each row with
 its largest difference from the default's O and log-sum-exp; with
 --bwd-variants 0,1 also the backward's (1: wgmma), each against the
 default's dQ, dK and dV.
+
+With --modifiers it times the score modifiers the GPU runs against the same
+pattern without them (issue 44's target: at most 10% over the plain
+pattern): fixed against capped_fixed (its logits soft-capped, Gemma 2's)
+and local against sink_window (a sink logit per head, gpt-oss's, with the
+sink's gradient in the backward), the same sets, forward and backward, each
+row with its largest difference from the plain pattern's O (the cap and the
+sink change it: a size, not an error).
 """
 import argparse
 import ctypes
@@ -57,6 +65,21 @@ class Tensor(ctypes.Structure):
 
 class Device(ctypes.Structure):
     _fields_ = [("type", ctypes.c_int32), ("index", ctypes.c_int32), ("stream", ctypes.c_void_p)]
+
+
+class Input(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("values", Tensor)]
+
+
+class Call(ctypes.Structure):
+    """attnc_call (ABI 10), filled by attnc_call_init."""
+    _fields_ = [("size", ctypes.c_size_t), ("q", ctypes.c_void_p), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
+                ("o", ctypes.c_void_p), ("lse", ctypes.c_void_p), ("d_o", ctypes.c_void_p),
+                ("d_q", ctypes.c_void_p), ("d_k", ctypes.c_void_p), ("d_v", ctypes.c_void_p),
+                ("device", ctypes.c_void_p), ("first_query", ctypes.c_int64), ("varlen", ctypes.c_void_p),
+                ("inputs", ctypes.c_void_p), ("num_inputs", ctypes.c_int64), ("options", ctypes.c_void_p),
+                ("d_inputs", ctypes.c_void_p), ("num_d_inputs", ctypes.c_int64),
+                ("key_positions", ctypes.c_void_p)]
 
 
 class JitOptions(ctypes.Structure):
@@ -123,6 +146,29 @@ class Attnc:
         dev = self.device(q)
         self.check(self.rt.attnc_run_backward_on(kernel, ctypes.byref(dev), *[ctypes.byref(t) for t in ts], None),
                    "attnc_run_backward_on")
+
+    def call(self, kernel, q, k, v, o, lse, inputs, grads=None):
+        """attnc_forward (grads None) or attnc_backward (grads: (do, dq, dk, dv, {name: d_input})) with the
+        float inputs {name: tensor}, on q's device (the CPU for CPU tensors)."""
+        c = Call()
+        self.rt.attnc_call_init(ctypes.byref(c))
+        if c.size != ctypes.sizeof(Call):
+            raise RuntimeError(f"attnc_call is {c.size} bytes in libattnc, {ctypes.sizeof(Call)} here")
+        keep = [self.tensor(t) for t in (q, k, v, o, lse)]
+        c.q, c.k, c.v, c.o, c.lse = (ctypes.addressof(t) for t in keep)
+        dev = self.device(q) if q.is_cuda else None
+        c.device = ctypes.addressof(dev) if dev is not None else None
+        given = (Input * max(1, len(inputs)))(*[Input(name.encode(), self.tensor(t)) for name, t in inputs.items()])
+        c.inputs, c.num_inputs = ctypes.addressof(given), len(inputs)
+        if grads is None:
+            self.check(self.rt.attnc_forward(kernel, ctypes.byref(c)), "attnc_forward")
+            return
+        do, dq, dk, dv, d_inputs = grads
+        more = [self.tensor(t) for t in (do, dq, dk, dv)]
+        c.d_o, c.d_q, c.d_k, c.d_v = (ctypes.addressof(t) for t in more)
+        out = (Input * max(1, len(d_inputs)))(*[Input(name.encode(), self.tensor(t)) for name, t in d_inputs.items()])
+        c.d_inputs, c.num_d_inputs = ctypes.addressof(out), len(d_inputs)
+        self.check(self.rt.attnc_backward(kernel, ctypes.byref(c)), "attnc_backward")
 
 
 def bigbird_cuda(n, b=64, g=2, r=3, seed=1234):
@@ -245,7 +291,53 @@ def backward_variants(args, at, kernel, q, k, v, flops, name, n, d, hopper):
               f"max |dQ,dK,dV - default| {diff:.2e} | - |", flush=True)
 
 
+# (plain pattern, its parameters; the pattern with a modifier, its parameters, its float inputs' maker)
+MODIFIED = [
+    ("fixed", {"l": 128, "c": 8}, "capped_fixed", {"l": 128, "c": 8, "cap": 20}, lambda heads, dev: {}),
+    ("local", {"w": 512}, "sink_window", {"w": 512},
+     lambda heads, dev: {"z": torch.linspace(-2.0, 3.0, heads, device=dev)}),
+]
+
+
+def modifiers_table(args, at, dev):
+    """Each modified pattern beside its plain one: forward, and backward alone (fwd+bwd minus fwd)."""
+    print("| pattern | n | d | fwd ms | TFLOP/s | vs plain | bwd ms | TFLOP/s | vs plain | max |O - O_plain| |")
+    print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    for n in [int(x) for x in args.n.split(",")]:
+        for d in [int(x) for x in args.d.split(",")]:
+            g = torch.Generator(device=dev).manual_seed(1)
+            shape = (args.batch, args.heads, n, d)
+            q, k, v, do = (torch.randn(shape, generator=g, device=dev, dtype=torch.bfloat16) for _ in range(4))
+            q = q * 4  # logits of tens: the cap bends them
+            for plain, plain_params, modified, params, make in MODIFIED:
+                flops = 4 * count_pairs(mask_mod(plain, n), n, dev) * d * args.heads * args.batch
+                base = None
+                for name, ps, floats in ((plain, plain_params, {}), (modified, params, make(args.heads, dev))):
+                    kernel = at.compile(name, ps)
+                    o = torch.empty_like(q)
+                    lse = torch.empty((args.batch, args.heads, n, 1), device=dev, dtype=torch.float32)
+                    grads = (do, torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+                             {key: torch.empty(x.shape, device=dev, dtype=torch.float32) for key, x in floats.items()})
+                    fwd = lambda: at.call(kernel, q, k, v, o, lse, floats)  # noqa: E731
+
+                    def step():
+                        fwd()
+                        at.call(kernel, q, k, v, o, lse, floats, grads)
+                    f_ms = gpu_ms(fwd, args.repeat)
+                    b_ms = gpu_ms(step, args.repeat) - f_ms
+                    torch.cuda.synchronize()
+                    if base is None:
+                        base = (f_ms, b_ms, o.clone())
+                    diff = (o.float() - base[2].float()).abs().max().item()
+                    print(f"| {name} | {n} | {d} | {f_ms:.3f} | {flops / f_ms / 1e9:.1f} | {f_ms / base[0]:.3f} | "
+                          f"{b_ms:.3f} | {2.5 * flops / b_ms / 1e9:.1f} | {b_ms / base[1]:.3f} | {diff:.2e} |",
+                          flush=True)
+            del q, k, v, do
+            torch.cuda.empty_cache()
+
+
 def main():
+    global INNER
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib-dir", required=True, help="a build with libattnc.so and libattnc_jit.so")
     ap.add_argument("--n", default="16384,65536")
@@ -260,10 +352,11 @@ def main():
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--variants", help="time these forward variants (e.g. 0,4) instead of the peers")
     ap.add_argument("--bwd-variants", help="with --variants: time these backward variants too (e.g. 0,1)")
+    ap.add_argument("--modifiers", action="store_true",
+                    help="time the soft cap and the sink against the same patterns without them instead")
     ap.add_argument("--sdpa-mask-max-n", type=int, default=32768,
                     help="largest n for SDPA with a boolean mask (n^2 bytes)")
     args = ap.parse_args()
-    global INNER
     INNER = max(1, args.inner)
     torch._dynamo.config.recompile_limit = 1000
     torch._dynamo.config.cache_size_limit = 1000
@@ -273,6 +366,8 @@ def main():
     at = Attnc(args.lib_dir)
     if args.variants:
         return variants_table(args, at, dev)
+    if args.modifiers:
+        return modifiers_table(args, at, dev)
     flex = torch.compile(flex_attention, dynamic=False)
     cols = ["pattern", "n", "d", "nnz/row", "attnc fwd ms", "TFLOP/s", "attnc call ms", "flex fwd ms", "TFLOP/s", "flex exec/useful",
             "attnc/flex", "attnc bwd ms", "TFLOP/s", "flex bwd ms", "TFLOP/s", "SDPA mask fwd ms",
@@ -346,7 +441,6 @@ def main():
                     cells.append("-")
                 cells += [f"{causal_tf:.0f}", diff]
                 print("| " + " | ".join(cells) + " |", flush=True)
-                del row
             del q, k, v, do
             torch.cuda.empty_cache()
 

@@ -20,7 +20,8 @@
 #   5. bench/peers_gpu.py: attnc against flex_attention and SDPA, one table
 #      (quick: n = 16384, d = 64; full: flex and SDPA at n = 16384, d = 64 and
 #      128, attnc alone at n = 65536 too); then the forward's variants, A/B
-#      (quick: the default and wgmma; full: all five);
+#      (quick: the default and wgmma; full: all five); then the soft cap and
+#      the sink beside the same patterns without them (--modifiers);
 #   6. the attnc tool's GPU paths (carried): run --target cuda --check with a
 #      gradient, bench --target cuda forward and backward, tune --target cuda;
 #   7. the Python package built there (pip, no network: the machine's
@@ -158,6 +159,9 @@ if [ "$mode" != tests ]; then
   # against the default (forward 4 and backward 1: wgmma, compute capability 9.0 only).
   # shellcheck disable=SC2086 # (the options are words)
   $bench $variants --n 16384 2>&1 | tee "$out/variants.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  # The soft cap and the sink against the same patterns without them (target: <= 10% over).
+  $bench --modifiers --n 16384 --d "$([ "$mode" = full ] && echo 64,128 || echo 64)" 2>&1 | tee "$out/modifiers.md"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
   step "the attnc tool on the GPU"

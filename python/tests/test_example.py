@@ -83,3 +83,45 @@ def test_hf_long_generate_example_runs(capsys):
     dynamic = load_example("hf_long_generate").main(
         ["--n", "200", "--new-tokens", "5", "--pattern", pattern, "--dynamic-cache", "--no-warmup"])
     assert dynamic["attnc_local_global"]["tokens"] == results["attnc_local_global"]["tokens"]
+
+
+def _deleted_but_never_bound(tree) -> list:
+    """`del x` inside a function that never binds x (an UnboundLocalError when it runs): names per function."""
+    import ast
+
+    bad = []
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        bound = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+        declared, deleted = set(), []
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                bound.add(node.id)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del):
+                deleted.append((node.id, node.lineno))
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                declared.update(node.names)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not fn:
+                bound.add(node.name)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                bound.add(node.name)
+        bad += [f"{fn.name}:{line} deletes '{name}'" for name, line in deleted
+                if name not in bound and name not in declared]
+    return bad
+
+
+def test_the_scripts_compile():
+    """bench/ and examples/ scripts that only a GPU machine or a long run executes: each compiles (a
+    `global` after its name's use is a SyntaxError) and deletes no name its function never bound."""
+    import ast
+
+    scripts = sorted((REPO / "bench").glob("*.py")) + sorted((REPO / "examples" / "python").glob("*.py"))
+    assert any(p.name == "peers_gpu.py" for p in scripts)
+    for path in scripts:
+        source = path.read_text()
+        compile(source, str(path), "exec")
+        assert not _deleted_but_never_bound(ast.parse(source)), f"{path.name}: {_deleted_but_never_bound(ast.parse(source))}"
+    assert _deleted_but_never_bound(ast.parse("def f():\n    x = 1\n    del y\n")) == ["f:3 deletes 'y'"]
