@@ -27,7 +27,9 @@
 #   7. the Python package built there (pip, no network: the machine's
 #      scikit-build-core and nanobind; the fatbin from .gpu-carry) and
 #      python/tests/test_cuda.py: the torch op on CUDA tensors, and
-#      test_distributed.py::test_cuda_tensors (context parallelism on a GPU).
+#      test_distributed.py::test_cuda_tensors (context parallelism on a GPU),
+#      test_transformers.py's five model families on the GPU (where the
+#      machine has transformers; skipped, saying so, where it has not).
 # `wgmma` runs only what decides the Hopper kernels' fate, in a few minutes:
 # their tests (CudaKernel/Wgmma.*, the offset calls), memcheck on two of
 # them, and the variants table at n = 16384, d = 64 and 128.
@@ -181,7 +183,8 @@ if [ "$mode" != tests ]; then
        -Ccmake.define.ATTNC_CUDA_PREBUILT_FATBIN="$PWD/$carry/attnc_kernels.fatbin" -Cbuild-dir=/tmp/attnc-pybuild \
        ./python > "$out/pip.log" 2>&1; then
     PYTHONPATH=$site timeout 200 python3 -m pytest -q -p no:cacheprovider python/tests/test_cuda.py \
-      python/tests/test_distributed.py::test_cuda_tensors 2>&1 |
+      python/tests/test_distributed.py::test_cuda_tensors \
+      python/tests/test_transformers.py::test_models_on_a_gpu_equal_eager 2>&1 |
       tee "$out/pytest.log" | tail -15
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   else

@@ -239,6 +239,35 @@ def test_bfloat16_models_run(family):
         assert grad.dtype == torch.bfloat16 and grad.abs().sum() > 0
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine (torch.cuda.is_available() "
+                    "is False)")
+@pytest.mark.parametrize("family", FAMILIES)
+def test_models_on_a_gpu_equal_eager(family):
+    """The five families on CUDA tensors (the GPU kernels: Gemma 2's soft cap and gpt-oss's sinks with
+    their gradient included), float32 weights, which attnc runs on bf16 tensor cores: logits of a
+    left-padded batch within bf16's rounding of eager's on the same GPU, and the sinks' gradient."""
+    model = build(family).cuda()
+    ids, mask = (x.cuda() for x in left_padded())
+    real = mask.bool()
+    with torch.no_grad():
+        want = run(model, "eager", ids, attention_mask=mask).logits
+        got = run(model, "attnc", ids, attention_mask=mask).logits
+    assert got.device == want.device
+    scale = float(want[real].abs().max())
+    torch.testing.assert_close(got[real], want[real], atol=3e-2 * scale, rtol=0)
+    if family == "gpt_oss":
+        sinks = model.model.layers[0].self_attn.sinks
+        grads = {}
+        for implementation in ("eager", "attnc"):
+            model.zero_grad(set_to_none=True)
+            # (not the first real token of a row, which a padded query row predicts: attnc's is zero)
+            labels = ids.masked_fill(~real | (torch.nn.functional.pad(mask, (1, -1)) == 0), -100)
+            run(model, implementation, ids, attention_mask=mask, labels=labels).loss.backward()
+            grads[implementation] = sinks.grad.clone()
+        torch.testing.assert_close(grads["attnc"], grads["eager"], atol=5e-2 * float(grads["eager"].abs().max()),
+                                   rtol=0)
+
+
 def test_float16_on_the_cpu_is_refused_naming_the_layer():
     model = build("llama").to(torch.float16)
     with pytest.raises(attnc.AttncError, match=r"layer 0 \(LlamaAttention\): 'q' has dtype torch.float16"):
