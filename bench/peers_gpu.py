@@ -36,9 +36,10 @@ default's dQ, dK and dV.
 
 With --modifiers it times the score modifiers the GPU runs against the same
 pattern without them (issue 44's target: at most 10% over the plain
-pattern): fixed against capped_fixed (its logits soft-capped, Gemma 2's)
-and local against sink_window (a sink logit per head, gpt-oss's, with the
-sink's gradient in the backward), the same sets, forward and backward, each
+pattern): fixed against capped_fixed (its logits soft-capped, Gemma 2's),
+local against sink_window (a sink logit per head, gpt-oss's) and against
+alibi_local (ALiBi's slopes), the float inputs' gradients in the backward,
+the same sets, forward and backward, each
 row with its largest difference from the plain pattern's O (the cap and the
 sink change it: a size, not an error).
 """
@@ -296,6 +297,8 @@ MODIFIED = [
     ("fixed", {"l": 128, "c": 8}, "capped_fixed", {"l": 128, "c": 8, "cap": 20}, lambda heads, dev: {}),
     ("local", {"w": 512}, "sink_window", {"w": 512},
      lambda heads, dev: {"z": torch.linspace(-2.0, 3.0, heads, device=dev)}),
+    ("local", {"w": 512}, "alibi_local", {"w": 512},
+     lambda heads, dev: {"slope": 2.0 ** -torch.arange(1, heads + 1, dtype=torch.float32, device=dev)}),
 ]
 
 

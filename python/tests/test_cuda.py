@@ -206,22 +206,25 @@ SCORED = {
     "sink": """pattern sinkw { param w = 13  input z : float[heads]  causal  attend { j : i - j < w }  sink z[h] }""",
     "both": """pattern both { param w = 32  input z : float[heads]  causal  attend { j : i - j < w }
   score 30 * tanh(s / 30)  sink z[h] }""",
+    # ALiBi's slopes (BLOOM, MPT) on a window with global keys, and a sink
+    "alibi": """pattern alibi { input slope : float[heads]  input z : float[heads]
+  attend { j : j <= i && i - j < 40 } | { j : j < 4 }  score s + slope[h] * (j - i)  sink z[h] }""",
 }
+FLOATS = {"z": [0.5, 2.5, -3.0, 8.0], "slope": [0.5, 0.25, 0.125, 0.0625]}
 
 
 @pytest.mark.parametrize("name", sorted(SCORED))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_score_modifiers_match_the_cpu(name, dtype):
-    """A soft cap and a per-head sink on CUDA tensors against the same kernel on the CPU (whose
-    modifiers test_score_modifiers.py checks against float64): O, dQ, dK, dV and the sink's
-    gradient, grouped heads, fewer queries than keys."""
+    """A soft cap, ALiBi's slopes and a per-head sink on CUDA tensors against the same kernel on the
+    CPU (whose modifiers test_score_modifiers.py checks against float64): O, dQ, dK, dV and the
+    float inputs' gradients, grouped heads, fewer queries than keys."""
     kernel = attnc.compile(SCORED[name])
     heads, kv_heads, nq, nk, d = 4, 2, 100, 150, 64
     q, k, v = inputs((2, heads, nq, d), dtype, kv_heads=kv_heads, nk=nk, seed=7)
     q = q * 3  # logits large enough for the cap to bend them
-    floats = {}
-    if "sink" in SCORED[name]:
-        floats["z"] = torch.tensor([0.5, 2.5, -3.0, 8.0], device=DEV)
+    floats = {key: torch.tensor(values, device=DEV) for key, values in FLOATS.items()
+              if f"input {key} " in SCORED[name]}
     gpu = [x.detach().requires_grad_() for x in (q, k, v, *floats.values())]
     cpu = [x.detach().cpu().float().requires_grad_() for x in gpu]
     o = kernel(*gpu[:3], **dict(zip(floats, gpu[3:])))
@@ -237,9 +240,9 @@ def test_score_modifiers_match_the_cpu(name, dtype):
 
 
 def test_scores_the_gpu_does_not_run_are_refused():
-    alibi = attnc.compile("""pattern alibi { param w = 16  input slope : float[heads]  causal
-  attend { j : i - j < w }  score s + slope[h] * (j - i) }""")
+    relative = attnc.compile("""pattern rel { input rel : float[heads, 4]  causal
+  attend { j : i - j < 16 }  score s + rel[h, min(i - j, 3)] }""")
     q, k, v = inputs((1, 2, 40, 64), torch.bfloat16)
     with raises_status("ATTNC_ERROR_UNSUPPORTED") as info:
-        alibi(q, k, v, slope=torch.ones(2, device=DEV))
+        relative(q, k, v, rel=torch.ones(2, 4, device=DEV))
     assert "soft cap alone" in str(info.value) and "CPU tensors" in str(info.value)

@@ -911,10 +911,10 @@ attnc_status checkDataCall(const attnc_kernel &kernel, int64_t numInputs, bool g
   if (gpu && (kernel.ir.score || kernel.ir.sink || kernel.ir.hasFloatInputs())) {
     if (attnc_status s = guarded([&] { attnc::rt::cuda::gpuModifiers(kernel.ir); }); s != ATTNC_OK)
       return s;
-    if (varlen && kernel.ir.sink)
+    if (varlen && kernel.ir.hasFloatInputs())
       return fail(ATTNC_ERROR_UNSUPPORTED, "pattern '" + kernel.ir.name +
-                                               "' has a sink, which varlen calls on the GPU do not take yet: call "
-                                               "each sequence on its own, or the batch on CPU tensors");
+                                               "' has float inputs, which varlen calls on the GPU do not take yet: "
+                                               "call each sequence on its own, or the batch on CPU tensors");
   }
   if (!kernel.ir.readsData())
     return ATTNC_OK;
@@ -940,20 +940,26 @@ attnc::rt::CallInputs callInputs(const attnc_kernel &kernel, const Shape &shape,
 }
 
 /// A GPU call's float inputs, checked where they are (CallInputs reads
-/// host memory: these live on the device, which Engine checks): `sink` is
-/// the sink's values (null: the pattern has no sink), `dims` each float
-/// input's dimensions (empty for int inputs). Throws RunError.
-const attnc_tensor *gpuFloatInputs(const attnc_kernel &kernel, const Shape &shape, const attnc_input *inputs,
-                                   int64_t numInputs, std::vector<std::vector<int64_t>> &dims) {
+/// host memory: these live on the device, which Engine checks): the
+/// modifiers' per-head values, and (backward) where their gradients go from
+/// `gradOut` (checkInputGrads'); `dims` each float input's dimensions
+/// (empty for int inputs). Throws RunError.
+attnc::rt::cuda::HeadTensors gpuFloatInputs(const attnc_kernel &kernel, const Shape &shape, const attnc_input *inputs,
+                                            int64_t numInputs, std::vector<std::vector<int64_t>> &dims) {
   dims.assign(kernel.ir.inputs.size(), {});
+  attnc::rt::cuda::HeadTensors out;
   if (kernel.ir.inputs.empty())
-    return nullptr;
+    return out;
   const std::vector<const attnc_input *> given = attnc::rt::matchInputs(kernel.ir, inputs, numInputs);
   for (size_t x = 0; x < given.size(); ++x)
     if (kernel.ir.inputs[x].isFloat)
       dims[x] = attnc::rt::checkFloatInput(kernel.ir.inputs[x], given[x]->values, shape.nk, shape.hq);
-  const int64_t sink = attnc::rt::cuda::gpuModifiers(kernel.ir).sinkInput;
-  return sink >= 0 ? &given[static_cast<size_t>(sink)]->values : nullptr;
+  const attnc::rt::cuda::Modifiers &mods = kernel.cuda().modifiers();
+  if (mods.slope)
+    out.slope = &given[static_cast<size_t>(mods.slope.input)]->values;
+  if (mods.sink)
+    out.sink = &given[static_cast<size_t>(mods.sink.input)]->values;
+  return out;
 }
 
 /// Checks a call's key_positions (attnc_call, ABI 10) and sets `firstQuery`
@@ -1037,9 +1043,9 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
   if (gpu && !varlen)
     return guarded([&] {
       std::vector<std::vector<int64_t>> dims;
-      const attnc_tensor *sink = gpuFloatInputs(*kernel, shape, inputs, numInputs, dims);
+      const attnc::rt::cuda::HeadTensors floats = gpuFloatInputs(*kernel, shape, inputs, numInputs, dims);
       kernel->cuda().forward(*device, dimsOf(shape, firstQuery), *q, *k, *v, *o, lse, callScale(options, shape.d),
-                             sink);
+                             floats);
     });
   std::vector<Seq> seqs;
   if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
@@ -1166,22 +1172,29 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
                                                     "' overlaps the memory of 'lse'; each gradient needs memory of its own");
   if (gpu && !varlen) {
     std::vector<std::vector<int64_t>> dims;
-    const attnc_tensor *sink = nullptr;
-    if (attnc_status s = guarded([&] { sink = gpuFloatInputs(*kernel, shape, inputs, numInputs, dims); });
+    attnc::rt::cuda::HeadTensors floats;
+    if (attnc_status s = guarded([&] { floats = gpuFloatInputs(*kernel, shape, inputs, numInputs, dims); });
         s != ATTNC_OK)
       return s;
     std::vector<const attnc_tensor *> gradOut; // per pattern input: where its gradient goes, else null
     if (attnc_status s = checkInputGrads(*kernel, dims, dInputs, numDInputs, gradOut); s != ATTNC_OK)
       return s;
-    const attnc_tensor *dSink = sink ? gradOut[static_cast<size_t>(kernel->cuda().modifiers().sinkInput)] : nullptr;
+    const attnc::rt::cuda::Modifiers &mods = kernel->cuda().modifiers();
+    if (mods.slope)
+      floats.slopeGrad = gradOut[static_cast<size_t>(mods.slope.input)];
+    if (mods.sink)
+      floats.sinkGrad = gradOut[static_cast<size_t>(mods.sink.input)];
     if (shape.batch == 0 || shape.hkv == 0 || shape.nk == 0 || shape.d == 0) {
-      if (dSink && dSink->shape[0] > 0) // no pair: the sink's gradient is zeros
-        return guarded([&] { attnc::rt::cuda::zeroRows(device->index, device->stream, *dSink, 0, 1); });
-      return ATTNC_OK;
+      // No pair: the gradients asked for are zeros.
+      return guarded([&] {
+        for (const attnc_tensor *grad : {floats.slopeGrad, floats.sinkGrad})
+          if (grad && grad->shape[0] > 0)
+            attnc::rt::cuda::zeroRows(device->index, device->stream, *grad, 0, 1);
+      });
     }
     return guarded([&] {
       kernel->cuda().backward(*device, dimsOf(shape, firstQuery), *q, *k, *v, *o, *d_o, *lse, *d_q, *d_k, *d_v,
-                              callScale(options, shape.d), sink, dSink);
+                              callScale(options, shape.d), floats);
     });
   }
   if (gpu) { // a varlen batch: each sequence a call of its own on the device

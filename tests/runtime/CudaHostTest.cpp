@@ -956,12 +956,13 @@ TEST(CudaHostModifiers, SoftCapsRunTheCappedKernelsWithTheirConstants) {
     }
 }
 
-/// The tensors of a sink_window call and its sink's logits (and gradient) on `device`.
+/// The tensors of a call (2 x 4 heads, 2 key/value heads, n = 100, d = 64) with one per-head float
+/// input `name` (a sink's logits, ALiBi's slopes) and its gradient, on `device`.
 struct SinkCall : Call {
   DeviceMemory z, dz;
   attnc_tensor tz{}, tdz{};
   attnc_input input{}, grad{};
-  SinkCall(int device, attnc_dtype zType, int64_t zStride)
+  SinkCall(int device, attnc_dtype zType, int64_t zStride, const char *name = "z")
       : Call(device, ATTNC_DTYPE_BF16, 2, 4, 2, 100, 100, 64),
         z(device, size_t(4 * zStride) * (zType == ATTNC_DTYPE_F32 ? 4 : 2)), dz(device, 4 * 4) {
     tz.data = z.get(), tz.dtype = zType;
@@ -969,8 +970,8 @@ struct SinkCall : Call {
     tz.strides[0] = zStride, tz.strides[1] = tz.strides[2] = tz.strides[3] = 1;
     tdz = tz;
     tdz.data = dz.get(), tdz.dtype = ATTNC_DTYPE_F32, tdz.strides[0] = 1;
-    input = {"z", tz};
-    grad = {"z", tdz};
+    input = {name, tz};
+    grad = {name, tdz};
   }
   attnc_status forwardWith(const attnc_device &dev, const attnc_input *in, int64_t count) {
     attnc_call call;
@@ -1076,6 +1077,76 @@ TEST(CudaHostModifiers, SinksAreCopiedFoldedIntoTheForwardAndDifferentiated) {
   }
 }
 
+TEST(CudaHostModifiers, AlibiSlopesRunTheAlibiKernelsAndGetTheirGradient) {
+  // ALiBi as written four ways (the sign of j - i in the kernels' arguments), and a plain pattern.
+  const std::pair<const char *, float> forms[] = {
+      {"score s + slope[h] * (j - i)", 1.f},
+      {"score (i - j) * slope[h] + s", -1.f},
+      {"score s - slope[h] * (i - j)", 1.f},
+      {"score s - (j - i) * slope[h]", -1.f},
+  };
+  for (const auto &[score, sign] : forms) {
+    SCOPED_TRACE(score);
+    const std::string source =
+        std::string("pattern alibi { param w = 16  input slope : float[heads]  causal  attend { j : i - j < w }  ") +
+        score + " }";
+    KernelPtr kernel = kernelFromSource(source.c_str());
+    ASSERT_TRUE(kernel);
+    SinkCall c(0, ATTNC_DTYPE_BF16, 2, "slope");
+    c.kernel = kernel.get();
+    const attnc_device dev{ATTNC_DEVICE_CUDA, 0, attnc_fake_cuda_stream(0)};
+    attnc_fake_cuda_reset();
+    ASSERT_EQ(c.forwardWith(dev, &c.input, 1), ATTNC_OK) << attnc_last_error();
+    std::vector<attnc_fake_launch> all = launches();
+    ASSERT_GE(all.size(), 2u);
+    ASSERT_STREQ(all[0].name, "attnc_copy"); // the slopes, to f32
+    const View slopes = viewsOf(all[0]).second;
+    EXPECT_EQ(viewsOf(all[0]).first.data, c.z.get());
+    EXPECT_EQ(viewsOf(all[0]).first.strides[2], 2);
+    for (size_t i = 1; i < all.size(); ++i) {
+      ASSERT_STREQ(all[i].name, "attnc_fwd_wg_alibi_bf16_64");
+      const auto a = argsOf<FwdArgs>(all[i]);
+      EXPECT_EQ(a.slope, slopes.data);
+      EXPECT_FLOAT_EQ(a.slopeLog2, sign * 1.4426950408889634f);
+      EXPECT_EQ(a.sink, nullptr);
+    }
+    // Backward, the slopes' gradient asked for: sums zeroed, added to by the kernels, copied to d_slope last.
+    for (const int variant : {-1, 0}) {
+      ASSERT_EQ(attnc_internal_cuda_backward_variant(variant), ATTNC_OK);
+      attnc_fake_cuda_reset();
+      const attnc_status st = c.backwardWith(dev, &c.grad, 1);
+      attnc_internal_cuda_backward_variant(-1);
+      ASSERT_EQ(st, ATTNC_OK) << attnc_last_error();
+      all = launches();
+      float *sums = nullptr;
+      int kernels = 0;
+      for (const attnc_fake_launch &l : all)
+        if (std::string(l.name).rfind("attnc_bwd", 0) == 0) {
+          EXPECT_STREQ(l.name, variant < 0 ? "attnc_bwd_wg_alibi_bf16_64" : "attnc_bwd_alibi_bf16_64");
+          const auto a = argsOf<BwdArgs>(l);
+          EXPECT_NE(a.slope, nullptr);
+          EXPECT_FLOAT_EQ(a.slopeSign, sign);
+          ASSERT_NE(a.dSlope, nullptr);
+          EXPECT_TRUE(sums == nullptr || sums == a.dSlope) << "one sum per head for the whole call";
+          sums = a.dSlope;
+          ++kernels;
+        }
+      ASSERT_GT(kernels, 0);
+      EXPECT_TRUE(attnc_fake_cuda_was_device(sums, 4 * 4));
+      const auto [from, to] = viewsOf(all.back());
+      EXPECT_STREQ(all.back().name, "attnc_copy");
+      EXPECT_EQ(from.data, sums);
+      EXPECT_EQ(to.data, c.dz.get());
+      EXPECT_TRUE(launchesOf("attnc_sink_grad").empty());
+    }
+    attnc_fake_cuda_reset();
+    ASSERT_EQ(c.backwardWith(dev, nullptr, 0), ATTNC_OK) << attnc_last_error();
+    for (const attnc_fake_launch &l : launches())
+      if (std::string(l.name).rfind("attnc_bwd", 0) == 0)
+        EXPECT_EQ(argsOf<BwdArgs>(l).dSlope, nullptr) << "no gradient asked for, none summed";
+  }
+}
+
 TEST(CudaHostModifiers, WhatTheKernelsDoNotRunIsRefusedLaunchingNothing) {
   const attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
   struct Refused {
@@ -1083,9 +1154,12 @@ TEST(CudaHostModifiers, WhatTheKernelsDoNotRunIsRefusedLaunchingNothing) {
     const char *why;
   };
   const Refused refused[] = {
-      {"pattern p { param w = 8  input slope : float[heads]  causal  attend { j : i - j < w }  "
-       "score s + slope[h] * (j - i) }",
+      {"pattern p { input rel : float[heads, 4]  causal  attend { j : i - j < 8 }  "
+       "score s + rel[h, min(i - j, 3)] }",
        "soft cap alone"},
+      {"pattern p { input slope : float[heads]  causal  attend { j : i - j < 8 }  score s + slope[h] * (j - 1) }",
+       "ALiBi"},
+      {"pattern p { input slope : float[heads]  causal  attend { j : i - j < 8 }  score s * slope[h] }", "ALiBi"},
       {"pattern p { causal  attend { j : i - j < 8 }  score 20 * tanh(s / 20) + 1 }", "soft cap alone"},
       {"pattern p { causal  attend { j : i - j < 8 }  score where(i - j < 2, 20 * tanh(s / 20), s) }",
        "soft cap alone"},

@@ -961,10 +961,11 @@ TEST(CudaKernel, VarlenMatchesTheCpu) {
 
 // --- Score modifiers on a GPU -------------------------------------------------------
 
-/// A soft cap and a sink on the GPU against the CPU's fused backend (itself
+/// Score modifiers on the GPU against the CPU's fused backend (itself
 /// checked against the double-precision definition in ScoreModifierTest) on
-/// the same bf16-rounded inputs: O, lse, dQ, dK, dV and the sink's gradient,
-/// with the kernels of the default variants and the mma.sync ones.
+/// the same bf16-rounded inputs: a soft cap, ALiBi's slopes, a sink, and
+/// combinations, with the kernels of the default variants and the mma.sync
+/// ones: O, lse, dQ, dK, dV and the per-head inputs' gradients.
 TEST(CudaKernel, ScoreModifiersMatchTheCpu) {
   ATTNC_REQUIRE_GPU();
   struct Case {
@@ -972,13 +973,16 @@ TEST(CudaKernel, ScoreModifiersMatchTheCpu) {
     std::vector<std::string> defines;
     int64_t hq, hkv, nq, nk, d;
     float inputScale;
-    attnc_dtype sinkType; ///< of the logits on the device
-    int64_t sinkStride;
+    attnc_dtype floatType; ///< of the per-head inputs on the device
+    int64_t floatStride;
   };
   const char *both = "pattern both { param w = 32  input z : float[heads]  causal  attend { j : i - j < w }  "
                      "score 30 * tanh(s / 30)  sink z[h] }";
   const char *gapsSink = "pattern gaps_sink { input z : float[heads]  attend { j : j < i && i % 3 != 0 } | "
                          "{ j : i % 3 == 1 && j == i }  sink z[h] }";
+  const char *alibiSink = "pattern alibi_sink { input slope : float[heads]  input z : float[heads]  "
+                          "attend { j : j <= i && i - j < 40 } | { j : j < 4 }  score s - (i - j) * slope[h]  "
+                          "sink z[h] }";
   const Case cases[] = {
       {"capped_fixed", "capped_fixed", nullptr, {"l=16", "c=4"}, 2, 2, 300, 300, 64, 3.0f, ATTNC_DTYPE_F32, 1},
       {"capped_fixed_gqa_decode_d128", "capped_fixed", nullptr, {"l=16", "c=4"}, 4, 2, 37, 300, 128, 3.0f,
@@ -987,13 +991,24 @@ TEST(CudaKernel, ScoreModifiersMatchTheCpu) {
       {"sink_window_bf16_logits", "sink_window", nullptr, {"w=16"}, 4, 4, 130, 130, 80, 1.0f, ATTNC_DTYPE_BF16, 2},
       {"cap_and_sink", nullptr, both, {}, 2, 1, 200, 200, 64, 3.0f, ATTNC_DTYPE_F32, 1},
       {"sink_rows_without_keys", nullptr, gapsSink, {}, 2, 2, 100, 100, 64, 1.0f, ATTNC_DTYPE_F32, 1},
+      {"alibi_local", "alibi_local", nullptr, {"w=20"}, 4, 2, 300, 300, 64, 1.0f, ATTNC_DTYPE_F32, 1},
+      {"alibi_local_d128_bf16_slopes_decode", "alibi_local", nullptr, {"w=20"}, 4, 4, 50, 1000, 128, 1.0f,
+       ATTNC_DTYPE_BF16, 3},
+      {"alibi_global_keys_and_sink", nullptr, alibiSink, {}, 4, 2, 500, 500, 64, 1.0f, ATTNC_DTYPE_F32, 1},
+  };
+  // Per-head values by input name: sink logits of both signs, ALiBi's geometric slopes.
+  auto valuesOf = [](const std::string &name, int64_t heads) {
+    std::vector<float> x(static_cast<size_t>(heads));
+    for (int64_t h = 0; h < heads; ++h)
+      x[size_t(h)] = fromBf16(toBf16(name == "z" ? std::vector<float>{0.5f, 2.5f, -3.0f, 8.0f}[size_t(h % 4)]
+                                                 : std::ldexp(1.0f, -int(h + 1))));
+    return x;
   };
   for (const Case &c : cases)
     for (int variant : {-1, 0}) {
       SCOPED_TRACE(std::string(c.label) + (variant < 0 ? ", default kernels" : ", mma.sync kernels"));
       KernelPtr k = kernelOf(c.file, c.source, c.defines);
       ASSERT_TRUE(k);
-      const bool sink = attnc_kernel_num_inputs(k.get()) > 0;
       const int64_t H = c.hq, G = c.hkv, nq = c.nq, nk = c.nk, d = c.d;
       auto rounded = [&](size_t count, uint64_t seed, float scale) {
         std::vector<float> x = randomFloats(count, seed, scale);
@@ -1004,67 +1019,77 @@ TEST(CudaKernel, ScoreModifiersMatchTheCpu) {
       std::vector<float> q = rounded(size_t(H * nq * d), 31, c.inputScale),
                          kk = rounded(size_t(G * nk * d), 32, c.inputScale), v = rounded(size_t(G * nk * d), 33, 1.0f),
                          dO = rounded(size_t(H * nq * d), 34, 1.0f);
-      std::vector<float> z = {0.5f, 2.5f, -3.0f, 8.0f};
-      z.resize(size_t(H));
-      for (float &e : z)
-        e = fromBf16(toBf16(e));
+      // The per-head inputs: values and gradients on the host (f32, contiguous) and on the device (the
+      // case's dtype and stride; gradients f32).
+      struct PerHead {
+        std::string name;
+        std::vector<float> values, grad;
+        std::unique_ptr<Device> gpu, gpuGrad;
+      };
+      std::vector<PerHead> floats(static_cast<size_t>(attnc_kernel_num_inputs(k.get())));
+      std::vector<attnc_input> hostIn, hostGrad, gpuIn, gpuGrad;
+      for (size_t x = 0; x < floats.size(); ++x) {
+        attnc_input_info info{};
+        info.size = sizeof info;
+        ASSERT_EQ(attnc_kernel_input_info(k.get(), int64_t(x), nk, H, &info), ATTNC_OK);
+        PerHead &f = floats[x];
+        f.name = info.name;
+        f.values = valuesOf(f.name, H);
+        f.grad.assign(size_t(H), 0.f);
+        std::vector<float> laid(size_t(H * c.floatStride), 0.f);
+        for (int64_t h = 0; h < H; ++h)
+          laid[size_t(h * c.floatStride)] = f.values[size_t(h)];
+        f.gpu = std::make_unique<Device>(laid.size() * (c.floatType == ATTNC_DTYPE_F32 ? 4 : 2));
+        f.gpu->put(encode(laid, c.floatType));
+        f.gpuGrad = std::make_unique<Device>(size_t(H) * 4);
+        ASSERT_EQ(cudaMemset(f.gpuGrad->p, 0x7f, f.gpuGrad->bytes), cudaSuccess);
+        attnc_tensor onGpu = tensor(f.gpu->p, c.floatType, {H, 1, 1, 1});
+        onGpu.strides[0] = c.floatStride;
+        hostIn.push_back({f.name.c_str(), tensor(f.values.data(), ATTNC_DTYPE_F32, {H, 1, 1, 1})});
+        hostGrad.push_back({f.name.c_str(), tensor(f.grad.data(), ATTNC_DTYPE_F32, {H, 1, 1, 1})});
+        gpuIn.push_back({f.name.c_str(), onGpu});
+        gpuGrad.push_back({f.name.c_str(), tensor(f.gpuGrad->p, ATTNC_DTYPE_F32, {H, 1, 1, 1})});
+      }
       // The CPU's answer.
-      std::vector<float> o(q.size()), lse(size_t(H * nq)), dq(q.size()), dk(kk.size()), dv(kk.size()), dz(z.size());
+      std::vector<float> o(q.size()), lse(size_t(H * nq)), dq(q.size()), dk(kk.size()), dv(kk.size());
       attnc_tensor hq_ = view(q, 1, H, nq, d), hk = view(kk, 1, G, nk, d), hv = view(v, 1, G, nk, d),
                    ho = view(o, 1, H, nq, d), hl = view(lse, 1, H, nq, 1), hdo = view(dO, 1, H, nq, d),
                    hdq = view(dq, 1, H, nq, d), hdk = view(dk, 1, G, nk, d), hdv = view(dv, 1, G, nk, d);
-      const attnc_tensor hz = tensor(z.data(), ATTNC_DTYPE_F32, {H, 1, 1, 1});
-      const attnc_tensor hdz = tensor(dz.data(), ATTNC_DTYPE_F32, {H, 1, 1, 1});
-      attnc_input zIn{"z", hz}, dzOut{"z", hdz};
       attnc_call call;
       attnc_call_init(&call);
       call.q = &hq_, call.k = &hk, call.v = &hv, call.o = &ho, call.lse = &hl;
-      if (sink)
-        call.inputs = &zIn, call.num_inputs = 1;
+      call.inputs = hostIn.data(), call.num_inputs = int64_t(hostIn.size());
       ASSERT_EQ(attnc_forward(k.get(), &call), ATTNC_OK) << attnc_last_error();
       call.d_o = &hdo, call.d_q = &hdq, call.d_k = &hdk, call.d_v = &hdv;
-      if (sink)
-        call.d_inputs = &dzOut, call.num_d_inputs = 1;
+      call.d_inputs = hostGrad.data(), call.num_d_inputs = int64_t(hostGrad.size());
       ASSERT_EQ(attnc_backward(k.get(), &call), ATTNC_OK) << attnc_last_error();
 
-      // The GPU's, on f32 tensors (bf16 tensor cores inside), the logits as the case gives them.
+      // The GPU's, on f32 tensors (bf16 tensor cores inside).
       auto up = [&](const std::vector<float> &x) {
         auto dev = std::make_unique<Device>(x.size() * 4);
         EXPECT_EQ(cudaMemcpy(dev->p, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
         return dev;
       };
       auto gq = up(q), gk = up(kk), gv = up(v), gdo = up(dO);
-      std::vector<float> zLaid(size_t(H * c.sinkStride), 0.f);
-      for (int64_t h = 0; h < H; ++h)
-        zLaid[size_t(h * c.sinkStride)] = z[size_t(h)];
-      Device gz(zLaid.size() * 4);
-      gz.put(encode(zLaid, c.sinkType));
-      Device go(o.size() * 4), gl(lse.size() * 4), gdq(dq.size() * 4), gdk(dk.size() * 4), gdv(dv.size() * 4),
-          gdz(dz.size() * 4);
-      for (Device *x : {&go, &gl, &gdq, &gdk, &gdv, &gdz})
+      Device go(o.size() * 4), gl(lse.size() * 4), gdq(dq.size() * 4), gdk(dk.size() * 4), gdv(dv.size() * 4);
+      for (Device *x : {&go, &gl, &gdq, &gdk, &gdv})
         ASSERT_EQ(cudaMemset(x->p, 0x7f, x->bytes), cudaSuccess); // garbage: every element must be written
       attnc_tensor tq = tensor(gq->p, ATTNC_DTYPE_F32, {1, H, nq, d}), tk = tensor(gk->p, ATTNC_DTYPE_F32, {1, G, nk, d}),
                    tv = tensor(gv->p, ATTNC_DTYPE_F32, {1, G, nk, d}), to = tensor(go.p, ATTNC_DTYPE_F32, {1, H, nq, d}),
                    tl = tensor(gl.p, ATTNC_DTYPE_F32, {1, H, nq, 1}), tdo = tensor(gdo->p, ATTNC_DTYPE_F32, {1, H, nq, d}),
                    tdq = tensor(gdq.p, ATTNC_DTYPE_F32, {1, H, nq, d}), tdk = tensor(gdk.p, ATTNC_DTYPE_F32, {1, G, nk, d}),
                    tdv = tensor(gdv.p, ATTNC_DTYPE_F32, {1, G, nk, d});
-      attnc_tensor tz = tensor(gz.p, c.sinkType, {H, 1, 1, 1});
-      const attnc_tensor tdz = tensor(gdz.p, ATTNC_DTYPE_F32, {H, 1, 1, 1});
-      tz.strides[0] = c.sinkStride;
-      attnc_input gzIn{"z", tz}, gdzOut{"z", tdz};
       attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
       attnc_call gcall;
       attnc_call_init(&gcall);
       gcall.q = &tq, gcall.k = &tk, gcall.v = &tv, gcall.o = &to, gcall.lse = &tl, gcall.device = &dev;
-      if (sink)
-        gcall.inputs = &gzIn, gcall.num_inputs = 1;
+      gcall.inputs = gpuIn.data(), gcall.num_inputs = int64_t(gpuIn.size());
       ASSERT_EQ(attnc_internal_cuda_forward_variant(variant), ATTNC_OK);
       ASSERT_EQ(attnc_internal_cuda_backward_variant(variant), ATTNC_OK);
       const attnc_status fst = attnc_forward(k.get(), &gcall);
       const std::string ferror = fst == ATTNC_OK ? "" : attnc_last_error();
       gcall.d_o = &tdo, gcall.d_q = &tdq, gcall.d_k = &tdk, gcall.d_v = &tdv;
-      if (sink)
-        gcall.d_inputs = &gdzOut, gcall.num_d_inputs = 1;
+      gcall.d_inputs = gpuGrad.data(), gcall.num_d_inputs = int64_t(gpuGrad.size());
       const attnc_status bst = fst == ATTNC_OK ? attnc_backward(k.get(), &gcall) : fst;
       const std::string berror = bst == ATTNC_OK ? "" : attnc_last_error();
       attnc_internal_cuda_forward_variant(-1);
@@ -1077,8 +1102,8 @@ TEST(CudaKernel, ScoreModifiersMatchTheCpu) {
       near(down(gdq, dq.size()), dq, 3e-2, "dQ");
       near(down(gdk, dk.size()), dk, 3e-2, "dK");
       near(down(gdv, dv.size()), dv, 3e-2, "dV");
-      if (sink)
-        near(down(gdz, dz.size()), dz, 3e-2, "d_z");
+      for (const PerHead &f : floats)
+        near(down(*f.gpuGrad, f.grad.size()), f.grad, 3e-2, ("d_" + f.name).c_str());
     }
 }
 

@@ -24,7 +24,9 @@
 //
 // Score modifiers: the capped kernels (attnc_fwd_cap_*, attnc_bwd_cap_*)
 // apply a soft cap c tanh(b s) to the scores in registers (and, backward,
-// its derivative to dS); a sink logit per head is folded into each row's O
+// its derivative to dS); the alibi kernels add slope[h] sgn (j - i) to them
+// (and, backward, sum dS sgn (j - i) per head: the slopes' gradient); a
+// sink logit per head is folded into each row's O
 // and log-sum-exp as the forward writes them, and attnc_sink_grad gives its
 // gradient from the log-sum-exp and rowsum(dO * O).
 //
@@ -47,6 +49,11 @@ constexpr int kRows = 64;
 constexpr int kKeys = 64;
 constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
+
+/// The score modifier compiled into a kernel (FwdArgs / BwdArgs carry its
+/// constants): none, a soft cap c tanh(b s), or a linear distance bias per
+/// head s + slope[h] sgn (j - i) (ALiBi's).
+enum Mod { kPlain = 0, kCap = 1, kAlibi = 2 };
 
 } // namespace
 
@@ -378,10 +385,11 @@ template <class T, int DP> struct FwdSmem {
 /// WG (sm_90a, MT = 1, DP 64 or 128): the 4 warps are one warpgroup and the
 /// products run on wgmma (Q and K, V read from shared memory by the tensor
 /// cores, no ldmatrix), every 16-key group of a tile computed. ST: key
-/// tiles in flight (ST - 1 load while one computes). CAP: the scores
-/// soft-capped (FwdArgs::capIn, capOutLog2).
-template <class T, int DP, int MT, bool SKIP = true, bool WG = false, int ST = 2, bool CAP = false>
+/// tiles in flight (ST - 1 load while one computes). MOD: the score
+/// modifier (Mod; FwdArgs' capIn, capOutLog2, slope, slopeLog2).
+template <class T, int DP, int MT, bool SKIP = true, bool WG = false, int ST = 2, int MOD = kPlain>
 __device__ __forceinline__ void forward(const FwdArgs &a) {
+  constexpr bool CAP = MOD == kCap, ALIBI = MOD == kAlibi;
   static_assert(!WG || (MT == 1 && (DP == 64 || DP == 128)), "wgmma: one warpgroup, DP 64 or 128");
   using M = Mma<T>;
   constexpr int NT = kThreads / MT; // threads
@@ -401,6 +409,7 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
   if (item.row0 + (item.rows - 1) * item.rowStride < a.first || item.row0 >= a.first + a.nq)
     return; // every row is a position outside the queries
   const int g = h / a.ratio;
+  const float slopeLog2 = ALIBI ? a.slope[h] * a.slopeLog2 : 0.f; // the bias per unit of j - i, base 2
   const T *q = static_cast<const T *>(a.q) + b * a.qsb + h * a.qsh;
   const T *k = static_cast<const T *>(a.k) + b * a.ksb + g * a.ksh;
   const T *v = static_cast<const T *>(a.v) + b * a.vsb + g * a.vsh;
@@ -552,6 +561,8 @@ __device__ __forceinline__ void forward(const FwdArgs &a) {
         for (int e = 0; e < 4; ++e) {
           const int z = 2 * mt + (e >> 1), col = j * 8 + 2 * tq + (e & 1);
           float val = s[mt][j][e] * (CAP ? a.capOutLog2 : a.scaleLog2);
+          if constexpr (ALIBI)
+            val += slopeLog2 * float(keys[tile * kKeys + col] - rowPos[z]);
           if (!full && !((mt64[col] >> (warpRow + 16 * mt + gq + 8 * (e >> 1))) & 1))
             val = -INFINITY;
           s[mt][j][e] = val;
@@ -646,10 +657,13 @@ __device__ __forceinline__ void addPair(float *p, float x, float y) {
 /// products on wgmma, the warpgroup's 64 keys as M: S^T = K Q^T and dP^T =
 /// V dO^T from shared memory, dV += P^T dO and dK += dS^T Q with P^T and dS^T
 /// from registers, dQ = dS K from dS^T and K in shared memory (both read
-/// transposed), 64 columns of dQ at a time. CAP: the scores soft-capped
-/// (BwdArgs::capIn, capOutLog2, capGrad), dS through the cap's derivative.
-template <class T, int DP, bool WG = false, bool CAP = false>
+/// transposed), 64 columns of dQ at a time. MOD: the score modifier (Mod):
+/// a soft cap (BwdArgs' capIn, capOutLog2, capGrad: dS through the cap's
+/// derivative) or a distance bias (slope, slopeSign; its gradient summed
+/// into dSlope).
+template <class T, int DP, bool WG = false, int MOD = kPlain>
 __device__ __forceinline__ void backward(const BwdArgs &a) {
+  constexpr bool CAP = MOD == kCap, ALIBI = MOD == kAlibi;
   static_assert(!WG || DP == 64 || DP == 128, "wgmma: DP 64 or 128");
   using M = Mma<T>;
   constexpr int kTile = BwdSmem<T, DP>::kTile;
@@ -742,6 +756,8 @@ __device__ __forceinline__ void backward(const BwdArgs &a) {
       info.q = row;
       info.mask = m;
       info.lse = a.lse[b * a.lsb + h * a.lsh + int64_t(info.q) * a.lsn];
+      if constexpr (ALIBI) // the row's share of its biases (the key's is added in registers)
+        info.lse += a.slope[h] * a.slopeSign * float(row + a.first - keys[0]);
       info.delta = a.delta[size_t(b * a.heads + h) * a.nq + info.q];
     }
     return info;
@@ -762,6 +778,14 @@ __device__ __forceinline__ void backward(const BwdArgs &a) {
       fetchRows(1);
   }
   cpAsyncCommit();
+
+  // ALIBI: the positions of this thread's two keys (rows gq and gq + 8 of its warp's 16), from the
+  // group's first key: small numbers, whose differences from the rows' (fetch) f32 keeps exact.
+  int keyPos[2] = {0, 0};
+  if constexpr (ALIBI)
+#pragma unroll
+    for (int x = 0; x < 2; ++x)
+      keyPos[x] = warp * 16 + gq + 8 * x < item.numKeys ? keys[warp * 16 + gq + 8 * x] - keys[0] : 0;
 
   float dk[DP / 8][4], dv[DP / 8][4];
 #pragma unroll
@@ -786,7 +810,7 @@ __device__ __forceinline__ void backward(const BwdArgs &a) {
     const uint64_t *rmask = rmaskS + stage * kRows;
     const float *rlse = rlseS + stage * kRows, *rdelta = rdeltaS + stage * kRows;
     const int32_t *rq = rqS + stage * kRows;
-    const int bh = b * a.heads + headAt(step / item.numTiles);
+    const int hq = headAt(step / item.numTiles), bh = b * a.heads + hq;
 
     // S^T and dP^T for this warp's 16 keys x 64 rows.
     float st[8][4], dpt[8][4];
@@ -834,6 +858,13 @@ __device__ __forceinline__ void backward(const BwdArgs &a) {
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           st[j][e] = capTanh(st[j][e] * a.capIn);
+    // ALIBI: the bias slope sgn (j - i) of key j and row i is this thread's keyBias minus the row's
+    // share, which the row's log-sum-exp in shared memory already holds (fetch).
+    float keyBias[2] = {0.f, 0.f};
+    if constexpr (ALIBI)
+#pragma unroll
+      for (int x = 0; x < 2; ++x)
+        keyBias[x] = a.slope[hq] * a.slopeSign * float(keyPos[x]);
     uint32_t pf[4][4], dsf[4][4];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -846,6 +877,9 @@ __device__ __forceinline__ void backward(const BwdArgs &a) {
           const float t = st[j][e];
           p[e] = on ? exp2f(a.capOutLog2 * t - rlse[col] * kLog2e) : 0.f;
           ds[e] = p[e] * (dpt[j][e] - rdelta[col]) * (a.capGrad * (1.f - t * t));
+        } else if constexpr (ALIBI) {
+          p[e] = on ? exp2f((st[j][e] * a.scale + keyBias[e >> 1] - rlse[col]) * kLog2e) : 0.f;
+          ds[e] = p[e] * (dpt[j][e] - rdelta[col]);
         } else {
           p[e] = on ? exp2f(st[j][e] * a.scaleLog2 - rlse[col] * kLog2e) : 0.f;
           ds[e] = p[e] * (dpt[j][e] - rdelta[col]);
@@ -907,6 +941,22 @@ __device__ __forceinline__ void backward(const BwdArgs &a) {
     if (more && tid < kRows)
       next = fetch(step + 1);
     __syncthreads();
+    if (ALIBI && a.dSlope) {
+      // The head's slope gradient, sum dS sgn (j - i), from dS^T in shared memory (out of the
+      // registers' way): each thread 32 rows of one key, then one atomic per warp.
+      const int u = tid >> 1, r0 = (tid & 1) * 32;
+      float g = 0.f;
+      if (u < item.numKeys) {
+        const int kp = keys[u] - a.first;
+        for (int r = r0; r < r0 + 32; ++r)
+          if (rq[r] >= 0)
+            g += static_cast<float>(dss[u * kRows + (((r >> 3) ^ (u & 7)) << 3) + (r & 7)]) * float(kp - rq[r]);
+      }
+      for (int sh = 16; sh > 0; sh >>= 1)
+        g += __shfl_xor_sync(0xffffffffu, g, sh);
+      if (lane == 0 && g != 0.f)
+        atomicAdd(a.dSlope + hq, g * a.slopeSign);
+    }
     // dQ = scale dS K for this warp's 16 rows, 16 columns at a time.
     const int r0 = warp * 16 + gq;
     float *dq0 = rq[r0] >= 0 ? a.dq + (size_t(bh) * a.nq + rq[r0]) * DP : nullptr;
@@ -1005,29 +1055,31 @@ __device__ __forceinline__ void storeAs(void *p, int dtype, int64_t i, float x) 
 
 extern "C" {
 
+// The kernels. SET(SUFFIX, MOD) instantiates one family for both element
+// types and every padded head dimension; the score modifier MOD is compiled
+// in: attnc_fwd_bf16_64 (none), attnc_fwd_cap_bf16_64 (a soft cap),
+// attnc_fwd_alibi_bf16_64 (a linear distance bias per head), ...
+
 // The forward kernels: 4 warps of 16 rows.
 // MIN: CTAs per SM the registers are capped for. d = 64: 4 (128 registers,
 // no spills; 16 warps an SM): on an H200 at n = 16384 that ran fixed, strided
 // and local 13-22% faster than 3 CTAs at 155 registers (docs/benchmarks.md).
-#define ATTNC_FORWARD(NAME, T, DP, MT, MIN)                                                                   \
-  __global__ void __launch_bounds__(kThreads / MT, MIN) NAME(const FwdArgs a) { forward<T, DP, MT>(a); }
-ATTNC_FORWARD(attnc_fwd_bf16_64, __nv_bfloat16, 64, 1, 4)
-ATTNC_FORWARD(attnc_fwd_bf16_128, __nv_bfloat16, 128, 1, 1)
-ATTNC_FORWARD(attnc_fwd_bf16_256, __nv_bfloat16, 256, 1, 1)
-ATTNC_FORWARD(attnc_fwd_f16_64, __half, 64, 1, 4)
-ATTNC_FORWARD(attnc_fwd_f16_128, __half, 128, 1, 1)
-ATTNC_FORWARD(attnc_fwd_f16_256, __half, 256, 1, 1)
-
-// The same with soft-capped scores (a pattern's `score c * tanh(s / c)`).
-#define ATTNC_FORWARD_CAP(NAME, T, DP, MIN)                                                                   \
-  __global__ void __launch_bounds__(kThreads, MIN) NAME(const FwdArgs a) { forward<T, DP, 1, true, false, 2, true>(a); }
-ATTNC_FORWARD_CAP(attnc_fwd_cap_bf16_64, __nv_bfloat16, 64, 4)
-ATTNC_FORWARD_CAP(attnc_fwd_cap_bf16_128, __nv_bfloat16, 128, 1)
-ATTNC_FORWARD_CAP(attnc_fwd_cap_bf16_256, __nv_bfloat16, 256, 1)
-ATTNC_FORWARD_CAP(attnc_fwd_cap_f16_64, __half, 64, 4)
-ATTNC_FORWARD_CAP(attnc_fwd_cap_f16_128, __half, 128, 1)
-ATTNC_FORWARD_CAP(attnc_fwd_cap_f16_256, __half, 256, 1)
-#undef ATTNC_FORWARD_CAP
+#define ATTNC_FORWARD(NAME, T, DP, MIN, MOD)                                                                  \
+  __global__ void __launch_bounds__(kThreads, MIN) NAME(const FwdArgs a) {                                    \
+    forward<T, DP, 1, true, false, 2, MOD>(a);                                                                \
+  }
+#define ATTNC_FORWARD_SET(SUFFIX, MOD)                                                                        \
+  ATTNC_FORWARD(attnc_fwd##SUFFIX##_bf16_64, __nv_bfloat16, 64, 4, MOD)                                       \
+  ATTNC_FORWARD(attnc_fwd##SUFFIX##_bf16_128, __nv_bfloat16, 128, 1, MOD)                                     \
+  ATTNC_FORWARD(attnc_fwd##SUFFIX##_bf16_256, __nv_bfloat16, 256, 1, MOD)                                     \
+  ATTNC_FORWARD(attnc_fwd##SUFFIX##_f16_64, __half, 64, 4, MOD)                                               \
+  ATTNC_FORWARD(attnc_fwd##SUFFIX##_f16_128, __half, 128, 1, MOD)                                             \
+  ATTNC_FORWARD(attnc_fwd##SUFFIX##_f16_256, __half, 256, 1, MOD)
+ATTNC_FORWARD_SET(, kPlain)
+ATTNC_FORWARD_SET(_cap, kCap)
+ATTNC_FORWARD_SET(_alibi, kAlibi)
+#undef ATTNC_FORWARD_SET
+#undef ATTNC_FORWARD
 
 // Variants of the bf16 d = 64 forward that ATTNC_CUDA_FWD_VARIANT=1..3
 // runs instead, for benchmarks comparing them on one GPU in one process
@@ -1046,26 +1098,23 @@ __global__ void __launch_bounds__(kThreads / 2, 4) attnc_fwd_bf16_64_v3(const Fw
 // Variant 4: the forward on Hopper's wgmma (sm_90a code only; the runtime
 // runs it on compute capability 9.0 alone), bf16 and fp16, DP 64 and 128.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define ATTNC_FORWARD_WG(NAME, T, DP, MIN)                                                                    \
-  __global__ void __launch_bounds__(kThreads, MIN) NAME(const FwdArgs a) { forward<T, DP, 1, false, true>(a); }
-#define ATTNC_FORWARD_WG_CAP(NAME, T, DP, MIN)                                                                \
+#define ATTNC_FORWARD_WG(NAME, T, DP, MIN, MOD)                                                               \
   __global__ void __launch_bounds__(kThreads, MIN) NAME(const FwdArgs a) {                                    \
-    forward<T, DP, 1, false, true, 2, true>(a);                                                               \
+    forward<T, DP, 1, false, true, 2, MOD>(a);                                                                \
   }
 #else
-#define ATTNC_FORWARD_WG(NAME, T, DP, MIN)                                                                    \
+#define ATTNC_FORWARD_WG(NAME, T, DP, MIN, MOD)                                                               \
   __global__ void __launch_bounds__(kThreads, MIN) NAME(const FwdArgs) { __trap(); }
-#define ATTNC_FORWARD_WG_CAP ATTNC_FORWARD_WG
 #endif
-ATTNC_FORWARD_WG(attnc_fwd_wg_bf16_64, __nv_bfloat16, 64, 4)
-ATTNC_FORWARD_WG(attnc_fwd_wg_bf16_128, __nv_bfloat16, 128, 2)
-ATTNC_FORWARD_WG(attnc_fwd_wg_f16_64, __half, 64, 4)
-ATTNC_FORWARD_WG(attnc_fwd_wg_f16_128, __half, 128, 2)
-ATTNC_FORWARD_WG_CAP(attnc_fwd_wg_cap_bf16_64, __nv_bfloat16, 64, 4)
-ATTNC_FORWARD_WG_CAP(attnc_fwd_wg_cap_bf16_128, __nv_bfloat16, 128, 2)
-ATTNC_FORWARD_WG_CAP(attnc_fwd_wg_cap_f16_64, __half, 64, 4)
-ATTNC_FORWARD_WG_CAP(attnc_fwd_wg_cap_f16_128, __half, 128, 2)
-#undef ATTNC_FORWARD_WG_CAP
+#define ATTNC_FORWARD_WG_SET(SUFFIX, MOD)                                                                     \
+  ATTNC_FORWARD_WG(attnc_fwd_wg##SUFFIX##_bf16_64, __nv_bfloat16, 64, 4, MOD)                                 \
+  ATTNC_FORWARD_WG(attnc_fwd_wg##SUFFIX##_bf16_128, __nv_bfloat16, 128, 2, MOD)                               \
+  ATTNC_FORWARD_WG(attnc_fwd_wg##SUFFIX##_f16_64, __half, 64, 4, MOD)                                         \
+  ATTNC_FORWARD_WG(attnc_fwd_wg##SUFFIX##_f16_128, __half, 128, 2, MOD)
+ATTNC_FORWARD_WG_SET(, kPlain)
+ATTNC_FORWARD_WG_SET(_cap, kCap)
+ATTNC_FORWARD_WG_SET(_alibi, kAlibi)
+#undef ATTNC_FORWARD_WG_SET
 #undef ATTNC_FORWARD_WG
 // Variant 5: the same with 3 key tiles in flight (DP 64; 3 CTAs an SM).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1079,41 +1128,39 @@ ATTNC_FORWARD_WG3(attnc_fwd_wg3_bf16_64, __nv_bfloat16)
 ATTNC_FORWARD_WG3(attnc_fwd_wg3_f16_64, __half)
 #undef ATTNC_FORWARD_WG3
 
-#define ATTNC_BACKWARD(NAME, T, DP)                                                                           \
-  __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP>(a); }
-ATTNC_BACKWARD(attnc_bwd_bf16_64, __nv_bfloat16, 64)
-ATTNC_BACKWARD(attnc_bwd_bf16_128, __nv_bfloat16, 128)
-ATTNC_BACKWARD(attnc_bwd_bf16_256, __nv_bfloat16, 256)
-ATTNC_BACKWARD(attnc_bwd_f16_64, __half, 64)
-ATTNC_BACKWARD(attnc_bwd_f16_128, __half, 128)
-ATTNC_BACKWARD(attnc_bwd_f16_256, __half, 256)
-#define ATTNC_BACKWARD_CAP(NAME, T, DP)                                                                       \
-  __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP, false, true>(a); }
-ATTNC_BACKWARD_CAP(attnc_bwd_cap_bf16_64, __nv_bfloat16, 64)
-ATTNC_BACKWARD_CAP(attnc_bwd_cap_bf16_128, __nv_bfloat16, 128)
-ATTNC_BACKWARD_CAP(attnc_bwd_cap_bf16_256, __nv_bfloat16, 256)
-ATTNC_BACKWARD_CAP(attnc_bwd_cap_f16_64, __half, 64)
-ATTNC_BACKWARD_CAP(attnc_bwd_cap_f16_128, __half, 128)
-ATTNC_BACKWARD_CAP(attnc_bwd_cap_f16_256, __half, 256)
-#undef ATTNC_BACKWARD_CAP
+#define ATTNC_BACKWARD(NAME, T, DP, MOD)                                                                      \
+  __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP, false, MOD>(a); }
+#define ATTNC_BACKWARD_SET(SUFFIX, MOD)                                                                       \
+  ATTNC_BACKWARD(attnc_bwd##SUFFIX##_bf16_64, __nv_bfloat16, 64, MOD)                                         \
+  ATTNC_BACKWARD(attnc_bwd##SUFFIX##_bf16_128, __nv_bfloat16, 128, MOD)                                       \
+  ATTNC_BACKWARD(attnc_bwd##SUFFIX##_bf16_256, __nv_bfloat16, 256, MOD)                                       \
+  ATTNC_BACKWARD(attnc_bwd##SUFFIX##_f16_64, __half, 64, MOD)                                                 \
+  ATTNC_BACKWARD(attnc_bwd##SUFFIX##_f16_128, __half, 128, MOD)                                               \
+  ATTNC_BACKWARD(attnc_bwd##SUFFIX##_f16_256, __half, 256, MOD)
+ATTNC_BACKWARD_SET(, kPlain)
+ATTNC_BACKWARD_SET(_cap, kCap)
+ATTNC_BACKWARD_SET(_alibi, kAlibi)
+#undef ATTNC_BACKWARD_SET
+#undef ATTNC_BACKWARD
 
 // The backward on wgmma (sm_90a code only, compute capability 9.0), bf16
 // and fp16, DP 64 and 128: the runtime runs it for backward variant 1.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define ATTNC_BACKWARD_WG(NAME, T, DP, CAP)                                                                   \
-  __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP, true, CAP>(a); }
+#define ATTNC_BACKWARD_WG(NAME, T, DP, MOD)                                                                   \
+  __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs a) { backward<T, DP, true, MOD>(a); }
 #else
-#define ATTNC_BACKWARD_WG(NAME, T, DP, CAP)                                                                   \
+#define ATTNC_BACKWARD_WG(NAME, T, DP, MOD)                                                                   \
   __global__ void __launch_bounds__(kThreads) NAME(const BwdArgs) { __trap(); }
 #endif
-ATTNC_BACKWARD_WG(attnc_bwd_wg_bf16_64, __nv_bfloat16, 64, false)
-ATTNC_BACKWARD_WG(attnc_bwd_wg_bf16_128, __nv_bfloat16, 128, false)
-ATTNC_BACKWARD_WG(attnc_bwd_wg_f16_64, __half, 64, false)
-ATTNC_BACKWARD_WG(attnc_bwd_wg_f16_128, __half, 128, false)
-ATTNC_BACKWARD_WG(attnc_bwd_wg_cap_bf16_64, __nv_bfloat16, 64, true)
-ATTNC_BACKWARD_WG(attnc_bwd_wg_cap_bf16_128, __nv_bfloat16, 128, true)
-ATTNC_BACKWARD_WG(attnc_bwd_wg_cap_f16_64, __half, 64, true)
-ATTNC_BACKWARD_WG(attnc_bwd_wg_cap_f16_128, __half, 128, true)
+#define ATTNC_BACKWARD_WG_SET(SUFFIX, MOD)                                                                    \
+  ATTNC_BACKWARD_WG(attnc_bwd_wg##SUFFIX##_bf16_64, __nv_bfloat16, 64, MOD)                                   \
+  ATTNC_BACKWARD_WG(attnc_bwd_wg##SUFFIX##_bf16_128, __nv_bfloat16, 128, MOD)                                 \
+  ATTNC_BACKWARD_WG(attnc_bwd_wg##SUFFIX##_f16_64, __half, 64, MOD)                                           \
+  ATTNC_BACKWARD_WG(attnc_bwd_wg##SUFFIX##_f16_128, __half, 128, MOD)
+ATTNC_BACKWARD_WG_SET(, kPlain)
+ATTNC_BACKWARD_WG_SET(_cap, kCap)
+ATTNC_BACKWARD_WG_SET(_alibi, kAlibi)
+#undef ATTNC_BACKWARD_WG_SET
 #undef ATTNC_BACKWARD_WG
 
 /// dst = src element by element (any dtypes, any strides; `cols` per row,

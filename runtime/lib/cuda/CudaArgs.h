@@ -64,6 +64,11 @@ struct FwdArgs {
   /// A sink (`sink z[h]`): f32 [heads], each head's logit, folded into the
   /// rows' O and log-sum-exp as they are written (null: none).
   const float *sink;
+  /// A distance bias (the alibi kernels, attnc_fwd_alibi_*): the logit of
+  /// query i and key j gets slope[h] sgn (j - i) (slope: f32 [heads]);
+  /// slopeLog2 = sgn log2(e).
+  const float *slope;
+  float slopeLog2;
 };
 
 /// The backward kernel's argument.
@@ -81,6 +86,12 @@ struct BwdArgs {
   /// The capped kernels (attnc_bwd_cap_*): FwdArgs' capIn and capOutLog2,
   /// and capGrad = b c, the derivative of c tanh(b s) being b c (1 - tanh^2).
   float capIn, capOutLog2, capGrad;
+  /// The alibi kernels (attnc_bwd_alibi_*): FwdArgs' slope, slopeSign = sgn,
+  /// and dSlope: f32 [heads], each head's sum of dS sgn (j - i) added to it
+  /// (null: the slopes' gradient is not asked for).
+  const float *slope;
+  float slopeSign;
+  float *dSlope;
   const BwdItem *items;
   const int32_t *keys;
   const int32_t *rows;

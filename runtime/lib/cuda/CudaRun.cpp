@@ -8,6 +8,7 @@
 #include "CudaPlan.h"
 
 #include <algorithm>
+#include <tuple>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -30,19 +31,22 @@ namespace {
 int typeIndex(attnc_dtype t) { return t == ATTNC_DTYPE_F16 ? 1 : 0; }
 int dpIndex(int dp) { return dp == 64 ? 0 : dp == 128 ? 1 : 2; }
 
+/// The kernels' families (Modifiers::family): their names' infixes.
+const char *const kFamilies[3] = {"", "cap_", "alibi_"};
+
 struct Module {
-  CUfunction fwd[2][3] = {}, bwd[2][3] = {}, copy = nullptr, delta = nullptr, sinkGrad = nullptr;
-  /// The same with soft-capped scores (Modifiers::capped), and wgmma's (DP 64 / 128).
-  CUfunction fwdCap[2][3] = {}, bwdCap[2][3] = {}, fwdWgCap[2][2] = {}, bwdWgCap[2][2] = {};
+  /// [family][dtype][DP]: the forward and backward kernels of each family (plain, capped, alibi).
+  CUfunction fwd[3][2][3] = {}, bwd[3][2][3] = {};
+  CUfunction copy = nullptr, delta = nullptr, sinkGrad = nullptr;
   /// The bf16 d <= 64 forward kernel's variants 1-3 ([0] unused: the default).
   CUfunction fwdVariants[4] = {};
-  /// Variant 4, the forward on wgmma (bf16 / fp16, DP 64 / 128): sm_90a code,
+  /// Variant 4, the forward on wgmma ([family][bf16 / fp16][DP 64 / 128]): sm_90a code,
   /// run on compute capability 9.0 only (hopper).
-  CUfunction fwdWg[2][2] = {};
+  CUfunction fwdWg[3][2][2] = {};
   /// Variant 5, wgmma with 3 key tiles in flight (bf16 / fp16, DP 64).
   CUfunction fwdWg3[2] = {};
   /// Backward variant 1, the backward on wgmma (likewise).
-  CUfunction bwdWg[2][2] = {};
+  CUfunction bwdWg[3][2][2] = {};
   bool hopper = false;
   /// ATTNC_CUDA_BWD_VARIANT's variant (-1: unset).
   int envBwdVariant = -1;
@@ -130,14 +134,13 @@ const Module &module(int device) {
   };
   const char *types[2] = {"bf16", "f16"};
   const int dps[3] = {64, 128, 256};
-  for (int t = 0; t < 2; ++t)
-    for (int x = 0; x < 3; ++x) {
-      const std::string suffix = std::string(types[t]) + "_" + std::to_string(dps[x]);
-      get(m.fwd[t][x], "attnc_fwd_" + suffix, fwdSmemBytes(dps[x]));
-      get(m.bwd[t][x], "attnc_bwd_" + suffix, bwdSmemBytes(dps[x]));
-      get(m.fwdCap[t][x], "attnc_fwd_cap_" + suffix, fwdSmemBytes(dps[x]));
-      get(m.bwdCap[t][x], "attnc_bwd_cap_" + suffix, bwdSmemBytes(dps[x]));
-    }
+  for (int f = 0; f < 3; ++f)
+    for (int t = 0; t < 2; ++t)
+      for (int x = 0; x < 3; ++x) {
+        const std::string suffix = kFamilies[f] + std::string(types[t]) + "_" + std::to_string(dps[x]);
+        get(m.fwd[f][t][x], "attnc_fwd_" + suffix, fwdSmemBytes(dps[x]));
+        get(m.bwd[f][t][x], "attnc_bwd_" + suffix, bwdSmemBytes(dps[x]));
+      }
   if (const char *variant = std::getenv("ATTNC_CUDA_FWD_VARIANT"); variant && *variant) {
     const std::string v = variant;
     if (v.size() != 1 || v[0] < '0' || v[0] > '0' + kLastForwardVariant)
@@ -154,14 +157,13 @@ const Module &module(int device) {
     m.envBwdVariant = v[0] - '0';
   }
   m.hopper = info.major == 9 && info.minor == 0;
-  for (int t = 0; t < 2; ++t)
-    for (int x = 0; x < 2; ++x) {
-      const std::string suffix = std::string(types[t]) + "_" + std::to_string(dps[x]);
-      get(m.fwdWg[t][x], "attnc_fwd_wg_" + suffix, fwdSmemBytes(dps[x]));
-      get(m.bwdWg[t][x], "attnc_bwd_wg_" + suffix, bwdSmemBytes(dps[x]));
-      get(m.fwdWgCap[t][x], "attnc_fwd_wg_cap_" + suffix, fwdSmemBytes(dps[x]));
-      get(m.bwdWgCap[t][x], "attnc_bwd_wg_cap_" + suffix, bwdSmemBytes(dps[x]));
-    }
+  for (int f = 0; f < 3; ++f)
+    for (int t = 0; t < 2; ++t)
+      for (int x = 0; x < 2; ++x) {
+        const std::string suffix = kFamilies[f] + std::string(types[t]) + "_" + std::to_string(dps[x]);
+        get(m.fwdWg[f][t][x], "attnc_fwd_wg_" + suffix, fwdSmemBytes(dps[x]));
+        get(m.bwdWg[f][t][x], "attnc_bwd_wg_" + suffix, bwdSmemBytes(dps[x]));
+      }
   for (int t = 0; t < 2; ++t)
     get(m.fwdWg3[t], std::string("attnc_fwd_wg3_") + types[t] + "_64", fwdSmemBytes(64, 3));
   m.gpu = info.name;
@@ -315,6 +317,26 @@ void copy(const Module &m, CUstream stream, const View &src, const View &dst, in
         "cuLaunchKernel");
 }
 
+/// A per-head float input ([heads], f32 or bf16, any stride: a sink's logits, ALiBi's slopes) as
+/// f32 [heads] in a buffer of the call.
+std::unique_ptr<DeviceBuffer> headValues(const Module &m, CUstream stream, const attnc_tensor &t, int64_t heads) {
+  auto out = std::make_unique<DeviceBuffer>(m, size_t(heads) * 4, stream);
+  copy(m, stream, entriesOf(t, heads), contiguous(out->get<void>(), ATTNC_DTYPE_F32, 1, 1, heads, 1), 1);
+  return out;
+}
+
+/// f32 [heads] sums, zeroed, for a per-head input's gradient (then writeHeadGrad).
+std::unique_ptr<DeviceBuffer> headSums(const Module &m, CUstream stream, int64_t heads) {
+  auto out = std::make_unique<DeviceBuffer>(m, size_t(heads) * 4, stream);
+  out->zero(size_t(heads) * 4);
+  return out;
+}
+
+/// Copies the sums to the gradient's tensor (f32 [heads], any stride).
+void writeHeadGrad(const Module &m, CUstream stream, const DeviceBuffer &sums, const attnc_tensor &t, int64_t heads) {
+  copy(m, stream, contiguous(sums.get<void>(), ATTNC_DTYPE_F32, 1, 1, heads, 1), entriesOf(t, heads), 1);
+}
+
 /// An input the kernels read in place (dtype `type`, rows of d contiguous
 /// elements 16-byte aligned, d a multiple of 8), or a packed copy of it.
 struct Operand {
@@ -460,6 +482,46 @@ void forceForwardVariant(int variant) {
   forcedVariant.store(variant);
 }
 
+namespace {
+
+/// The per-head input read as `NAME[h]` by `e` (a float input of rank 1), or none.
+HeadInput perHead(const ScoreExpr &e, const ir::PatternIR &ir) {
+  HeadInput in;
+  if (e.op == ScoreOp::Input && e.args.size() == 1 && e.args[0]->op == ScoreOp::H &&
+      ir.inputs.at(static_cast<size_t>(e.input)).rank() == 1) {
+    in.input = e.input;
+    in.name = ir.inputs[static_cast<size_t>(e.input)].name;
+    in.grad = "d_" + in.name;
+  }
+  return in;
+}
+
+/// ALiBi's score, s + z[h] * (j - i) in any order of the operands (or s - z[h] * (i - j), or with i - j:
+/// sign -1), as its per-head input and sign; none for any other score.
+std::pair<HeadInput, float> alibiOf(const ScoreExpr &e, const ir::PatternIR &ir) {
+  if ((e.op != ScoreOp::Add && e.op != ScoreOp::Sub) || e.args.size() != 2)
+    return {};
+  const bool sFirst = e.args[0]->op == ScoreOp::S;
+  if (!sFirst && (e.op == ScoreOp::Sub || e.args[1]->op != ScoreOp::S))
+    return {};
+  const ScoreExpr &bias = *e.args[sFirst ? 1 : 0];
+  if (bias.op != ScoreOp::Mul || bias.args.size() != 2)
+    return {};
+  for (int r = 0; r < 2; ++r) {
+    const HeadInput in = perHead(*bias.args[r], ir);
+    const ScoreExpr &d = *bias.args[1 - r];
+    if (!in || d.op != ScoreOp::Sub || d.args.size() != 2)
+      continue;
+    const ScoreOp a = d.args[0]->op, b = d.args[1]->op;
+    const float sign = a == ScoreOp::J && b == ScoreOp::I ? 1.f : a == ScoreOp::I && b == ScoreOp::J ? -1.f : 0.f;
+    if (sign != 0)
+      return {in, e.op == ScoreOp::Sub ? -sign : sign};
+  }
+  return {};
+}
+
+} // namespace
+
 Modifiers gpuModifiers(const ir::PatternIR &ir) {
   Modifiers m;
   auto refuse = [&](const std::string &why) {
@@ -467,30 +529,30 @@ Modifiers gpuModifiers(const ir::PatternIR &ir) {
   };
   if (ir.score) {
     const ScoreExpr &e = *ir.score;
+    std::tie(m.slope, m.slopeSign) = alibiOf(e, ir);
     bool plain = true; // (a soft cap of s by constants reads nothing else)
     for (ScoreOp op : {ScoreOp::Input, ScoreOp::I, ScoreOp::J, ScoreOp::H, ScoreOp::N})
       plain = plain && !mentions(e, op);
     const ScoreCode code = plain ? compileScore(e, ir, 0, 1, {}, false) : ScoreCode{};
-    if (!code.inlineCap)
+    if (!code.inlineCap && !m.slope)
       refuse("has a score that the CUDA kernels do not run yet (they run a soft cap alone, `score c * tanh(s / c)` "
-             "with a constant c, as Gemma 2's; ALiBi, relative biases and other scores run on the CPU)");
+             "with a constant c, as Gemma 2's, and ALiBi's `score s + z[h] * (j - i)` with `input z : "
+             "float[heads]`; relative biases and other scores run on the CPU)");
     m.capPre = code.capPre, m.capPost = code.capPost;
   }
   if (ir.sink) {
-    const ScoreExpr &e = *ir.sink;
-    const bool perHead = e.op == ScoreOp::Input && e.args.size() == 1 && e.args[0]->op == ScoreOp::H &&
-                         ir.inputs.at(static_cast<size_t>(e.input)).rank() == 1;
-    if (!perHead)
+    m.sink = perHead(*ir.sink, ir);
+    if (!m.sink)
       refuse("has a sink that the CUDA kernels do not run yet (they run a float input's entry per query head, "
              "`sink z[h]` with `input z : float[heads]`, as gpt-oss's)");
-    m.sinkInput = e.input;
-    m.sinkName = ir.inputs[static_cast<size_t>(e.input)].name;
-    m.sinkGradName = "d_" + m.sinkName;
   }
   for (size_t x = 0; x < ir.inputs.size(); ++x)
-    if (ir.inputs[x].isFloat && static_cast<int64_t>(x) != m.sinkInput)
-      refuse("declares float input '" + ir.inputs[x].name + "', which the CUDA kernels do not take (they take a "
-             "sink's, `sink z[h]`)");
+    if (ir.inputs[x].isFloat && static_cast<int64_t>(x) != m.sink.input && static_cast<int64_t>(x) != m.slope.input)
+      refuse("declares float input '" + ir.inputs[x].name + "', which the CUDA kernels do not take (they take "
+             "ALiBi's slopes and a sink's logits, one per query head)");
+  if (m.sink && m.sink.input == m.slope.input)
+    refuse("reads float input '" + m.sink.name + "' as both its slopes and its sink, which the CUDA kernels do "
+           "not take (give two inputs)");
   return m;
 }
 
@@ -546,13 +608,16 @@ std::shared_ptr<const Engine::DeviceTables> Engine::tables(int device, int64_t n
 
 void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                      const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale,
-                     const attnc_tensor *sink) {
-  checkModifiers(sink, nullptr);
+                     const HeadTensors &floats) {
+  checkModifiers(floats);
   ScopedContext ctx(device.index);
-  const auto [stream, dp, m, type] =
-      start(device, ctx, dims, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {lse, "lse"}, {sink, modifiers_.sinkName.c_str()}});
-  const bool cap = modifiers_.capped();
-  CUfunction f = (cap ? m.fwdCap : m.fwd)[typeIndex(type)][dpIndex(dp)];
+  const Modifiers &mods = modifiers_;
+  const auto [stream, dp, m, type] = start(device, ctx, dims,
+                                           {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {lse, "lse"},
+                                            {floats.slope, mods.slope.name.c_str()},
+                                            {floats.sink, mods.sink.name.c_str()}});
+  const int family = mods.family();
+  CUfunction f = m.fwd[family][typeIndex(type)][dpIndex(dp)];
   unsigned threads = 128;
   // The variant: forced (attnc tune), else ATTNC_CUDA_FWD_VARIANT's, else the one tuned for this GPU,
   // else wgmma's on compute capability 9.0 (1.2-2.4x the mma.sync kernel's speed on an H200) and 0.
@@ -564,11 +629,11 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   unsigned smem = fwdSmemBytes(dp);
   if (variant == 4 || variant == 5) {
     needHopper(m, device.index, "forward variant " + std::to_string(variant));
-    if (variant == 5 && dp == 64 && !cap)
+    if (variant == 5 && dp == 64 && family == 0)
       f = m.fwdWg3[typeIndex(type)], smem = fwdSmemBytes(64, 3);
-    else if (dp <= 128) // (5 at d > 64 or capped: 4's kernel; d > 128: the default kernel)
-      f = (cap ? m.fwdWgCap : m.fwdWg)[typeIndex(type)][dpIndex(dp)];
-  } else if (variant > 0 && type == ATTNC_DTYPE_BF16 && dp == 64 && !cap) { // (capped: variant 0's)
+    else if (dp <= 128) // (5 at d > 64 or with a score: 4's kernel; d > 128: the default kernel)
+      f = m.fwdWg[family][typeIndex(type)][dpIndex(dp)];
+  } else if (variant > 0 && type == ATTNC_DTYPE_BF16 && dp == 64 && family == 0) { // (with a score: 0's)
     f = m.fwdVariants[variant], threads = variantThreads(variant);
   }
   needSmem(m, device.index, smem, "forward", dp);
@@ -614,13 +679,15 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
   a.nk = static_cast<int32_t>(dims.nk);
   a.first = static_cast<int32_t>(dims.first >= 0 ? dims.first : dims.nk - dims.nq);
   a.scaleLog2 = scale * 1.4426950408889634f;
-  a.capIn = modifiers_.capPre * scale, a.capOutLog2 = modifiers_.capPost * 1.4426950408889634f;
-  // The sink's logits, one per query head, as f32 (whatever the input's dtype and stride).
-  std::unique_ptr<DeviceBuffer> sinkF32;
-  if (sink) {
-    sinkF32 = std::make_unique<DeviceBuffer>(m, size_t(dims.hq) * 4, stream);
-    copy(m, stream, entriesOf(*sink, dims.hq), contiguous(sinkF32->get<void>(), ATTNC_DTYPE_F32, 1, 1, dims.hq, 1),
-         1);
+  a.capIn = mods.capPre * scale, a.capOutLog2 = mods.capPost * 1.4426950408889634f;
+  // The slopes and the sink's logits, one per query head, as f32 (whatever the inputs' dtypes and strides).
+  std::unique_ptr<DeviceBuffer> slopeF32, sinkF32;
+  if (floats.slope) {
+    slopeF32 = headValues(m, stream, *floats.slope, dims.hq);
+    a.slope = slopeF32->get<float>(), a.slopeLog2 = mods.slopeSign * 1.4426950408889634f;
+  }
+  if (floats.sink) {
+    sinkF32 = headValues(m, stream, *floats.sink, dims.hq);
     a.sink = sinkF32->get<float>();
   }
   a.setOfHead = tabs->setOfHead;
@@ -651,15 +718,17 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
 void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                       const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor &dO, const attnc_tensor &lse,
                       const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale,
-                      const attnc_tensor *sink, const attnc_tensor *dSink) {
-  checkModifiers(sink, dSink);
+                      const HeadTensors &floats) {
+  checkModifiers(floats);
   ScopedContext ctx(device.index);
+  const Modifiers &mods = modifiers_;
   const auto [stream, dp, m, type] =
       start(device, ctx, dims,
             {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&o, "o"}, {&dO, "d_o"}, {&lse, "lse"}, {&dq, "d_q"}, {&dk, "d_k"},
-             {&dv, "d_v"}, {sink, modifiers_.sinkName.c_str()}, {dSink, modifiers_.sinkGradName.c_str()}});
-  const bool cap = modifiers_.capped();
-  CUfunction f = (cap ? m.bwdCap : m.bwd)[typeIndex(type)][dpIndex(dp)];
+             {&dv, "d_v"}, {floats.slope, mods.slope.name.c_str()}, {floats.slopeGrad, mods.slope.grad.c_str()},
+             {floats.sink, mods.sink.name.c_str()}, {floats.sinkGrad, mods.sink.grad.c_str()}});
+  const int family = mods.family();
+  CUfunction f = m.bwd[family][typeIndex(type)][dpIndex(dp)];
   // The variant: forced (tests, benchmarks), else ATTNC_CUDA_BWD_VARIANT's, else wgmma's (1) on compute
   // capability 9.0 and 0; d > 128 runs the mma.sync kernel.
   const int forced = forcedBwdVariant.load();
@@ -667,7 +736,7 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
   if (variant == 1) {
     needHopper(m, device.index, "backward variant 1");
     if (dp <= 128)
-      f = (cap ? m.bwdWgCap : m.bwdWg)[typeIndex(type)][dpIndex(dp)];
+      f = m.bwdWg[family][typeIndex(type)][dpIndex(dp)];
   }
   needSmem(m, device.index, bwdSmemBytes(dp), "backward", dp);
   auto tabs = tables(device.index, dims.nk);
@@ -706,8 +775,17 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
   a.first = static_cast<int32_t>(dims.first >= 0 ? dims.first : dims.nk - dims.nq);
   a.scale = scale;
   a.scaleLog2 = scale * 1.4426950408889634f;
-  a.capIn = modifiers_.capPre * scale, a.capOutLog2 = modifiers_.capPost * 1.4426950408889634f;
-  a.capGrad = modifiers_.capPre * modifiers_.capPost;
+  a.capIn = mods.capPre * scale, a.capOutLog2 = mods.capPost * 1.4426950408889634f;
+  a.capGrad = mods.capPre * mods.capPost;
+  std::unique_ptr<DeviceBuffer> slopeF32, slopeSums;
+  if (floats.slope) {
+    slopeF32 = headValues(m, stream, *floats.slope, dims.hq);
+    a.slope = slopeF32->get<float>(), a.slopeSign = mods.slopeSign;
+    if (floats.slopeGrad) {
+      slopeSums = headSums(m, stream, dims.hq);
+      a.dSlope = slopeSums->get<float>();
+    }
+  }
   a.setOfHead = tabs->setOfHead;
   for (size_t s = 0; s < tabs->sets.size(); ++s) {
     const auto &set = tabs->sets[s];
@@ -728,29 +806,34 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
   dkSrc.cols = dvSrc.cols = static_cast<int32_t>(dims.d);
   copy(m, stream, dkSrc, viewOf(dk, dims.d), dims.d);
   copy(m, stream, dvSrc, viewOf(dv, dims.d), dims.d);
-  if (dSink) { // -sum over rows of e^(z - lse) delta, per query head
-    DeviceBuffer sinkF32(m, size_t(dims.hq) * 4, stream), gradF32(m, size_t(dims.hq) * 4, stream);
-    copy(m, stream, entriesOf(*sink, dims.hq), contiguous(sinkF32.get<void>(), ATTNC_DTYPE_F32, 1, 1, dims.hq, 1), 1);
-    gradF32.zero(size_t(dims.hq) * 4);
+  if (slopeSums)
+    writeHeadGrad(m, stream, *slopeSums, *floats.slopeGrad, dims.hq);
+  if (floats.sinkGrad) { // -sum over rows of e^(z - lse) delta, per query head
+    const std::unique_ptr<DeviceBuffer> sinkF32 = headValues(m, stream, *floats.sink, dims.hq),
+                                        sums = headSums(m, stream, dims.hq);
     View lv = viewOf(lse, 1);
-    float *deltaPtr = delta.get<float>(), *sinkPtr = sinkF32.get<float>(), *gradPtr = gradF32.get<float>();
-    void *params[] = {&lv, &deltaPtr, &sinkPtr, &gradPtr};
+    float *deltaPtr = delta.get<float>(), *sinkPtr = sinkF32->get<float>(), *sumsPtr = sums->get<float>();
+    void *params[] = {&lv, &deltaPtr, &sinkPtr, &sumsPtr};
     const unsigned blocks = static_cast<unsigned>((dims.nq + 255) / 256);
     if (blocks)
       check(driver().cuLaunchKernel(m.sinkGrad, blocks, unsigned(dims.hq), unsigned(dims.batch), 256, 1, 1, 0, stream,
                                     params, nullptr),
             "cuLaunchKernel");
-    copy(m, stream, contiguous(gradF32.get<void>(), ATTNC_DTYPE_F32, 1, 1, dims.hq, 1), entriesOf(*dSink, dims.hq), 1);
+    writeHeadGrad(m, stream, *sums, *floats.sinkGrad, dims.hq);
   }
 }
 
-void Engine::checkModifiers(const attnc_tensor *sink, const attnc_tensor *dSink) const {
+void Engine::checkModifiers(const HeadTensors &floats) const {
   if (!unsupported_.empty())
     throw RunError{ATTNC_ERROR_UNSUPPORTED, unsupported_};
-  if ((modifiers_.sinkInput >= 0) != (sink != nullptr) || (dSink && !sink))
-    throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, std::string("a GPU call ") +
-                                                     (sink ? "gave sink logits to a pattern without a sink"
-                                                           : "to a pattern with a sink gave no sink logits")};
+  for (const auto &[in, values, grad, what] :
+       {std::tuple{&modifiers_.slope, floats.slope, floats.slopeGrad, "slopes"},
+        {&modifiers_.sink, floats.sink, floats.sinkGrad, "sink logits"}})
+    if (bool(*in) != (values != nullptr) || (grad && !values))
+      throw RunError{ATTNC_ERROR_INVALID_ARGUMENT, std::string("a GPU call ") +
+                                                       (values ? "gave " + std::string(what) + " to a pattern without them"
+                                                               : "to a pattern with " + std::string(what) +
+                                                                     " gave none")};
 }
 
 } // namespace attnc::rt::cuda

@@ -46,16 +46,26 @@ void forceForwardVariant(int variant);
 /// ATTNC_CUDA_BWD_VARIANT decides).
 void forceBackwardVariant(int variant);
 
+/// A float input the kernels read one entry of per query head (`float[heads]`).
+struct HeadInput {
+  int64_t input = -1;       ///< its index among the pattern's inputs (-1: none)
+  std::string name, grad;   ///< its name and its gradient's ("d_" + it), for messages
+  explicit operator bool() const { return input >= 0; }
+};
+
 /// A pattern's `score` and `sink` as the GPU kernels run them.
 struct Modifiers {
   /// A soft cap alone, capPost * tanh(capPre * s) (Gemma 2's `score c * tanh(s / c)`):
-  /// the capped kernels. capPost 0: no score.
+  /// the capped kernels. capPost 0: no cap.
   float capPre = 0, capPost = 0;
-  /// The float input of `sink z[h]` (gpt-oss's): a logit per query head (-1: no sink).
-  int64_t sinkInput = -1;
-  std::string sinkName; ///< its name (messages), and "d_" + it for its gradient's
-  std::string sinkGradName;
+  /// ALiBi's `score s + slope[h] * (j - i)` (or `(i - j)`: slopeSign -1): the alibi kernels.
+  HeadInput slope;
+  float slopeSign = 0;
+  /// `sink z[h]` (gpt-oss's): a logit per query head.
+  HeadInput sink;
   bool capped() const { return capPost != 0; }
+  /// The kernels' family (AttentionKernels.cu's Mod): 0 plain, 1 capped, 2 alibi.
+  int family() const { return capped() ? 1 : slope ? 2 : 0; }
 };
 
 /// The modifiers of `ir` as the GPU runs them; throws RunError
@@ -63,23 +73,29 @@ struct Modifiers {
 /// or a float input that neither reads.
 Modifiers gpuModifiers(const ir::PatternIR &ir);
 
+/// A GPU call's per-head float inputs (Modifiers' slope and sink: their
+/// values, checked by the caller with CallInputs' checkFloatInput but for
+/// living on the device) and where their gradients go (f32 of their shapes;
+/// null: not asked for). Null exactly where the pattern has no such input.
+struct HeadTensors {
+  const attnc_tensor *slope = nullptr, *slopeGrad = nullptr;
+  const attnc_tensor *sink = nullptr, *sinkGrad = nullptr;
+};
+
 class Engine {
 public:
   /// `cudaTuned`: the kernel's metadata cuda_tuned (TunedVariant entries).
   Engine(const ir::PatternIR &ir, std::vector<int64_t> headToSet, const std::string &cudaTuned = "");
   ~Engine();
 
-  /// `sink`: the values of the pattern's sink input (Modifiers::sinkInput),
-  /// checked by the caller (CallInputs' checkFloatInput) but for living on
-  /// the device; null exactly when the pattern has no sink.
+  /// `floats`: the modifiers' per-head inputs (the forward: no gradients).
   void forward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale,
-               const attnc_tensor *sink = nullptr);
-  /// `dSink`: where the sink input's gradient goes (f32 of its shape), or null.
+               const HeadTensors &floats = {});
   void backward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                 const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor &dO, const attnc_tensor &lse,
                 const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale,
-                const attnc_tensor *sink = nullptr, const attnc_tensor *dSink = nullptr);
+                const HeadTensors &floats = {});
 
   /// The pattern's modifiers as the kernels run them (default when they cannot: calls then fail saying why).
   const Modifiers &modifiers() const { return modifiers_; }
@@ -89,8 +105,8 @@ public:
 private:
   std::shared_ptr<const DeviceTables> tables(int device, int64_t n);
   /// Throws unless the GPU runs the pattern's modifiers and the call gives
-  /// the sink's values exactly when it has one.
-  void checkModifiers(const attnc_tensor *sink, const attnc_tensor *dSink) const;
+  /// the per-head inputs it has, and only those.
+  void checkModifiers(const HeadTensors &floats) const;
 
   plan::Plan plan_;
   Modifiers modifiers_;
