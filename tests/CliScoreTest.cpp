@@ -19,6 +19,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace attnc::test {
@@ -206,6 +207,39 @@ TEST(CliScore, BenchAndTuneDrawFloatInputs) {
   EXPECT_EQ(tune.exitCode, 0) << tune.err;
   EXPECT_NE(tune.out.find("best tiles"), std::string::npos) << tune.out;
 }
+
+#ifdef ATTNC_FAKE_CUDA_PATH
+/// run and bench --target cuda on the tests' fake driver (launches run nothing): the float inputs of
+/// a soft cap, ALiBi and a sink go to the GPU, read from a file or drawn; what the GPU does not run
+/// (T5's table, int inputs) is refused saying so.
+TEST(CliScore, TargetCudaTakesTheScoresTheGpuRuns) {
+  ScratchDir dir;
+  const std::string env = "ATTNC_CACHE_DIR=" + dir.path() + " ATTNC_CUDA_DRIVER=" ATTNC_FAKE_CUDA_PATH
+                          " ATTNC_FAKE_CUDA_NO_DATA=1";
+  const std::string z = floatNpy(dir, "z.npy", {2}, {0.5, -1.0});
+  const std::string out = " -o " + dir.file("o.npy");
+  for (const auto &[name, source, extra] :
+       {std::tuple{"sink", kSink, " --input z=" + z}, {"alibi", kAlibi, std::string()}, {"capped", kCapped, std::string()}}) {
+    SCOPED_TRACE(name);
+    const std::string file = patternFile(dir, name, source);
+    CommandResult run = attnc("run " + file + " --random 1,2,100,64 --target cuda --grad random" + extra + out, env);
+    EXPECT_EQ(run.exitCode, 0) << run.err;
+    EXPECT_NE(run.out.find("on CUDA device 0"), std::string::npos) << run.out;
+    CommandResult bench =
+        attnc("bench " + file + " --n 200 --d 64 --heads 2 --repeat 1 --target cuda --backward", env);
+    EXPECT_EQ(bench.exitCode, 0) << bench.err;
+  }
+  const std::string t5 = patternFile(dir, "t5", "pattern t5 { input rel : float[heads, 4]  causal  "
+                                                "attend { j : j <= i }  score s + rel[h, min(i - j, 3)] }\n");
+  CommandResult refused = attnc("run " + t5 + " --random 1,2,100,64 --target cuda" + out, env);
+  EXPECT_EQ(refused.exitCode, 1) << refused.err;
+  EXPECT_NE(refused.err.find("soft cap alone"), std::string::npos) << refused.err;
+  const std::string doc = patternFile(dir, "doc", kDocAlibi);
+  CommandResult data = attnc("run " + doc + " --random 1,2,100,64 --target cuda" + out, env);
+  EXPECT_EQ(data.exitCode, 2) << data.err;
+  EXPECT_NE(data.err.find("patterns that read data run on the CPU for now"), std::string::npos) << data.err;
+}
+#endif
 
 // ---- analyze, show: scores do not change the set -----------------------------------------
 

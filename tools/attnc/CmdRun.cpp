@@ -726,7 +726,7 @@ int runRun(const RunOptions &opts) {
     const std::string what = onlyFloats ? "patterns with float inputs" : "patterns that read data";
     if (varlen)
       return fail(kExitUsage, "--cu-seqlens: " + what + " take one sequence per batch entry for now");
-    if (opts.target == "cuda")
+    if (opts.target == "cuda" && !onlyFloats)
       return fail(kExitUsage, "--target cuda: " + what + " run on the CPU for now");
     if (!loadCallData(specs, inputFiles, shape.q[0], shape.q[1], random, opts.seed, data))
       return kExitUserError;
@@ -769,7 +769,7 @@ int runRun(const RunOptions &opts) {
   double ms = 0, backwardMs = 0;
   const bool gpu = opts.target == "cuda";
   if (gpu) {
-    CudaRunArrays arrays{tq, tk, tv, to, grad ? &tdO : nullptr, &tdq, &tdk, &tdv};
+    CudaRunArrays arrays{tq, tk, tv, to, grad ? &tdO : nullptr, &tdq, &tdk, &tdv, inputViews};
     std::string error;
     if (cudaRun(raw, opts.device, arrays, ms, backwardMs, error) != ATTNC_OK)
       return fail(kExitUserError, "--target cuda: " + error);

@@ -66,6 +66,43 @@ std::unique_ptr<DeviceArray> deviceCopy(int device, const std::vector<float> &va
   return array;
 }
 
+/// A call's float inputs (host views, f32 contiguous: a score's or a sink's)
+/// copied to `device`, with f32 buffers there for their gradients.
+struct DeviceInputs {
+  DeviceInputs(int device, const std::vector<attnc_input> &host) {
+    for (const attnc_input &in : host) {
+      const size_t bytes =
+          static_cast<size_t>(in.values.shape[0] * in.values.shape[1] * in.values.shape[2] * in.values.shape[3]) * 4;
+      arrays.push_back(std::make_unique<DeviceArray>(device, bytes));
+      arrays.back()->upload(in.values.data);
+      inputs.push_back({in.name, in.values});
+      inputs.back().values.data = arrays.back()->get();
+      arrays.push_back(std::make_unique<DeviceArray>(device, bytes));
+      grads.push_back({in.name, in.values});
+      grads.back().values.data = arrays.back()->get();
+    }
+  }
+  std::vector<std::unique_ptr<DeviceArray>> arrays;
+  std::vector<attnc_input> inputs, grads;
+};
+
+/// attnc_forward (dO null) or attnc_backward on `dev` with the inputs (and, backward, their gradients).
+attnc_status callOn(const attnc_kernel *kernel, const attnc_device &dev, const attnc_tensor &q, const attnc_tensor &k,
+                    const attnc_tensor &v, attnc_tensor &o, attnc_tensor *lse, const DeviceInputs &in,
+                    const attnc_tensor *dO = nullptr, attnc_tensor *dq = nullptr, attnc_tensor *dk = nullptr,
+                    attnc_tensor *dv = nullptr) {
+  const attnc_run_options options{0.0f, 0};
+  attnc_call call;
+  attnc_call_init(&call);
+  call.q = &q, call.k = &k, call.v = &v, call.o = &o, call.lse = lse, call.device = &dev, call.options = &options;
+  call.inputs = in.inputs.data(), call.num_inputs = static_cast<int64_t>(in.inputs.size());
+  if (!dO)
+    return attnc_forward(kernel, &call);
+  call.d_o = dO, call.d_q = dq, call.d_k = dk, call.d_v = dv;
+  call.d_inputs = in.grads.data(), call.num_d_inputs = static_cast<int64_t>(in.grads.size());
+  return attnc_backward(kernel, &call);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -115,8 +152,10 @@ attnc_status cudaBench(const CudaBenchRequest &r, CudaBenchResult &out, std::str
     out.major = major;
     out.minor = minor;
 
-    // The same draws as the CPU's bench (f32 values, narrowed on the way).
+    // The same draws as the CPU's bench (f32 values, narrowed on the way), float inputs included.
     RandomInputs host(r.qShape, r.kvShape, 1);
+    host.setFloatInputs(r.kernel);
+    const DeviceInputs floats(r.device, host.inputs);
     auto q = deviceCopy(r.device, host.q, r.dtype), k = deviceCopy(r.device, host.k, r.dtype),
          v = deviceCopy(r.device, host.v, r.dtype), o = deviceCopy(r.device, host.o, r.dtype);
     const std::array<int64_t, 4> lseShape{r.qShape[0], r.qShape[1], r.qShape[2], 1};
@@ -125,10 +164,7 @@ attnc_status cudaBench(const CudaBenchRequest &r, CudaBenchResult &out, std::str
                        tv = tensorView(v->get(), r.kvShape, r.dtype);
     attnc_tensor to = tensorView(o->get(), r.qShape, r.dtype), tl = tensorView(lse.get(), lseShape);
     const attnc_device dev{ATTNC_DEVICE_CUDA, r.device, nullptr};
-    const attnc_run_options options{0.0f, 0};
-    auto forward = [&](attnc_tensor *l) {
-      return attnc_run_forward_on(r.kernel, &dev, &tq, &tk, &tv, &to, l, &options);
-    };
+    auto forward = [&](attnc_tensor *l) { return callOn(r.kernel, dev, tq, tk, tv, to, l, floats); };
 
     // The first call at this n builds the tables and uploads them.
     const auto t0 = std::chrono::steady_clock::now();
@@ -152,9 +188,7 @@ attnc_status cudaBench(const CudaBenchRequest &r, CudaBenchResult &out, std::str
     const attnc_tensor tdo = tensorView(dO->get(), r.qShape, r.dtype);
     attnc_tensor tdq = tensorView(dq.get(), r.qShape, r.dtype), tdk = tensorView(dk.get(), r.kvShape, r.dtype),
                  tdv = tensorView(dv.get(), r.kvShape, r.dtype);
-    auto backward = [&] {
-      return attnc_run_backward_on(r.kernel, &dev, &tq, &tk, &tv, &to, &tdo, &tl, &tdq, &tdk, &tdv, &options);
-    };
+    auto backward = [&] { return callOn(r.kernel, dev, tq, tk, tv, to, &tl, floats, &tdo, &tdq, &tdk, &tdv); };
     eventMs(r.device, [&] { return forward(&tl); }); // a warm-up step
     eventMs(r.device, backward);
     std::vector<double> fwd, bwd;
@@ -195,21 +229,20 @@ attnc_status cudaRun(const attnc_kernel *kernel, int device, CudaRunArrays &a, d
   try {
     const bool grad = a.dO != nullptr;
     OnDevice q(device, a.q, true), k(device, a.k, true), v(device, a.v, true), o(device, a.o, false);
+    const DeviceInputs floats(device, a.inputs);
     const std::array<int64_t, 4> lseShape{a.q.shape[0], a.q.shape[1], a.q.shape[2], 1};
     DeviceArray lse(device, static_cast<size_t>(count(lseShape)) * sizeof(float));
     attnc_tensor tl = tensorView(lse.get(), lseShape);
     const attnc_device dev{ATTNC_DEVICE_CUDA, device, nullptr};
-    const attnc_run_options options{0.0f, 0};
     auto start = std::chrono::steady_clock::now();
-    check(attnc_run_forward_on(kernel, &dev, &q.view, &k.view, &v.view, &o.view, grad ? &tl : nullptr, &options));
+    check(callOn(kernel, dev, q.view, k.view, v.view, o.view, grad ? &tl : nullptr, floats));
     o.array.download(a.o.data); // (a copy on the default stream: after the call)
     forwardMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!grad)
       return ATTNC_OK;
     OnDevice dO(device, *a.dO, true), dq(device, *a.dq, false), dk(device, *a.dk, false), dv(device, *a.dv, false);
     start = std::chrono::steady_clock::now();
-    check(attnc_run_backward_on(kernel, &dev, &q.view, &k.view, &v.view, &o.view, &dO.view, &tl, &dq.view, &dk.view,
-                                &dv.view, &options));
+    check(callOn(kernel, dev, q.view, k.view, v.view, o.view, &tl, floats, &dO.view, &dq.view, &dk.view, &dv.view));
     dq.array.download(a.dq->data);
     dk.array.download(a.dk->data);
     dv.array.download(a.dv->data);

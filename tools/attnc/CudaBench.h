@@ -1,10 +1,11 @@
 //===- CudaBench.h - attnc bench --target cuda: CUDA-event timings --------===//
 //
-// The GPU half of `attnc bench`: random inputs copied to a GPU, the kernel
-// run there through attnc_run_forward_on / attnc_run_backward_on on the
-// legacy default stream, timed with CUDA events. The memory, copies and
-// events go through the driver libattnc opens (Internal.h's
-// attnc_internal_cuda_*): the tool links no CUDA library either, and where
+// The GPU half of `attnc bench`: random inputs (a score's or a sink's float
+// inputs too) copied to a GPU, the kernel run there through attnc_forward /
+// attnc_backward on the legacy default stream, timed with CUDA events. The
+// memory, copies and events go through the driver libattnc opens
+// (Internal.h's attnc_internal_cuda_*): the tool links no CUDA library
+// either, and where
 // there is no GPU it says why and exits 1.
 //
 //===----------------------------------------------------------------------===//
@@ -17,6 +18,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace attnc::tool {
 
@@ -57,6 +59,8 @@ struct CudaRunArrays {
   attnc_tensor q{}, k{}, v{}, o{};
   const attnc_tensor *dO = nullptr;
   attnc_tensor *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  /// The pattern's float inputs (a score's, a sink's; f32 contiguous host views), copied to the device too.
+  std::vector<attnc_input> inputs;
 };
 
 /// Copies Q, K, V (and dO) to GPU `device`, runs the kernel there once
