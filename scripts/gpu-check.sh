@@ -23,7 +23,8 @@
 #      (quick: the default and wgmma; full: all five); then the soft cap and
 #      the sink beside the same patterns without them (--modifiers);
 #   6. the attnc tool's GPU paths (carried): run --target cuda --check with a
-#      gradient, bench --target cuda forward and backward, tune --target cuda;
+#      gradient (score modifiers too), bench --target cuda forward and
+#      backward, tune --target cuda;
 #   7. the Python package built there (pip, no network: the machine's
 #      scikit-build-core and nanobind; the fatbin from .gpu-carry) and
 #      python/tests/test_cuda.py: the torch op on CUDA tensors, and
@@ -170,6 +171,9 @@ if [ "$mode" != tests ]; then
   tool=$carry/attnc
   { "$tool" run patterns/fixed.attn --random 1,4,1000,64 --target cuda --grad random --check &&
     "$tool" run patterns/strided.attn --random 2,4,300,128 --kv-heads 2 --target cuda --check &&
+    "$tool" run patterns/sink_window.attn -D w=64 --random 1,4,500,64 --target cuda --grad random --check &&
+    "$tool" run patterns/alibi_local.attn --random 1,4,500,128 --target cuda --grad random --check &&
+    "$tool" run patterns/capped_fixed.attn --random 1,4,500,64 --target cuda --grad random --check &&
     "$tool" bench patterns/fixed.attn --n 16384 --d 64 --target cuda --backward &&
     "$tool" bench patterns/local.attn --n 16384 --d 128 --target cuda --dtype f16 &&
     ATTNC_CACHE_DIR=/tmp/attnc-tune "$tool" tune patterns/local.attn --n 16384 --d 64 --target cuda --repeat 5
