@@ -74,6 +74,31 @@ def build(family, **overrides):
     return model.float().eval()
 
 
+# More families through transformers' attention interface, with nothing attnc.transformers knows about them:
+# Qwen3's q/k norms, Gemma 3's local/global layers, Phi-3's and Starcoder2's windows, Cohere 2's alternating
+# layers, SmolLM3's layers without positions, mixtures of experts, GPT-2 and GPT-NeoX's fused projections.
+TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+MORE_FAMILIES = {
+    "qwen3": lambda t: t.Qwen3ForCausalLM(t.Qwen3Config(**COMMON, **TOKENS)),
+    "qwen3_moe": lambda t: t.Qwen3MoeForCausalLM(t.Qwen3MoeConfig(**COMMON, **TOKENS, num_experts=4,
+                                                                   num_experts_per_tok=2, moe_intermediate_size=32)),
+    "gemma3": lambda t: t.Gemma3ForCausalLM(t.Gemma3TextConfig(**COMMON, **TOKENS, sliding_window=WINDOW,
+                                                                query_pre_attn_scalar=24)),
+    "phi3": lambda t: t.Phi3ForCausalLM(t.Phi3Config(**{k: v for k, v in COMMON.items() if k != "head_dim"},
+                                                     **TOKENS, sliding_window=WINDOW)),
+    "mixtral": lambda t: t.MixtralForCausalLM(t.MixtralConfig(**COMMON, **TOKENS, sliding_window=WINDOW,
+                                                              num_local_experts=4)),
+    "cohere2": lambda t: t.Cohere2ForCausalLM(t.Cohere2Config(**COMMON, **TOKENS, sliding_window=WINDOW)),
+    "olmo2": lambda t: t.Olmo2ForCausalLM(t.Olmo2Config(**COMMON, **TOKENS)),
+    "starcoder2": lambda t: t.Starcoder2ForCausalLM(t.Starcoder2Config(**COMMON, **TOKENS, sliding_window=WINDOW)),
+    "smollm3": lambda t: t.SmolLM3ForCausalLM(t.SmolLM3Config(**COMMON, **TOKENS)),
+    "gpt2": lambda t: t.GPT2LMHeadModel(t.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, **TOKENS)),
+    "gpt_neox": lambda t: t.GPTNeoXForCausalLM(t.GPTNeoXConfig(hidden_size=64, num_hidden_layers=2,
+                                                               num_attention_heads=4, vocab_size=VOCAB,
+                                                               intermediate_size=128, **TOKENS)),
+}
+
+
 def tokens(batch=2, n=SEQ, seed=1):
     return torch.randint(0, VOCAB, (batch, n), generator=torch.Generator().manual_seed(seed))
 
@@ -92,6 +117,23 @@ def test_logits_equal_eager(family):
         want = run(model, "eager", ids).logits
         got = run(model, "attnc", ids).logits
     torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("family", sorted(MORE_FAMILIES))
+def test_more_families_equal_eager(family):
+    """Families the module was not written for: a left-padded batch's logits equal eager's on every real token."""
+    maker = MORE_FAMILIES[family]
+    try:
+        torch.manual_seed(0)
+        model = maker(transformers).float().eval()
+    except (AttributeError, TypeError) as e:  # (an older or newer transformers without this family or config)
+        pytest.skip(f"transformers {transformers.__version__} cannot build {family}: {e}")
+    ids, mask = left_padded()
+    with torch.no_grad():
+        want = run(model, "eager", ids, attention_mask=mask).logits
+        got = run(model, "attnc", ids, attention_mask=mask).logits
+    real = mask.bool()
+    torch.testing.assert_close(got[real], want[real], atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
