@@ -246,3 +246,30 @@ def test_scores_the_gpu_does_not_run_are_refused():
     with raises_status("ATTNC_ERROR_UNSUPPORTED") as info:
         relative(q, k, v, rel=torch.ones(2, 4, device=DEV))
     assert "soft cap alone" in str(info.value) and "CPU tensors" in str(info.value)
+
+
+# ---- patterns that read data on the GPU ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["lsh", "nsa"])
+def test_data_patterns_match_the_cpu(name):
+    """LSH's buckets and NSA's selected blocks as CUDA int tensors: each (batch, head) slice runs on
+    tables built from its own data at the call; O and the gradients equal the CPU kernel's."""
+    kernel = attnc.compile(str(pattern_path(name)), **({"B": 16, "k": 3, "w": 8} if name == "nsa" else {}))
+    b, heads, n, d = 2, 4, 200, 64
+    q, k, v = inputs((b, heads, n, d), torch.bfloat16, kv_heads=2, seed=5)
+    g = torch.Generator().manual_seed(9)
+    if name == "lsh":
+        data = {"b0": torch.randint(0, 6, (b, 1, n), generator=g), "b1": torch.randint(0, 6, (b, 1, n), generator=g)}
+    else:
+        rows = (n + 15) // 16
+        data = {"sel": torch.randint(-1, rows, (rows, 3), generator=g)}
+    gpu = [x.detach().requires_grad_() for x in (q, k, v)]
+    cpu = [x.detach().cpu().float().requires_grad_() for x in gpu]
+    o = kernel(*gpu, **{key: x.to(DEV) for key, x in data.items()})
+    want = kernel(*cpu, **data)
+    assert o.device == q.device
+    assert rel_err(o, want) <= TOL[torch.bfloat16]
+    d_o = torch.randn(o.shape, generator=torch.Generator().manual_seed(3))
+    for got, ref in zip(torch.autograd.grad(o, gpu, d_o.to(DEV, o.dtype)), torch.autograd.grad(want, cpu, d_o)):
+        assert rel_err(got, ref) <= 1.5 * TOL[torch.bfloat16]

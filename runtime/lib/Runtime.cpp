@@ -918,10 +918,6 @@ attnc_status checkDataCall(const attnc_kernel &kernel, int64_t numInputs, bool g
   }
   if (!kernel.ir.readsData())
     return ATTNC_OK;
-  if (gpu)
-    return fail(ATTNC_ERROR_UNSUPPORTED, "pattern '" + kernel.ir.name +
-                                             "' reads data (its inputs), which the CUDA kernels do not take yet: "
-                                             "run it on CPU tensors");
   if (varlen)
     return fail(ATTNC_ERROR_UNSUPPORTED, "pattern '" + kernel.ir.name +
                                              "' reads data (its inputs), which varlen calls do not take yet: call "
@@ -1044,8 +1040,13 @@ attnc_status runForward(const attnc_kernel *kernel, const attnc_tensor *q, const
     return guarded([&] {
       std::vector<std::vector<int64_t>> dims;
       const attnc::rt::cuda::HeadTensors floats = gpuFloatInputs(*kernel, shape, inputs, numInputs, dims);
+      std::vector<std::vector<unsigned char>> storage;
+      attnc::rt::CallInputs data;
+      if (kernel->ir.readsData()) // (each slice's tables from its data: the inputs read on the host)
+        data = callInputs(*kernel, shape, attnc::rt::cuda::hostCopies(*device, inputs, numInputs, storage).data(),
+                          numInputs, options);
       kernel->cuda().forward(*device, dimsOf(shape, firstQuery), *q, *k, *v, *o, lse, callScale(options, shape.d),
-                             floats);
+                             floats, kernel->ir.readsData() ? &data : nullptr);
     });
   std::vector<Seq> seqs;
   if (attnc_status s = sequences(shape, varlen, seqs, firstQuery); s != ATTNC_OK)
@@ -1193,8 +1194,13 @@ attnc_status runBackward(const attnc_kernel *kernel, const attnc_tensor *q, cons
       });
     }
     return guarded([&] {
+      std::vector<std::vector<unsigned char>> storage;
+      attnc::rt::CallInputs data;
+      if (kernel->ir.readsData())
+        data = callInputs(*kernel, shape, attnc::rt::cuda::hostCopies(*device, inputs, numInputs, storage).data(),
+                          numInputs, options);
       kernel->cuda().backward(*device, dimsOf(shape, firstQuery), *q, *k, *v, *o, *d_o, *lse, *d_q, *d_k, *d_v,
-                              callScale(options, shape.d), floats);
+                              callScale(options, shape.d), floats, kernel->ir.readsData() ? &data : nullptr);
     });
   }
   if (gpu) { // a varlen batch: each sequence a call of its own on the device

@@ -21,6 +21,9 @@
 #include "cuda/CudaArgs.h"
 #include "cuda/CudaPlan.h"
 
+#include "attnc/plan/Inputs.h"
+#include "attnc/plan/Plan.h"
+
 #include "attnc/attnc.h"
 #include "attnc/runtime/Internal.h"
 
@@ -127,13 +130,16 @@ std::pair<View, View> viewsOf(const attnc_fake_launch &l) {
   return {src, dst};
 }
 
-/// Whether `device` holds `host`'s bytes at `ptr` (null for an empty table).
-template <class T> ::testing::AssertionResult holds(const void *ptr, const std::vector<T> &host, const char *what) {
+/// Whether `device` holds `host`'s bytes at `ptr` (null for an empty table);
+/// `retired`: in memory the call has freed in stream order since (a call's
+/// own buffers, which the fake keeps until its reset).
+template <class T>
+::testing::AssertionResult holds(const void *ptr, const std::vector<T> &host, const char *what, bool retired = false) {
   if (host.empty())
     return ptr == nullptr ? ::testing::AssertionSuccess()
                           : ::testing::AssertionFailure() << what << ": a table where the host has none";
   const size_t bytes = host.size() * sizeof(T);
-  if (!attnc_fake_cuda_is_device(ptr, bytes))
+  if (!(retired ? attnc_fake_cuda_was_device(ptr, bytes) : attnc_fake_cuda_is_device(ptr, bytes)))
     return ::testing::AssertionFailure() << what << ": not " << bytes << " bytes of device memory";
   if (std::memcmp(ptr, host.data(), bytes) != 0)
     return ::testing::AssertionFailure() << what << ": the device's table differs from the host's";
@@ -1244,6 +1250,135 @@ TEST(CudaHostModifiers, WhatTheKernelsDoNotRunIsRefusedLaunchingNothing) {
     EXPECT_NE(std::string(attnc_last_error()).find(b.why), std::string::npos) << attnc_last_error();
     EXPECT_EQ(attnc_fake_cuda_launch_count(), 0);
   }
+}
+
+// --- Patterns that read data ------------------------------------------------------
+
+/// A 1-D int input of n positions (per batch entry, or shared) in memory of `device`.
+struct DeviceInts {
+  DeviceMemory memory;
+  attnc_tensor t{};
+  DeviceInts(int device, const std::vector<int32_t> &values, int64_t batch, int64_t n)
+      : memory(device, values.size() * 4) {
+    std::memcpy(memory.get(), values.data(), values.size() * 4); // (the fake's device memory is host memory)
+    t = contiguousTensor(memory.get(), ATTNC_DTYPE_I32, batch, 1, n, 1);
+  }
+};
+
+/// The bound input arrays of one batch entry, as the runtime binds them.
+std::shared_ptr<const InputArray> boundArray(const std::string &name, const std::vector<int32_t> &values, int64_t b,
+                                             int64_t n) {
+  auto a = std::make_shared<InputArray>();
+  a->name = name, a->rank = 1, a->bound = true, a->rows = n, a->cols = 1;
+  for (int64_t i = 0; i < n; ++i)
+    a->values.push_back(values[size_t(b * n + i)]);
+  a->indexClasses();
+  return a;
+}
+
+TEST(CudaHostData, EachSliceRunsOnTablesOfItsOwnData) {
+  KernelPtr kernel = kernelOf("lsh", {});
+  ASSERT_TRUE(kernel);
+  const int64_t B = 2, H = 4, G = 2, n = 100, d = 64;
+  std::vector<int32_t> b0(static_cast<size_t>(B * n)), b1(static_cast<size_t>(n));
+  for (int64_t i = 0; i < B * n; ++i)
+    b0[size_t(i)] = int32_t((i * 7) % 5); // per batch entry
+  for (int64_t i = 0; i < n; ++i)
+    b1[size_t(i)] = int32_t((i * 3) % 11); // one for the whole batch
+  DeviceInts d0(0, b0, B, n), d1(0, b1, 1, n);
+  Call c(0, ATTNC_DTYPE_BF16, B, H, G, n, n, d);
+  c.kernel = kernel.get();
+  const attnc_device dev{ATTNC_DEVICE_CUDA, 0, attnc_fake_cuda_stream(0)};
+  const attnc_input inputs[] = {{"b0", d0.t}, {"b1", d1.t}};
+  attnc_call call;
+  attnc_call_init(&call);
+  call.q = &c.q, call.k = &c.k, call.v = &c.v, call.o = &c.o, call.lse = &c.lse, call.device = &dev;
+  call.inputs = inputs, call.num_inputs = 2;
+  attnc_fake_cuda_reset();
+  ASSERT_EQ(attnc_forward(kernel.get(), &call), ATTNC_OK) << attnc_last_error();
+  attnc_fake_counts counts = attnc_fake_cuda_counts();
+  EXPECT_EQ(counts.syncs, 1) << "the stream waited for once, before the inputs are read";
+  EXPECT_EQ(counts.copiesToHost, 2);
+  // The tables each batch entry's data gives (its heads share them), as the kernels must read them.
+  const ir::PatternIR ir = patternIr("lsh", {});
+  const plan::Plan symbolic = rt::cuda::gpuPlan(ir);
+  std::vector<SetTables> want;
+  for (int64_t b = 0; b < B; ++b)
+    want.push_back(rt::cuda::buildSetTables(
+        plan::bindPlan(symbolic, 0, {boundArray("b0", b0, b, n), boundArray("b1", b1, 0, n)}), 0, n));
+  std::vector<attnc_fake_launch> fwd;
+  for (const attnc_fake_launch &l : launches())
+    if (std::string(l.name).rfind("attnc_fwd", 0) == 0)
+      fwd.push_back(l);
+  size_t perSlice = 0;
+  for (const rt::cuda::Launch &l : want[0].fwdLaunches)
+    perSlice += l.itemCount > 0;
+  ASSERT_EQ(fwd.size(), size_t(B * H) * perSlice) << "each (batch, head) slice its own launches";
+  const FwdArgs first = argsOf<FwdArgs>(fwd[0]);
+  for (size_t x = 0; x < fwd.size(); ++x) {
+    const int64_t slice = int64_t(x / perSlice), b = slice / H, h = slice % H, g = h / (H / G);
+    SCOPED_TRACE("slice " + std::to_string(slice));
+    const FwdArgs a = argsOf<FwdArgs>(fwd[x]);
+    EXPECT_EQ(fwd[x].grid[1], 1u);
+    EXPECT_EQ(a.heads, 1);
+    EXPECT_EQ(a.ratio, 1);
+    EXPECT_EQ(a.setOfHead, nullptr);
+    EXPECT_EQ(a.q, static_cast<const char *>(c.q.data) + 2 * (b * c.q.strides[0] + h * c.q.strides[1]));
+    EXPECT_EQ(a.k, static_cast<const char *>(c.k.data) + 2 * (b * c.k.strides[0] + g * c.k.strides[1]));
+    EXPECT_EQ(a.v, static_cast<const char *>(c.v.data) + 2 * (b * c.v.strides[0] + g * c.v.strides[1]));
+    EXPECT_EQ(a.o, static_cast<char *>(c.o.data) + 2 * (b * c.o.strides[0] + h * c.o.strides[1]));
+    EXPECT_EQ(a.lse, static_cast<float *>(c.lse.data) + b * c.lse.strides[0] + h * c.lse.strides[1]);
+    EXPECT_TRUE(holds(a.items, want[size_t(b)].fwdItems, "items", true));
+    EXPECT_TRUE(holds(a.keys, want[size_t(b)].fwdKeys, "keys", true));
+    EXPECT_TRUE(holds(a.masks, want[size_t(b)].fwdMasks, "masks", true));
+    EXPECT_TRUE(holds(a.full, want[size_t(b)].fwdFull, "full", true));
+    EXPECT_EQ(a.items == first.items, b == 0) << "one upload per batch entry's data";
+  }
+
+  // Backward: each slice's rows of every tensor and of the f32 accumulators.
+  call.d_o = &c.dO, call.d_q = &c.dq, call.d_k = &c.dk, call.d_v = &c.dv;
+  attnc_fake_cuda_reset();
+  ASSERT_EQ(attnc_backward(kernel.get(), &call), ATTNC_OK) << attnc_last_error();
+  std::vector<BwdArgs> bwd;
+  for (const attnc_fake_launch &l : launches())
+    if (std::string(l.name).rfind("attnc_bwd", 0) == 0) {
+      EXPECT_EQ(l.grid[1], 1u);
+      bwd.push_back(argsOf<BwdArgs>(l));
+    }
+  ASSERT_EQ(bwd.size() % size_t(B * H), 0u);
+  const size_t bwdPerSlice = bwd.size() / size_t(B * H);
+  for (size_t x = 0; x < bwd.size(); ++x) {
+    const int64_t slice = int64_t(x / bwdPerSlice), b = slice / H, h = slice % H, g = h / (H / G);
+    SCOPED_TRACE("backward slice " + std::to_string(slice));
+    const BwdArgs &a = bwd[x];
+    EXPECT_EQ(a.heads, 1);
+    EXPECT_EQ(a.q, static_cast<const char *>(c.q.data) + 2 * (b * c.q.strides[0] + h * c.q.strides[1]));
+    EXPECT_EQ(a.dO, static_cast<const char *>(c.dO.data) + 2 * (b * c.dO.strides[0] + h * c.dO.strides[1]));
+    EXPECT_EQ(a.k, static_cast<const char *>(c.k.data) + 2 * (b * c.k.strides[0] + g * c.k.strides[1]));
+    EXPECT_EQ(a.dq, bwd[0].dq + (b * H + h) * n * 64);
+    EXPECT_EQ(a.dk, bwd[0].dk + (b * G + g) * n * 64);
+    EXPECT_EQ(a.dv, bwd[0].dv + (b * G + g) * n * 64);
+    EXPECT_EQ(a.delta, bwd[0].delta + (b * H + h) * n);
+    EXPECT_TRUE(holds(a.items, want[size_t(b)].bwdItems, "backward items", true));
+    EXPECT_TRUE(holds(a.rows, want[size_t(b)].bwdRows, "backward rows", true));
+  }
+
+  // The inputs in CPU memory, and a call under a CUDA graph capture: errors that launch nothing.
+  std::vector<int32_t> hostB0 = b0;
+  attnc_input onHost[] = {{"b0", d0.t}, {"b1", d1.t}};
+  onHost[0].values.data = hostB0.data();
+  call.inputs = onHost, call.d_o = nullptr, call.d_q = call.d_k = call.d_v = nullptr;
+  attnc_fake_cuda_reset();
+  EXPECT_EQ(attnc_forward(kernel.get(), &call), ATTNC_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attnc_last_error()).find("'b0' is not CUDA device memory"), std::string::npos)
+      << attnc_last_error();
+  EXPECT_EQ(attnc_fake_cuda_launch_count(), 0);
+  call.inputs = inputs;
+  attnc_fake_cuda_capture(dev.stream, 1);
+  EXPECT_EQ(attnc_forward(kernel.get(), &call), ATTNC_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(attnc_last_error()).find("CUDA graph capture"), std::string::npos) << attnc_last_error();
+  attnc_fake_cuda_capture(dev.stream, 0);
+  EXPECT_EQ(attnc_fake_cuda_launch_count(), 0);
 }
 
 } // namespace

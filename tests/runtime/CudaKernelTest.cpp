@@ -23,6 +23,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+#include <tuple>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -961,6 +964,80 @@ TEST(CudaKernel, VarlenMatchesTheCpu) {
 
 // --- Score modifiers on a GPU -------------------------------------------------------
 
+/// One call of `k` on the GPU (f32 tensors: bf16 tensor cores inside) and on the CPU, on the same
+/// bf16-rounded Q, K, V and dO ([B, H, nq, d], K and V [B, G, nk, d]), with the inputs each gives
+/// (`host`, `gpu`: the same values in each's memory) and the float inputs' gradients they ask for,
+/// the GPU's kernels forced to `variant` (-1: the defaults): O, lse, dQ, dK and dV compared.
+void expectGpuMatchesCpu(const attnc_kernel *k, int64_t B, int64_t H, int64_t G, int64_t nq, int64_t nk, int64_t d,
+                         float inputScale, int variant, const std::vector<attnc_input> &hostIn,
+                         const std::vector<attnc_input> &hostGrad, const std::vector<attnc_input> &gpuIn,
+                         const std::vector<attnc_input> &gpuGrad) {
+  auto rounded = [&](size_t count, uint64_t seed, float scale) {
+    std::vector<float> x = randomFloats(count, seed, scale);
+    for (float &e : x)
+      e = fromBf16(toBf16(e));
+    return x;
+  };
+  std::vector<float> q = rounded(size_t(B * H * nq * d), 31, inputScale), kk = rounded(size_t(B * G * nk * d), 32, inputScale),
+                     v = rounded(size_t(B * G * nk * d), 33, 1.0f), dO = rounded(size_t(B * H * nq * d), 34, 1.0f);
+  // The CPU's answer.
+  std::vector<float> o(q.size()), lse(size_t(B * H * nq)), dq(q.size()), dk(kk.size()), dv(kk.size());
+  attnc_tensor hq_ = view(q, B, H, nq, d), hk = view(kk, B, G, nk, d), hv = view(v, B, G, nk, d),
+               ho = view(o, B, H, nq, d), hl = view(lse, B, H, nq, 1), hdo = view(dO, B, H, nq, d),
+               hdq = view(dq, B, H, nq, d), hdk = view(dk, B, G, nk, d), hdv = view(dv, B, G, nk, d);
+  attnc_call call;
+  attnc_call_init(&call);
+  call.q = &hq_, call.k = &hk, call.v = &hv, call.o = &ho, call.lse = &hl;
+  call.inputs = hostIn.data(), call.num_inputs = int64_t(hostIn.size());
+  ASSERT_EQ(attnc_forward(k, &call), ATTNC_OK) << attnc_last_error();
+  call.d_o = &hdo, call.d_q = &hdq, call.d_k = &hdk, call.d_v = &hdv;
+  call.d_inputs = hostGrad.data(), call.num_d_inputs = int64_t(hostGrad.size());
+  ASSERT_EQ(attnc_backward(k, &call), ATTNC_OK) << attnc_last_error();
+  // The GPU's.
+  auto up = [&](const std::vector<float> &x) {
+    auto dev = std::make_unique<Device>(x.size() * 4);
+    EXPECT_EQ(cudaMemcpy(dev->p, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    return dev;
+  };
+  auto gq = up(q), gk = up(kk), gv = up(v), gdo = up(dO);
+  Device go(o.size() * 4), gl(lse.size() * 4), gdq(dq.size() * 4), gdk(dk.size() * 4), gdv(dv.size() * 4);
+  for (Device *x : {&go, &gl, &gdq, &gdk, &gdv})
+    ASSERT_EQ(cudaMemset(x->p, 0x7f, x->bytes), cudaSuccess); // garbage: every element must be written
+  attnc_tensor tq = tensor(gq->p, ATTNC_DTYPE_F32, {B, H, nq, d}), tk = tensor(gk->p, ATTNC_DTYPE_F32, {B, G, nk, d}),
+               tv = tensor(gv->p, ATTNC_DTYPE_F32, {B, G, nk, d}), to = tensor(go.p, ATTNC_DTYPE_F32, {B, H, nq, d}),
+               tl = tensor(gl.p, ATTNC_DTYPE_F32, {B, H, nq, 1}), tdo = tensor(gdo->p, ATTNC_DTYPE_F32, {B, H, nq, d}),
+               tdq = tensor(gdq.p, ATTNC_DTYPE_F32, {B, H, nq, d}), tdk = tensor(gdk.p, ATTNC_DTYPE_F32, {B, G, nk, d}),
+               tdv = tensor(gdv.p, ATTNC_DTYPE_F32, {B, G, nk, d});
+  attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
+  attnc_call gcall;
+  attnc_call_init(&gcall);
+  gcall.q = &tq, gcall.k = &tk, gcall.v = &tv, gcall.o = &to, gcall.lse = &tl, gcall.device = &dev;
+  gcall.inputs = gpuIn.data(), gcall.num_inputs = int64_t(gpuIn.size());
+  ASSERT_EQ(attnc_internal_cuda_forward_variant(variant), ATTNC_OK);
+  ASSERT_EQ(attnc_internal_cuda_backward_variant(variant), ATTNC_OK);
+  const attnc_status fst = attnc_forward(k, &gcall);
+  const std::string ferror = fst == ATTNC_OK ? "" : attnc_last_error();
+  gcall.d_o = &tdo, gcall.d_q = &tdq, gcall.d_k = &tdk, gcall.d_v = &tdv;
+  gcall.d_inputs = gpuGrad.data(), gcall.num_d_inputs = int64_t(gpuGrad.size());
+  const attnc_status bst = fst == ATTNC_OK ? attnc_backward(k, &gcall) : fst;
+  const std::string berror = bst == ATTNC_OK ? "" : attnc_last_error();
+  attnc_internal_cuda_forward_variant(-1);
+  attnc_internal_cuda_backward_variant(-1);
+  ASSERT_EQ(fst, ATTNC_OK) << ferror;
+  ASSERT_EQ(bst, ATTNC_OK) << berror;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  near(down(go, o.size()), o, 2e-2, "O");
+  const std::vector<float> gotLse = down(gl, lse.size());
+  for (size_t x = 0; x < lse.size(); ++x)
+    if (std::isinf(lse[x]))
+      ASSERT_TRUE(std::isinf(gotLse[x]) && gotLse[x] < 0) << "row " << x << " has no key";
+    else
+      ASSERT_NEAR(gotLse[x], lse[x], 2e-2 * (1 + std::abs(lse[x]))) << "lse row " << x;
+  near(down(gdq, dq.size()), dq, 3e-2, "dQ");
+  near(down(gdk, dk.size()), dk, 3e-2, "dK");
+  near(down(gdv, dv.size()), dv, 3e-2, "dV");
+}
+
 /// Score modifiers on the GPU against the CPU's fused backend (itself
 /// checked against the double-precision definition in ScoreModifierTest) on
 /// the same bf16-rounded inputs: a soft cap, ALiBi's slopes, a sink, and
@@ -1010,15 +1087,6 @@ TEST(CudaKernel, ScoreModifiersMatchTheCpu) {
       KernelPtr k = kernelOf(c.file, c.source, c.defines);
       ASSERT_TRUE(k);
       const int64_t H = c.hq, G = c.hkv, nq = c.nq, nk = c.nk, d = c.d;
-      auto rounded = [&](size_t count, uint64_t seed, float scale) {
-        std::vector<float> x = randomFloats(count, seed, scale);
-        for (float &e : x)
-          e = fromBf16(toBf16(e));
-        return x;
-      };
-      std::vector<float> q = rounded(size_t(H * nq * d), 31, c.inputScale),
-                         kk = rounded(size_t(G * nk * d), 32, c.inputScale), v = rounded(size_t(G * nk * d), 33, 1.0f),
-                         dO = rounded(size_t(H * nq * d), 34, 1.0f);
       // The per-head inputs: values and gradients on the host (f32, contiguous) and on the device (the
       // case's dtype and stride; gradients f32).
       struct PerHead {
@@ -1050,60 +1118,57 @@ TEST(CudaKernel, ScoreModifiersMatchTheCpu) {
         gpuIn.push_back({f.name.c_str(), onGpu});
         gpuGrad.push_back({f.name.c_str(), tensor(f.gpuGrad->p, ATTNC_DTYPE_F32, {H, 1, 1, 1})});
       }
-      // The CPU's answer.
-      std::vector<float> o(q.size()), lse(size_t(H * nq)), dq(q.size()), dk(kk.size()), dv(kk.size());
-      attnc_tensor hq_ = view(q, 1, H, nq, d), hk = view(kk, 1, G, nk, d), hv = view(v, 1, G, nk, d),
-                   ho = view(o, 1, H, nq, d), hl = view(lse, 1, H, nq, 1), hdo = view(dO, 1, H, nq, d),
-                   hdq = view(dq, 1, H, nq, d), hdk = view(dk, 1, G, nk, d), hdv = view(dv, 1, G, nk, d);
-      attnc_call call;
-      attnc_call_init(&call);
-      call.q = &hq_, call.k = &hk, call.v = &hv, call.o = &ho, call.lse = &hl;
-      call.inputs = hostIn.data(), call.num_inputs = int64_t(hostIn.size());
-      ASSERT_EQ(attnc_forward(k.get(), &call), ATTNC_OK) << attnc_last_error();
-      call.d_o = &hdo, call.d_q = &hdq, call.d_k = &hdk, call.d_v = &hdv;
-      call.d_inputs = hostGrad.data(), call.num_d_inputs = int64_t(hostGrad.size());
-      ASSERT_EQ(attnc_backward(k.get(), &call), ATTNC_OK) << attnc_last_error();
-
-      // The GPU's, on f32 tensors (bf16 tensor cores inside).
-      auto up = [&](const std::vector<float> &x) {
-        auto dev = std::make_unique<Device>(x.size() * 4);
-        EXPECT_EQ(cudaMemcpy(dev->p, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-        return dev;
-      };
-      auto gq = up(q), gk = up(kk), gv = up(v), gdo = up(dO);
-      Device go(o.size() * 4), gl(lse.size() * 4), gdq(dq.size() * 4), gdk(dk.size() * 4), gdv(dv.size() * 4);
-      for (Device *x : {&go, &gl, &gdq, &gdk, &gdv})
-        ASSERT_EQ(cudaMemset(x->p, 0x7f, x->bytes), cudaSuccess); // garbage: every element must be written
-      attnc_tensor tq = tensor(gq->p, ATTNC_DTYPE_F32, {1, H, nq, d}), tk = tensor(gk->p, ATTNC_DTYPE_F32, {1, G, nk, d}),
-                   tv = tensor(gv->p, ATTNC_DTYPE_F32, {1, G, nk, d}), to = tensor(go.p, ATTNC_DTYPE_F32, {1, H, nq, d}),
-                   tl = tensor(gl.p, ATTNC_DTYPE_F32, {1, H, nq, 1}), tdo = tensor(gdo->p, ATTNC_DTYPE_F32, {1, H, nq, d}),
-                   tdq = tensor(gdq.p, ATTNC_DTYPE_F32, {1, H, nq, d}), tdk = tensor(gdk.p, ATTNC_DTYPE_F32, {1, G, nk, d}),
-                   tdv = tensor(gdv.p, ATTNC_DTYPE_F32, {1, G, nk, d});
-      attnc_device dev{ATTNC_DEVICE_CUDA, 0, nullptr};
-      attnc_call gcall;
-      attnc_call_init(&gcall);
-      gcall.q = &tq, gcall.k = &tk, gcall.v = &tv, gcall.o = &to, gcall.lse = &tl, gcall.device = &dev;
-      gcall.inputs = gpuIn.data(), gcall.num_inputs = int64_t(gpuIn.size());
-      ASSERT_EQ(attnc_internal_cuda_forward_variant(variant), ATTNC_OK);
-      ASSERT_EQ(attnc_internal_cuda_backward_variant(variant), ATTNC_OK);
-      const attnc_status fst = attnc_forward(k.get(), &gcall);
-      const std::string ferror = fst == ATTNC_OK ? "" : attnc_last_error();
-      gcall.d_o = &tdo, gcall.d_q = &tdq, gcall.d_k = &tdk, gcall.d_v = &tdv;
-      gcall.d_inputs = gpuGrad.data(), gcall.num_d_inputs = int64_t(gpuGrad.size());
-      const attnc_status bst = fst == ATTNC_OK ? attnc_backward(k.get(), &gcall) : fst;
-      const std::string berror = bst == ATTNC_OK ? "" : attnc_last_error();
-      attnc_internal_cuda_forward_variant(-1);
-      attnc_internal_cuda_backward_variant(-1);
-      ASSERT_EQ(fst, ATTNC_OK) << ferror;
-      ASSERT_EQ(bst, ATTNC_OK) << berror;
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      near(down(go, o.size()), o, 2e-2, "O");
-      near(down(gl, lse.size()), lse, 2e-2, "lse");
-      near(down(gdq, dq.size()), dq, 3e-2, "dQ");
-      near(down(gdk, dk.size()), dk, 3e-2, "dK");
-      near(down(gdv, dv.size()), dv, 3e-2, "dV");
+      expectGpuMatchesCpu(k.get(), 1, H, G, nq, nk, d, c.inputScale, variant, hostIn, hostGrad, gpuIn, gpuGrad);
       for (const PerHead &f : floats)
         near(down(*f.gpuGrad, f.grad.size()), f.grad, 3e-2, ("d_" + f.name).c_str());
+    }
+}
+
+/// Patterns that read data on the GPU (each slice's tables built from its inputs at the call) against the
+/// CPU's fused backend on the same bf16-rounded values: LSH's two rounds (inputs per batch entry), documents,
+/// selected blocks with -1 entries and selected tokens (shared by the batch), GQA, the default and the
+/// mma.sync kernels: O, lse, dQ, dK, dV.
+TEST(CudaKernel, DataPatternsMatchTheCpu) {
+  ATTNC_REQUIRE_GPU();
+  const int64_t B = 2, H = 4, G = 2, n = 300, d = 64;
+  struct Case {
+    const char *file;
+    std::vector<std::string> defines;
+    /// (name, batch entries it has, rows, columns, values drawn in [lo, hi])
+    std::vector<std::tuple<const char *, int64_t, int64_t, int64_t, int32_t, int32_t>> inputs;
+  };
+  const Case cases[] = {
+      {"lsh", {}, {{"b0", B, n, 1, 0, 7}, {"b1", B, n, 1, 0, 7}}},
+      {"document", {}, {{"doc", B, n, 1, 0, 3}}},
+      {"nsa", {"B=16", "k=3", "w=8"}, {{"sel", 1, (n + 15) / 16, 3, -1, (n + 15) / 16 - 1}}},
+      {"topk", {"k=5", "w=4"}, {{"top", 1, n, 5, -1, n - 1}}},
+  };
+  std::mt19937 rng(3);
+  for (const Case &c : cases)
+    for (int variant : {-1, 0}) {
+      SCOPED_TRACE(std::string(c.file) + (variant < 0 ? ", default kernels" : ", mma.sync kernels"));
+      KernelPtr k = kernelOf(c.file, nullptr, c.defines);
+      ASSERT_TRUE(k);
+      std::vector<std::vector<int32_t>> values;
+      std::vector<std::unique_ptr<Device>> gpuValues;
+      std::vector<attnc_input> hostIn, gpuIn;
+      for (const auto &[name, batch, rows, cols, lo, hi] : c.inputs) {
+        std::uniform_int_distribution<int32_t> pick(lo, hi);
+        values.emplace_back(static_cast<size_t>(batch * rows * cols));
+        for (int32_t &x : values.back())
+          x = pick(rng);
+        if (std::string(name) == "doc") // documents as runs of positions
+          std::sort(values.back().begin(), values.back().begin() + n), std::sort(values.back().begin() + n, values.back().end());
+      }
+      for (size_t x = 0; x < values.size(); ++x) {
+        const auto &[name, batch, rows, cols, lo, hi] = c.inputs[x];
+        gpuValues.push_back(std::make_unique<Device>(values[x].size() * 4));
+        ASSERT_EQ(cudaMemcpy(gpuValues.back()->p, values[x].data(), values[x].size() * 4, cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        hostIn.push_back({name, tensor(values[x].data(), ATTNC_DTYPE_I32, {batch, 1, rows, cols})});
+        gpuIn.push_back({name, tensor(gpuValues.back()->p, ATTNC_DTYPE_I32, {batch, 1, rows, cols})});
+      }
+      expectGpuMatchesCpu(k.get(), B, H, G, n, n, d, 1.0f, variant, hostIn, {}, gpuIn, {});
     }
 }
 

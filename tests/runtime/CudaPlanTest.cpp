@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <random>
 #include <iostream>
 #include <map>
 #include <string>
@@ -54,6 +56,35 @@ const PlanCase kCases[] = {
 /// A library pattern's canonical IR.
 ir::PatternIR irOf(const PlanCase &c) { return patternIr(c.file, c.defines); }
 
+/// The pairs each table walk computes (forward, then backward), against
+/// `mask`: each pair of the mask once, no other; the first wrong one named.
+void expectEveryPairOnce(const rt::cuda::SetTables &t, int64_t n, const std::function<bool(int64_t, int64_t)> &mask,
+                         const std::string &what) {
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<int> count(size_t(n * n), 0);
+    int64_t outside = 0;
+    auto add = [&](int64_t i, int64_t j) {
+      if (i < 0 || i >= n || j < 0 || j >= n)
+        ++outside;
+      else
+        ++count[size_t(i * n + j)];
+    };
+    if (pass == 0)
+      rt::cuda::forEachForwardPair(t, add);
+    else
+      rt::cuda::forEachBackwardPair(t, add);
+    ASSERT_EQ(outside, 0) << what << (pass ? " backward" : " forward");
+    int64_t wrong = 0, firstI = -1, firstJ = -1;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        if (count[size_t(i * n + j)] != (mask(i, j) ? 1 : 0) && wrong++ == 0)
+          firstI = i, firstJ = j;
+    EXPECT_EQ(wrong, 0) << what << (pass ? " backward" : " forward") << ": first wrong pair (" << firstI << ", "
+                        << firstJ << ") computed " << (firstI >= 0 ? count[size_t(firstI * n + firstJ)] : 0)
+                        << " times";
+  }
+}
+
 class CudaTables : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(CudaTables, EveryPairOnceForwardAndBackward) {
@@ -68,29 +99,8 @@ TEST_P(CudaTables, EveryPairOnceForwardAndBackward) {
     for (size_t s = 0; s < tables.size(); ++s) {
       const int64_t head = ir.heads[s].heads.empty() ? 0 : ir.heads[s].heads.front();
       const std::vector<char> &mask = masks[size_t(head)];
-      for (int pass = 0; pass < 2; ++pass) {
-        std::vector<int> count(size_t(n * n), 0);
-        int64_t outside = 0;
-        auto add = [&](int64_t i, int64_t j) {
-          if (i < 0 || i >= n || j < 0 || j >= n)
-            ++outside;
-          else
-            ++count[size_t(i * n + j)];
-        };
-        if (pass == 0)
-          rt::cuda::forEachForwardPair(tables[s], add);
-        else
-          rt::cuda::forEachBackwardPair(tables[s], add);
-        ASSERT_EQ(outside, 0) << (pass ? "backward" : "forward") << " n=" << n << " set " << s;
-        int64_t wrong = 0, firstI = -1, firstJ = -1;
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t j = 0; j < n; ++j)
-            if (count[size_t(i * n + j)] != (mask[size_t(i * n + j)] ? 1 : 0) && wrong++ == 0)
-              firstI = i, firstJ = j;
-        EXPECT_EQ(wrong, 0) << (pass ? "backward" : "forward") << " n=" << n << " set " << s << ": first wrong pair ("
-                            << firstI << ", " << firstJ << ") computed "
-                            << (firstI >= 0 ? count[size_t(firstI * n + firstJ)] : 0) << " times";
-      }
+      expectEveryPairOnce(tables[s], n, [&](int64_t i, int64_t j) { return mask[size_t(i * n + j)] != 0; },
+                          "n=" + std::to_string(n) + " set " + std::to_string(s));
     }
   }
 }
@@ -167,6 +177,97 @@ TEST(CudaTables, ExecutedOverUsefulOfTheLibrary) {
 
 /// The kernel metadata that `attnc tune --target cuda` leads to
 /// (tuning::formatCudaTuned), as the runtime reads it per GPU, dtype and d.
+/// A 1-D (rows values) or 2-D (rows x cols) input bound to `values`, its equality classes indexed.
+std::shared_ptr<const InputArray> boundInput(const std::string &name, int rank, int64_t rows, int64_t cols,
+                                             std::vector<int64_t> values) {
+  auto a = std::make_shared<InputArray>();
+  a->name = name, a->rank = rank, a->bound = true, a->rows = rows, a->cols = cols;
+  a->values = std::move(values);
+  if (rank == 1)
+    a->indexClasses();
+  return a;
+}
+
+/// Patterns that read data: the symbolic plan bound to one slice's data
+/// (plan::bindPlan, as the runtime binds each slice of a GPU call), its
+/// tables in raster order, walked as the kernels walk them, against masks
+/// written from the data here (LSH's two rounds and its self rule, documents,
+/// selected blocks and tokens with their windows), at ragged lengths, with
+/// buckets of one position and one bucket for every position.
+TEST(CudaTables, DataPatternsBoundToASlicesInputs) {
+  std::mt19937 rng(7);
+  for (int64_t n : {1, 2, 63, 100, 300}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    for (int buckets : {1, 5, 1000}) {
+      std::uniform_int_distribution<int64_t> pick(0, buckets - 1);
+      std::vector<int64_t> b0(static_cast<size_t>(n)), b1(b0), doc(b0);
+      for (int64_t i = 0; i < n; ++i)
+        b0[size_t(i)] = pick(rng), b1[size_t(i)] = pick(rng), doc[size_t(i)] = (i * buckets) / std::max<int64_t>(n, 1);
+      {
+        const ir::PatternIR ir = patternIr("lsh", {});
+        const plan::Plan bound = plan::bindPlan(rt::cuda::gpuPlan(ir), 0,
+                                                {boundInput("b0", 1, n, 1, b0), boundInput("b1", 1, n, 1, b1)});
+        auto same = [&](int64_t i, int64_t j) { return b0[size_t(j)] == b0[size_t(i)] || b1[size_t(j)] == b1[size_t(i)]; };
+        expectEveryPairOnce(rt::cuda::buildSetTables(bound, 0, n), n,
+                            [&](int64_t i, int64_t j) {
+                              if (j > i)
+                                return false;
+                              bool other = false; // the self rule: i itself only where no earlier key shares a bucket
+                              for (int64_t x = 0; x < i && !other; ++x)
+                                other = same(i, x);
+                              return j < i ? same(i, j) : !other;
+                            },
+                            "lsh, " + std::to_string(buckets) + " buckets");
+      }
+      {
+        const ir::PatternIR ir = patternIr("document", {});
+        const plan::Plan bound = plan::bindPlan(rt::cuda::gpuPlan(ir), 0, {boundInput("doc", 1, n, 1, doc)});
+        expectEveryPairOnce(rt::cuda::buildSetTables(bound, 0, n), n,
+                            [&](int64_t i, int64_t j) { return j <= i && doc[size_t(j)] == doc[size_t(i)]; },
+                            "document, " + std::to_string(buckets) + " documents");
+      }
+    }
+    {
+      const int64_t B = 16, k = 3, w = 8, rows = (n + B - 1) / B;
+      std::vector<int64_t> sel(size_t(rows * k));
+      std::uniform_int_distribution<int64_t> block(-1, rows - 1);
+      for (int64_t &x : sel)
+        x = block(rng);
+      const ir::PatternIR ir = patternIr("nsa", {"B=16", "k=3", "w=8"});
+      const plan::Plan bound = plan::bindPlan(rt::cuda::gpuPlan(ir), 0, {boundInput("sel", 2, rows, k, sel)});
+      expectEveryPairOnce(rt::cuda::buildSetTables(bound, 0, n), n,
+                          [&](int64_t i, int64_t j) {
+                            if (j > i)
+                              return false;
+                            bool picked = false;
+                            for (int64_t c = 0; c < k; ++c)
+                              picked = picked || sel[size_t((i / B) * k + c)] == j / B;
+                            return picked || i - j < w;
+                          },
+                          "nsa");
+    }
+    {
+      const int64_t k = 4, w = 3;
+      std::vector<int64_t> top(size_t(n * k));
+      std::uniform_int_distribution<int64_t> token(-1, n - 1);
+      for (int64_t &x : top)
+        x = token(rng);
+      const ir::PatternIR ir = patternIr("topk", {"k=4", "w=3"});
+      const plan::Plan bound = plan::bindPlan(rt::cuda::gpuPlan(ir), 0, {boundInput("top", 2, n, k, top)});
+      expectEveryPairOnce(rt::cuda::buildSetTables(bound, 0, n), n,
+                          [&](int64_t i, int64_t j) {
+                            if (j > i)
+                              return false;
+                            bool picked = false;
+                            for (int64_t c = 0; c < k; ++c)
+                              picked = picked || top[size_t(i * k + c)] == j;
+                            return picked || i - j < w;
+                          },
+                          "topk");
+    }
+  }
+}
+
 TEST(CudaTuned, ParsedPerGpuDtypeAndHeadDimension) {
   const std::vector<rt::cuda::TunedVariant> t =
       rt::cuda::parseCudaTuned("NVIDIA_H200@9.0:bf16:64=2;NVIDIA_H100_80GB_HBM3@9.0:bf16:64=3;"

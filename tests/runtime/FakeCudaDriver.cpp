@@ -454,6 +454,17 @@ CUresult cuMemcpyHtoD_v2(unsigned long long dst, const void *src, size_t bytes) 
   return kOk;
 }
 
+CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t bytes, void *stream) {
+  FAKE_LOCK;
+  if (const CUresult r = queueOn(s, stream); r != kOk)
+    return r;
+  if (!find(s, static_cast<uintptr_t>(dst), bytes))
+    return kInvalidValue;
+  ++s.counts.copiesToDevice;
+  std::memcpy(reinterpret_cast<void *>(static_cast<uintptr_t>(dst)), src, bytes);
+  return kOk;
+}
+
 CUresult cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t bytes) {
   FAKE_LOCK;
   if (forbidden(s, true))
@@ -461,6 +472,7 @@ CUresult cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t bytes) {
   if (!find(s, static_cast<uintptr_t>(src), bytes))
     return kInvalidValue;
   std::memcpy(dst, reinterpret_cast<const void *>(static_cast<uintptr_t>(src)), bytes);
+  ++s.counts.copiesToHost;
   return kOk;
 }
 
@@ -496,6 +508,17 @@ CUresult cuStreamQuery(void *stream) {
     return kCaptureUnsupported;
   }
   return knownStream(s, stream) ? kOk : kInvalidHandle;
+}
+
+/// A synchronisation: forbidden in a capture (as the real driver's; it ends it).
+CUresult cuStreamSynchronize(void *stream) {
+  FAKE_LOCK;
+  if (!knownStream(s, stream))
+    return kInvalidHandle;
+  if (forbidden(s, true, stream, true))
+    return kCaptureUnsupported;
+  ++s.counts.syncs;
+  return kOk;
 }
 
 CUresult cuStreamGetCtx(void *stream, void **ctx) {

@@ -41,6 +41,7 @@ struct attnc_fake_launch {
 /// What the host side asked of the driver since the last reset.
 struct attnc_fake_counts {
   long moduleLoads, allocs, frees, asyncAllocs, poolAllocs, asyncFrees, copiesToDevice, memsets, pointerQueries, launches;
+  long copiesToHost, syncs; ///< cuMemcpyDtoH, cuStreamSynchronize
   /// Time spent inside the fake's driver functions (a benchmark of the
   /// host side takes it off: it is not attnc's).
   long long nanoseconds;

@@ -147,7 +147,8 @@ int runEmit(const EmitOptions &opts) {
   // The backends' stages take the patterns their backends take.
   if (lp->ir.readsData() && (stage == Stage::Halide || stage == Stage::Cuda)) {
     const std::string why = stage == Stage::Cuda
-                                ? "pattern '" + lp->ir.name + "' reads data, which the CUDA kernels do not take yet"
+                                ? "pattern '" + lp->ir.name + "' reads data: its GPU tables are built from each "
+                                  "call's inputs (docs/cuda.md, \"Patterns that read data\")"
                                 : compiler::dataRefusal(lp->ir, codegen::Backend::Halide);
     std::cerr << "attnc: error: --stage " << stageName(stage) << ": " << why
               << " (--stage ast, ir and plan show it)\n";

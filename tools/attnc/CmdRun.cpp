@@ -726,8 +726,6 @@ int runRun(const RunOptions &opts) {
     const std::string what = onlyFloats ? "patterns with float inputs" : "patterns that read data";
     if (varlen)
       return fail(kExitUsage, "--cu-seqlens: " + what + " take one sequence per batch entry for now");
-    if (opts.target == "cuda" && !onlyFloats)
-      return fail(kExitUsage, "--target cuda: " + what + " run on the CPU for now");
     if (!loadCallData(specs, inputFiles, shape.q[0], shape.q[1], random, opts.seed, data))
       return kExitUserError;
   }

@@ -66,17 +66,22 @@ std::unique_ptr<DeviceArray> deviceCopy(int device, const std::vector<float> &va
   return array;
 }
 
-/// A call's float inputs (host views, f32 contiguous: a score's or a sink's)
-/// copied to `device`, with f32 buffers there for their gradients.
+/// A call's inputs (host views, contiguous: int32 / int64 data, f32 float
+/// inputs) copied to `device`, with f32 buffers there for the float ones'
+/// gradients.
 struct DeviceInputs {
   DeviceInputs(int device, const std::vector<attnc_input> &host) {
     for (const attnc_input &in : host) {
+      const size_t element = in.values.dtype == ATTNC_DTYPE_I64 ? 8 : 4; // (int32, int64 or f32 views)
       const size_t bytes =
-          static_cast<size_t>(in.values.shape[0] * in.values.shape[1] * in.values.shape[2] * in.values.shape[3]) * 4;
+          static_cast<size_t>(in.values.shape[0] * in.values.shape[1] * in.values.shape[2] * in.values.shape[3]) *
+          element;
       arrays.push_back(std::make_unique<DeviceArray>(device, bytes));
       arrays.back()->upload(in.values.data);
       inputs.push_back({in.name, in.values});
       inputs.back().values.data = arrays.back()->get();
+      if (in.values.dtype != ATTNC_DTYPE_F32)
+        continue; // (an int input has no gradient)
       arrays.push_back(std::make_unique<DeviceArray>(device, bytes));
       grads.push_back({in.name, in.values});
       grads.back().values.data = arrays.back()->get();

@@ -59,7 +59,7 @@ struct CudaRunArrays {
   attnc_tensor q{}, k{}, v{}, o{};
   const attnc_tensor *dO = nullptr;
   attnc_tensor *dq = nullptr, *dk = nullptr, *dv = nullptr;
-  /// The pattern's float inputs (a score's, a sink's; f32 contiguous host views), copied to the device too.
+  /// The pattern's inputs (int data, a score's or a sink's floats; contiguous host views), copied to the device too.
   std::vector<attnc_input> inputs;
 };
 

@@ -354,18 +354,17 @@ def _data_pairs(kernel: "_api.Kernel", inputs: Sequence[Tensor], floats: Sequenc
     return pairs
 
 
-def _data_cpu_only(kernel: "_api.Kernel") -> str:
-    what = "reads data (its inputs)" if not any(kernel._float) else "takes inputs (its 'input' declarations)"
-    return f"pattern '{kernel._pattern}' {what}, which runs on CPU tensors only for now"
-
-
 def _data_forward(q: Tensor, k: Tensor, v: Tensor, inputs: Sequence[Tensor], kernel: "_api.Kernel", scale: float,
                   with_lse: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
     """O and lse (None unless `with_lse`) of a call with the pattern's inputs: attnc::attention_data's
-    implementation, and the eager path's."""
-    if q.is_cuda:
-        raise error(UNSUPPORTED, _data_cpu_only(kernel))
+    implementation, and the eager path's. On CUDA tensors the inputs are CUDA tensors too, which the
+    runtime reads on the host at each call (it waits for the stream: such a call is not capturable)."""
     o = _new(q)
+    if q.is_cuda:
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        _run(_attnc.forward_cuda, kernel, [q, k, v, o, lse], 3, scale, (_data_pairs(kernel, inputs),),
+             where=_on(q))
+        return o, lse if with_lse else None
     lse = torch.empty(q.shape[:3], dtype=torch.float32) if with_lse else None
     _run(_attnc.forward, kernel, [q, k, v, o, lse], 3, scale, (_data_pairs(kernel, inputs),))
     return o, lse
@@ -374,13 +373,14 @@ def _data_forward(q: Tensor, k: Tensor, v: Tensor, inputs: Sequence[Tensor], ker
 def _data_backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, inputs: Sequence[Tensor],
                    kernel: "_api.Kernel", scale: float) -> Tuple[Tensor, Tensor, Tensor]:
     """dQ, dK, dV of a call with the pattern's inputs: attnc::attention_data_backward's implementation."""
-    if q.is_cuda:
-        raise error(UNSUPPORTED, _data_cpu_only(kernel))
     if d_o.dtype != o.dtype:
         d_o = d_o.to(o.dtype)
     d_q, d_k, d_v = _new(q), _new(k), _new(v)
-    _run(_attnc.backward, kernel, [q, k, v, o, d_o, lse, d_q, d_k, d_v], 6, scale,
-         (_data_pairs(kernel, inputs), None))
+    tensors = [q, k, v, o, d_o, lse, d_q, d_k, d_v]
+    if q.is_cuda:
+        _run(_attnc.backward_cuda, kernel, tensors, 6, scale, (_data_pairs(kernel, inputs), None), where=_on(q))
+    else:
+        _run(_attnc.backward, kernel, tensors, 6, scale, (_data_pairs(kernel, inputs), None))
     return d_q, d_k, d_v
 
 
@@ -507,8 +507,6 @@ def _scored_forward(q: Tensor, k: Tensor, v: Tensor, inputs: Sequence[Tensor], f
     """O and lse (None unless `with_lse`) of a call with float inputs: attnc::attention_scored's
     implementation, and the eager path's. On CUDA tensors the float inputs are CUDA tensors too
     (the kernels run a soft cap and a per-head sink: the runtime refuses other scores, saying so)."""
-    if q.is_cuda and len(inputs):
-        raise error(UNSUPPORTED, _data_cpu_only(kernel))
     o = _new(q)
     pairs = _data_pairs(kernel, inputs, floats)
     if q.is_cuda:
@@ -527,8 +525,6 @@ def _scored_backward(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, ls
     `wanted` says it is not needed, when given) of a call with float inputs:
     attnc::attention_scored_backward's implementation. The runtime writes them as float32
     (attnc_call::d_inputs)."""
-    if q.is_cuda and len(inputs):
-        raise error(UNSUPPORTED, _data_cpu_only(kernel))
     if d_o.dtype != o.dtype:
         d_o = d_o.to(o.dtype)
     d_q, d_k, d_v = _new(q), _new(k), _new(v)
@@ -853,8 +849,7 @@ def _attention_data(q: Tensor, k: Tensor, v: Tensor, kernel: "_api.Kernel", scal
                     given: Dict[str, Any], with_lse: bool):
     """attention() and attention_with_lse() of a pattern that reads data (or of a call that gives
     inputs): every check in Python before the call, then the eager path or attnc::attention_data."""
-    # (Float inputs alone, a score's or a sink's, run on CUDA tensors too; int inputs on the CPU.)
-    _check_tensors(q, k, v, cuda=all(kernel._float), cpu_only=_data_cpu_only(kernel))
+    _check_tensors(q, k, v)
     _api._check_shapes(q.shape, k.shape, v.shape)
     inputs, floats = _data_inputs(kernel, given, q, k)
     scale = _api._scale(scale)

@@ -359,7 +359,10 @@ ATTNC_API attnc_status attnc_run_backward_at_on(const attnc_kernel *kernel, cons
  * anything is computed: a block id that a selection `j / B in sel[...]`
  * reads must lie in [-1, ceil(n / B)) (-1: no block), a token id of
  * `j in top[i]` in [-1, n); a call whose data a pattern would read out of
- * range fails with ATTNC_ERROR_INVALID_ARGUMENT naming the input.
+ * range fails with ATTNC_ERROR_INVALID_ARGUMENT naming the input. On a
+ * CUDA device (attnc_call::device) the values are memory of that device,
+ * read on the host after the call waits for its stream (such a call cannot
+ * be captured into a CUDA graph); float inputs there stay on the device.
  */
 typedef struct attnc_input {
   const char *name;

@@ -47,9 +47,10 @@ Opened open() {
       find(lib, "cuMemAllocAsync", d.cuMemAllocAsync) && find(lib, "cuMemFreeAsync", d.cuMemFreeAsync) &&
       find(lib, "cuMemPoolCreate", d.cuMemPoolCreate) && find(lib, "cuMemPoolSetAttribute", d.cuMemPoolSetAttribute) &&
       find(lib, "cuMemAllocFromPoolAsync", d.cuMemAllocFromPoolAsync) &&
-      find(lib, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD) && find(lib, "cuMemsetD8Async", d.cuMemsetD8Async) &&
+      find(lib, "cuMemcpyHtoD_v2", d.cuMemcpyHtoD) && find(lib, "cuMemcpyHtoDAsync_v2", d.cuMemcpyHtoDAsync) &&
+      find(lib, "cuMemsetD8Async", d.cuMemsetD8Async) &&
       find(lib, "cuMemsetD32Async", d.cuMemsetD32Async) &&
-      find(lib, "cuStreamGetCtx", d.cuStreamGetCtx) &&
+      find(lib, "cuStreamGetCtx", d.cuStreamGetCtx) && find(lib, "cuStreamSynchronize", d.cuStreamSynchronize) &&
       find(lib, "cuPointerGetAttribute", d.cuPointerGetAttribute) &&
       find(lib, "cuGetErrorString", d.cuGetErrorString) && find(lib, "cuMemcpyDtoH_v2", d.cuMemcpyDtoH) &&
       find(lib, "cuEventCreate", d.cuEventCreate) && find(lib, "cuEventRecord", d.cuEventRecord) &&

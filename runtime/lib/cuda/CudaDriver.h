@@ -63,9 +63,11 @@ struct Driver {
   CUresult (*cuMemPoolSetAttribute)(CUmemoryPool, int, void *);
   CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
   CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
   CUresult (*cuStreamGetCtx)(CUstream, CUcontext *);
+  CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
   CUresult (*cuGetErrorString)(CUresult, const char **);
   // For attnc's own tools (attnc_internal_cuda_*: `attnc bench --target cuda`).

@@ -280,6 +280,11 @@ size_t SetTables::bytes() const {
 
 plan::Plan gpuPlan(const ir::PatternIR &ir) { return plan::buildPlan(ir, {kTileRows, kTileKeys}); }
 
+SetTables buildSetTables(const plan::Plan &plan, size_t set, int64_t n) {
+  ATTNC_CHECK(plan.options.tileRows == kTileRows, "the GPU tables need the plan of gpuPlan");
+  return buildSet(plan, plan.heads.at(set), n);
+}
+
 std::vector<SetTables> buildTables(const plan::Plan &plan, int64_t n) {
   ATTNC_CHECK(plan.options.tileRows == kTileRows, "the GPU tables need the plan of gpuPlan");
   std::vector<SetTables> out;

@@ -98,6 +98,11 @@ plan::Plan gpuPlan(const ir::PatternIR &ir);
 /// The tables of every head set of `plan` (from gpuPlan) at length n.
 std::vector<SetTables> buildTables(const plan::Plan &plan, int64_t n);
 
+/// The tables of head set `set` alone: for a pattern that reads data, of
+/// `plan` bound to one slice's inputs (plan::bindPlan), in raster order (a
+/// row block's keys are the union of its rows').
+SetTables buildSetTables(const plan::Plan &plan, size_t set, int64_t n);
+
 /// Every pair (query position, key position) the forward kernel computes
 /// for one set, read from the tables exactly as the kernel reads them (the
 /// items, their tiles, the full flags and the masks): tests check each pair

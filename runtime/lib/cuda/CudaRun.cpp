@@ -1,6 +1,8 @@
 //===- CudaRun.cpp - Running a kernel's pattern on a CUDA GPU -------------===//
 #include "CudaRun.h"
 
+#include "../CallInputs.h"
+#include "attnc/support/Check.h"
 #include "../ScoreProgram.h"
 #include "../backends/Backend.h"
 #include "CudaArgs.h"
@@ -458,6 +460,27 @@ struct Engine::DeviceTables {
   const int32_t *setOfHead = nullptr; ///< null when the kernel has one set
   std::vector<CUdeviceptr> owned;
   int device = 0;
+  /// `host`'s arrays copied to the device by `copy` (deviceCopy into `owned`, or a call's buffers);
+  /// what the launches need stays on the host.
+  template <class Copy> static Set upload(SetTables host, Copy &&copy) {
+    Set s;
+    s.fwdItems = copy(host.fwdItems);
+    s.fwdKeys = copy(host.fwdKeys);
+    s.fwdMasks = copy(host.fwdMasks);
+    s.fwdFull = copy(host.fwdFull);
+    s.bwdItems = copy(host.bwdItems);
+    s.bwdKeys = copy(host.bwdKeys);
+    s.bwdRows = copy(host.bwdRows);
+    s.bwdMasks = copy(host.bwdMasks);
+    s.bwdFull = copy(host.bwdFull);
+    host.fwdKeys = {}, host.fwdMasks = {}, host.fwdFull = {}, host.bwdKeys = {}, host.bwdRows = {};
+    host.bwdMasks = {}, host.bwdFull = {};
+    s.host = std::move(host);
+    return s;
+  }
+  /// A pattern that reads data: the (batch, head) slices of a call that run each set (slices whose
+  /// inputs are the same arrays share one: broadcast inputs build their tables once).
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> slicesOfSet;
   ~DeviceTables() {
     try {
       ScopedContext ctx(device);
@@ -576,23 +599,8 @@ std::shared_ptr<const Engine::DeviceTables> Engine::tables(int device, int64_t n
   checkKeysFit32Bits(n);
   auto t = std::make_shared<DeviceTables>();
   t->device = device;
-  for (SetTables &host : buildTables(plan_, n)) {
-    DeviceTables::Set s;
-    s.fwdItems = deviceCopy(host.fwdItems, t->owned);
-    s.fwdKeys = deviceCopy(host.fwdKeys, t->owned);
-    s.fwdMasks = deviceCopy(host.fwdMasks, t->owned);
-    s.fwdFull = deviceCopy(host.fwdFull, t->owned);
-    s.bwdItems = deviceCopy(host.bwdItems, t->owned);
-    s.bwdKeys = deviceCopy(host.bwdKeys, t->owned);
-    s.bwdRows = deviceCopy(host.bwdRows, t->owned);
-    s.bwdMasks = deviceCopy(host.bwdMasks, t->owned);
-    s.bwdFull = deviceCopy(host.bwdFull, t->owned);
-    // Keep only what the launches need on the host.
-    host.fwdKeys = {}, host.fwdMasks = {}, host.fwdFull = {}, host.bwdKeys = {}, host.bwdRows = {};
-    host.bwdMasks = {}, host.bwdFull = {};
-    s.host = std::move(host);
-    t->sets.push_back(std::move(s));
-  }
+  for (SetTables &host : buildTables(plan_, n))
+    t->sets.push_back(DeviceTables::upload(std::move(host), [&](const auto &v) { return deviceCopy(v, t->owned); }));
   if (t->sets.size() > 1) {
     std::vector<int32_t> heads(headToSet_.begin(), headToSet_.end());
     t->setOfHead = deviceCopy(heads, t->owned);
@@ -606,9 +614,104 @@ std::shared_ptr<const Engine::DeviceTables> Engine::tables(int device, int64_t n
   return t;
 }
 
+std::vector<attnc_input> hostCopies(const attnc_device &device, const attnc_input *inputs, int64_t count,
+                                    std::vector<std::vector<unsigned char>> &storage) {
+  ScopedContext ctx(device.index);
+  const CUstream stream = checkedStream(device, ctx.get());
+  std::vector<attnc_input> out;
+  bool synced = false;
+  storage.assign(static_cast<size_t>(std::max<int64_t>(count, 0)), {});
+  for (int64_t x = 0; x < count; ++x) {
+    const attnc_input &in = inputs[x];
+    attnc_input host = in;
+    const attnc_tensor &t = in.values;
+    const std::string name = in.name ? in.name : "input " + std::to_string(x);
+    // Its extent: the last element's offset + 1 (none when a dimension is 0).
+    int64_t extent = 1;
+    for (int a = 0; a < 4; ++a) {
+      if (t.shape[a] < 0 || t.strides[a] < 0)
+        throw RunError{ATTNC_ERROR_STRIDE, "input '" + name + "' has a negative shape or stride"};
+      if (t.shape[a] == 0)
+        extent = 0;
+    }
+    for (int a = 0; a < 4 && extent > 0; ++a) {
+      if (t.strides[a] > (int64_t{1} << 40) || t.shape[a] > (int64_t{1} << 40))
+        throw RunError{ATTNC_ERROR_SHAPE, "input '" + name + "' spans more than 2^40 elements"};
+      extent += (t.shape[a] - 1) * t.strides[a];
+    }
+    const size_t element = t.dtype == ATTNC_DTYPE_I64 ? 8 : t.dtype == ATTNC_DTYPE_BF16 || t.dtype == ATTNC_DTYPE_F16 ? 2 : 4;
+    if (extent > (int64_t{1} << 34))
+      throw RunError{ATTNC_ERROR_SHAPE, "input '" + name + "' spans more than 2^34 elements"};
+    if (extent > 0) {
+      checkOnDevice(t, name.c_str(), device.index);
+      if (!synced) { // (once: the inputs are read after the stream's work so far)
+        const CUresult r = driver().cuStreamSynchronize(stream);
+        if (r == 900 || r == 901) // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED / _INVALIDATED
+          throw RunError{ATTNC_ERROR_UNSUPPORTED, "a pattern that reads data reads its inputs on the host at each "
+                                                  "call (it waits for the stream), which a CUDA graph capture does "
+                                                  "not allow: run such calls outside the capture"};
+        check(r, "cuStreamSynchronize");
+      }
+      synced = true;
+      storage[size_t(x)].resize(size_t(extent) * element);
+      check(driver().cuMemcpyDtoH(storage[size_t(x)].data(), reinterpret_cast<CUdeviceptr>(t.data),
+                                  storage[size_t(x)].size()),
+            "cuMemcpyDtoH");
+      host.values.data = storage[size_t(x)].data();
+    }
+    out.push_back(host);
+  }
+  return out;
+}
+
+namespace {
+
+/// The tables of a call of a pattern that reads data (not cached: in `buffers`, the call's, copied on
+/// its stream): one set per distinct (head set, inputs) of its slices, with the slices that run it.
+std::shared_ptr<const Engine::DeviceTables> dataTables(const plan::Plan &plan_, const std::vector<int64_t> &headToSet_,
+                                                       int device, const Dims &dims, const CallInputs &data,
+                                                       const Module &module, CUstream stream,
+                                                       std::vector<std::unique_ptr<DeviceBuffer>> &buffers) {
+  using DeviceTables = Engine::DeviceTables;
+  checkKeysFit32Bits(dims.nk);
+  auto t = std::make_shared<DeviceTables>();
+  t->device = device;
+  // Each table in a buffer of the call (freed in stream order when it returns), copied on its stream.
+  auto toDevice = [&](const auto &v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    if (v.empty())
+      return static_cast<const T *>(nullptr);
+    buffers.push_back(std::make_unique<DeviceBuffer>(module, v.size() * sizeof(T), stream));
+    check(driver().cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(buffers.back()->get<void>()), v.data(),
+                                     v.size() * sizeof(T), stream),
+          "cuMemcpyHtoDAsync");
+    return static_cast<const T *>(buffers.back()->get<T>());
+  };
+  std::map<std::pair<int64_t, std::vector<const void *>>, size_t> sets; // (head set, arrays) -> its set in t
+  for (int64_t b = 0; b < dims.batch; ++b)
+    for (int64_t h = 0; h < dims.hq; ++h) {
+      const InputArrays *arrays = data.slice(b, h);
+      ATTNC_CHECK(arrays, "a call of a pattern that reads data has its inputs");
+      const int64_t set = plan_.heads.size() == 1 ? 0 : headToSet_.at(static_cast<size_t>(h));
+      std::vector<const void *> key;
+      for (const auto &a : *arrays)
+        key.push_back(a.get());
+      auto [it, fresh] = sets.try_emplace({set, key}, t->sets.size());
+      if (fresh) {
+        const plan::Plan bound = plan::bindPlan(plan_, static_cast<size_t>(set), *arrays);
+        t->sets.push_back(DeviceTables::upload(buildSetTables(bound, static_cast<size_t>(set), dims.nk), toDevice));
+        t->slicesOfSet.emplace_back();
+      }
+      t->slicesOfSet[it->second].emplace_back(b, h);
+    }
+  return t;
+}
+
+} // namespace
+
 void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                      const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale,
-                     const HeadTensors &floats) {
+                     const HeadTensors &floats, const CallInputs *data) {
   checkModifiers(floats);
   ScopedContext ctx(device.index);
   const Modifiers &mods = modifiers_;
@@ -637,7 +740,9 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
     f = m.fwdVariants[variant], threads = variantThreads(variant);
   }
   needSmem(m, device.index, smem, "forward", dp);
-  auto tabs = tables(device.index, dims.nk);
+  std::vector<std::unique_ptr<DeviceBuffer>> callTables; // (a data call's)
+  auto tabs = data ? dataTables(plan_, headToSet_, device.index, dims, *data, m, stream, callTables)
+                   : tables(device.index, dims.nk);
   Operand qo = operand(m, stream, q, type), ko = operand(m, stream, k, type), vo = operand(m, stream, v, type);
   // O written in place when it is the compute type with even rows; else
   // through a contiguous copy.
@@ -691,24 +796,51 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
     a.sink = sinkF32->get<float>();
   }
   a.setOfHead = tabs->setOfHead;
-  for (size_t s = 0; s < tabs->sets.size(); ++s) {
-    const auto &set = tabs->sets[s];
-    if (set.host.needsState() && !stateO) {
-      const size_t rows = size_t(dims.batch * dims.hq * dims.nk);
-      stateO = std::make_unique<DeviceBuffer>(m, rows * dp * 4, stream);
-      stateLse = std::make_unique<DeviceBuffer>(m, rows * 4, stream);
-      stateLse->fill32(0xff800000u, rows); // -inf: no piece has written the row
+  // Each set's launches over `slices` (batch x heads of them, or one slice of a pattern that reads data).
+  auto runSet = [&](const DeviceTables::Set &set, FwdArgs &args, int64_t slices) {
+    if (set.host.needsState()) {
+      const size_t rows = size_t(slices * dims.nk);
+      const bool fresh = !stateO;
+      if (fresh) {
+        stateO = std::make_unique<DeviceBuffer>(m, rows * dp * 4, stream);
+        stateLse = std::make_unique<DeviceBuffer>(m, rows * 4, stream);
+      }
+      if (fresh || data) // (each slice of a data call starts from an empty state)
+        stateLse->fill32(0xff800000u, rows); // -inf: no piece has written the row
     }
-    a.set = static_cast<int32_t>(s);
-    a.items = set.fwdItems, a.keys = set.fwdKeys, a.masks = set.fwdMasks, a.full = set.fwdFull;
-    a.stateO = stateO ? stateO->get<float>() : nullptr;
-    a.stateLse = stateLse ? stateLse->get<float>() : nullptr;
+    args.items = set.fwdItems, args.keys = set.fwdKeys, args.masks = set.fwdMasks, args.full = set.fwdFull;
+    args.stateO = stateO ? stateO->get<float>() : nullptr;
+    args.stateLse = stateLse ? stateLse->get<float>() : nullptr;
     for (const Launch &l : set.host.fwdLaunches) {
       if (l.itemCount == 0)
         continue;
-      a.itemBegin = l.itemBegin;
-      a.readsState = l.readsState, a.writesState = l.writesState, a.writesSlots = l.writesSlots;
-      launch(f, unsigned(l.itemCount), unsigned(dims.batch * dims.hq), threads, smem, stream, &a);
+      args.itemBegin = l.itemBegin;
+      args.readsState = l.readsState, args.writesState = l.writesState, args.writesSlots = l.writesSlots;
+      launch(f, unsigned(l.itemCount), unsigned(slices), threads, smem, stream, &args);
+    }
+  };
+  for (size_t s = 0; s < tabs->sets.size(); ++s) {
+    if (!data) {
+      a.set = static_cast<int32_t>(s);
+      runSet(tabs->sets[s], a, dims.batch * dims.hq);
+      continue;
+    }
+    // A data call: each slice alone (grid y = 1), its tensors' rows from its (batch, head).
+    for (const auto &[b, h] : tabs->slicesOfSet[s]) {
+      FwdArgs one = a;
+      const int64_t g = h / (dims.hq / dims.hkv);
+      one.q = static_cast<const char *>(a.q) + 2 * (b * a.qsb + h * a.qsh);
+      one.k = static_cast<const char *>(a.k) + 2 * (b * a.ksb + g * a.ksh);
+      one.v = static_cast<const char *>(a.v) + 2 * (b * a.vsb + g * a.vsh);
+      one.o = static_cast<char *>(a.o) + 2 * (b * a.osb + h * a.osh);
+      if (a.lse)
+        one.lse = a.lse + b * a.lsb + h * a.lsh;
+      one.heads = 1, one.ratio = 1, one.set = 0, one.setOfHead = nullptr;
+      if (a.sink)
+        one.sink = a.sink + h;
+      if (a.slope)
+        one.slope = a.slope + h;
+      runSet(tabs->sets[s], one, 1);
     }
   }
   if (!oInPlace)
@@ -718,7 +850,7 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
 void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                       const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor &dO, const attnc_tensor &lse,
                       const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale,
-                      const HeadTensors &floats) {
+                      const HeadTensors &floats, const CallInputs *data) {
   checkModifiers(floats);
   ScopedContext ctx(device.index);
   const Modifiers &mods = modifiers_;
@@ -739,7 +871,9 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
       f = m.bwdWg[family][typeIndex(type)][dpIndex(dp)];
   }
   needSmem(m, device.index, bwdSmemBytes(dp), "backward", dp);
-  auto tabs = tables(device.index, dims.nk);
+  std::vector<std::unique_ptr<DeviceBuffer>> callTables; // (a data call's)
+  auto tabs = data ? dataTables(plan_, headToSet_, device.index, dims, *data, m, stream, callTables)
+                   : tables(device.index, dims.nk);
   Operand qo = operand(m, stream, q, type), ko = operand(m, stream, k, type), vo = operand(m, stream, v, type);
   Operand go = operand(m, stream, dO, type);
   const size_t qRows = size_t(dims.batch * dims.hq * dims.nq), kRows = size_t(dims.batch * dims.hkv * dims.nk);
@@ -787,16 +921,41 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
     }
   }
   a.setOfHead = tabs->setOfHead;
-  for (size_t s = 0; s < tabs->sets.size(); ++s) {
-    const auto &set = tabs->sets[s];
-    a.set = static_cast<int32_t>(s);
-    a.items = set.bwdItems, a.keys = set.bwdKeys, a.rows = set.bwdRows, a.masks = set.bwdMasks;
-    a.full = set.bwdFull;
+  // Each set's launches over `slices` (batch x key/value heads, or one slice of a pattern that reads data).
+  auto runSet = [&](const DeviceTables::Set &set, BwdArgs &args, int64_t slices) {
+    args.items = set.bwdItems, args.keys = set.bwdKeys, args.rows = set.bwdRows, args.masks = set.bwdMasks;
+    args.full = set.bwdFull;
     for (const Launch &l : set.host.bwdLaunches) {
       if (l.itemCount == 0)
         continue;
-      a.itemBegin = l.itemBegin;
-      launch(f, unsigned(l.itemCount), unsigned(dims.batch * dims.hkv), 128, bwdSmemBytes(dp), stream, &a);
+      args.itemBegin = l.itemBegin;
+      launch(f, unsigned(l.itemCount), unsigned(slices), 128, bwdSmemBytes(dp), stream, &args);
+    }
+  };
+  for (size_t s = 0; s < tabs->sets.size(); ++s) {
+    if (!data) {
+      a.set = static_cast<int32_t>(s);
+      runSet(tabs->sets[s], a, dims.batch * dims.hkv);
+      continue;
+    }
+    // A data call: each (batch, query head) slice alone, its rows of every tensor and accumulator.
+    for (const auto &[b, h] : tabs->slicesOfSet[s]) {
+      BwdArgs one = a;
+      const int64_t g = h / (dims.hq / dims.hkv), bh = b * dims.hq + h, bg = b * dims.hkv + g;
+      one.q = static_cast<const char *>(a.q) + 2 * (b * a.qsb + h * a.qsh);
+      one.k = static_cast<const char *>(a.k) + 2 * (b * a.ksb + g * a.ksh);
+      one.v = static_cast<const char *>(a.v) + 2 * (b * a.vsb + g * a.vsh);
+      one.dO = static_cast<const char *>(a.dO) + 2 * (b * a.gsb + h * a.gsh);
+      one.lse = a.lse + b * a.lsb + h * a.lsh;
+      one.delta = a.delta + bh * dims.nq;
+      one.dq = a.dq + size_t(bh * dims.nq) * dp;
+      one.dk = a.dk + size_t(bg * dims.nk) * dp, one.dv = a.dv + size_t(bg * dims.nk) * dp;
+      one.heads = 1, one.ratio = 1, one.set = 0, one.setOfHead = nullptr;
+      if (a.slope)
+        one.slope = a.slope + h;
+      if (a.dSlope)
+        one.dSlope = a.dSlope + h;
+      runSet(tabs->sets[s], one, 1);
     }
   }
   copy(m, stream, contiguous(dqAcc.get<void>(), ATTNC_DTYPE_F32, dims.batch, dims.hq, dims.nq, dp),

@@ -23,6 +23,10 @@
 #include <utility>
 #include <vector>
 
+namespace attnc::rt {
+class CallInputs;
+}
+
 namespace attnc::rt::cuda {
 
 /// Whether this libattnc carries the GPU code (built with nvcc).
@@ -37,6 +41,14 @@ struct Dims {
   int64_t batch = 0, hq = 0, hkv = 0, nq = 0, nk = 0, d = 0;
   int64_t first = -1; ///< the queries' first position (attnc_run_forward_at); -1: nk - nq
 };
+
+/// Host copies of a GPU call's inputs (`inputs`: tensors on `device`, each
+/// checked to be its memory): waits for the call's stream, copies each
+/// tensor's extent into `storage` and returns views of the copies with the
+/// same shapes and strides (what CallInputs reads). A capture fails here,
+/// saying why. Throws RunError.
+std::vector<attnc_input> hostCopies(const attnc_device &device, const attnc_input *inputs, int64_t count,
+                                    std::vector<std::vector<unsigned char>> &storage);
 
 /// Forces the bf16 d <= 64 forward kernel's variant for every call of the
 /// process (0-3; -1: none, the kernel's tuned one or ATTNC_CUDA_FWD_VARIANT):
@@ -89,13 +101,17 @@ public:
   ~Engine();
 
   /// `floats`: the modifiers' per-head inputs (the forward: no gradients).
+  /// `data`: a pattern that reads data, the call's inputs (on the host,
+  /// hostCopies): each (batch, head) slice runs on tables built from its own
+  /// inputs at this call, in raster order (the plan bound to them: a row
+  /// block's keys are the union of its rows'), uploaded and freed with it.
   void forward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor *lse, float scale,
-               const HeadTensors &floats = {});
+               const HeadTensors &floats = {}, const CallInputs *data = nullptr);
   void backward(const attnc_device &device, const Dims &dims, const attnc_tensor &q, const attnc_tensor &k,
                 const attnc_tensor &v, const attnc_tensor &o, const attnc_tensor &dO, const attnc_tensor &lse,
                 const attnc_tensor &dq, const attnc_tensor &dk, const attnc_tensor &dv, float scale,
-                const HeadTensors &floats = {});
+                const HeadTensors &floats = {}, const CallInputs *data = nullptr);
 
   /// The pattern's modifiers as the kernels run them (default when they cannot: calls then fail saying why).
   const Modifiers &modifiers() const { return modifiers_; }
