@@ -171,6 +171,24 @@ TEST(CliData, EmitPlanCountsTilesOnTheDataInTheOrderTheyRun) {
   EXPECT_NE(tokens.out.find("useful 126, executed 126 (1.000x), tiles 0"), std::string::npos) << tokens.out;
 }
 
+TEST(CliData, EmitCudaShowsTheTablesOfTheDataItIsGiven) {
+  ScratchDir dir;
+  // Four documents of 32 tokens, contiguous: the GPU's 64-row blocks each hold two documents whole, so a
+  // block's key union is its own 64 keys (the tables in raster order, as a GPU call builds them).
+  std::vector<int64_t> docs(128);
+  for (size_t p = 0; p < docs.size(); ++p)
+    docs[p] = static_cast<int64_t>(p / 32);
+  const std::string doc = intNpy(dir, "doc.npy", {128}, docs);
+  CommandResult r = attnc("emit " + libraryPattern("document") + " --stage cuda --n 128 --input doc=" + doc);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("head set 0 at n = 128: 1 forward launch, 2 items, 2 key tiles"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("executed/useful pairs, forward: "), std::string::npos) << r.out;
+  CommandResult none = attnc("emit " + libraryPattern("document") + " --stage cuda");
+  EXPECT_EQ(none.exitCode, 1);
+  EXPECT_NE(none.err.find("give --n N and --input doc=FILE.npy"), std::string::npos) << none.err;
+  EXPECT_EQ(none.err.find("internal error"), std::string::npos) << none.err;
+}
+
 TEST(CliData, ShowDrawsTheDataItIsGiven) {
   ScratchDir dir;
   const std::string doc = intNpy(dir, "doc.npy", {6}, {1, 1, 1, 5, 5, 5});

@@ -145,14 +145,26 @@ int runEmit(const EmitOptions &opts) {
   Stage stage = *parseStage(opts.stage);
   std::string text;
   // The backends' stages take the patterns their backends take.
-  if (lp->ir.readsData() && (stage == Stage::Halide || stage == Stage::Cuda)) {
-    const std::string why = stage == Stage::Cuda
-                                ? "pattern '" + lp->ir.name + "' reads data: its GPU tables are built from each "
-                                  "call's inputs (docs/cuda.md, \"Patterns that read data\")"
-                                : compiler::dataRefusal(lp->ir, codegen::Backend::Halide);
-    std::cerr << "attnc: error: --stage " << stageName(stage) << ": " << why
+  if (lp->ir.readsData() && stage == Stage::Halide) {
+    std::cerr << "attnc: error: --stage halide: " << compiler::dataRefusal(lp->ir, codegen::Backend::Halide)
               << " (--stage ast, ir and plan show it)\n";
     return kExitUserError;
+  }
+  // A pattern that reads data has GPU tables only for a call's data: given with --input at --n.
+  if (lp->ir.readsData() && stage == Stage::Cuda) {
+    bool bound = false;
+    if (opts.n > 0 && !bindPatternData(lp->ir, opts.inputs, opts.n, bound))
+      return kExitUserError;
+    if (!bound) {
+      std::string flags;
+      for (const auto &in : lp->ir.inputs)
+        if (!in.isFloat)
+          flags += " --input " + in.name + "=FILE.npy";
+      std::cerr << "attnc: error: --stage cuda: pattern '" << lp->ir.name << "' reads data, so its GPU tables are "
+                << "those of a call's data (built at each call: docs/cuda.md, \"Patterns that read data\"): give "
+                << "--n N and" << flags << " (--stage ast, ir and plan show it without)\n";
+      return kExitUserError;
+    }
   }
   switch (stage) {
   case Stage::Ast:
@@ -304,9 +316,9 @@ void setupEmit(CLI::App &app, int &exitCode) {
                   "With --stage halide: a schedule such as r32-k16-s2x8-o4 (default: the tuned one, "
                   "else r64-k24-s4x6-o6)");
   cmd->add_option("--input", opts->inputs,
-                  "With --stage plan --n: the data of a pattern that reads some, as for attnc run (an int32 or "
-                  "int64 .npy per int input: DIMS, [B, DIMS] or [B, H, DIMS]; batch entry 0, each head set's first "
-                  "head): the pieces' tiles and executed/useful work on that data")
+                  "With --stage plan or cuda and --n: the data of a pattern that reads some, as for attnc run (an "
+                  "int32 or int64 .npy per int input: DIMS, [B, DIMS] or [B, H, DIMS]; batch entry 0, each head "
+                  "set's first head): the pieces' tiles (the GPU's tables) and executed/useful work on that data")
       ->type_name("NAME=FILE.npy");
   cmd->add_option("-o,--output", opts->output, "Write to this file instead of stdout");
   cmd->footer(examplesFooter({"attnc emit patterns/fixed.attn --stage ir",
