@@ -26,9 +26,9 @@
 // apply a soft cap c tanh(b s) to the scores in registers (and, backward,
 // its derivative to dS); the alibi kernels add slope[h] sgn (j - i) to them
 // (and, backward, sum dS sgn (j - i) per head: the slopes' gradient); a
-// sink logit per head is folded into each row's O
-// and log-sum-exp as the forward writes them, and attnc_sink_grad gives its
-// gradient from the log-sum-exp and rowsum(dO * O).
+// sink logit per head is folded into each row's O and log-sum-exp as the
+// forward writes them, and attnc_sink_grad gives its gradient from the
+// log-sum-exp and rowsum(dO * O).
 //
 // Data layout the kernels take (CudaRun.cpp packs anything else): rows of
 // d elements contiguous, 16-byte aligned, d a multiple of 8; the head
