@@ -19,7 +19,8 @@ host, so CUDA cu_seqlens are copied back first):
 - ``attnc::attention_varlen_backward(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
   kernel_id, scale) -> (d_q, d_k, d_v)``: attnc_run_backward_varlen.
 
-Two more for patterns that read data (``input NAME : int[...]``; CPU tensors only):
+Two more for patterns that read data (``input NAME : int[...]``; on CUDA tensors the inputs are
+CUDA tensors too, read on the host at each call):
 
 - ``attnc::attention_data(q, k, v, inputs, kernel_id, scale) -> (o, lse)``: attnc_forward
   with the pattern's inputs, ``inputs`` in declaration order, each an int32 or int64 tensor
@@ -28,7 +29,8 @@ Two more for patterns that read data (``input NAME : int[...]``; CPU tensors onl
   (d_q, d_k, d_v)``: attnc_backward with the same inputs (integers: no gradient).
 
 And two for patterns with float inputs (``input NAME : float[...]``, read by ``score`` and
-``sink``; CPU tensors only), whose gradients flow back:
+``sink``; on CUDA tensors the forms the GPU runs: a soft cap, ALiBi, a sink per head), whose
+gradients flow back:
 
 - ``attnc::attention_scored(q, k, v, inputs, float_inputs, kernel_id, scale) -> (o, lse)``:
   attnc_forward with the int inputs as for attention_data (in declaration order among the
@@ -908,8 +910,9 @@ def attention(
     into it. A float input (``input NAME : float[...]``, read by ``score`` and ``sink``) is a
     float32 or bfloat16 tensor of exactly its declared shape at nk and the query heads
     (``kernel.input_shape(name, n, heads)``), shared by the whole call, and gets its gradient
-    when it requires one. CPU tensors only for now. attnc::attention_data (int inputs only) or
-    attnc::attention_scored (float inputs) is then the op.
+    when it requires one. On CUDA tensors the inputs are CUDA tensors too (docs/cuda.md: int
+    inputs are read on the host at each call; the GPU runs a soft cap, ALiBi and a per-head sink).
+    attnc::attention_data (int inputs only) or attnc::attention_scored (float inputs) is then the op.
     """
     if out is not None:
         return _attention_out(q, k, v, kernel, scale, out, inputs)
