@@ -1373,6 +1373,20 @@ TEST(CudaHostData, EachSliceRunsOnTablesOfItsOwnData) {
   EXPECT_NE(std::string(attnc_last_error()).find("'b0' is not CUDA device memory"), std::string::npos)
       << attnc_last_error();
   EXPECT_EQ(attnc_fake_cuda_launch_count(), 0);
+  // A negative stride and an extent past 2^34 elements: refused before any copy or launch.
+  attnc_input bad[] = {{"b0", d0.t}, {"b1", d1.t}};
+  bad[0].values.strides[2] = -1;
+  attnc_fake_cuda_reset();
+  call.inputs = bad;
+  EXPECT_EQ(attnc_forward(kernel.get(), &call), ATTNC_ERROR_STRIDE);
+  EXPECT_NE(std::string(attnc_last_error()).find("input 'b0' has a negative shape or stride"), std::string::npos)
+      << attnc_last_error();
+  bad[0].values.strides[2] = int64_t{1} << 35;
+  EXPECT_EQ(attnc_forward(kernel.get(), &call), ATTNC_ERROR_SHAPE);
+  EXPECT_NE(std::string(attnc_last_error()).find("input 'b0' spans more than 2^34 elements"), std::string::npos)
+      << attnc_last_error();
+  EXPECT_EQ(attnc_fake_cuda_counts().copiesToHost, 0);
+  EXPECT_EQ(attnc_fake_cuda_launch_count(), 0);
   call.inputs = inputs;
   attnc_fake_cuda_capture(dev.stream, 1);
   EXPECT_EQ(attnc_forward(kernel.get(), &call), ATTNC_ERROR_UNSUPPORTED);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <type_traits>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -413,6 +414,19 @@ template <class Args> void setInputs(Args &a, const Operand &q, const Operand &k
   a.qsb = q.sb, a.qsh = q.sh, a.qsn = q.sn;
   a.ksb = k.sb, a.ksh = k.sh, a.ksn = k.sn;
   a.vsb = v.sb, a.vsh = v.sh, a.vsn = v.sn;
+}
+
+/// `p` (the kernels' 16-bit elements) at batch entry b, head x, of element strides sb, sx.
+template <class V> V *sliceAt(V *p, int64_t b, int64_t x, int64_t sb, int64_t sx) {
+  using Byte = std::conditional_t<std::is_const_v<V>, const char, char>;
+  return static_cast<Byte *>(p) + 2 * (b * sb + x * sx);
+}
+
+/// Q, K and V of a kernel's argument moved to one slice: batch entry b, query head h (key/value head g).
+template <class Args> void sliceInputs(Args &one, const Args &a, int64_t b, int64_t h, int64_t g) {
+  one.q = sliceAt(a.q, b, h, a.qsb, a.qsh);
+  one.k = sliceAt(a.k, b, g, a.ksb, a.ksh);
+  one.v = sliceAt(a.v, b, g, a.vsb, a.vsh);
 }
 
 /// Throws unless a CTA of `smem` bytes of shared memory fits this module's GPU.
@@ -829,10 +843,8 @@ void Engine::forward(const attnc_device &device, const Dims &dims, const attnc_t
     for (const auto &[b, h] : tabs->slicesOfSet[s]) {
       FwdArgs one = a;
       const int64_t g = h / (dims.hq / dims.hkv);
-      one.q = static_cast<const char *>(a.q) + 2 * (b * a.qsb + h * a.qsh);
-      one.k = static_cast<const char *>(a.k) + 2 * (b * a.ksb + g * a.ksh);
-      one.v = static_cast<const char *>(a.v) + 2 * (b * a.vsb + g * a.vsh);
-      one.o = static_cast<char *>(a.o) + 2 * (b * a.osb + h * a.osh);
+      sliceInputs(one, a, b, h, g);
+      one.o = sliceAt(a.o, b, h, a.osb, a.osh);
       if (a.lse)
         one.lse = a.lse + b * a.lsb + h * a.lsh;
       one.heads = 1, one.ratio = 1, one.set = 0, one.setOfHead = nullptr;
@@ -942,10 +954,8 @@ void Engine::backward(const attnc_device &device, const Dims &dims, const attnc_
     for (const auto &[b, h] : tabs->slicesOfSet[s]) {
       BwdArgs one = a;
       const int64_t g = h / (dims.hq / dims.hkv), bh = b * dims.hq + h, bg = b * dims.hkv + g;
-      one.q = static_cast<const char *>(a.q) + 2 * (b * a.qsb + h * a.qsh);
-      one.k = static_cast<const char *>(a.k) + 2 * (b * a.ksb + g * a.ksh);
-      one.v = static_cast<const char *>(a.v) + 2 * (b * a.vsb + g * a.vsh);
-      one.dO = static_cast<const char *>(a.dO) + 2 * (b * a.gsb + h * a.gsh);
+      sliceInputs(one, a, b, h, g);
+      one.dO = sliceAt(a.dO, b, h, a.gsb, a.gsh);
       one.lse = a.lse + b * a.lsb + h * a.lsh;
       one.delta = a.delta + bh * dims.nq;
       one.dq = a.dq + size_t(bh * dims.nq) * dp;
