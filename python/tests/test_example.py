@@ -125,3 +125,25 @@ def test_the_scripts_compile():
         compile(source, str(path), "exec")
         assert not _deleted_but_never_bound(ast.parse(source)), f"{path.name}: {_deleted_but_never_bound(ast.parse(source))}"
     assert _deleted_but_never_bound(ast.parse("def f():\n    x = 1\n    del y\n")) == ["f:3 deletes 'y'"]
+
+
+def _scripts_without_their_run_bit(paths) -> list[str]:
+    """The names of the files of `paths` that start with a `#!` line but that no one may execute."""
+    import os
+
+    return sorted(p.name for p in paths if p.read_bytes()[:2] == b"#!" and not os.access(p, os.X_OK))
+
+
+def test_the_scripts_carry_their_run_bit(tmp_path):
+    """Every script of scripts/, bench/ and examples/python/ with a `#!` line runs as `./PATH` (docs/cuda.md
+    names `scripts/gpu-check.sh`, which once lacked its run bit); sourced helpers have no `#!` line."""
+    paths = [p for folder in ("scripts", "bench", "bench/halide", "examples/python")
+             for p in sorted((REPO / folder).glob("*")) if p.suffix in (".sh", ".py")]
+    assert any(p.name == "gpu-check.sh" for p in paths)
+    assert _scripts_without_their_run_bit(paths) == []
+    lacking, sourced = tmp_path / "lacking.sh", tmp_path / "sourced.sh"
+    lacking.write_text("#!/usr/bin/env bash\n")
+    sourced.write_text("# sourced\n")
+    for p in (lacking, sourced):
+        p.chmod(0o644)
+    assert _scripts_without_their_run_bit([lacking, sourced]) == ["lacking.sh"]
