@@ -24,6 +24,7 @@
 
 #include "attnc/attnc.h"
 #include "attnc/attnc_jit.h"
+#include "attnc/support/AlignedVector.h"
 
 #include <algorithm>
 #include <array>
@@ -190,14 +191,15 @@ struct Timing {
 /// Median forward and forward + backward times, new data for every call.
 bool timeKernel(const attnc_kernel *kernel, const std::string &pattern, const Options &o, Timing &out) {
   const size_t size = static_cast<size_t>(o.batch * o.heads * o.n * o.d);
-  std::vector<float> q(size), k(size), v(size), dO(size), attn(size), dq(size), dk(size), dv(size),
+  // (64-byte aligned, as a framework's tensors are: docs/benchmarks.md, "On an AVX2-only CPU")
+  attnc::support::AlignedVector<float> q(size), k(size), v(size), dO(size), attn(size), dq(size), dk(size), dv(size),
       lse(static_cast<size_t>(o.batch * o.heads * o.n));
   std::mt19937 frng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto *t : {&q, &k, &v, &dO})
     for (float &x : *t)
       x = normal(frng);
-  auto view = [&](std::vector<float> &t, int64_t last) {
+  auto view = [&](auto &t, int64_t last) {
     attnc_tensor x{};
     x.data = t.data();
     x.dtype = ATTNC_DTYPE_F32;

@@ -18,6 +18,7 @@
 
 #include "attnc/attnc.h"
 #include "attnc/attnc_jit.h"
+#include "attnc/support/AlignedVector.h"
 
 #include <algorithm>
 #include <chrono>
@@ -88,7 +89,8 @@ double medianOf(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-attnc_tensor tensorOf(std::vector<float> &t, std::vector<int64_t> shape) {
+template <typename Floats> // (std::vector<float> or an AlignedVector)
+attnc_tensor tensorOf(Floats &t, std::vector<int64_t> shape) {
   attnc_tensor x{};
   x.data = t.data();
   x.dtype = ATTNC_DTYPE_F32;
@@ -189,7 +191,7 @@ private:
   const Case &c_;
   const Options &o_;
   std::unique_ptr<attnc_kernel, void (*)(attnc_kernel *)> kernel_{nullptr, attnc_kernel_free};
-  std::vector<float> q_, k_, v_, dO_, o__, lse_, dq_, dk_, dv_;
+  attnc::support::AlignedVector<float> q_, k_, v_, dO_, o__, lse_, dq_, dk_, dv_; // (64-byte aligned, as a framework's tensors)
   std::vector<std::vector<float>> values_, grads_;
   std::vector<attnc_input> inputs_, dInputs_;
 };

@@ -417,10 +417,10 @@ void rowDots(const float *dO, const float *o, int64_t n, int64_t d, float *delta
 namespace {
 
 /// A residue class's copies of its keys and values, in T.
-std::vector<float> &classKeys(FusedScratch &s, float) { return s.classK; }
-std::vector<float> &classValues(FusedScratch &s, float) { return s.classV; }
-std::vector<uint16_t> &classKeys(FusedScratch &s, uint16_t) { return s.classKBf16; }
-std::vector<uint16_t> &classValues(FusedScratch &s, uint16_t) { return s.classVBf16; }
+support::AlignedVector<float> &classKeys(FusedScratch &s, float) { return s.classK; }
+support::AlignedVector<float> &classValues(FusedScratch &s, float) { return s.classV; }
+support::AlignedVector<uint16_t> &classKeys(FusedScratch &s, uint16_t) { return s.classKBf16; }
+support::AlignedVector<uint16_t> &classValues(FusedScratch &s, uint16_t) { return s.classVBf16; }
 
 /// runFusedHead's order of blocks and classes, for f32 (T = float) or bf16
 /// (T = uint16_t) inputs and the block kernel of that type.
@@ -579,7 +579,7 @@ void runHead(const plan::Plan &plan, size_t headIndex, bool dense, const plan::H
     forEachItem(classes, threads, s, [&](FusedScratch &ws, int64_t c) {
       plan::BlockSource src(plan, piece, n, c, !cached);
       const int64_t m = src.rowStride(), keyClass = src.keyClass();
-      std::vector<T> &classK = classKeys(ws, T{}), &classV = classValues(ws, T{});
+      support::AlignedVector<T> &classK = classKeys(ws, T{}), &classV = classValues(ws, T{});
       classK.resize(static_cast<size_t>(src.keyRows() * d));
       classV.resize(static_cast<size_t>(src.keyRows() * d));
       int64_t copied = 0; // key rows [0, copied) are in classK and classV

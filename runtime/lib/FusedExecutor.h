@@ -16,6 +16,7 @@
 #pragma once
 
 #include "attnc/plan/Plan.h"
+#include "attnc/support/AlignedVector.h"
 
 #include "ScoreProgram.h"
 
@@ -65,22 +66,22 @@ struct Waiting {
 
 /// Per-thread scratch for one (batch, head) slice, reused across calls.
 struct FusedScratch {
-  std::vector<float> rowMax, rowSum;          ///< n, n: the online-softmax state (the output slice accumulates)
+  support::AlignedVector<float> rowMax, rowSum;          ///< n, n: the online-softmax state (the output slice accumulates)
   std::vector<plan::BlockTiles> blocks;       ///< the current row block of each piece
   plan::BlockShape shape;                     ///< a block generated as it runs
-  std::vector<float> qt, scores;              ///< Q^T of a block (d x 32); S^T / P^T of a tile (C x 32)
+  support::AlignedVector<float> qt, scores;              ///< Q^T of a block (d x 32); S^T / P^T of a tile (C x 32)
   std::vector<const float *> vRows;           ///< a tile's value rows
   std::vector<const plan::BlockTiles *> built; ///< pointers to `blocks`, as the kernels take them
   std::vector<FusedScratch> helpers;          ///< the scratch of the threads that share a slice
   std::vector<const void *> ahead;            ///< cache lines of the next block, prefetched as this one runs
   size_t aheadNext = 0;
-  std::vector<float> classK, classV;          ///< a residue class's keys and values, class-major
+  support::AlignedVector<float> classK, classV;          ///< a residue class's keys and values, class-major
   // The bf16 kernels' (runFusedHeadBf16) pairs of adjacent bf16 as 32-bit words.
-  std::vector<uint32_t> qtPairs;              ///< Q^T of a block: (d + 1) / 2 pairs of dimensions x 16 H rows
-  std::vector<uint32_t> probPairs;            ///< P^T of a tile: (C + 1) / 2 pairs of keys x 16 H rows
-  std::vector<uint32_t> valuePairs;           ///< V of a tile: (C + 1) / 2 pairs of keys x d rounded up to 16
+  support::AlignedVector<uint32_t> qtPairs;              ///< Q^T of a block: (d + 1) / 2 pairs of dimensions x 16 H rows
+  support::AlignedVector<uint32_t> probPairs;            ///< P^T of a tile: (C + 1) / 2 pairs of keys x 16 H rows
+  support::AlignedVector<uint32_t> valuePairs;           ///< V of a tile: (C + 1) / 2 pairs of keys x d rounded up to 16
   std::vector<const uint16_t *> vRowsBf16;    ///< a tile's value rows
-  std::vector<uint16_t> classKBf16, classVBf16; ///< classK, classV of bf16 inputs
+  support::AlignedVector<uint16_t> classKBf16, classVBf16; ///< classK, classV of bf16 inputs
   std::vector<Waiting> waiting;               ///< row blocks' keys that run later
   // A score modifier's (ScoreRun) lanes: its slots, the block's row
   // positions and which lanes are pairs of the pattern.
@@ -147,14 +148,14 @@ void runFusedHeadBf16(const plan::Plan &plan, size_t headIndex, bool dense,
 
 /// A thread's scratch in the backward pass.
 struct GradScratch {
-  std::vector<float> qt, dot, p, ds; ///< Q^T, dO^T of a block; P^T, dS^T of a tile
+  support::AlignedVector<float> qt, dot, p, ds; ///< Q^T, dO^T of a block; P^T, dS^T of a tile
   plan::BlockShape shape;            ///< a block generated as it runs
   plan::BlockTiles tiles;            ///< the block being run
   std::vector<plan::BlockTiles> parts; ///< its row-tiles pieces, before they are merged
-  std::vector<float> dk, dv;         ///< a helper thread's partial sums ([n, d] each)
+  support::AlignedVector<float> dk, dv;         ///< a helper thread's partial sums ([n, d] each)
   /// A residue class's rows and keys copied to consecutive rows (q, dO,
   /// lse, delta; k, v) and its gradients before they are added back.
-  std::vector<float> cq, cdo, clse, cdelta, ck, cv, cdq, cdk, cdv;
+  support::AlignedVector<float> cq, cdo, clse, cdelta, ck, cv, cdq, cdk, cdv;
   const float *doAct[64], *qAct[64]; ///< the rows of a tile that have keys
   float *dqAct[64];
   /// Lines of the next block (its Q, dO, K and V rows) to prefetch, one per

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace attnc::tool {
@@ -53,7 +54,7 @@ size_t elementBytes(attnc_dtype t) { return t == ATTNC_DTYPE_F32 ? 4 : 2; }
 int64_t count(const std::array<int64_t, 4> &s) { return s[0] * s[1] * s[2] * s[3]; }
 
 /// A [B, H, n, d] array on the device holding `values` in `dtype`.
-std::unique_ptr<DeviceArray> deviceCopy(int device, const std::vector<float> &values, attnc_dtype dtype) {
+std::unique_ptr<DeviceArray> deviceCopy(int device, std::span<const float> values, attnc_dtype dtype) {
   auto array = std::make_unique<DeviceArray>(device, values.size() * elementBytes(dtype));
   if (dtype == ATTNC_DTYPE_F32) {
     array->upload(values.data());

@@ -33,7 +33,7 @@ RandomInputs::RandomInputs(const std::array<int64_t, 4> &qShape, const std::arra
     }
   }
   if (dtype == ATTNC_DTYPE_BF16) {
-    auto narrow = [](const std::vector<float> &x, std::vector<uint16_t> &out) {
+    auto narrow = [](const support::AlignedVector<float> &x, support::AlignedVector<uint16_t> &out) {
       out.resize(x.size());
       std::transform(x.begin(), x.end(), out.begin(), floatToBf16);
     };

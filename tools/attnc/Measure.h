@@ -2,6 +2,7 @@
 #pragma once
 
 #include "attnc/attnc.h"
+#include "attnc/support/AlignedVector.h"
 
 #include <array>
 #include <cstdint>
@@ -34,8 +35,8 @@ struct RandomInputs {
   /// them computed. Int inputs are not drawn (bench and tune refuse
   /// patterns that read data). Call it for each kernel before its runs.
   void setFloatInputs(const attnc_kernel *kernel);
-  std::vector<float> q, k, v, o;
-  std::vector<uint16_t> qb, kb, vb, ob; ///< the bf16 tensors' elements
+  support::AlignedVector<float> q, k, v, o;
+  support::AlignedVector<uint16_t> qb, kb, vb, ob; ///< the bf16 tensors' elements
   attnc_tensor tq, tk, tv, to;
   std::vector<int32_t> cuSeqlens;  ///< setVarlen's offsets
   const attnc_varlen *varlen = nullptr; ///< null: a dense batch
