@@ -30,35 +30,25 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "attnc/support/AlignedVector.h"
+
 namespace {
 
 constexpr int kD = 64, kRows = 16;
 
 /// What every loop reads and writes: V[keys][d] (rows through `rows`, a
 /// scattered order), P^T[keys][16] and O[16][d] (O^T for the S^T loop).
-/// `count` floats on a 64-byte boundary, as a framework's tensors are (a
-/// std::vector's large block sits 16 bytes into its page, and every 64-byte
-/// row slice would straddle two cache lines).
-struct Floats {
-  explicit Floats(size_t count)
-      : data(static_cast<float *>(std::aligned_alloc(64, (count * sizeof(float) + 63) / 64 * 64))) {
-    std::fill_n(data, count, 0.0f);
-  }
-  ~Floats() { std::free(data); }
-  Floats(const Floats &) = delete;
-  Floats &operator=(const Floats &) = delete;
-  float &operator[](size_t i) { return data[i]; }
-  float *data;
-};
-
+/// (64-byte aligned, as a framework's tensors are: a std::vector's large
+/// block sits 16 bytes into its page, and its 64-byte row slices would
+/// straddle two cache lines.)
 struct Data {
-  Floats v, p, o;
+  attnc::support::AlignedVector<float> v, p, o;
   std::vector<const float *> rows;
   int keys;
   explicit Data(int k)
       : v(static_cast<size_t>(k) * kD), p(static_cast<size_t>(k) * kRows), o(kRows * kD), rows(static_cast<size_t>(k)), keys(k) {
     for (int c = 0; c < k; ++c) {
-      rows[c] = v.data + static_cast<size_t>((c * 37) % k) * kD; // (37 is prime to every power of 2)
+      rows[c] = v.data() + static_cast<size_t>((c * 37) % k) * kD; // (37 is prime to every power of 2)
       for (int x = 0; x < kD; ++x)
         v[static_cast<size_t>(c) * kD + x] = 1e-3f * static_cast<float>((c + x) % 7);
       for (int r = 0; r < kRows; ++r)
