@@ -27,6 +27,8 @@ struct CacheLineAllocator {
   template <typename U>
   CacheLineAllocator(const CacheLineAllocator<U> &) noexcept {}
   T *allocate(std::size_t count) {
+    if (count > static_cast<std::size_t>(-1) / sizeof(T)) // (as std::allocator: no wrapped size)
+      throw std::bad_array_new_length();
     return static_cast<T *>(::operator new(count * sizeof(T), std::align_val_t{kCacheLine}));
   }
   void deallocate(T *p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{kCacheLine}); }
