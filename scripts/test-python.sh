@@ -18,7 +18,11 @@ py=$venv/bin/python
 "$py" -m pip install -q --disable-pip-version-check nanobind scikit-build-core numpy pytest torch transformers attn-gym
 # No build isolation: the venv already holds the build requirements, and an
 # isolated build would download them again on every run.
+# ATTNC_CUDA_FATBIN (scripts/test.sh sets it): embed that fatbin of the GPU
+# kernels instead of running nvcc again.
+fatbin=()
+[[ -z ${ATTNC_CUDA_FATBIN:-} ]] || fatbin=(--config-settings=cmake.define.ATTNC_CUDA_PREBUILT_FATBIN="$ATTNC_CUDA_FATBIN")
 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
   "$py" -m pip install -q --disable-pip-version-check --no-build-isolation \
-  --config-settings=build-dir="$build-py" ./python
+  --config-settings=build-dir="$build-py" "${fatbin[@]}" ./python
 "$py" -m pytest python/tests -q

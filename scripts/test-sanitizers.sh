@@ -32,7 +32,9 @@ export CCACHE_NOHASHDIR=1 CCACHE_BASEDIR=$PWD
 configure() { # DIR SANITIZERS FLAGS...
   local dir=$1 sanitize=$2
   shift 2
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNC_SANITIZE="$sanitize" "$@" >/dev/null
+  # (ATTNC_CUDA_FATBIN, from scripts/test.sh: the GPU kernels nvcc built there.)
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNC_SANITIZE="$sanitize" \
+    ${ATTNC_CUDA_FATBIN:+-DATTNC_CUDA_PREBUILT_FATBIN="$ATTNC_CUDA_FATBIN"} "$@" >/dev/null
 }
 
 # run_gtest BINARY: all of a gtest binary's tests in $jobs shards at once,

@@ -17,7 +17,15 @@ bash scripts/bootstrap.sh
 build=${ATTNC_BUILD_DIR:-build}
 bash scripts/build.sh
 (cd "$build" && ctest --output-on-failure -j"$(nproc)")
-ATTNC_BUILD_DIR=$build-min ATTNC_CMAKE_FLAGS="-DATTNC_WITH_MLIR=OFF -DATTNC_WITH_HALIDE=OFF" \
+# The GPU kernels' fatbin is the same in every build below (device code, no
+# host flags): they embed this build's instead of running nvcc again (one to
+# two and a half minutes of a core each). ATTNC_CUDA_FATBIN is read by
+# test-python.sh and test-sanitizers.sh as well.
+fatbin=$build/runtime/attnc_kernels.fatbin
+[[ $fatbin == /* ]] || fatbin=$PWD/$fatbin
+[[ ! -f $fatbin ]] || export ATTNC_CUDA_FATBIN=$fatbin
+ATTNC_BUILD_DIR=$build-min \
+  ATTNC_CMAKE_FLAGS="-DATTNC_WITH_MLIR=OFF -DATTNC_WITH_HALIDE=OFF${ATTNC_CUDA_FATBIN:+ -DATTNC_CUDA_PREBUILT_FATBIN=$ATTNC_CUDA_FATBIN}" \
   bash scripts/build.sh
 (cd "$build-min" && ctest --output-on-failure -j"$(nproc)")
 bash scripts/test-python.sh
