@@ -70,18 +70,18 @@ run_gtest() {
 # example, mlir-opt, fuzz corpus replays and the fused kernels' AVX2, portable and
 # uncached variants). Left out: the install test (an external project whose
 # executables are not linked with ASan), the layering check (a shell
-# script), and the generic-only and bf16 copies of the fused executor (a
-# third and fourth compile of its largest file; the same code runs in
-# attnc_kernel_tests).
+# script), and the generic-only copy of the runtime (a second compile of
+# its largest file; the same code runs in attnc_kernel_tests). The bf16
+# kernels' tests link the runtime's own fused objects (attnc_fused_objects).
 asan=$build-asan
 configure "$asan" address,undefined
 ninja -C "$asan" -j"$jobs" attnc_unit_tests attnc_frontend_tests attnc_support_tests attnc_kernel_tests \
   attnc_jit_worker attnc_cli_tests attnc jit_fixed FuzzPattern FuzzKernelFile FuzzNpy FuzzRunArgs FuzzCallInputs \
-  attnc_data_pattern_tests attnc_score_modifier_tests
+  attnc_data_pattern_tests attnc_score_modifier_tests attnc_fused_bf16_tests
 status=0
 for bin in tests/attnc_unit_tests tests/attnc_support_tests tests/attnc_frontend_tests \
   tests/runtime/attnc_kernel_tests tests/runtime/attnc_data_pattern_tests tests/runtime/attnc_score_modifier_tests \
-  tests/attnc_cli_tests; do
+  tests/runtime/attnc_fused_bf16_tests tests/attnc_cli_tests; do
   (cd "$(dirname "$asan/$bin")" && run_gtest "./$(basename "$bin")") || status=1
 done
 (cd "$asan" && ctest --output-on-failure -j"$jobs" \
