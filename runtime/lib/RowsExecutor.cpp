@@ -9,8 +9,9 @@
 // while one runs (a pattern's stripes and selected tokens are short runs of
 // rows far apart, where the hardware prefetchers, which follow a stream,
 // start cold; of a long run, its first lines).
-// Keys and values are f32, or bf16 widened as they are read. On x86-64 the
-// loops are compiled for AVX-512 and for baseline x86-64 and the CPU picks.
+// Keys and values are f32, or bf16 widened as they are read. The loops
+// (RowKernels.inc) are compiled per instruction set like the tile kernels,
+// and run on the one fusedIsa() names (the CPU's best, or ATTNC_FUSED_ISA's).
 //
 // The backward pass (runRowsBackward) needs no online softmax: the forward's
 // log-sum-exp gives each pair's P = exp(scale q.k - lse) on its own, so the
@@ -31,16 +32,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
-// Not under TSan: GCC instruments a target_clones resolver with
-// __tsan_func_entry, and the dynamic loader runs resolvers before TSan is up.
-#if defined(__x86_64__) && !defined(ATTNC_FUSED_GENERIC_ONLY) && !defined(__SANITIZE_THREAD__)
-#define ATTNC_ROWS_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#ifndef ATTNC_FUSED_GENERIC_ONLY
+#define ATTNC_FUSED_GENERIC_ONLY 0
+#endif
+#if defined(__x86_64__) && !ATTNC_FUSED_GENERIC_ONLY
+#define ATTNC_ROWS_X86 1
 #else
-#define ATTNC_ROWS_CLONES
+#define ATTNC_ROWS_X86 0
 #endif
 
 namespace attnc::rt {
@@ -55,91 +59,6 @@ constexpr int64_t kAheadRows = 4;
 /// chunk with their neighbours; longer ones are chunks of their own.
 constexpr int64_t kShortRun = 16;
 
-inline float widen(float x) { return x; }
-inline float widen(uint16_t x) { return bf16ToFloat(x); }
-
-template <typename T> void prefetchRows(const T *base, int64_t first, int64_t rows, int64_t d) {
-  const int64_t bytes = rows * d * static_cast<int64_t>(sizeof(T));
-  const char *p = reinterpret_cast<const char *>(base + first * d);
-  for (int64_t at = 0; at < bytes; at += 64)
-    __builtin_prefetch(p + at, 0, 3);
-}
-
-/// A dot product over d in eight partial sums: a
-/// reduction the compiler keeps in vector lanes without reassociating.
-template <typename T> inline float dotRow(const float *a, const T *b, int64_t d) {
-  float part[8] = {};
-  int64_t c = 0;
-  for (; c + 8 <= d; c += 8)
-    for (int x = 0; x < 8; ++x)
-      part[x] += a[c + x] * widen(b[c + x]);
-  for (; c < d; ++c)
-    part[c % 8] += a[c] * widen(b[c]);
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-}
-
-/// scale times the dot products of q with `count` consecutive rows of d
-/// (keys), into out: eight rows at a time where d allows, each in its own
-/// 16 partial sums (eight independent chains of FMAs, which the vector
-/// units overlap, where one row's chain waits on each FMA's latency),
-/// summed in a fixed order.
-template <typename T>
-inline void dotRows(const float *q, const T *keys, int64_t count, int64_t d, float scale, float *out) {
-  int64_t t = 0;
-  if (d % 16 == 0)
-    for (; t + 8 <= count; t += 8) {
-      float part[8][16] = {};
-      const T *rows = keys + t * d;
-      for (int64_t c = 0; c < d; c += 16)
-        for (int u = 0; u < 8; ++u)
-          for (int x = 0; x < 16; ++x)
-            part[u][x] += q[c + x] * widen(rows[u * d + c + x]);
-      for (int u = 0; u < 8; ++u) {
-        float half[8];
-        for (int x = 0; x < 8; ++x)
-          half[x] = part[u][x] + part[u][x + 8];
-        out[t + u] = scale * (((half[0] + half[1]) + (half[2] + half[3])) + ((half[4] + half[5]) + (half[6] + half[7])));
-      }
-    }
-  for (; t < count; ++t)
-    out[t] = scale * dotRow(q, keys + t * d, d);
-}
-
-/// The same with the rows given by pointers (a chunk's keys need not be
-/// consecutive rows: selected tokens are one key per interval); while row t
-/// is read, the lines of `next[t]` (null: none) are prefetched, a chunk ahead.
-template <typename T>
-inline void dotRows(const float *q, const T *const *keys, int64_t count, int64_t d, float scale, float *out,
-                    const T *const *next) {
-  int64_t t = 0;
-  if (d % 16 == 0)
-    for (; t + 8 <= count; t += 8) {
-      for (int u = 0; u < 8; ++u)
-        if (next[t + u])
-          prefetchRows(next[t + u], 0, 1, d);
-      float part[8][16] = {};
-      const T *rows[8];
-      for (int u = 0; u < 8; ++u)
-        rows[u] = keys[t + u];
-      for (int64_t c = 0; c < d; c += 16)
-        for (int u = 0; u < 8; ++u)
-          for (int x = 0; x < 16; ++x)
-            part[u][x] += q[c + x] * widen(rows[u][c + x]);
-      for (int u = 0; u < 8; ++u) {
-        float half[8];
-        for (int x = 0; x < 8; ++x)
-          half[x] = part[u][x] + part[u][x + 8];
-        out[t + u] = scale * (((half[0] + half[1]) + (half[2] + half[3])) + ((half[4] + half[5]) + (half[6] + half[7])));
-      }
-    }
-  for (; t < count; ++t) {
-    if (next[t])
-      prefetchRows(next[t], 0, 1, d);
-    out[t] = scale * dotRow(q, keys[t], d);
-  }
-}
-
-/// One row: keys `keys` of k and v, output row o, its log-sum-exp.
 /// A score modifier on `count` scores of row `row`, keys j0 .. j0 + count
 /// (count <= kChunk): scores[t] = f(scores[t]); with dP (the backward),
 /// also P, dS' = P (dP - delta) into weight and dS into dP's place, the
@@ -181,159 +100,56 @@ RowScore &rowScore(const ScoreCode *code) {
   return score;
 }
 
-template <typename T>
-ATTNC_ROWS_CLONES void runRow(const IntervalSet &keys, int64_t d, const float *q, const T *k, const T *v, float *o,
-                              float *lse, float scale, int64_t row, const ScoreCode *code,
-                              const int64_t *shift = nullptr) {
-  // Interval `at`'s key j is row j - shift[at] of k and v (held keys), else row j.
-  auto rowOf = [shift](size_t at, int64_t j) { return shift ? j - shift[at] : j; };
-  // The keys in chunks of up to kChunk, each chunk's key and value rows as
-  // pointers: a long interval's keys in chunks of their own, short ones
-  // (selected tokens are an interval each) together; with a score modifier
-  // a chunk stays in one interval, whose positions j0, j0 + 1, ... the code
-  // reads. The next chunk is listed while one runs.
-  struct Chunk {
-    const T *k[kChunk], *v[kChunk]; ///< (a run: k[0] and v[0] only, its rows consecutive)
-    int64_t count = 0, j0 = 0;
-    bool run = false;
-    const T *keyRow(int64_t t, int64_t d) const { return run ? k[0] + t * d : k[t]; }
-    const T *valueRow(int64_t t, int64_t d) const { return run ? v[0] + t * d : v[t]; }
-  };
-  Chunk chunks[2];
-  size_t at = 0;
-  int64_t j = keys.empty() ? 0 : keys[0].lo;
-  auto list = [&](Chunk &c) {
-    c.count = 0;
-    c.run = false;
-    if (at < keys.size() && j < keys[at].hi && keys[at].size() >= kShortRun) { // a long interval's next run
-      c.run = true;
-      c.j0 = j;
-      c.count = std::min(kChunk, keys[at].hi - j);
-      c.k[0] = k + rowOf(at, j) * d;
-      c.v[0] = v + rowOf(at, j) * d;
-      if ((j += c.count) >= keys[at].hi && ++at < keys.size())
-        j = keys[at].lo;
-      return;
-    }
-    while (at < keys.size() && c.count < kChunk) {
-      if (j >= keys[at].hi) {
-        // Short intervals share chunks; a long one keeps its own, a run.
-        const bool longRun = keys[at].size() >= kShortRun;
-        if (++at < keys.size())
-          j = keys[at].lo;
-        if (c.count > 0 && (code || longRun || (at < keys.size() && keys[at].size() >= kShortRun)))
-          break;
-        continue;
-      }
-      if (c.count == 0)
-        c.j0 = j;
-      const int64_t take = std::min(kChunk - c.count, keys[at].hi - j);
-      for (int64_t t = 0; t < take; ++t) {
-        c.k[c.count + t] = k + rowOf(at, j + t) * d;
-        c.v[c.count + t] = v + rowOf(at, j + t) * d;
-      }
-      c.count += take;
-      j += take;
-    }
-  };
-  float m = -std::numeric_limits<float>::infinity(), sum = 0.0f;
-  bool nan = false;
-  float scores[kChunk + 16];
-  std::fill(o, o + d, 0.0f);
-  list(chunks[0]);
-  for (int cur = 0; chunks[cur].count > 0; cur ^= 1) {
-    const Chunk &c = chunks[cur];
-    Chunk &next = chunks[cur ^ 1];
-    list(next);
-    const int64_t count = c.count;
-    // Consecutive rows (a window, say): read as one run, which the hardware
-    // prefetchers follow; the next chunk's first rows prefetched. Scattered
-    // ones: every row of the next chunk prefetched as this one's are read.
-    const bool run = c.run;
-    const T *ahead[kChunk]; // scattered: the next chunk's key rows (its value rows: in the P V loop)
-    for (int64_t t = 0; !run && t < count; ++t)
-      ahead[t] = t < next.count ? next.keyRow(t, d) : nullptr;
-    {
-      float chunkMax = -std::numeric_limits<float>::infinity();
-      if (run) {
-        for (int64_t t = 0; t < std::min(kAheadRows, next.count); ++t) {
-          prefetchRows(next.keyRow(t, d), 0, 1, d);
-          prefetchRows(next.valueRow(t, d), 0, 1, d);
-        }
-        dotRows(q, c.k[0], count, d, scale, scores);
-      } else {
-        dotRows(q, c.k, count, d, scale, scores, ahead);
-      }
-      if (code) {
-        const float *f = rowScore(code).run(row, c.j0, count, scores);
-        std::copy_n(f, count, scores);
-      }
-      // The chunk's max and whether it holds a NaN, in 16 lanes (a loop the
-      // compiler vectorises: each lane its own max, no reassociation); the
-      // lanes past `count` hold -inf.
-      const int64_t padded = (count + 15) / 16 * 16;
-      std::fill(scores + count, scores + padded, -std::numeric_limits<float>::infinity());
-      float laneMax[16];
-      int32_t laneNan[16] = {};
-      std::fill_n(laneMax, 16, -std::numeric_limits<float>::infinity());
-      for (int64_t t0 = 0; t0 < padded; t0 += 16)
-        for (int l = 0; l < 16; ++l) {
-          const float x = scores[t0 + l];
-          laneNan[l] |= x != x;
-          laneMax[l] = x > laneMax[l] ? x : laneMax[l];
-        }
-      for (int l = 0; l < 16; ++l) {
-        nan |= laneNan[l] != 0;
-        chunkMax = std::max(chunkMax, laneMax[l]);
-      }
-      if (chunkMax > m) {
-        const float correction = std::exp(m - chunkMax);
-        sum *= correction;
-        for (int64_t x = 0; x < d; ++x)
-          o[x] *= correction;
-        m = chunkMax;
-      }
-      // (A loop of its own: e^x in vector lanes, not a libm call per key.)
-      float weights[kChunk];
-      for (int64_t t = 0; t < count; ++t)
-        weights[t] = expPoly(scores[t] - m);
-      // P V four keys at a time: o stays in memory (d is not known here), so
-      // one store and load of o per four keys rather than per key.
-      const int64_t prefetched = run ? 0 : next.count; // (a run's next rows: above)
-      int64_t t = 0;
-      for (; t + 4 <= count; t += 4) {
-        for (int64_t u = t; u < t + 4; ++u)
-          if (u < prefetched)
-            prefetchRows(next.valueRow(u, d), 0, 1, d);
-        const float p0 = weights[t], p1 = weights[t + 1], p2 = weights[t + 2], p3 = weights[t + 3];
-        sum += (p0 + p1) + (p2 + p3);
-        const T *v0 = c.valueRow(t, d), *v1 = c.valueRow(t + 1, d), *v2 = c.valueRow(t + 2, d),
-                *v3 = c.valueRow(t + 3, d);
-        for (int64_t x = 0; x < d; ++x)
-          o[x] += (p0 * widen(v0[x]) + p1 * widen(v1[x])) + (p2 * widen(v2[x]) + p3 * widen(v3[x]));
-      }
-      for (; t < count; ++t) {
-        if (t < prefetched)
-          prefetchRows(next.valueRow(t, d), 0, 1, d);
-        const float p = weights[t];
-        sum += p;
-        const T *value = c.valueRow(t, d);
-        for (int64_t x = 0; x < d; ++x)
-          o[x] += p * widen(value[x]);
-      }
-    }
-  }
-  if (nan) {
-    std::fill(o, o + d, std::numeric_limits<float>::quiet_NaN());
-    if (lse)
-      *lse = std::numeric_limits<float>::quiet_NaN();
-    return;
-  }
-  const float inv = sum > 0 ? 1.0f / sum : 0.0f;
-  for (int64_t c = 0; c < d; ++c)
-    o[c] *= inv;
-  if (lse)
-    *lse = sum > 0 ? m + std::log(sum) : -std::numeric_limits<float>::infinity();
+} // namespace
+
+// The loops, once per instruction set (see FusedExecutor.cpp: the same
+// target regions, and the same choice at run time).
+#if ATTNC_ROWS_X86
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma,bmi,bmi2")
+namespace rows_avx512 {
+namespace {
+constexpr int kVecBytes = 64, kDotKeys = 8;
+#include "RowKernels.inc"
+} // namespace
+} // namespace rows_avx512
+#pragma GCC pop_options
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,bmi,bmi2")
+namespace rows_avx2 {
+namespace {
+constexpr int kVecBytes = 32, kDotKeys = 4;
+#include "RowKernels.inc"
+} // namespace
+} // namespace rows_avx2
+#pragma GCC pop_options
+#endif
+namespace rows_generic {
+namespace {
+constexpr int kVecBytes = 16, kDotKeys = 2;
+#include "RowKernels.inc"
+} // namespace
+} // namespace rows_generic
+
+namespace {
+
+/// The loops of the instruction set fusedIsa() names.
+template <typename T> struct RowLoops {
+  void (*row)(const IntervalSet &, int64_t, const float *, const T *, const T *, float *, float *, float, int64_t,
+              const ScoreCode *, const int64_t *);
+  void (*grad)(const IntervalSet &, int64_t, const float *, const float *, float, float, const T *, const T *,
+               float *, float *, float *, float, int64_t, const ScoreRun *, double *);
+};
+
+template <typename T> RowLoops<T> rowLoops() {
+#if ATTNC_ROWS_X86
+  const std::string isa = fusedIsa();
+  if (isa == "avx512")
+    return {&rows_avx512::runRow<T>, &rows_avx512::gradRow<T>};
+  if (isa == "avx2")
+    return {&rows_avx2::runRow<T>, &rows_avx2::gradRow<T>};
+#endif
+  return {&rows_generic::runRow<T>, &rows_generic::gradRow<T>};
 }
 
 /// Each query's keys as intervals of positions and, per interval, the
@@ -380,6 +196,7 @@ void runRowsOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, co
   // Held keys: every row mapped onto them (and refused) before any is computed.
   const HeldRows mapped = held.at ? heldRows(rows, firstRow, held) : HeldRows{};
   const int64_t count = held.at ? held.queries : n - firstRow;
+  const RowLoops<T> loops = rowLoops<T>();
   support::parallelFor(count, static_cast<int>(std::min<int64_t>(threads, count)), [&](int, int64_t r) {
     thread_local IntervalSet keys;
     thread_local std::vector<float> query;
@@ -391,69 +208,13 @@ void runRowsOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64_t d, co
     } else {
       query.resize(static_cast<size_t>(d));
       for (int64_t c = 0; c < d; ++c)
-        query[static_cast<size_t>(c)] = widen(q[r * d + c]);
+        query[static_cast<size_t>(c)] = rows_generic::widen(q[r * d + c]);
       qr = query.data();
     }
     const size_t x = static_cast<size_t>(r);
-    runRow(held.at ? mapped.keys[x] : keys, d, qr, k, v, o + r * d, lse ? lse + r : nullptr, scale, firstRow + r,
+    loops.row(held.at ? mapped.keys[x] : keys, d, qr, k, v, o + r * d, lse ? lse + r : nullptr, scale, firstRow + r,
            code, held.at ? mapped.shifts[x].data() : nullptr);
   });
-}
-
-
-/// One pair's updates along d: dV_j += p dO_i, dK_j += ds q_i, dQ_i += ds k_j.
-template <typename T>
-inline void updatePair(int64_t d, float p, float ds, const float *__restrict q, const float *__restrict dO,
-                       const T *__restrict key, float *__restrict dq, float *__restrict dk, float *__restrict dv) {
-  for (int64_t c = 0; c < d; ++c) {
-    dv[c] += p * dO[c];
-    dk[c] += ds * q[c];
-    dq[c] += ds * widen(key[c]);
-  }
-}
-
-/// One row's gradients over keys `keys`: its dQ row dq (added to) and the
-/// keys' dK and dV rows (added to). `delta` is rowsum(dO * O).
-template <typename T>
-ATTNC_ROWS_CLONES void gradRow(const IntervalSet &keys, int64_t d, const float *q, const float *dO, float lse,
-                               float delta, const T *k, const T *v, float *dq, float *dk, float *dv, float scale,
-                               int64_t row, const ScoreRun *score, double *inputGrad) {
-  for (size_t at = 0; at < keys.size(); ++at) {
-    for (size_t ahead = at + 1; ahead <= at + kAheadIntervals && ahead < keys.size(); ++ahead) {
-      const int64_t rows = std::min(kAheadRows, keys[ahead].size());
-      prefetchRows(k, keys[ahead].lo, rows, d);
-      prefetchRows(v, keys[ahead].lo, rows, d);
-      prefetchRows(dk, keys[ahead].lo, rows, d);
-      prefetchRows(dv, keys[ahead].lo, rows, d);
-    }
-    const Interval &iv = keys[at];
-    if (score) { // chunks of keys through the score's code
-      RowScore &rs = rowScore(score->code);
-      float s[kChunk], dp[kChunk];
-      for (int64_t j0 = iv.lo; j0 < iv.hi; j0 += kChunk) {
-        const int64_t count = std::min(kChunk, iv.hi - j0);
-        for (int64_t t = 0; t < count; ++t) {
-          s[t] = scale * dotRow(q, k + (j0 + t) * d, d);
-          dp[t] = dotRow(dO, v + (j0 + t) * d, d);
-        }
-        const float *f = rs.run(row, j0, count, s), *df = rs.dValue();
-        for (int64_t t = 0; t < count; ++t) {
-          const float p = std::exp(f[t] - lse), dsp = p * (dp[t] - delta);
-          rs.weight[t] = dsp;
-          updatePair(d, p, scale * dsp * df[t], q, dO, k + (j0 + t) * d, dq, dk + (j0 + t) * d, dv + (j0 + t) * d);
-        }
-        if (rs.code->hasInputGrads())
-          accumulateScoreGrads(*rs.code, rs.lanes, rs.weight, score->gradOffsets, inputGrad);
-      }
-      continue;
-    }
-    for (int64_t j = iv.lo; j < iv.hi; ++j) {
-      const T *key = k + j * d;
-      const float p = std::exp(scale * dotRow(q, key, d) - lse);
-      const float ds = scale * p * (dotRow(dO, v + j * d, d) - delta);
-      updatePair(d, p, ds, q, dO, key, dq, dk + j * d, dv + j * d);
-    }
-  }
 }
 
 /// Work (pairs x d) below which one more thread costs more than it saves:
@@ -474,10 +235,11 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
                        float scale, RowsGradScratch &s, int threads, const ScoreRun *score, double *inputGrad) {
   const ir::RowEvaluator rows(set, n);
   const int64_t count = n - firstRow;
+  const RowLoops<T> loops = rowLoops<T>();
   const float empty = -std::numeric_limits<float>::infinity(); // lse of a row without keys (NaN is not empty)
   s.delta.resize(static_cast<size_t>(count));
   for (int64_t r = 0; r < count; ++r)
-    s.delta[static_cast<size_t>(r)] = dotRow(dO + r * d, o + r * d, d);
+    s.delta[static_cast<size_t>(r)] = rows_generic::dotRow(dO + r * d, o + r * d, d);
   std::fill(dq, dq + count * d, 0.0f);
   // Rows [0, count) over keys [lo, hi), into dQ rows `dqOut`.
   // With a score modifier, each worker sums the float inputs' gradients
@@ -496,7 +258,7 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
         keys.clear();
         for (; e < end && s.rangeKeys[static_cast<size_t>(e)].row == r; ++e)
           keys.push_back(s.rangeKeys[static_cast<size_t>(e)].keys);
-        gradRow(keys, d, q + r * d, dO + r * d, lse[r], s.delta[static_cast<size_t>(r)], k, v, dqOut + r * d, dk,
+        loops.grad(keys, d, q + r * d, dO + r * d, lse[r], s.delta[static_cast<size_t>(r)], k, v, dqOut + r * d, dk,
                 dv, scale, firstRow + r, scored ? score : nullptr,
                 scored ? s.inputGrad[static_cast<size_t>(worker)].data() : nullptr);
       }
@@ -515,7 +277,7 @@ void runRowsBackwardOf(const ir::SetRef &set, int64_t n, int64_t firstRow, int64
       } else {
         rows.row(firstRow + r, lo, hi, keys);
       }
-      gradRow(keys, d, q + r * d, dO + r * d, lse[r], s.delta[static_cast<size_t>(r)], k, v, dqOut + r * d, dk, dv,
+      loops.grad(keys, d, q + r * d, dO + r * d, lse[r], s.delta[static_cast<size_t>(r)], k, v, dqOut + r * d, dk, dv,
               scale, firstRow + r, scored ? score : nullptr,
               scored ? s.inputGrad[static_cast<size_t>(worker)].data() : nullptr);
     }
