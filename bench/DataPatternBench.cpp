@@ -11,7 +11,8 @@
 // same process (tools/attnc/Peak.h).
 //
 //   attnc_bench_data [--n 16384] [--d 64] [--heads 8] [--threads 2] [--repeat 5]
-//                    [--patterns lsh,nsa,topk,document] [--dense-max-n 16384] [--json]
+//                    [--patterns lsh,nsa,topk,document] [--dense-max-n 16384]
+//                    [--forward-only] [--json]
 //
 // Data per call: lsh: two rounds of 64 uniform buckets per position and
 // head (what Reformer's hash of random vectors gives); nsa: 8 distinct
@@ -45,7 +46,8 @@ struct Options {
   int64_t n = 16384, d = 64, heads = 8, batch = 1, denseMaxN = 16384;
   int threads = 2, repeat = 5;
   std::string patterns = "lsh,nsa,topk,document";
-  bool json = false;
+  bool json = false;        ///< one JSON document instead of the markdown table
+  bool forwardOnly = false; ///< no backward calls (a profile of the forward alone)
 };
 
 /// One call's inputs: int32 arrays [batch, heads, D1, D2] and the pairs they make.
@@ -236,6 +238,14 @@ bool timeKernel(const attnc_kernel *kernel, const std::string &pattern, const Op
       return false;
     }
     const auto t1 = std::chrono::steady_clock::now();
+    if (o.forwardOnly) {
+      if (r > 0) {
+        const double f = std::chrono::duration<double, std::milli>(t1 - t0).count();
+        fwd.push_back(f);
+        fwdFlops.push_back(4.0 * double(data.nnz) * double(o.d) / (f * 1e6));
+      }
+      continue;
+    }
     call.d_o = &tdo;
     call.d_q = &tdq;
     call.d_k = &tdk;
@@ -254,17 +264,19 @@ bool timeKernel(const attnc_kernel *kernel, const std::string &pattern, const Op
     fwdFlops.push_back(4.0 * double(data.nnz) * double(o.d) / (f * 1e6));
     stepFlops.push_back(14.0 * double(data.nnz) * double(o.d) / (s * 1e6));
   }
-  out = {medianOf(fwd), medianOf(step), medianOf(fwdFlops), medianOf(stepFlops)};
+  out = {medianOf(fwd), o.forwardOnly ? 0.0 : medianOf(step), medianOf(fwdFlops),
+         o.forwardOnly ? 0.0 : medianOf(stepFlops)};
   return true;
 }
 
 constexpr const char *kUsage =
     "usage: attnc_bench_data [--n 16384] [--d 64] [--heads 8] [--batch 1] [--threads 2] [--repeat 5]\n"
-    "                        [--patterns lsh,nsa,topk,document] [--dense-max-n 16384] [--json]\n"
+    "                        [--patterns lsh,nsa,topk,document] [--dense-max-n 16384] [--forward-only] [--json]\n"
     "Times the patterns of patterns/ that read data (new data at every call, planning inside the time) on the\n"
     "fused backend and the dense masked baseline (only up to --dense-max-n; 0: never), forward and forward +\n"
-    "backward, f32 [batch, heads, n, d]: median ms, effective GFLOP/s and the share of the FMA peak measured\n"
-    "in the same run. The data each pattern gets: the comment at the top of bench/DataPatternBench.cpp.\n";
+    "backward (--forward-only: the forward alone, for a profile), f32 [batch, heads, n, d]: median ms,\n"
+    "effective GFLOP/s and the share of the FMA peak measured in the same run, as a markdown table (--json: one\n"
+    "JSON document). The data each pattern gets: the comment at the top of bench/DataPatternBench.cpp.\n";
 
 /// Reads the flags into `o`; false (after a message) on a bad one; `help`: --help was printed.
 bool parse(int argc, char **argv, Options &o, bool &help) {
@@ -276,7 +288,7 @@ bool parse(int argc, char **argv, Options &o, bool &help) {
       return true;
     }
     auto value = [&]() -> const char * { return a + 1 < argc ? argv[++a] : nullptr; };
-    const char *v = flag == "--json" ? "" : value();
+    const char *v = flag == "--json" || flag == "--forward-only" ? "" : value();
     if (!v) {
       std::fprintf(stderr, "attnc_bench_data: %s needs a value\n", flag.c_str());
       return false;
@@ -290,6 +302,7 @@ bool parse(int argc, char **argv, Options &o, bool &help) {
     else if (flag == "--patterns") o.patterns = v;
     else if (flag == "--dense-max-n") o.denseMaxN = std::atoll(v);
     else if (flag == "--json") o.json = true;
+    else if (flag == "--forward-only") o.forwardOnly = true;
     else {
       std::fprintf(stderr, "attnc_bench_data: unknown flag %s\n%s", flag.c_str(), kUsage);
       return false;
@@ -317,12 +330,20 @@ int main(int argc, char **argv) {
   attnc::tool::Peak peak = attnc::tool::measurePeak(o.threads);
   if (const attnc::tool::Peak again = attnc::tool::measurePeak(o.threads); again.gflops > peak.gflops)
     peak = again;
-  std::printf("# attnc_bench_data: n=%lld d=%lld batch=%lld heads=%lld f32, %d threads, median of %d calls, new "
-              "data each call\n# FMA peak: %.1f GFLOP/s (%s, %d threads, measured in this run); kernels: %s\n",
-              (long long)o.n, (long long)o.d, (long long)o.batch, (long long)o.heads, o.threads, o.repeat,
-              peak.gflops, peak.isa.c_str(), peak.threads, attnc_cpu_isa());
-  std::printf("| pattern | backend | fwd ms | fwd GFLOP/s | fwd %% peak | fwd+bwd ms | fwd+bwd GFLOP/s | fwd+bwd %% peak "
-              "|\n|---|---|---|---|---|---|---|---|\n");
+  if (o.json) {
+    std::printf("{\"n\": %lld, \"d\": %lld, \"batch\": %lld, \"heads\": %lld, \"threads\": %d, \"repeat\": %d, "
+                "\"forward_only\": %s, \"peak_gflops\": %.1f, \"peak_isa\": \"%s\", \"kernels\": \"%s\", \"rows\": [",
+                (long long)o.n, (long long)o.d, (long long)o.batch, (long long)o.heads, o.threads, o.repeat,
+                o.forwardOnly ? "true" : "false", peak.gflops, peak.isa.c_str(), attnc_cpu_isa());
+  } else {
+    std::printf("# attnc_bench_data: n=%lld d=%lld batch=%lld heads=%lld f32, %d threads, median of %d calls, new "
+                "data each call\n# FMA peak: %.1f GFLOP/s (%s, %d threads, measured in this run); kernels: %s\n",
+                (long long)o.n, (long long)o.d, (long long)o.batch, (long long)o.heads, o.threads, o.repeat,
+                peak.gflops, peak.isa.c_str(), peak.threads, attnc_cpu_isa());
+    std::printf("| pattern | backend | fwd ms | fwd GFLOP/s | fwd %% peak | fwd+bwd ms | fwd+bwd GFLOP/s | fwd+bwd %% "
+                "peak |\n|---|---|---|---|---|---|---|---|\n");
+  }
+  bool firstRow = true;
   size_t start = 0;
   while (start <= o.patterns.size()) {
     const size_t comma = o.patterns.find(',', start);
@@ -343,14 +364,31 @@ int main(int argc, char **argv) {
       Timing t;
       if (!timeKernel(kernel, name, o, t))
         return 1;
-      std::printf("| %s | %s | %.2f | %.1f | %.0f%% | %.2f | %.1f | %.0f%% |\n", name.c_str(), backend, t.forwardMs,
-                  t.forwardGflops, 100 * t.forwardGflops / peak.gflops, t.stepMs, t.stepGflops,
-                  100 * t.stepGflops / peak.gflops);
+      const double fwdShare = t.forwardGflops / peak.gflops, stepShare = t.stepGflops / peak.gflops;
+      if (o.json) {
+        std::printf("%s\n  {\"pattern\": \"%s\", \"backend\": \"%s\", \"fwd_ms\": %.3f, \"fwd_gflops\": %.2f, "
+                    "\"fwd_peak_share\": %.4f",
+                    firstRow ? "" : ",", name.c_str(), backend, t.forwardMs, t.forwardGflops, fwdShare);
+        if (!o.forwardOnly)
+          std::printf(", \"step_ms\": %.3f, \"step_gflops\": %.2f, \"step_peak_share\": %.4f", t.stepMs,
+                      t.stepGflops, stepShare);
+        std::printf("}");
+      } else if (o.forwardOnly) {
+        std::printf("| %s | %s | %.2f | %.1f | %.0f%% | — | — | — |\n", name.c_str(), backend, t.forwardMs,
+                    t.forwardGflops, 100 * fwdShare);
+      } else {
+        std::printf("| %s | %s | %.2f | %.1f | %.0f%% | %.2f | %.1f | %.0f%% |\n", name.c_str(), backend, t.forwardMs,
+                    t.forwardGflops, 100 * fwdShare, t.stepMs, t.stepGflops, 100 * stepShare);
+      }
+      firstRow = false;
       std::fflush(stdout);
     }
   }
   const attnc::tool::Peak after = attnc::tool::measurePeak(o.threads);
-  std::printf("# FMA peak measured again after the rows: %.1f GFLOP/s (the shares above use %.1f)\n", after.gflops,
-              peak.gflops);
+  if (o.json)
+    std::printf("\n], \"peak_gflops_after\": %.1f}\n", after.gflops);
+  else
+    std::printf("# FMA peak measured again after the rows: %.1f GFLOP/s (the shares above use %.1f)\n", after.gflops,
+                peak.gflops);
   return 0;
 }
