@@ -19,7 +19,7 @@ readelf -h "$build/tests/runtime/attnc_kernel_tests" | grep -q "AArch64"
 # pattern, ragged n, GQA, decoding, bf16) against the reference.
 export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu
 qemu-aarch64 "$build/tests/runtime/attnc_kernel_tests" --gtest_brief=1 \
-  --gtest_filter='LibraryPatterns/CpuKernel.*/fused_*:LibraryPatterns/CpuKernel.*/dense_*:Backends/CpuKernelRows.*/fused:GradientPatterns/GradientBackward.*/fused_*:GradientPatterns/GradientForward.*/fused_*'
+  --gtest_filter='LibraryPatterns/CpuKernel.*/fused_*:LibraryPatterns/CpuKernel.*/dense_*:Backends/CpuKernelRows.*/fused:Library/RowsBackward.*:RowsBackwardThreads.*:RowsBackwardNonFinite.*:GradientPatterns/GradientBackward.*/fused_*:GradientPatterns/GradientForward.*/fused_*'
 # The score code's functions (tanh, exp, log, integer division) within their
 # bounds on NEON.
 qemu-aarch64 "$build/tests/runtime/attnc_score_math_tests" --gtest_brief=1
