@@ -135,10 +135,8 @@ namespace {
 
 /// The loops of the instruction set fusedIsa() names.
 template <typename T> struct RowLoops {
-  void (*row)(const IntervalSet &, int64_t, const float *, const T *, const T *, float *, float *, float, int64_t,
-              const ScoreCode *, const int64_t *);
-  void (*grad)(const IntervalSet &, int64_t, const float *, const float *, float, float, const T *, const T *,
-               float *, float *, float *, float, int64_t, const ScoreRun *, double *);
+  decltype(&rows_generic::runRow<T>) row;
+  decltype(&rows_generic::gradRow<T>) grad;
 };
 
 template <typename T> RowLoops<T> rowLoops() {
